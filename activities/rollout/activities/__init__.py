@@ -1,0 +1,1 @@
+"""rollout.activities: see docs/architecture.md for its place in the design."""

@@ -1,0 +1,1 @@
+"""rollout.gateway: see docs/architecture.md for its place in the design."""

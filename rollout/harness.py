@@ -1,0 +1,63 @@
+"""What an environment author writes: a `Task` that answers an agent's replies with observations.
+
+Contract:
+- `Task.start` returns the first observation; `Task.respond` answers each assistant reply. Returning an
+  `End` finishes the agent's episode with its reward.
+- `End` is an `Observation` (the final one), so `respond` is typed to return `Observation` and may end at
+  any point. An `End` may carry a last text for the agent's transcript; it is never sent to the model.
+- Rewards are floats per agent seat; a multi-seat task returns its own seat's reward from its own `End`.
+- `RunContext` tells a task which run, episode, seat and attempt it plays in; a task uses it for
+  logging and for seeding, never to reach into the platform's state.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+
+from rollout.contracts import Message, ToolSpec
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What the environment shows the agent next: text, or whole messages (tool results, several turns)."""
+
+    content: str | tuple[Message, ...] = ""
+    tools: tuple[ToolSpec, ...] = ()
+
+    def messages(self) -> tuple[Message, ...]:
+        """The observation as messages to append to the agent's conversation."""
+        if isinstance(self.content, str):
+            return (Message.user(self.content),) if self.content else ()
+        return self.content
+
+
+@dataclass(frozen=True)
+class End(Observation):
+    """The episode is over for this agent, with this reward."""
+
+    reward: float = 0.0
+    metrics: dict[str, float] = field(default_factory=dict[str, float])
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Where a task is being played. `attempt` counts from 1 and grows when an episode is retried."""
+
+    run: str
+    episode: str
+    seat: str
+    attempt: int = 1
+    parameters: dict[str, str] = field(default_factory=dict[str, str])
+
+
+class Task(abc.ABC):
+    """One episode's environment, from one agent's point of view."""
+
+    @abc.abstractmethod
+    async def start(self, run: RunContext) -> Observation:
+        """The first observation of the episode."""
+
+    @abc.abstractmethod
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        """Answer the agent's reply: a next observation, or `End` with a reward."""
