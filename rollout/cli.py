@@ -1,0 +1,170 @@
+"""The `rollout` command line.
+
+Every command takes Hydra overrides as trailing arguments (`rollout up services.temporal.ui_port=8300`).
+Errors print one message that says what to do next and exit non-zero: 2 for a configuration error,
+1 for anything else. Commands that scripts read have `--json`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from collections.abc import Callable
+from typing import Annotated, NoReturn
+
+import typer
+from omegaconf import OmegaConf
+from rich.console import Console
+from rich.table import Table
+
+from rollout import config
+from rollout.ledger.errors import LedgerError
+from rollout.stack.embedded import ServiceStatus, Stack
+from rollout.stack.postgres import CorruptDataDirError
+from rollout.stack.processes import PortTakenError
+
+app = typer.Typer(
+    name="rollout",
+    help="rollout: reinforcement learning for language-model agents. `rollout up` starts the embedded stack.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
+ledger_app = typer.Typer(help="Look into the ledger: streams and their events.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+app.add_typer(ledger_app, name="ledger")
+
+out = Console()
+err = Console(stderr=True)
+
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(help="Config overrides, KEY=VALUE (e.g. services.postgres.port=5433 data_dir=/tmp/r).", show_default=False),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def _settings(overrides: list[str] | None) -> config.Settings:
+    try:
+        return config.load(overrides or [])
+    except config.ConfigError as error:
+        fail(f"{error}\nSee every setting with `rollout config show`.", code=2)
+
+
+def _guarded[T](action: Callable[[], T]) -> T:
+    """Run a stack action, turning the errors users can fix into one clear message."""
+    try:
+        return action()
+    except (PortTakenError, CorruptDataDirError, LedgerError) as error:
+        fail(str(error))
+    except RuntimeError as error:
+        fail(f"{error}\nLogs are under the data directory's logs/ folder; `rollout status` shows what runs.")
+
+
+def _print_status(services: list[ServiceStatus], as_json: bool) -> None:
+    if as_json:
+        healthy = all(service.healthy for service in services)
+        print(json.dumps({"healthy": healthy, "services": [s.as_json() for s in services]}, indent=2))
+        return
+    table = Table(title="rollout services")
+    for column in ("service", "mode", "address", "health", "detail"):
+        table.add_column(column)
+    for service in services:
+        health = "[green]healthy[/]" if service.healthy else "[red]down[/]"
+        table.add_row(service.name, service.mode, service.address, health, service.detail)
+    out.print(table)
+    for service in services:
+        if service.ui_url:
+            out.print(f"Temporal web UI: {service.ui_url}")
+
+
+@app.command()
+def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+    """Start the embedded stack (Postgres, Temporal with its web UI, the blob directory) and migrate the ledger.
+
+    Services with a URL configured are used as they are; nothing is started for them.
+    Running `up` again is harmless.
+    """
+    stack = Stack(_settings(overrides))
+    if as_json:
+        services = _guarded(stack.up)
+    else:
+        with err.status("starting the embedded stack…") as spinner:
+            services = _guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
+    _print_status(services, as_json)
+    if not all(service.healthy for service in services):
+        raise typer.Exit(1)
+
+
+@app.command()
+def status(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+    """Report every service: address, health, and the Temporal web UI URL. Exits 1 when one is down."""
+    services = _guarded(Stack(_settings(overrides)).status)
+    _print_status(services, as_json)
+    if not all(service.healthy for service in services):
+        raise typer.Exit(1)
+
+
+@app.command()
+def down(overrides: Overrides = None) -> None:
+    """Stop what `rollout up` started. External services are left alone; state stays in the data directory."""
+    stopped = _guarded(Stack(_settings(overrides)).down)
+    out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+@config_app.command("show")
+def config_show(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+    """Print the configuration composed from the defaults and the overrides."""
+    tree = config.as_dict(_settings(overrides))
+    if as_json:
+        print(json.dumps(tree, indent=2))
+    else:
+        out.print(OmegaConf.to_yaml(tree), highlight=False)
+
+
+@ledger_app.command("tail")
+def ledger_tail(
+    stream: Annotated[str, typer.Argument(help="The stream to read, e.g. run/my-run.")],
+    overrides: Overrides = None,
+    after: Annotated[int, typer.Option(help="Start after this seq.")] = 0,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")] = False,
+) -> None:
+    """Print a stream's events as JSON lines (seq, key, kind, payload)."""
+    from rollout.ledger import Ledger
+    from rollout.ledger.follower import Follower
+
+    url = _settings(overrides).ledger_url
+
+    async def run() -> None:
+        if follow:
+            async for event in Follower(url, [stream], after={stream: after}).events():
+                _print_event(event.seq, event.key, event.kind, dict(event.payload))
+        async with await Ledger.connect(url) as ledger:
+            for event in await ledger.read(stream, after=after, limit=1_000_000):
+                _print_event(event.seq, event.key, event.kind, dict(event.payload))
+
+    try:
+        asyncio.run(run())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass
+
+
+def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> None:
+    print(json.dumps({"seq": seq, "key": key, "kind": kind, "payload": payload}), flush=True)
+
+
+def main() -> None:
+    app(prog_name="rollout")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

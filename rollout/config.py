@@ -1,0 +1,143 @@
+"""Configuration: Hydra composes `rollout/conf` with command-line overrides into typed `Settings`.
+
+Contract:
+- `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending
+  key and, for an unknown key, the keys that are valid there; for a bad value, what is expected.
+- The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from hydra import compose, initialize_config_module
+from hydra.core.config_store import ConfigStore
+from hydra.errors import HydraException
+from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
+
+
+class LogLevel(StrEnum):
+    DEBUG = "DEBUG"
+    INFO = "INFO"
+    WARNING = "WARNING"
+    ERROR = "ERROR"
+
+
+@dataclass
+class PostgresSettings:
+    url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 54329
+    database: str = "rollout"
+
+
+@dataclass
+class TemporalSettings:
+    address: str | None = None
+    ui_url: str | None = None
+    host: str = "127.0.0.1"
+    port: int = 7233
+    ui_port: int = 8233
+    namespace: str = "default"
+
+
+@dataclass
+class BlobSettings:
+    url: str | None = None
+    s3_endpoint: str | None = None
+    s3_secure: bool = True
+
+
+@dataclass
+class ServiceSettings:
+    postgres: PostgresSettings = field(default_factory=PostgresSettings)
+    temporal: TemporalSettings = field(default_factory=TemporalSettings)
+    blobs: BlobSettings = field(default_factory=BlobSettings)
+
+
+@dataclass
+class Settings:
+    data_dir: str = MISSING
+    services: ServiceSettings = field(default_factory=ServiceSettings)
+    log_level: LogLevel = LogLevel.INFO
+
+    @property
+    def data_path(self) -> Path:
+        return Path(self.data_dir).expanduser().resolve()
+
+    @property
+    def ledger_url(self) -> str:
+        postgres = self.services.postgres
+        return postgres.url or f"postgresql://postgres@{postgres.host}:{postgres.port}/{postgres.database}"
+
+    @property
+    def temporal_address(self) -> str:
+        temporal = self.services.temporal
+        return temporal.address or f"{temporal.host}:{temporal.port}"
+
+    @property
+    def temporal_ui_url(self) -> str | None:
+        temporal = self.services.temporal
+        if temporal.address:
+            return temporal.ui_url
+        return f"http://{temporal.host}:{temporal.ui_port}"
+
+    @property
+    def blob_url(self) -> str:
+        return self.services.blobs.url or (self.data_path / "blobs").as_uri()
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message says which and what would be right."""
+
+
+ConfigStore.instance().store(name="settings_schema", node=Settings)
+
+
+def load(overrides: list[str] | None = None) -> Settings:
+    """Compose the config with `overrides` (`key=value` strings) into validated settings."""
+    try:
+        with initialize_config_module(config_module="rollout.conf", version_base="1.3"):
+            composed = compose(config_name="config", overrides=list(overrides or []))
+        settings = OmegaConf.to_object(composed)
+    except (HydraException, OmegaConfBaseException) as error:
+        raise ConfigError(_explain(error)) from None
+    assert isinstance(settings, Settings)
+    return settings
+
+
+def as_dict(settings: Settings) -> dict[str, Any]:
+    return OmegaConf.to_container(OmegaConf.structured(settings), enum_to_str=True)  # type: ignore[return-value]
+
+
+def valid_keys(path: str) -> list[str]:
+    """The keys the schema allows under a dotted `path` ('' for the top level)."""
+    schema = OmegaConf.structured(Settings)
+    node = OmegaConf.select(schema, path) if path else schema
+    return [str(key) for key in node.keys()] if isinstance(node, DictConfig) else []
+
+
+def _explain(error: BaseException) -> str:
+    """One line that names the key and what is wrong with it, from the deepest error that names a key."""
+    chain: list[BaseException] = []
+    cause: BaseException | None = error
+    while cause is not None and len(chain) < 10:
+        chain.append(cause)
+        cause = cause.__cause__ or cause.__context__
+    for candidate in chain:
+        text = str(candidate)
+        key_match = re.search(r"full_key: ([\w.]+)", text)
+        if key_match is None:
+            continue
+        key, detail = key_match.group(1), text.splitlines()[0]
+        if isinstance(candidate, ConfigAttributeError) or "not in" in detail:
+            parent = key.rpartition(".")[0]
+            choices = ", ".join(valid_keys(parent)) or "(none)"
+            return f"unknown setting '{key}'. Valid keys{' under ' + parent if parent else ''}: {choices}"
+        return f"bad value for '{key}': {detail}"
+    return str(error).strip()

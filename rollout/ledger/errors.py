@@ -1,0 +1,65 @@
+"""The ledger's errors, each saying what happened and what to do next.
+
+`ledger_append` raises custom SQLSTATEs; `translate` turns them into these exceptions so callers never
+match on Postgres error text. `StaleFenceError.type_name` is the Temporal `ApplicationError` type that
+activities raise as non-retryable.
+"""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+
+
+class LedgerError(RuntimeError):
+    """Base of every ledger error."""
+
+
+class KeyConflictError(LedgerError):
+    """An idempotency key was reused with a different payload: a bug in whoever chose the key."""
+
+
+class StaleFenceError(LedgerError):
+    """The writer's lease epoch is no longer current: a successor took over; this attempt must stop."""
+
+    type_name = "StaleFence"
+
+
+class AppendOnlyError(LedgerError):
+    """Something tried to change or delete an event."""
+
+
+class LedgerUnreachableError(LedgerError):
+    """Postgres could not be reached at the configured URL."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        super().__init__(
+            f"cannot reach the ledger at {redact(url)}: {reason.strip()}\n"
+            "Start the embedded stack with `rollout up`, or point `services.postgres.url=` at a running Postgres."
+        )
+
+
+_BY_SQLSTATE: dict[str, type[LedgerError]] = {
+    "RL409": KeyConflictError,
+    "RL410": StaleFenceError,
+    "RL403": AppendOnlyError,
+}
+
+
+def translate(error: psycopg.Error) -> Exception:
+    """The ledger exception for a database error raised by the ledger's own SQL, else the error itself."""
+    kind = _BY_SQLSTATE.get(error.sqlstate or "")
+    if kind is None:
+        return error
+    message = error.diag.message_primary or str(error)
+    return kind(message)
+
+
+def redact(url: str) -> str:
+    """The URL without its password, fit for an error message or a status line."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))

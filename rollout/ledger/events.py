@@ -1,0 +1,72 @@
+"""Ledger values: events to append, events as recorded, fences, leases. Pure data, no I/O."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+from typing import Any
+
+
+class Kind(StrEnum):
+    """The event kinds the platform writes. Streams may carry other kinds; these are the known ones."""
+
+    RUN_CREATED = "RunCreated"
+    SETTINGS_CHANGED = "SettingsChanged"
+    EPISODE_SCHEDULED = "EpisodeScheduled"
+    EPISODE_STARTED = "EpisodeStarted"
+    TURN_RECORDED = "TurnRecorded"
+    REWARD_ASSIGNED = "RewardAssigned"
+    EPISODE_FINISHED = "EpisodeFinished"
+    EPISODE_ABANDONED = "EpisodeAbandoned"
+    BATCH_ASSEMBLED = "BatchAssembled"
+    CHECKPOINT_CREATED = "CheckpointCreated"
+    CHECKPOINT_CONVERTED = "CheckpointConverted"
+    SERVING_TARGET = "ServingTarget"
+    SERVING_ACK = "ServingAck"
+    EVAL_RESULT = "EvalResult"
+
+
+@dataclass(frozen=True)
+class NewEvent:
+    """An event to append. `key` is the business key that makes the append idempotent (never a Temporal id)."""
+
+    key: str
+    kind: str
+    payload: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Fence:
+    """The lease a writer holds: its appends are accepted only while `epoch` is the lease's current epoch."""
+
+    resource: str
+    epoch: int
+
+
+@dataclass(frozen=True)
+class Lease:
+    """A granted lease. `fence` is what the holder passes to every append it makes under the lease."""
+
+    resource: str
+    holder: str
+    epoch: int
+    expires_at: datetime
+
+    @property
+    def fence(self) -> Fence:
+        return Fence(self.resource, self.epoch)
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    """An event as the ledger holds it. `appended` is False when this append found it already there."""
+
+    stream: str
+    seq: int
+    key: str
+    kind: str
+    payload: Mapping[str, Any]
+    recorded_at: datetime
+    appended: bool = True

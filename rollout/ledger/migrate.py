@@ -1,0 +1,56 @@
+"""Create the ledger database if needed and bring its schema to the newest migration.
+
+Safe to run from several processes at once: migrations take an advisory lock, and creating the database
+tolerates a concurrent creator. Never drops or rewrites data.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+from alembic import command
+from alembic.config import Config
+
+from rollout.ledger.errors import LedgerUnreachableError
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+def _with_database(url: str, database: str) -> str:
+    return urlunsplit(urlsplit(url)._replace(path=f"/{database}"))
+
+
+def ensure_database(url: str) -> None:
+    """Create the URL's database when the server lacks it (connecting to the server's `postgres` db)."""
+    database = urlsplit(url).path.lstrip("/") or "postgres"
+    try:
+        with psycopg.connect(_with_database(url, "postgres"), autocommit=True, connect_timeout=5) as admin:
+            exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
+            if exists is None:
+                try:
+                    admin.execute(f'CREATE DATABASE "{database}"')
+                except psycopg.errors.DuplicateDatabase:
+                    pass  # another starter created it between our check and our create
+    except psycopg.OperationalError as error:
+        raise LedgerUnreachableError(url, str(error)) from error
+
+
+def alembic_config(url: str) -> Config:
+    config = Config()
+    config.set_main_option("script_location", str(MIGRATIONS))
+    config.set_main_option("sqlalchemy.url", sqlalchemy_url(url))
+    return config
+
+
+def sqlalchemy_url(url: str) -> str:
+    """SQLAlchemy's spelling of a postgresql:// URL, with the psycopg 3 driver."""
+    scheme, rest = url.split("://", 1)
+    return f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else url
+
+
+def upgrade(url: str) -> None:
+    """Create the database if needed and apply every migration not yet applied."""
+    ensure_database(url)
+    command.upgrade(alembic_config(url), "head")

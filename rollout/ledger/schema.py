@@ -1,0 +1,66 @@
+"""The ledger's tables, as SQLModel models: the schema's single source of truth for code and migrations.
+
+Contract:
+- `event` is append-only: the database rejects UPDATE, DELETE and TRUNCATE on it (triggers installed by the
+  first migration). `(stream_id, seq)` is gap-free per stream; `(stream_id, idempotency_key)` is unique.
+- `stream` holds each stream's head and fence; it is updated only under its own row lock by `ledger_append`.
+- `lease` rows are never deleted: an epoch only grows, so a fence once passed stays passed.
+- `run` is a projection, derived from events in the transaction that appends them.
+- A migration test checks that the migrated database matches these models exactly.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, LargeBinary, Text, UniqueConstraint, text
+from sqlalchemy.dialects.postgresql import JSONB
+from sqlmodel import Field, SQLModel
+
+
+class Lease(SQLModel, table=True):
+    __tablename__ = "lease"
+
+    resource: str = Field(sa_column=Column(Text, primary_key=True))
+    holder: str = Field(sa_column=Column(Text, nullable=False))
+    epoch: int = Field(sa_column=Column(BigInteger, nullable=False))
+    expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+
+
+class Stream(SQLModel, table=True):
+    __tablename__ = "stream"
+
+    stream_id: str = Field(sa_column=Column(Text, primary_key=True))
+    head_seq: int = Field(sa_column=Column(BigInteger, nullable=False, server_default=text("0")))
+    fence_epoch: int = Field(sa_column=Column(BigInteger, nullable=False, server_default=text("0")))
+    # The lease whose epochs fence this stream, fixed by its first fenced append.
+    fence_resource: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+
+
+class Event(SQLModel, table=True):
+    __tablename__ = "event"
+    __table_args__ = (UniqueConstraint("stream_id", "idempotency_key", name="event_stream_key_unique"),)
+
+    stream_id: str = Field(sa_column=Column(Text, ForeignKey("stream.stream_id"), primary_key=True))
+    seq: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))
+    idempotency_key: str = Field(sa_column=Column(Text, nullable=False))
+    epoch: int = Field(sa_column=Column(BigInteger, nullable=False))
+    kind: str = Field(sa_column=Column(Text, nullable=False))
+    payload: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
+    payload_sha256: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+    recorded_at: datetime = Field(
+        sa_column=Column(DateTime(timezone=True), nullable=False, server_default=text("now()"))
+    )
+
+
+class Run(SQLModel, table=True):
+    """Projection: one row per run, with its current settings (max_lag, paused, ...)."""
+
+    __tablename__ = "run"
+
+    run_id: str = Field(sa_column=Column(Text, primary_key=True))
+    environment: str = Field(sa_column=Column(Text, nullable=False))
+    settings: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
+    created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    updated_seq: int = Field(sa_column=Column(BigInteger, nullable=False))

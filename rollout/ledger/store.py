@@ -1,0 +1,168 @@
+"""The ledger client: fenced, idempotent appends; leases; reads by cursor.
+
+Contract (see docs/ledger.md):
+- `append` is exactly-once by `(stream, key)`: appending a key that is already there returns the recorded
+  event (`appended=False`) and writes nothing; the same key with another payload raises `KeyConflictError`.
+- A fenced append (`fence=`) is accepted only while the fence's epoch is the lease's current epoch and not
+  below the stream's highest accepted epoch; otherwise `StaleFenceError`, and nothing is written. The key
+  is checked before the fence, so the retry of an append that committed under an old epoch still succeeds.
+- Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
+- Projections are updated in the append's transaction (rollout.ledger.projections).
+- Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import timedelta
+from types import TracebackType
+from typing import Any, Self
+
+import psycopg
+from psycopg.rows import dict_row
+from psycopg.types.json import Jsonb
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
+
+from rollout.ledger.errors import LedgerUnreachableError, translate
+from rollout.ledger.events import Fence, Lease, NewEvent, RecordedEvent
+from rollout.ledger.projections import project
+
+_CLAIM = """
+INSERT INTO lease (resource, holder, epoch, expires_at) VALUES (%(resource)s, %(holder)s, 1, now() + %(ttl)s)
+ON CONFLICT (resource) DO UPDATE
+   SET holder = EXCLUDED.holder, epoch = lease.epoch + 1, expires_at = EXCLUDED.expires_at
+ WHERE lease.expires_at <= now() OR lease.holder = EXCLUDED.holder
+RETURNING resource, holder, epoch, expires_at
+"""
+
+_RENEW = """
+UPDATE lease SET expires_at = now() + %(ttl)s
+ WHERE resource = %(resource)s AND holder = %(holder)s AND epoch = %(epoch)s
+RETURNING resource, holder, epoch, expires_at
+"""
+
+# Releasing expires the lease but keeps its row: the next grant continues from this epoch.
+_RELEASE = """
+UPDATE lease SET expires_at = now()
+ WHERE resource = %(resource)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
+"""
+
+
+class Ledger:
+    """A pool of connections to the ledger database."""
+
+    def __init__(self, url: str, pool: AsyncConnectionPool) -> None:
+        self.url = url
+        self._pool = pool
+
+    @classmethod
+    async def connect(cls, url: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = 10) -> Ledger:
+        """Open a pool; a server that cannot be reached raises `LedgerUnreachableError` naming the URL."""
+        pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs={"autocommit": True})
+        try:
+            await pool.open(wait=True, timeout=timeout_s)
+        except PoolTimeout as error:
+            await pool.close()
+            reason = await _connection_error(url)
+            raise LedgerUnreachableError(url, reason) from error
+        return cls(url, pool)
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.close()
+
+    async def append(self, stream: str, events: Sequence[NewEvent], *, fence: Fence | None = None) -> list[RecordedEvent]:
+        """Append `events` to `stream` atomically, in order; return them as recorded (see the contract)."""
+        if not events:
+            return []
+        keys = [event.key for event in events]
+        kinds = [str(event.kind) for event in events]
+        payloads = [Jsonb(dict(event.payload)) for event in events]
+        async with self._pool.connection() as conn:
+            try:
+                async with conn.transaction():
+                    cursor = await conn.execute(
+                        "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)",
+                        (stream, fence.resource if fence else None, fence.epoch if fence else 0, keys, kinds, payloads),
+                    )
+                    rows = await cursor.fetchall()
+                    recorded: list[RecordedEvent] = []
+                    seen: set[str] = set()
+                    for (seq, key, appended, recorded_at), event in zip(rows, events, strict=True):
+                        # A key repeated within one batch is appended once: only its first copy counts.
+                        recorded.append(
+                            RecordedEvent(stream, seq, key, event.kind, event.payload, recorded_at, appended and key not in seen)
+                        )
+                        seen.add(key)
+                    await project(conn, recorded)
+            except psycopg.Error as error:
+                raise translate(error) from error
+        return recorded
+
+    async def append_one(self, stream: str, event: NewEvent, *, fence: Fence | None = None) -> RecordedEvent:
+        (recorded,) = await self.append(stream, [event], fence=fence)
+        return recorded
+
+    async def read(self, stream: str, *, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
+        """Events of `stream` with `seq > after`, in order, at most `limit`."""
+        async with self._pool.connection() as conn:
+            return await read_stream(conn, stream, after=after, limit=limit)
+
+    async def head(self, stream: str) -> int:
+        """The stream's last seq (0 for a stream with no events)."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute("SELECT head_seq FROM stream WHERE stream_id = %s", (stream,))
+            row = await cursor.fetchone()
+        return row[0] if row else 0
+
+    async def claim(self, resource: str, holder: str, ttl_s: float) -> Lease | None:
+        """Take the lease on `resource` (a new, higher epoch) unless another holder's lease is live."""
+        return await self._lease_query(_CLAIM, {"resource": resource, "holder": holder, "ttl": timedelta(seconds=ttl_s)})
+
+    async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
+        """Extend a lease we hold; None when it was taken over (its epoch moved on)."""
+        params = {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch, "ttl": timedelta(seconds=ttl_s)}
+        return await self._lease_query(_RENEW, params)
+
+    async def release(self, lease: Lease) -> None:
+        """Let the lease go now (it stays at its epoch; the next grant bumps it)."""
+        async with self._pool.connection() as conn:
+            await conn.execute(_RELEASE, {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch})
+
+    async def _lease_query(self, query: str, params: dict[str, Any]) -> Lease | None:
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(query, params)
+            row = await cursor.fetchone()
+        return Lease(*row) if row else None
+
+    async def fetch_one(self, query: str, *params: Any) -> dict[str, Any] | None:
+        """One row of a read-only query, as a dict (for projections and tools)."""
+        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query, params)  # pyright: ignore[reportArgumentType]
+            return await cursor.fetchone()
+
+
+async def read_stream(conn: psycopg.AsyncConnection, stream: str, *, after: int, limit: int) -> list[RecordedEvent]:
+    cursor = await conn.execute(
+        "SELECT seq, idempotency_key, kind, payload, recorded_at FROM event"
+        " WHERE stream_id = %s AND seq > %s ORDER BY seq LIMIT %s",
+        (stream, after, limit),
+    )
+    return [RecordedEvent(stream, seq, key, kind, payload, at) for seq, key, kind, payload, at in await cursor.fetchall()]
+
+
+async def _connection_error(url: str) -> str:
+    """Why a direct connection fails: the pool's timeout hides the reason."""
+    try:
+        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=5)
+    except psycopg.Error as error:
+        return str(error)
+    await conn.close()
+    return "the connection pool timed out"

@@ -1,0 +1,1 @@
+"""The embedded stack: Postgres, the Temporal dev server and the blob directory under one data directory."""

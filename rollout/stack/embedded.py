@@ -1,0 +1,181 @@
+"""`rollout up / status / down`: start, inspect and stop what the configuration does not point elsewhere.
+
+Contract:
+- A service with a URL configured is external: `up` starts nothing for it and only checks it.
+- `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
+  shells at once, leaves one of each service running. It migrates the ledger to the newest schema.
+- `down` stops only what `up` started (embedded services), and is a no-op when nothing runs.
+- `status` never changes anything; every service reports its address, health and a one-line detail.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fcntl
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import psycopg
+
+from rollout.blobs import open_store
+from rollout.config import Settings
+from rollout.ledger import migrate
+from rollout.ledger.errors import redact
+from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
+from rollout.stack.temporal import EmbeddedTemporal
+
+Mode = Literal["embedded", "external"]
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    mode: Mode
+    address: str
+    healthy: bool
+    detail: str
+    pid: int | None = None
+    ui_url: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Stack:
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.data_dir = settings.data_path
+        services = settings.services
+        self.postgres = (
+            None if services.postgres.url else EmbeddedPostgres(self.data_dir, services.postgres.host, services.postgres.port)
+        )
+        self.temporal = (
+            None
+            if services.temporal.address
+            else EmbeddedTemporal(
+                self.data_dir, services.temporal.host, services.temporal.port, services.temporal.ui_port,
+                services.temporal.namespace,
+            )
+        )  # fmt: skip
+
+    def _check_data_dir(self) -> None:
+        if self.data_dir.exists() and not self.data_dir.is_dir():
+            raise CorruptDataDirError(
+                f"data_dir {self.data_dir} is a file, not a directory. Nothing was changed: move it aside or set "
+                "`data_dir=` (or ROLLOUT_DATA_DIR) to another path."
+            )
+
+    @contextmanager
+    def _lock(self) -> Iterator[None]:
+        lock_path = self.data_dir / "run" / "stack.lock"
+        lock_path.parent.mkdir(parents=True, exist_ok=True)
+        with lock_path.open("w") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def up(self, report: Callable[[str], None] = lambda _: None) -> list[ServiceStatus]:
+        """Start every embedded service that is not running, migrate the ledger, return the status."""
+        self._check_data_dir()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        with self._lock():
+            if self.postgres is not None:
+                report("Postgres: starting" if self.postgres.pid() is None else "Postgres: already running")
+                self.postgres.start()
+            report("ledger: migrating to the newest schema")
+            migrate.upgrade(self.settings.ledger_url)
+            if self.temporal is not None:
+                report("Temporal: starting" if self.temporal.pid() is None else "Temporal: already running")
+                self.temporal.start()
+            open_store(
+                self.settings.blob_url,
+                s3_endpoint=self.settings.services.blobs.s3_endpoint,
+                s3_secure=self.settings.services.blobs.s3_secure,
+            )
+        return self.status()
+
+    def down(self, report: Callable[[str], None] = lambda _: None) -> list[str]:
+        """Stop the embedded services; return the names of those that were running."""
+        stopped: list[str] = []
+        if not self.data_dir.is_dir():
+            return stopped
+        with self._lock():
+            if self.temporal is not None and self.temporal.pid() is not None:
+                report("Temporal: stopping")
+                self.temporal.stop()
+                stopped.append("temporal")
+            if self.postgres is not None and self.postgres.pid() is not None:
+                report("Postgres: stopping")
+                self.postgres.stop()
+                stopped.append("postgres")
+        return stopped
+
+    def status(self) -> list[ServiceStatus]:
+        return [self._postgres_status(), self._temporal_status(), self._blobs_status()]
+
+    def _postgres_status(self) -> ServiceStatus:
+        url = self.settings.ledger_url
+        pid = self.postgres.pid() if self.postgres else None
+        mode: Mode = "embedded" if self.postgres else "external"
+        try:
+            with psycopg.connect(url, connect_timeout=3) as conn:
+                version = conn.execute("SHOW server_version").fetchone()
+                revision = conn.execute(
+                    "SELECT version_num FROM alembic_version"
+                    " WHERE EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'alembic_version')"
+                ).fetchone()
+            schema = f"schema {revision[0]}" if revision else "schema not migrated (run `rollout up`)"
+            detail = f"PostgreSQL {version[0] if version else '?'}, {schema}"
+            return ServiceStatus("postgres", mode, redact(url), revision is not None, detail, pid)
+        except psycopg.Error as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            return ServiceStatus("postgres", mode, redact(url), False, f"unreachable: {reason}", pid)
+
+    def _temporal_status(self) -> ServiceStatus:
+        address, ui_url = self.settings.temporal_address, self.settings.temporal_ui_url
+        pid = self.temporal.pid() if self.temporal else None
+        mode: Mode = "embedded" if self.temporal else "external"
+        ok, detail = asyncio.run(_check_temporal(address, self.settings.services.temporal.namespace))
+        if ok and ui_url:
+            try:
+                ui_ok = httpx.get(ui_url, timeout=3).status_code < 500
+            except httpx.HTTPError as error:
+                ui_ok, detail = False, f"web UI unreachable at {ui_url}: {error}"
+            if not ui_ok:
+                ok = False
+        return ServiceStatus("temporal", mode, address, ok, detail, pid, ui_url)
+
+    def _blobs_status(self) -> ServiceStatus:
+        url = self.settings.blob_url
+        if url.startswith("file://"):
+            root = Path(url.removeprefix("file://"))
+            healthy = root.is_dir() and os.access(root, os.W_OK)
+            detail = "writable directory" if healthy else "missing or not writable (run `rollout up`)"
+            return ServiceStatus("blobs", "embedded", url, healthy, detail)
+        try:
+            store = open_store(url, s3_endpoint=self.settings.services.blobs.s3_endpoint,
+                               s3_secure=self.settings.services.blobs.s3_secure)  # fmt: skip
+            store.exists("__health__")
+            return ServiceStatus("blobs", "external", url, True, "bucket reachable")
+        except Exception as error:  # any client or network failure is an unhealthy store, reported as such
+            return ServiceStatus("blobs", "external", url, False, f"unreachable: {error}")
+
+
+async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
+    from temporalio.client import Client
+
+    try:
+        async with asyncio.timeout(5):
+            client = await Client.connect(address, namespace=namespace)
+            healthy = await client.service_client.check_health()
+    except Exception as error:  # connection refused, timeout, TLS: all mean "not reachable"
+        text = str(error).strip() or type(error).__name__
+        return False, "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}"
+    return healthy, f"namespace {namespace}" if healthy else "health check failed"

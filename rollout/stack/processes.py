@@ -1,0 +1,133 @@
+"""Detached service processes tracked by pid files that survive the CLI that started them.
+
+Contract:
+- A pid file records the pid and the process's start time; a pid whose start time differs is a stale file
+  (the pid was reused), and is treated exactly like a dead process.
+- `start_detached` starts a process in its own session, so it outlives the CLI and a Ctrl-C in the terminal.
+- `terminate` sends SIGTERM, waits, then SIGKILLs the whole process group.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import psutil
+
+
+class PortTakenError(RuntimeError):
+    """A port the stack wants is held by a process that is not ours."""
+
+    def __init__(self, service: str, host: str, port: int, setting: str) -> None:
+        super().__init__(
+            f"{service} cannot listen on {host}:{port}: the port is taken by another process. "
+            f"Stop that process or choose another port with `{setting}=PORT`."
+        )
+        self.setting = setting
+
+
+@dataclass(frozen=True)
+class PidRecord:
+    pid: int
+    started_at: float
+
+    def alive(self) -> bool:
+        try:
+            process = psutil.Process(self.pid)
+            # A pid is reused after its process dies: the start time tells the two apart.
+            return abs(process.create_time() - self.started_at) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            return False
+
+
+def read_pid_file(path: Path) -> PidRecord | None:
+    """The live process a pid file names; a missing, unreadable or stale file gives None."""
+    try:
+        data = json.loads(path.read_text())
+        record = PidRecord(pid=int(data["pid"]), started_at=float(data["started_at"]))
+    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        return None
+    return record if record.alive() else None
+
+
+def write_pid_file(path: Path, pid: int) -> PidRecord:
+    record = PidRecord(pid=pid, started_at=psutil.Process(pid).create_time())
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"pid": record.pid, "started_at": record.started_at}))
+    tmp.replace(path)
+    return record
+
+
+def start_detached(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
+    """Start `command` in a new session with output appended to `log_path`; return its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with log_path.open("ab") as log:
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+        )
+    return process.pid
+
+
+def terminate(pid: int, timeout_s: float = 10.0) -> None:
+    """Stop a process (and its process group, when it leads one): SIGTERM, then SIGKILL after `timeout_s`."""
+    try:
+        process = psutil.Process(pid)
+    except psutil.NoSuchProcess:
+        return
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout_s)
+    except psutil.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+            process.wait(timeout_s)
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (binding it briefly is the only reliable test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def wait_for_port(host: str, port: int, timeout_s: float, pid: int | None = None) -> bool:
+    """Wait until something accepts connections on host:port; give up early if process `pid` dies."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pid is not None and not psutil.pid_exists(pid):
+            return False
+        if pid is not None and psutil.Process(pid).status() == psutil.STATUS_ZOMBIE:
+            return False
+        with contextlib.suppress(OSError), socket.create_connection((host, port), timeout=1.0):
+            return True
+        time.sleep(0.1)
+    return False
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (for tests and benchmarks that start their own stack)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]

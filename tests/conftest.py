@@ -1,0 +1,46 @@
+"""Session fixtures: one real embedded stack (Postgres + Temporal dev server) for the whole test run."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from rollout.config import Settings
+from rollout.ledger import Ledger
+from rollout.stack.embedded import Stack
+from tests.stackutil import isolated_settings
+
+
+@pytest.fixture(scope="session")
+def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
+    settings = isolated_settings(tmp_path_factory.mktemp("stack"))
+    stack = Stack(settings)
+    services = stack.up()
+    assert all(service.healthy for service in services), services
+    yield settings
+    stack.down()
+
+
+@pytest.fixture(scope="session")
+def ledger_url(stack_settings: Settings) -> str:
+    return stack_settings.ledger_url
+
+
+@pytest.fixture
+async def ledger(ledger_url: str) -> AsyncIterator[Ledger]:
+    async with await Ledger.connect(ledger_url) as opened:
+        yield opened
+
+
+@pytest.fixture
+def stream() -> str:
+    """A stream name no other test uses."""
+    return f"test/{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def data_dir(tmp_path: Path) -> Path:
+    return tmp_path / "data"
