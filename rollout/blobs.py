@@ -118,7 +118,9 @@ class S3BlobStore:
 
     def put(self, key: str, data: bytes) -> BlobRef:
         digest = hashlib.sha256(data).hexdigest()
-        self.client.put_object(self.bucket, self._object(key), io.BytesIO(data), len(data), metadata={"sha256": digest})
+        self.client.put_object(
+            self.bucket, self._object(key), io.BytesIO(data), len(data), metadata={"sha256": digest}
+        )
         return BlobRef(self.uri(key), digest, len(data))
 
     def get(self, key: str, expected: BlobRef | None = None) -> bytes:

@@ -37,11 +37,14 @@ app.add_typer(config_app, name="config")
 app.add_typer(ledger_app, name="ledger")
 
 out = Console()
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 
 Overrides = Annotated[
     list[str] | None,
-    typer.Argument(help="Config overrides, KEY=VALUE (e.g. services.postgres.port=5433 data_dir=/tmp/r).", show_default=False),
+    typer.Argument(
+        help="Config overrides, KEY=VALUE (e.g. services.postgres.port=5433 data_dir=/tmp/r).",
+        show_default=False,
+    ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
 
@@ -134,7 +137,9 @@ def ledger_tail(
     stream: Annotated[str, typer.Argument(help="The stream to read, e.g. run/my-run.")],
     overrides: Overrides = None,
     after: Annotated[int, typer.Option(help="Start after this seq.")] = 0,
-    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")] = False,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")
+    ] = False,
 ) -> None:
     """Print a stream's events as JSON lines (seq, key, kind, payload)."""
     from rollout.ledger import Ledger

@@ -119,7 +119,7 @@ def valid_keys(path: str) -> list[str]:
     """The keys the schema allows under a dotted `path` ('' for the top level)."""
     schema = OmegaConf.structured(Settings)
     node = OmegaConf.select(schema, path) if path else schema
-    return [str(key) for key in node.keys()] if isinstance(node, DictConfig) else []
+    return [str(key) for key in node] if isinstance(node, DictConfig) else []
 
 
 def _explain(error: BaseException) -> str:

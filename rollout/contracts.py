@@ -72,7 +72,9 @@ class Message(Contract):
         return cls(role="user", text=text)
 
     @classmethod
-    def assistant(cls, text: str, *, tool_calls: tuple[ToolCall, ...] = (), reasoning: str | None = None) -> Message:
+    def assistant(
+        cls, text: str, *, tool_calls: tuple[ToolCall, ...] = (), reasoning: str | None = None
+    ) -> Message:
         return cls(role="assistant", text=text, tool_calls=tool_calls, reasoning=reasoning)
 
     @classmethod

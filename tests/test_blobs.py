@@ -61,7 +61,7 @@ def test_file_store_leaves_no_partial_files(tmp_path: Path) -> None:
 
 
 def test_unknown_schemes_and_s3_without_endpoint_say_what_to_set() -> None:
-    with pytest.raises(ValueError, match="file:// or s3://"):
+    with pytest.raises(ValueError, match=r"file:// or s3://"):
         open_store("ftp://host/x")
-    with pytest.raises(ValueError, match="services.blobs.s3_endpoint"):
+    with pytest.raises(ValueError, match=r"services\.blobs\.s3_endpoint"):
         open_store("s3://bucket/x")

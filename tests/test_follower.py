@@ -45,14 +45,18 @@ async def test_a_follower_sees_every_event_once_in_order_across_a_postgres_resta
         await asyncio.to_thread(postgres.stop)
 
     assert follower.reconnects >= 1, "the restart should have cut the follower's connection"
-    assert sorted(e.payload["n"] for e in seen) == list(range(1, 41))  # each once, none from before the cursor
+    assert sorted(e.payload["n"] for e in seen) == list(
+        range(1, 41)
+    )  # each once, none from before the cursor
     for stream in streams:
         seqs = [e.seq for e in seen if e.stream == stream]
         assert seqs == sorted(seqs) and len(set(seqs)) == len(seqs)
     assert follower.cursors == {"a": 21, "b": 20}
 
 
-async def test_a_notification_wakes_the_follower_before_its_poll_timer(ledger: Ledger, ledger_url: str, stream: str) -> None:
+async def test_a_notification_wakes_the_follower_before_its_poll_timer(
+    ledger: Ledger, ledger_url: str, stream: str
+) -> None:
     follower = Follower(ledger_url, [stream], poll_interval_s=30)
     seen: list[RecordedEvent] = []
     consumer = asyncio.create_task(collect(follower, seen, until=1))

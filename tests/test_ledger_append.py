@@ -26,7 +26,9 @@ async def test_a_key_repeated_in_one_batch_is_appended_once(ledger: Ledger, stre
         await ledger.append(stream, [event("z", n=1), event("z", n=2)])
 
 
-async def test_same_key_with_another_payload_fails_loudly_and_writes_nothing(ledger: Ledger, stream: str) -> None:
+async def test_same_key_with_another_payload_fails_loudly_and_writes_nothing(
+    ledger: Ledger, stream: str
+) -> None:
     await ledger.append(stream, [event("a", n=1)])
     with pytest.raises(KeyConflictError, match="different payload"):
         await ledger.append(stream, [event("new", n=0), event("a", n=2)])
@@ -81,9 +83,13 @@ async def test_projections_follow_events_in_the_same_transaction(ledger: Ledger,
         f"run/{run}", NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "arithmetic:env",
                                                               "settings": {"max_lag": 2, "paused": False}})
     )  # fmt: skip
-    await ledger.append_one(f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}}))
+    await ledger.append_one(
+        f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
+    )
     # A retried settings change is not applied twice (and a failed append leaves the projection alone).
-    await ledger.append_one(f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}}))
+    await ledger.append_one(
+        f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
+    )
     row = await ledger.fetch_one("SELECT settings, updated_seq FROM run WHERE run_id = %s", run)
     assert row == {"settings": {"max_lag": 3, "paused": False}, "updated_seq": 2}
 

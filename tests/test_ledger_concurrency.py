@@ -18,7 +18,9 @@ KEYS = 40
 async def assert_each_key_once_gap_free(ledger: Ledger, streams: list[str]) -> None:
     for stream in streams:
         events = await ledger.read(stream)
-        assert [e.seq for e in events] == list(range(1, KEYS + 1)), f"{stream}: seq must be 1..{KEYS} with no gap"
+        assert [e.seq for e in events] == list(range(1, KEYS + 1)), (
+            f"{stream}: seq must be 1..{KEYS} with no gap"
+        )
         assert sorted(e.payload["k"] for e in events) == list(range(KEYS)), f"{stream}: each key exactly once"
 
 
@@ -46,14 +48,19 @@ async def test_processes_with_overlapping_keys_append_each_key_once(ledger: Ledg
     streams = [f"procs/{uuid.uuid4().hex[:8]}/{i}" for i in range(3)]
     context = multiprocessing.get_context("spawn")
     with context.Pool(4) as pool:
-        counts = await asyncio.to_thread(pool.starmap, process_main, [(ledger_url, streams, KEYS, s) for s in range(4)])
+        counts = await asyncio.to_thread(
+            pool.starmap, process_main, [(ledger_url, streams, KEYS, s) for s in range(4)]
+        )
     assert sum(counts) == len(streams) * KEYS
     await assert_each_key_once_gap_free(ledger, streams)
 
 
-async def test_a_writer_killed_after_commit_then_retried_leaves_one_event(ledger: Ledger, ledger_url: str) -> None:
+async def test_a_writer_killed_after_commit_then_retried_leaves_one_event(
+    ledger: Ledger, ledger_url: str
+) -> None:
     stream, key = f"sigkill/{uuid.uuid4().hex[:8]}", "episode-7/turn/3"
-    child = subprocess.run(
+    child = await asyncio.to_thread(
+        subprocess.run,
         [sys.executable, "-m", "tests.ledger_writer", ledger_url, stream, key],
         cwd=Path(__file__).parent.parent,
         capture_output=True,

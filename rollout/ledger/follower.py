@@ -47,7 +47,9 @@ class Follower:
         backoff = 0.1
         while True:
             try:
-                async with await psycopg.AsyncConnection.connect(self.url, autocommit=True, connect_timeout=5) as conn:
+                async with await psycopg.AsyncConnection.connect(
+                    self.url, autocommit=True, connect_timeout=5
+                ) as conn:
                     await conn.execute(f"LISTEN {CHANNEL}")
                     backoff = 0.1
                     while True:

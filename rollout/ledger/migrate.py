@@ -6,14 +6,18 @@ tolerates a concurrent creator. Never drops or rewrites data.
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
-from alembic import command
-from alembic.config import Config
+from psycopg import sql
 
 from rollout.ledger.errors import LedgerUnreachableError
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 
@@ -29,15 +33,16 @@ def ensure_database(url: str) -> None:
         with psycopg.connect(_with_database(url, "postgres"), autocommit=True, connect_timeout=5) as admin:
             exists = admin.execute("SELECT 1 FROM pg_database WHERE datname = %s", (database,)).fetchone()
             if exists is None:
-                try:
-                    admin.execute(f'CREATE DATABASE "{database}"')
-                except psycopg.errors.DuplicateDatabase:
-                    pass  # another starter created it between our check and our create
+                # Another starter may create it between our check and our create: that is fine.
+                with contextlib.suppress(psycopg.errors.DuplicateDatabase):
+                    admin.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
     except psycopg.OperationalError as error:
         raise LedgerUnreachableError(url, str(error)) from error
 
 
 def alembic_config(url: str) -> Config:
+    from alembic.config import Config  # alembic and SQLAlchemy cost a second to import: only when migrating
+
     config = Config()
     config.set_main_option("script_location", str(MIGRATIONS))
     config.set_main_option("sqlalchemy.url", sqlalchemy_url(url))
@@ -52,5 +57,7 @@ def sqlalchemy_url(url: str) -> str:
 
 def upgrade(url: str) -> None:
     """Create the database if needed and apply every migration not yet applied."""
+    from alembic import command
+
     ensure_database(url)
     command.upgrade(alembic_config(url), "head")

@@ -20,8 +20,6 @@ from sqlmodel import Field, SQLModel
 
 
 class Lease(SQLModel, table=True):
-    __tablename__ = "lease"
-
     resource: str = Field(sa_column=Column(Text, primary_key=True))
     holder: str = Field(sa_column=Column(Text, nullable=False))
     epoch: int = Field(sa_column=Column(BigInteger, nullable=False))
@@ -29,8 +27,6 @@ class Lease(SQLModel, table=True):
 
 
 class Stream(SQLModel, table=True):
-    __tablename__ = "stream"
-
     stream_id: str = Field(sa_column=Column(Text, primary_key=True))
     head_seq: int = Field(sa_column=Column(BigInteger, nullable=False, server_default=text("0")))
     fence_epoch: int = Field(sa_column=Column(BigInteger, nullable=False, server_default=text("0")))
@@ -39,7 +35,6 @@ class Stream(SQLModel, table=True):
 
 
 class Event(SQLModel, table=True):
-    __tablename__ = "event"
     __table_args__ = (UniqueConstraint("stream_id", "idempotency_key", name="event_stream_key_unique"),)
 
     stream_id: str = Field(sa_column=Column(Text, ForeignKey("stream.stream_id"), primary_key=True))
@@ -56,8 +51,6 @@ class Event(SQLModel, table=True):
 
 class Run(SQLModel, table=True):
     """Projection: one row per run, with its current settings (max_lag, paused, ...)."""
-
-    __tablename__ = "run"
 
     run_id: str = Field(sa_column=Column(Text, primary_key=True))
     environment: str = Field(sa_column=Column(Text, nullable=False))

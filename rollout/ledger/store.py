@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from datetime import timedelta
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, LiteralString, Self
 
 import psycopg
-from psycopg.rows import dict_row
+from psycopg.rows import TupleRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
@@ -51,20 +51,34 @@ UPDATE lease SET expires_at = now()
 class Ledger:
     """A pool of connections to the ledger database."""
 
-    def __init__(self, url: str, pool: AsyncConnectionPool) -> None:
+    def __init__(self, url: str, pool: AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]]) -> None:
         self.url = url
         self._pool = pool
 
     @classmethod
-    async def connect(cls, url: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = 10) -> Ledger:
+    async def connect(
+        cls, url: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = 10
+    ) -> Ledger:
         """Open a pool; a server that cannot be reached raises `LedgerUnreachableError` naming the URL."""
-        pool = AsyncConnectionPool(url, min_size=min_size, max_size=max_size, open=False, kwargs={"autocommit": True})
+        # One direct connection first: it fails fast with the server's own reason, where a pool only times out.
+        try:
+            probe = await psycopg.AsyncConnection.connect(url, connect_timeout=int(timeout_s))
+        except psycopg.OperationalError as error:
+            raise LedgerUnreachableError(url, str(error)) from error
+        await probe.close()
+        pool = AsyncConnectionPool(
+            url,
+            connection_class=psycopg.AsyncConnection[TupleRow],
+            min_size=min_size,
+            max_size=max_size,
+            open=False,
+            kwargs={"autocommit": True},
+        )
         try:
             await pool.open(wait=True, timeout=timeout_s)
         except PoolTimeout as error:
             await pool.close()
-            reason = await _connection_error(url)
-            raise LedgerUnreachableError(url, reason) from error
+            raise LedgerUnreachableError(url, "the connection pool timed out") from error
         return cls(url, pool)
 
     async def close(self) -> None:
@@ -78,7 +92,9 @@ class Ledger:
     ) -> None:
         await self.close()
 
-    async def append(self, stream: str, events: Sequence[NewEvent], *, fence: Fence | None = None) -> list[RecordedEvent]:
+    async def append(
+        self, stream: str, events: Sequence[NewEvent], *, fence: Fence | None = None
+    ) -> list[RecordedEvent]:
         """Append `events` to `stream` atomically, in order; return them as recorded (see the contract)."""
         if not events:
             return []
@@ -90,7 +106,14 @@ class Ledger:
                 async with conn.transaction():
                     cursor = await conn.execute(
                         "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)",
-                        (stream, fence.resource if fence else None, fence.epoch if fence else 0, keys, kinds, payloads),
+                        (
+                            stream,
+                            fence.resource if fence else None,
+                            fence.epoch if fence else 0,
+                            keys,
+                            kinds,
+                            payloads,
+                        ),
                     )
                     rows = await cursor.fetchall()
                     recorded: list[RecordedEvent] = []
@@ -98,7 +121,15 @@ class Ledger:
                     for (seq, key, appended, recorded_at), event in zip(rows, events, strict=True):
                         # A key repeated within one batch is appended once: only its first copy counts.
                         recorded.append(
-                            RecordedEvent(stream, seq, key, event.kind, event.payload, recorded_at, appended and key not in seen)
+                            RecordedEvent(
+                                stream,
+                                seq,
+                                key,
+                                event.kind,
+                                event.payload,
+                                recorded_at,
+                                appended and key not in seen,
+                            )
                         )
                         seen.add(key)
                     await project(conn, recorded)
@@ -124,45 +155,49 @@ class Ledger:
 
     async def claim(self, resource: str, holder: str, ttl_s: float) -> Lease | None:
         """Take the lease on `resource` (a new, higher epoch) unless another holder's lease is live."""
-        return await self._lease_query(_CLAIM, {"resource": resource, "holder": holder, "ttl": timedelta(seconds=ttl_s)})
+        return await self._lease_query(
+            _CLAIM, {"resource": resource, "holder": holder, "ttl": timedelta(seconds=ttl_s)}
+        )
 
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
         """Extend a lease we hold; None when it was taken over (its epoch moved on)."""
-        params = {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch, "ttl": timedelta(seconds=ttl_s)}
+        params = {
+            "resource": lease.resource,
+            "holder": lease.holder,
+            "epoch": lease.epoch,
+            "ttl": timedelta(seconds=ttl_s),
+        }
         return await self._lease_query(_RENEW, params)
 
     async def release(self, lease: Lease) -> None:
         """Let the lease go now (it stays at its epoch; the next grant bumps it)."""
         async with self._pool.connection() as conn:
-            await conn.execute(_RELEASE, {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch})
+            await conn.execute(
+                _RELEASE, {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch}
+            )
 
-    async def _lease_query(self, query: str, params: dict[str, Any]) -> Lease | None:
+    async def _lease_query(self, query: LiteralString, params: dict[str, Any]) -> Lease | None:
         async with self._pool.connection() as conn:
             cursor = await conn.execute(query, params)
             row = await cursor.fetchone()
         return Lease(*row) if row else None
 
-    async def fetch_one(self, query: str, *params: Any) -> dict[str, Any] | None:
+    async def fetch_one(self, query: LiteralString, *params: Any) -> dict[str, Any] | None:
         """One row of a read-only query, as a dict (for projections and tools)."""
         async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query, params)  # pyright: ignore[reportArgumentType]
+            await cursor.execute(query, params)
             return await cursor.fetchone()
 
 
-async def read_stream(conn: psycopg.AsyncConnection, stream: str, *, after: int, limit: int) -> list[RecordedEvent]:
+async def read_stream(
+    conn: psycopg.AsyncConnection, stream: str, *, after: int, limit: int
+) -> list[RecordedEvent]:
     cursor = await conn.execute(
         "SELECT seq, idempotency_key, kind, payload, recorded_at FROM event"
         " WHERE stream_id = %s AND seq > %s ORDER BY seq LIMIT %s",
         (stream, after, limit),
     )
-    return [RecordedEvent(stream, seq, key, kind, payload, at) for seq, key, kind, payload, at in await cursor.fetchall()]
-
-
-async def _connection_error(url: str) -> str:
-    """Why a direct connection fails: the pool's timeout hides the reason."""
-    try:
-        conn = await psycopg.AsyncConnection.connect(url, connect_timeout=5)
-    except psycopg.Error as error:
-        return str(error)
-    await conn.close()
-    return "the connection pool timed out"
+    return [
+        RecordedEvent(stream, seq, key, kind, payload, at)
+        for seq, key, kind, payload, at in await cursor.fetchall()
+    ]

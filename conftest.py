@@ -1,0 +1,16 @@
+"""Root pytest configuration: shared fixtures, and every Python example in README.md and docs/ run as a test.
+
+A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
+`ledger_url` and `stack_settings` (a real, session-wide embedded stack) are in its namespace.
+"""
+
+from sybil import Sybil
+from sybil.parsers.markdown import PythonCodeBlockParser
+
+pytest_plugins = ["tests.fixtures"]
+
+pytest_collect_file = Sybil(
+    parsers=[PythonCodeBlockParser()],
+    patterns=["README.md", "docs/*.md"],
+    fixtures=["ledger_url", "stack_settings"],
+).pytest()

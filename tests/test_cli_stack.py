@@ -1,0 +1,125 @@
+"""`rollout up / status / down` as a user runs them: subprocesses, twice in a row, after SIGKILLs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+
+from tests.stackutil import isolated_overrides
+
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+
+pytestmark = pytest.mark.slow
+
+
+def rollout(*args: str, check: bool = False) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([ROLLOUT, *args], capture_output=True, text=True, timeout=180)
+    if check:
+        assert done.returncode == 0, done.stderr + done.stdout
+    return done
+
+
+def services(done: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    return {service["name"]: service for service in json.loads(done.stdout)["services"]}
+
+
+def wait_dead(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+        assert time.monotonic() < deadline, f"pid {pid} did not die"
+        time.sleep(0.1)
+
+
+def test_up_status_down_twice_and_after_sigkills(tmp_path: Path) -> None:
+    overrides = isolated_overrides(tmp_path / "data")
+
+    first = services(rollout("up", "--json", *overrides, check=True))
+    assert first["postgres"]["healthy"] and first["temporal"]["healthy"] and first["blobs"]["healthy"]
+    assert first["temporal"]["ui_url"].startswith("http://127.0.0.1:")
+    assert "schema 0001" in first["postgres"]["detail"]
+
+    again = services(rollout("up", "--json", *overrides, check=True))  # up twice is harmless
+    assert again["postgres"]["pid"] == first["postgres"]["pid"]
+    assert again["temporal"]["pid"] == first["temporal"]["pid"]
+
+    table = rollout("status", *overrides, check=True)
+    assert "Temporal web UI: http://127.0.0.1:" in table.stdout
+
+    # Kill both services without warning: status says so, and up brings them back over the stale pid files.
+    for name in ("postgres", "temporal"):
+        os.kill(first[name]["pid"], signal.SIGKILL)
+        wait_dead(first[name]["pid"])
+    broken = rollout("status", "--json", *overrides)
+    assert broken.returncode == 1
+    assert not services(broken)["postgres"]["healthy"] and not services(broken)["temporal"]["healthy"]
+    revived = services(rollout("up", "--json", *overrides, check=True))
+    assert revived["postgres"]["healthy"] and revived["temporal"]["healthy"]
+    assert revived["postgres"]["pid"] != first["postgres"]["pid"]
+
+    stopped = rollout("down", *overrides, check=True)
+    assert "stopped: temporal, postgres" in stopped.stdout
+    for name in ("postgres", "temporal"):
+        wait_dead(revived[name]["pid"])
+    assert rollout("status", "--json", *overrides).returncode == 1
+    assert "nothing was running" in rollout("down", *overrides, check=True).stdout
+
+    # A second cycle on the same data directory.
+    assert services(rollout("up", "--json", *overrides, check=True))["postgres"]["healthy"]
+    rollout("down", *overrides, check=True)
+
+
+@pytest.mark.parametrize("setting", ["services.postgres.port", "services.temporal.ui_port"])
+def test_a_taken_port_names_the_setting_to_change(tmp_path: Path, setting: str) -> None:
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        overrides = [*isolated_overrides(tmp_path / "data"), f"{setting}={port}"]
+        done = rollout("up", *overrides)
+        rollout("down", *overrides)
+    assert done.returncode == 1
+    assert f"{port}: the port is taken" in done.stderr and f"`{setting}=PORT`" in done.stderr
+
+
+def test_a_corrupt_data_directory_is_reported_and_left_untouched(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    (data / "postgres").mkdir(parents=True)
+    (data / "postgres" / "precious.txt").write_text("not a cluster")
+    done = rollout("up", *isolated_overrides(data))
+    assert done.returncode == 1
+    assert "is not a Postgres cluster" in done.stderr and "Nothing was deleted" in done.stderr
+    assert (data / "postgres" / "precious.txt").read_text() == "not a cluster"
+
+    a_file = tmp_path / "file"
+    a_file.write_text("x")
+    done = rollout("up", *isolated_overrides(a_file))
+    assert done.returncode == 1 and "is a file, not a directory" in done.stderr
+
+
+def test_config_errors_name_the_key_and_exit_2() -> None:
+    done = rollout("status", "services.temporal.uiport=1")
+    assert done.returncode == 2
+    assert "unknown setting 'services.temporal.uiport'" in done.stderr
+
+
+def test_an_unreachable_ledger_names_the_url_without_its_password(tmp_path: Path) -> None:
+    port = socket.socket()
+    port.bind(("127.0.0.1", 0))
+    number = port.getsockname()[1]
+    port.close()
+    done = rollout(
+        "ledger", "tail", "run/x", f"services.postgres.url=postgresql://me:s3cret@127.0.0.1:{number}/rollout"
+    )
+    assert done.returncode == 1
+    assert f"cannot reach the ledger at postgresql://me:***@127.0.0.1:{number}/rollout" in done.stderr
+    assert "s3cret" not in done.stderr and "rollout up" in done.stderr

@@ -1,0 +1,43 @@
+import pytest
+
+from rollout import config
+
+
+def test_overrides_compose_onto_the_defaults() -> None:
+    settings = config.load(["services.temporal.ui_port=8300", "data_dir=/tmp/r"])
+    assert settings.services.temporal.ui_port == 8300
+    assert settings.temporal_ui_url == "http://127.0.0.1:8300"
+    assert settings.ledger_url == "postgresql://postgres@127.0.0.1:54329/rollout"
+    assert settings.blob_url == "file:///tmp/r/blobs"
+
+
+def test_external_services_replace_the_embedded_addresses() -> None:
+    settings = config.load(
+        ["services.postgres.url=postgresql://u:pw@db:5432/x", "services.temporal.address=temporal:7233",
+         "services.temporal.ui_url=http://temporal-ui:8080"]
+    )  # fmt: skip
+    assert settings.ledger_url == "postgresql://u:pw@db:5432/x"
+    assert settings.temporal_address == "temporal:7233"
+    assert settings.temporal_ui_url == "http://temporal-ui:8080"
+
+
+def test_an_unknown_key_is_named_with_the_valid_ones() -> None:
+    with pytest.raises(config.ConfigError) as raised:
+        config.load(["services.postgres.prot=1"])
+    assert str(raised.value) == (
+        "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, host, port, database"
+    )
+
+
+def test_a_bad_value_names_the_key_and_what_is_expected() -> None:
+    with pytest.raises(config.ConfigError, match=r"'services.temporal.ui_port'.*Integer"):
+        config.load(["services.temporal.ui_port=abc"])
+    with pytest.raises(
+        config.ConfigError, match=r"'log_level'.*expected one of \[DEBUG, INFO, WARNING, ERROR\]"
+    ):
+        config.load(["log_level=LOUD"])
+
+
+def test_the_data_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ROLLOUT_DATA_DIR", "/srv/rollout")
+    assert str(config.load().data_path) == "/srv/rollout"
