@@ -5,7 +5,7 @@ Contract:
   first migration). `(stream_id, seq)` is gap-free per stream; `(stream_id, idempotency_key)` is unique.
 - `stream` holds each stream's head and fence; it is updated only under its own row lock by `ledger_append`.
 - `lease` rows are never deleted: an epoch only grows, so a fence once passed stays passed.
-- `run` is a projection, derived from events in the transaction that appends them.
+- `run` is a projection, derived from events by a trigger in the transaction that appends them.
 - A migration test checks that the migrated database matches these models exactly.
 """
 

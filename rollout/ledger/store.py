@@ -7,7 +7,7 @@ Contract (see docs/ledger.md):
   below the stream's highest accepted epoch; otherwise `StaleFenceError`, and nothing is written. The key
   is checked before the fence, so the retry of an append that committed under an old epoch still succeeds.
 - Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
-- Projections are updated in the append's transaction (rollout.ledger.projections).
+- Projections are updated in the append's transaction, by triggers (see the first migration).
 - Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat.
 """
 
@@ -23,9 +23,8 @@ from psycopg.rows import TupleRow, dict_row
 from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
 
-from rollout.ledger.errors import LedgerUnreachableError, translate
+from rollout.ledger.errors import KeyConflictError, LedgerUnreachableError, translate
 from rollout.ledger.events import Fence, Lease, NewEvent, RecordedEvent
-from rollout.ledger.projections import project
 
 _CLAIM = """
 INSERT INTO lease (resource, holder, epoch, expires_at) VALUES (%(resource)s, %(holder)s, 1, now() + %(ttl)s)
@@ -40,6 +39,8 @@ UPDATE lease SET expires_at = now() + %(ttl)s
  WHERE resource = %(resource)s AND holder = %(holder)s AND epoch = %(epoch)s
 RETURNING resource, holder, epoch, expires_at
 """
+
+_APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
 _RELEASE = """
@@ -98,43 +99,35 @@ class Ledger:
         """Append `events` to `stream` atomically, in order; return them as recorded (see the contract)."""
         if not events:
             return []
-        keys = [event.key for event in events]
-        kinds = [str(event.kind) for event in events]
-        payloads = [Jsonb(dict(event.payload)) for event in events]
+        unique = _fold_repeated_keys(stream, events)
+        params = (
+            stream,
+            fence.resource if fence else None,
+            fence.epoch if fence else 0,
+            [event.key for event in unique],
+            [str(event.kind) for event in unique],
+            [Jsonb(dict(event.payload)) for event in unique],
+        )
+        # One statement, one round trip: ledger_append locks, checks, inserts and projects in its transaction.
         async with self._pool.connection() as conn:
             try:
-                async with conn.transaction():
-                    cursor = await conn.execute(
-                        "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)",
-                        (
-                            stream,
-                            fence.resource if fence else None,
-                            fence.epoch if fence else 0,
-                            keys,
-                            kinds,
-                            payloads,
-                        ),
-                    )
-                    rows = await cursor.fetchall()
-                    recorded: list[RecordedEvent] = []
-                    seen: set[str] = set()
-                    for (seq, key, appended, recorded_at), event in zip(rows, events, strict=True):
-                        # A key repeated within one batch is appended once: only its first copy counts.
-                        recorded.append(
-                            RecordedEvent(
-                                stream,
-                                seq,
-                                key,
-                                event.kind,
-                                event.payload,
-                                recorded_at,
-                                appended and key not in seen,
-                            )
-                        )
-                        seen.add(key)
-                    await project(conn, recorded)
+                cursor = await conn.execute(_APPEND, params)
+                rows = await cursor.fetchall()
             except psycopg.Error as error:
                 raise translate(error) from error
+        by_key = {key: (seq, appended, recorded_at) for seq, key, appended, recorded_at in rows}
+        recorded: list[RecordedEvent] = []
+        seen: set[str] = set()
+        for event in events:
+            seq, appended, recorded_at = by_key[event.key]
+            # A key repeated within one batch is appended once: only its first copy counts.
+            first = event.key not in seen
+            seen.add(event.key)
+            recorded.append(
+                RecordedEvent(
+                    stream, seq, event.key, event.kind, event.payload, recorded_at, appended and first
+                )
+            )
         return recorded
 
     async def append_one(self, stream: str, event: NewEvent, *, fence: Fence | None = None) -> RecordedEvent:
@@ -201,3 +194,17 @@ async def read_stream(
         RecordedEvent(stream, seq, key, kind, payload, at)
         for seq, key, kind, payload, at in await cursor.fetchall()
     ]
+
+
+def _fold_repeated_keys(stream: str, events: Sequence[NewEvent]) -> list[NewEvent]:
+    """The batch with each key once; a key repeated with another payload is a caller's bug."""
+    first: dict[str, NewEvent] = {}
+    for event in events:
+        earlier = first.setdefault(event.key, event)
+        if earlier is not event and (
+            earlier.kind != event.kind or dict(earlier.payload) != dict(event.payload)
+        ):
+            raise KeyConflictError(
+                f"idempotency key {event.key!r} appears twice in one append to stream {stream!r} with different payloads"
+            )
+    return list(first.values())

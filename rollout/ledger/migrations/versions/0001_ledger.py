@@ -24,12 +24,14 @@ CREATE FUNCTION ledger_append(
     p_keys text[], p_kinds text[], p_payloads jsonb[])
 RETURNS TABLE (seq bigint, idempotency_key text, appended boolean, recorded_at timestamptz)
 LANGUAGE plpgsql AS $$
+-- The caller passes distinct keys (rollout.ledger.store folds repeats within a batch).
 #variable_conflict use_column
 DECLARE
     v_head bigint;
     v_fence bigint;
     v_fence_resource text;
     v_lease_epoch bigint;
+    v_existing bigint;
     v_conflict text;
     v_new bigint;
 BEGIN
@@ -38,27 +40,18 @@ BEGIN
     SELECT s.head_seq, s.fence_epoch, s.fence_resource INTO v_head, v_fence, v_fence_resource
       FROM stream s WHERE s.stream_id = p_stream FOR UPDATE;
 
-    SELECT i.k INTO v_conflict FROM unnest(p_keys, p_payloads) AS i(k, p)
-     GROUP BY i.k HAVING count(DISTINCT i.p) > 1 LIMIT 1;
-    IF v_conflict IS NOT NULL THEN
-        RAISE EXCEPTION USING ERRCODE = 'RL409',
-            MESSAGE = format('idempotency key %L appears twice in one append to stream %L with different payloads',
-                             v_conflict, p_stream);
-    END IF;
-
     -- Key before fence: a retry of an append that already committed succeeds whatever its epoch.
-    SELECT e.idempotency_key INTO v_conflict
-      FROM event e JOIN unnest(p_keys, p_payloads) AS i(k, p) ON e.idempotency_key = i.k
-     WHERE e.stream_id = p_stream AND e.payload_sha256 <> sha256(convert_to(i.p::text, 'UTF8'))
-     LIMIT 1;
+    SELECT count(*),
+           min(e.idempotency_key) FILTER (WHERE e.payload_sha256 <> sha256(convert_to(i.p::text, 'UTF8')))
+      INTO v_existing, v_conflict
+      FROM unnest(p_keys, p_payloads) AS i(k, p)
+      JOIN event e ON e.stream_id = p_stream AND e.idempotency_key = i.k;
     IF v_conflict IS NOT NULL THEN
         RAISE EXCEPTION USING ERRCODE = 'RL409',
             MESSAGE = format('idempotency key %L on stream %L was already used with a different payload',
                              v_conflict, p_stream);
     END IF;
-
-    SELECT count(DISTINCT i.k) INTO v_new FROM unnest(p_keys) AS i(k)
-     WHERE NOT EXISTS (SELECT 1 FROM event e WHERE e.stream_id = p_stream AND e.idempotency_key = i.k);
+    v_new := cardinality(p_keys) - v_existing;
 
     IF v_new > 0 THEN
         IF p_epoch < v_fence THEN
@@ -82,13 +75,18 @@ BEGIN
             END IF;
         END IF;
 
-        INSERT INTO event (stream_id, seq, idempotency_key, epoch, kind, payload, payload_sha256)
-        SELECT p_stream, v_head + row_number() OVER (ORDER BY n.ord), n.k, p_epoch, n.kind, n.p,
-               sha256(convert_to(n.p::text, 'UTF8'))
-          FROM (SELECT DISTINCT ON (i.k) i.k, i.kind, i.p, i.ord
-                  FROM unnest(p_keys, p_kinds, p_payloads) WITH ORDINALITY AS i(k, kind, p, ord)
-                 WHERE NOT EXISTS (SELECT 1 FROM event e WHERE e.stream_id = p_stream AND e.idempotency_key = i.k)
-                 ORDER BY i.k, i.ord) AS n;
+        IF v_existing = 0 THEN
+            -- The common case: every key is new; seq follows the batch order.
+            INSERT INTO event (stream_id, seq, idempotency_key, epoch, kind, payload, payload_sha256)
+            SELECT p_stream, v_head + i.ord, i.k, p_epoch, i.kind, i.p, sha256(convert_to(i.p::text, 'UTF8'))
+              FROM unnest(p_keys, p_kinds, p_payloads) WITH ORDINALITY AS i(k, kind, p, ord);
+        ELSE
+            INSERT INTO event (stream_id, seq, idempotency_key, epoch, kind, payload, payload_sha256)
+            SELECT p_stream, v_head + row_number() OVER (ORDER BY n.ord), n.k, p_epoch, n.kind, n.p,
+                   sha256(convert_to(n.p::text, 'UTF8'))
+              FROM unnest(p_keys, p_kinds, p_payloads) WITH ORDINALITY AS n(k, kind, p, ord)
+             WHERE NOT EXISTS (SELECT 1 FROM event e WHERE e.stream_id = p_stream AND e.idempotency_key = n.k);
+        END IF;
 
         UPDATE stream SET head_seq = v_head + v_new,
                           fence_epoch = greatest(v_fence, p_epoch),
@@ -97,13 +95,36 @@ BEGIN
         PERFORM pg_notify('ledger', p_stream || ':' || (v_head + v_new));
     END IF;
 
-    RETURN QUERY
-        SELECT e.seq, e.idempotency_key, e.seq > v_head, e.recorded_at
-          FROM unnest(p_keys) WITH ORDINALITY AS i(k, ord)
-          JOIN event e ON e.stream_id = p_stream AND e.idempotency_key = i.k
-         ORDER BY i.ord;
+    IF v_existing = 0 THEN
+        RETURN QUERY SELECT v_head + i.ord, i.k, true, now() FROM unnest(p_keys) WITH ORDINALITY AS i(k, ord);
+    ELSE
+        RETURN QUERY
+            SELECT e.seq, e.idempotency_key, e.seq > v_head, e.recorded_at
+              FROM unnest(p_keys) WITH ORDINALITY AS i(k, ord)
+              JOIN event e ON e.stream_id = p_stream AND e.idempotency_key = i.k
+             ORDER BY i.ord;
+    END IF;
 END
 $$;
+"""
+
+# Projections: derived from each new event by a trigger, inside the appending transaction, whoever appends.
+PROJECTIONS = r"""
+CREATE FUNCTION ledger_project_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF NEW.kind = 'RunCreated' THEN
+        INSERT INTO run (run_id, environment, settings, created_at, updated_seq)
+        VALUES (NEW.payload->>'run', NEW.payload->>'environment', coalesce(NEW.payload->'settings', '{}'),
+                NEW.recorded_at, NEW.seq);
+    ELSIF NEW.kind = 'SettingsChanged' THEN
+        UPDATE run SET settings = settings || (NEW.payload->'changes'), updated_seq = NEW.seq
+         WHERE run_id = NEW.payload->>'run';
+    END IF;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER event_project_run AFTER INSERT ON event
+    FOR EACH ROW WHEN (NEW.kind IN ('RunCreated', 'SettingsChanged')) EXECUTE FUNCTION ledger_project_run();
 """
 
 APPEND_ONLY = r"""
@@ -157,9 +178,12 @@ def upgrade() -> None:
     )
     op.execute(APPEND_FUNCTION)
     op.execute(APPEND_ONLY)
+    op.execute(PROJECTIONS)
 
 
 def downgrade() -> None:
+    op.execute("DROP TRIGGER event_project_run ON event")
+    op.execute("DROP FUNCTION ledger_project_run()")
     op.execute("DROP TRIGGER event_no_truncate ON event")
     op.execute("DROP TRIGGER event_append_only ON event")
     op.execute("DROP FUNCTION ledger_forbid_change()")
