@@ -78,7 +78,7 @@ def _print_status(services: list[ServiceStatus], as_json: bool) -> None:
         return
     table = Table(title="rollout services")
     for column in ("service", "mode", "address", "health", "detail"):
-        table.add_column(column)
+        table.add_column(column, overflow="fold")
     for service in services:
         health = "[green]healthy[/]" if service.healthy else "[red]down[/]"
         table.add_row(service.name, service.mode, service.address, health, service.detail)

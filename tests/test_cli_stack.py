@@ -15,6 +15,7 @@ from typing import Any
 import psutil
 import pytest
 
+from rollout.config import Settings
 from tests.stackutil import isolated_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
@@ -123,3 +124,27 @@ def test_an_unreachable_ledger_names_the_url_without_its_password(tmp_path: Path
     assert done.returncode == 1
     assert f"cannot reach the ledger at postgresql://me:***@127.0.0.1:{number}/rollout" in done.stderr
     assert "s3cret" not in done.stderr and "rollout up" in done.stderr
+
+
+def test_ledger_tail_prints_a_stream_as_json_lines(stack_settings: Settings, stream: str) -> None:
+    import asyncio
+
+    from rollout.ledger import Ledger, NewEvent
+
+    async def write() -> None:
+        async with await Ledger.connect(stack_settings.ledger_url) as ledger:
+            await ledger.append(stream, [NewEvent("a", "T", {"n": 1}), NewEvent("b", "T", {"n": 2})])
+
+    asyncio.run(write())
+    postgres = stack_settings.services.postgres
+    done = rollout(
+        "ledger", "tail", stream, "--after", "1", f"services.postgres.port={postgres.port}", check=True
+    )
+    assert [json.loads(line) for line in done.stdout.splitlines()] == [
+        {"seq": 2, "key": "b", "kind": "T", "payload": {"n": 2}}
+    ]
+
+
+def test_config_show_prints_the_composed_settings_as_json() -> None:
+    done = rollout("config", "show", "--json", "services.temporal.ui_port=8300", check=True)
+    assert json.loads(done.stdout)["services"]["temporal"]["ui_port"] == 8300

@@ -107,3 +107,16 @@ async def test_events_cannot_be_changed_or_removed(ledger_url: str, ledger: Ledg
         with pytest.raises(psycopg.Error, match="append-only"):
             await conn.execute("TRUNCATE event CASCADE")
     assert [e.payload for e in await ledger.read(stream)] == [{"n": 1}]
+
+
+async def test_append_many_commits_several_streams_at_once_or_not_at_all(ledger: Ledger, stream: str) -> None:
+    a, b = f"{stream}/a", f"{stream}/b"
+    recorded = await ledger.append_many({b: [event("b1"), event("b2")], a: [event("a1")]})
+    assert [(e.key, e.seq) for e in recorded[a]] == [("a1", 1)]
+    assert [(e.key, e.seq) for e in recorded[b]] == [("b1", 1), ("b2", 2)]
+    # One conflicting key anywhere rolls the whole call back.
+    with pytest.raises(KeyConflictError):
+        await ledger.append_many({a: [event("a2")], b: [event("b1", changed=True)]})
+    assert [e.key for e in await ledger.read(a)] == ["a1"]
+    again = await ledger.append_many({a: [event("a1"), event("a2")]})
+    assert [(e.seq, e.appended) for e in again[a]] == [(1, False), (2, True)]

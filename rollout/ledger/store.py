@@ -13,7 +13,7 @@ Contract (see docs/ledger.md):
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, LiteralString, Self
@@ -99,15 +99,7 @@ class Ledger:
         """Append `events` to `stream` atomically, in order; return them as recorded (see the contract)."""
         if not events:
             return []
-        unique = _fold_repeated_keys(stream, events)
-        params = (
-            stream,
-            fence.resource if fence else None,
-            fence.epoch if fence else 0,
-            [event.key for event in unique],
-            [str(event.kind) for event in unique],
-            [Jsonb(dict(event.payload)) for event in unique],
-        )
+        params = _append_params(stream, _fold_repeated_keys(stream, events), fence)
         # One statement, one round trip: ledger_append locks, checks, inserts and projects in its transaction.
         async with self._pool.connection() as conn:
             try:
@@ -115,20 +107,29 @@ class Ledger:
                 rows = await cursor.fetchall()
             except psycopg.Error as error:
                 raise translate(error) from error
-        by_key = {key: (seq, appended, recorded_at) for seq, key, appended, recorded_at in rows}
-        recorded: list[RecordedEvent] = []
-        seen: set[str] = set()
-        for event in events:
-            seq, appended, recorded_at = by_key[event.key]
-            # A key repeated within one batch is appended once: only its first copy counts.
-            first = event.key not in seen
-            seen.add(event.key)
-            recorded.append(
-                RecordedEvent(
-                    stream, seq, event.key, event.kind, event.payload, recorded_at, appended and first
-                )
-            )
-        return recorded
+        return _recorded(stream, events, rows)
+
+    async def append_many(
+        self, batches: Mapping[str, Sequence[NewEvent]], *, fence: Fence | None = None
+    ) -> dict[str, list[RecordedEvent]]:
+        """Append to several streams in one transaction and one round trip (a pipeline): all or nothing.
+
+        Streams are locked in sorted order, so concurrent `append_many` calls cannot deadlock.
+        """
+        streams = sorted(stream for stream, events in batches.items() if events)
+        plans = {stream: _fold_repeated_keys(stream, batches[stream]) for stream in streams}
+        async with self._pool.connection() as conn:
+            try:
+                async with conn.pipeline(), conn.transaction():
+                    cursors = [
+                        await conn.execute(_APPEND, _append_params(s, plans[s], fence)) for s in streams
+                    ]
+                rows = {
+                    stream: await cursor.fetchall() for stream, cursor in zip(streams, cursors, strict=True)
+                }
+            except psycopg.Error as error:
+                raise translate(error) from error
+        return {stream: _recorded(stream, batches[stream], rows[stream]) for stream in streams}
 
     async def append_one(self, stream: str, event: NewEvent, *, fence: Fence | None = None) -> RecordedEvent:
         (recorded,) = await self.append(stream, [event], fence=fence)
@@ -208,3 +209,32 @@ def _fold_repeated_keys(stream: str, events: Sequence[NewEvent]) -> list[NewEven
                 f"idempotency key {event.key!r} appears twice in one append to stream {stream!r} with different payloads"
             )
     return list(first.values())
+
+
+def _append_params(stream: str, unique: Sequence[NewEvent], fence: Fence | None) -> tuple[Any, ...]:
+    return (
+        stream,
+        fence.resource if fence else None,
+        fence.epoch if fence else 0,
+        [event.key for event in unique],
+        [str(event.kind) for event in unique],
+        [Jsonb(dict(event.payload)) for event in unique],
+    )
+
+
+def _recorded(
+    stream: str, events: Sequence[NewEvent], rows: Sequence[tuple[Any, ...]]
+) -> list[RecordedEvent]:
+    """The caller's events, in its order, with what the ledger recorded for each key."""
+    by_key = {key: (seq, appended, recorded_at) for seq, key, appended, recorded_at in rows}
+    recorded: list[RecordedEvent] = []
+    seen: set[str] = set()
+    for event in events:
+        seq, appended, recorded_at = by_key[event.key]
+        # A key repeated within one batch is appended once: only its first copy counts.
+        first = event.key not in seen
+        seen.add(event.key)
+        recorded.append(
+            RecordedEvent(stream, seq, event.key, event.kind, event.payload, recorded_at, appended and first)
+        )
+    return recorded
