@@ -22,7 +22,8 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting
     settings = isolated_settings(tmp_path_factory.mktemp("stack"))
     stack = Stack(settings)
     services = stack.up()
-    assert all(service.healthy for service in services), services
+    unhealthy = [f"{s.name}: {s.detail}" for s in services if not s.healthy]
+    assert not unhealthy, "the test stack did not come up: " + "; ".join(unhealthy)
     yield settings
     stack.down()
 

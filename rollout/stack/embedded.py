@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -96,12 +97,24 @@ class Stack:
             if self.temporal is not None:
                 report("Temporal: starting" if self.temporal.pid() is None else "Temporal: already running")
                 self.temporal.start()
+                # Open ports are not readiness: the frontend answers health checks a little later.
+                report("Temporal: waiting until it answers")
+                self._wait_until_healthy(self._temporal_status, timeout_s=90)
             open_store(
                 self.settings.blob_url,
                 s3_endpoint=self.settings.services.blobs.s3_endpoint,
                 s3_secure=self.settings.services.blobs.s3_secure,
             )
         return self.status()
+
+    @staticmethod
+    def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = check()
+            if status.healthy or time.monotonic() > deadline:
+                return status
+            time.sleep(0.5)
 
     def down(self, report: Callable[[str], None] = lambda _: None) -> list[str]:
         """Stop the embedded services; return the names of those that were running."""
