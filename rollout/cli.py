@@ -11,6 +11,7 @@ import asyncio
 import json
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Annotated, NoReturn
 
 import typer
@@ -33,8 +34,10 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
 ledger_app = typer.Typer(help="Look into the ledger: streams and their events.", no_args_is_help=True)
+engine_app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
 app.add_typer(ledger_app, name="ledger")
+app.add_typer(engine_app, name="engine")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -161,6 +164,38 @@ def ledger_tail(
         fail(str(error))
     except KeyboardInterrupt:
         pass
+
+
+@engine_app.command("serve")
+def engine_serve(
+    overrides: Overrides = None,
+    model: Annotated[
+        str, typer.Option(help="smollm2, tiny-qwen3, an HF model id or a local path.")
+    ] = "smollm2",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
+    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
+    served_name: Annotated[str, typer.Option(help="The name requests use for the base weights.")] = "base",
+) -> None:
+    """Serve a model with the local engine (transformers + peft) over vLLM's HTTP dialect.
+
+    Concurrent requests are batched. LoRA checkpoints load at runtime through /v1/load_lora_adapter.
+    """
+    import uvicorn
+
+    from rollout.engines.local import LocalEngine
+    from rollout.engines.models import resolve
+    from rollout.engines.vllm_server import build_app
+    from rollout.stack.processes import port_is_free
+
+    settings = _settings(overrides)
+    if not port_is_free(host, port):
+        fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
+    with err.status(f"loading {model}…"):
+        engine = LocalEngine(resolve(model, Path(settings.models_dir).expanduser()), device=device,
+                             served_name=served_name)  # fmt: skip
+    err.print(f"local engine serving {model} as '{served_name}' on http://{host}:{port} ({engine.device})")
+    uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")
 
 
 def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> None:

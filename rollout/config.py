@@ -64,6 +64,7 @@ class ServiceSettings:
 class Settings:
     data_dir: str = MISSING
     services: ServiceSettings = field(default_factory=ServiceSettings)
+    models_dir: str = MISSING
     log_level: LogLevel = LogLevel.INFO
 
     @property

@@ -5,6 +5,7 @@ One real embedded stack (Postgres + Temporal dev server) serves the whole test r
 
 from __future__ import annotations
 
+import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -48,3 +49,20 @@ def stream() -> str:
 @pytest.fixture
 def data_dir(tmp_path: Path) -> Path:
     return tmp_path / "data"
+
+
+@pytest.fixture(scope="session")
+def models_dir() -> Path:
+    """Built-in models, built once per machine and kept between test runs (they are deterministic)."""
+    path = Path(
+        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
+    )
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_qwen3(models_dir: Path) -> str:
+    from rollout.engines.models import TINY_QWEN3, resolve
+
+    return resolve(TINY_QWEN3, models_dir)

@@ -1,0 +1,176 @@
+"""The local engine behind the subset of vLLM's HTTP dialect that rollout uses.
+
+Routes (shapes as vLLM's OpenAI-compatible server answers them):
+- `POST /v1/completions` with a token-id `prompt`, `logprobs` (0 = the sampled token's logprob) and
+  `return_token_ids`: choices carry `token_ids`, `prompt_token_ids` and `logprobs.token_logprobs`.
+- `POST /v1/load_lora_adapter` `{lora_name, lora_path}`, `POST /v1/unload_lora_adapter` `{lora_name}`.
+- `POST /sleep?level=1`, `POST /wake_up`, `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
+Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from rollout.engines.local import LocalEngine
+from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleRequest
+
+
+def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
+    return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+class _BadRequest(ValueError):
+    pass
+
+
+def _field[T](body: dict[str, Any], name: str, kind: type[T] | tuple[type, ...], default: Any) -> Any:
+    value = body.get(name, default)
+    wrong_type = value is not None and not isinstance(value, kind)
+    if wrong_type or (isinstance(value, bool) and kind in (int, float)):
+        raise _BadRequest(f"'{name}' has the wrong type")
+    return value
+
+
+def _sample_request(body: dict[str, Any], engine: LocalEngine) -> SampleRequest:
+    prompt = body.get("prompt")
+    if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
+        if len(prompt) != 1:
+            raise _BadRequest("'prompt' may hold one token-id list")
+        prompt = prompt[0]
+    if isinstance(prompt, str):
+        prompt = engine.tokenizer.encode(prompt, add_special_tokens=False)
+    if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) for t in prompt):
+        raise _BadRequest("'prompt' must be a non-empty list of token ids (or a string)")
+    if _field(body, "n", int, 1) != 1:
+        raise _BadRequest("'n' must be 1")
+    if body.get("stream"):
+        raise _BadRequest("streaming is not supported by the local engine; the gateway streams")
+    stop_ids = _field(body, "stop_token_ids", list, []) or []
+    return SampleRequest(
+        prompt_ids=tuple(prompt),
+        max_tokens=_field(body, "max_tokens", int, 16) or 16,
+        model=_field(body, "model", str, engine.served_name) or engine.served_name,
+        temperature=float(_field(body, "temperature", (int, float), 1.0) or 0.0),
+        top_p=float(_field(body, "top_p", (int, float), 1.0) or 1.0),
+        stop_token_ids=tuple(int(t) for t in stop_ids),
+        seed=_field(body, "seed", int, None),
+    )
+
+
+def build_app(engine: LocalEngine) -> Starlette:
+    async def completions(request: Request) -> Response:
+        try:
+            body = await request.json()
+            if not isinstance(body, dict):
+                raise _BadRequest("the body must be a JSON object")
+            sample_request = _sample_request(body, engine)
+        except _BadRequest as error:
+            return _error(400, str(error))
+        except ValueError:
+            return _error(400, "the body is not valid JSON")
+        try:
+            result = await engine.sample(sample_request)
+        except EngineUnavailable as error:
+            return _error(503, str(error), "ServiceUnavailableError")
+        except KeyError as error:
+            return _error(404, str(error.args[0]), "NotFoundError")
+        logprobs = None
+        if body.get("logprobs") is not None:
+            logprobs = {
+                "tokens": [engine.tokenizer.decode([t]) for t in result.completion_ids],
+                "token_logprobs": list(result.logprobs),
+                "top_logprobs": None,
+                "text_offset": None,
+            }
+        choice: dict[str, Any] = {
+            "index": 0,
+            "text": engine.tokenizer.decode(result.completion_ids, skip_special_tokens=True),
+            "logprobs": logprobs,
+            "finish_reason": result.finish_reason,
+            "stop_reason": None,
+        }
+        if body.get("return_token_ids"):
+            choice["token_ids"] = list(result.completion_ids)
+            choice["prompt_token_ids"] = list(sample_request.prompt_ids)
+        return JSONResponse(
+            {
+                "id": f"cmpl-{uuid.uuid4().hex}",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": result.model,
+                "choices": [choice],
+                "usage": {
+                    "prompt_tokens": len(sample_request.prompt_ids),
+                    "completion_tokens": len(result.completion_ids),
+                    "total_tokens": len(sample_request.prompt_ids) + len(result.completion_ids),
+                },
+            }
+        )
+
+    async def load_lora(request: Request) -> Response:
+        body = await request.json()
+        name, path = body.get("lora_name"), body.get("lora_path")
+        if not isinstance(name, str) or not isinstance(path, str):
+            return _error(400, "'lora_name' and 'lora_path' are required strings")
+        try:
+            await engine.load(CheckpointRef(name, path))
+        except (OSError, ValueError) as error:
+            return _error(400, f"could not load LoRA adapter {name!r} from {path}: {error}")
+        return Response(f"Success: LoRA adapter '{name}' added successfully.")
+
+    async def unload_lora(request: Request) -> Response:
+        body = await request.json()
+        try:
+            await engine.unload(str(body.get("lora_name")))
+        except KeyError as error:
+            return _error(404, str(error.args[0]), "NotFoundError")
+        return Response(f"Success: LoRA adapter '{body.get('lora_name')}' removed successfully.")
+
+    async def sleep(request: Request) -> Response:
+        await engine.sleep()
+        return Response()
+
+    async def wake_up(request: Request) -> Response:
+        await engine.wake()
+        return Response()
+
+    async def is_sleeping(request: Request) -> Response:
+        return JSONResponse({"is_sleeping": engine.sleeping})
+
+    async def health(request: Request) -> Response:
+        return Response(status_code=200 if await engine.health() else 503)
+
+    async def models(request: Request) -> Response:
+        data = [
+            {
+                "id": name,
+                "object": "model",
+                "created": 0,
+                "owned_by": "rollout",
+                "root": engine.model_path,
+                "parent": None if name == engine.served_name else engine.served_name,
+            }
+            for name in engine.models
+        ]
+        return JSONResponse({"object": "list", "data": data})
+
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/load_lora_adapter", load_lora, methods=["POST"]),
+            Route("/v1/unload_lora_adapter", unload_lora, methods=["POST"]),
+            Route("/sleep", sleep, methods=["POST"]),
+            Route("/wake_up", wake_up, methods=["POST"]),
+            Route("/is_sleeping", is_sleeping, methods=["GET"]),
+            Route("/health", health, methods=["GET"]),
+            Route("/v1/models", models, methods=["GET"]),
+        ]
+    )

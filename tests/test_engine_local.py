@@ -1,0 +1,147 @@
+"""The local engine over real HTTP, driven by the same client that drives vLLM."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+import uvicorn
+
+from rollout.engines.local import LocalEngine
+from rollout.engines.protocol import EngineUnavailable, SampleRequest
+from rollout.engines.vllm_client import EngineError, VLLMEngine
+from rollout.engines.vllm_server import build_app
+from rollout.stack.processes import free_port
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_qwen3: str) -> LocalEngine:
+    return LocalEngine(tiny_qwen3, device="cpu", batch_window_s=0.05)
+
+
+@pytest.fixture(scope="module")
+def server_url(engine: LocalEngine) -> Iterator[str]:
+    port = free_port()
+    server = uvicorn.Server(
+        uvicorn.Config(build_app(engine), host="127.0.0.1", port=port, log_level="warning")
+    )
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not server.started:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{port}"
+    server.should_exit = True
+    thread.join(10)
+
+
+@pytest.fixture
+async def client(server_url: str) -> AsyncIterator[VLLMEngine]:
+    engine_client = VLLMEngine(server_url, name="local")
+    yield engine_client
+    await engine_client.close()
+
+
+def prompt(engine: LocalEngine, text: str) -> tuple[int, ...]:
+    rendered = engine.tokenizer.apply_chat_template(
+        [{"role": "user", "content": text}], add_generation_prompt=True
+    )
+    return tuple(rendered["input_ids"])
+
+
+def reference_logprobs(
+    engine: LocalEngine, prompt_ids: tuple[int, ...], completion: tuple[int, ...]
+) -> list[float]:
+    with torch.no_grad():
+        logits = engine.model(torch.tensor([list(prompt_ids + completion)])).logits[0].float()
+    logprobs = torch.log_softmax(logits, dim=-1)
+    return [logprobs[len(prompt_ids) - 1 + i, token].item() for i, token in enumerate(completion)]
+
+
+async def test_samples_come_back_with_exact_ids_and_behaviour_logprobs(
+    engine: LocalEngine, client: VLLMEngine
+) -> None:
+    ids = prompt(engine, "count to three")
+    result = await client.sample(SampleRequest(ids, max_tokens=12, temperature=1.0, seed=7))
+    assert len(result.completion_ids) == len(result.logprobs) > 0
+    assert result.model == "base"
+    expected = reference_logprobs(engine, ids, result.completion_ids)
+    assert max(abs(a - b) for a, b in zip(expected, result.logprobs, strict=True)) < 1e-4
+
+
+async def test_concurrent_requests_share_batches_and_seeds_hold(
+    engine: LocalEngine, client: VLLMEngine
+) -> None:
+    ids = prompt(engine, "hello")
+    before = engine.batches_run
+    results = await asyncio.gather(
+        *[client.sample(SampleRequest(ids, max_tokens=8, temperature=1.0, seed=s)) for s in range(6)]
+    )
+    assert engine.batches_run - before < 6, "six concurrent requests must not run one by one"
+    alone = await client.sample(SampleRequest(ids, max_tokens=8, temperature=1.0, seed=4))
+    assert alone.completion_ids == results[4].completion_ids  # a seed draws the same tokens in any batch
+
+
+async def test_greedy_stops_at_max_tokens(engine: LocalEngine, client: VLLMEngine) -> None:
+    result = await client.sample(SampleRequest(prompt(engine, "hi"), max_tokens=3, temperature=0.0))
+    assert len(result.completion_ids) <= 3
+    if len(result.completion_ids) == 3:
+        assert result.finish_reason in ("length", "stop")
+
+
+async def test_lora_checkpoints_load_at_runtime_and_serve_by_name(
+    engine: LocalEngine, client: VLLMEngine, tmp_path: Path
+) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    base = AutoModelForCausalLM.from_pretrained(engine.model_path)
+    adapted = get_peft_model(
+        base, LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+    )
+    adapted.save_pretrained(str(tmp_path / "ckpt-1"))
+    from rollout.engines.protocol import CheckpointRef
+
+    await client.load(CheckpointRef("ckpt-1", str(tmp_path / "ckpt-1")))
+    assert await client.models() == ["base", "ckpt-1"]
+    ids = prompt(engine, "hi")
+    on_base = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="base"))
+    on_lora = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="ckpt-1"))
+    assert on_base.logprobs != on_lora.logprobs
+    again = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="base"))
+    assert again.logprobs == pytest.approx(on_base.logprobs, abs=1e-5)  # the base is unchanged by the adapter
+    with pytest.raises(EngineError, match="not loaded"):
+        await client.sample(SampleRequest(ids, max_tokens=4, model="ckpt-9"))
+
+
+async def test_an_asleep_engine_refuses_with_503_until_woken(engine: LocalEngine, client: VLLMEngine) -> None:
+    await client.sleep()
+    with pytest.raises(EngineUnavailable):
+        await client.sample(SampleRequest(prompt(engine, "hi"), max_tokens=2))
+    await client.wake()
+    assert (await client.sample(SampleRequest(prompt(engine, "hi"), max_tokens=2))).completion_ids
+
+
+async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
+    import httpx
+
+    async with httpx.AsyncClient(base_url=server_url) as http:
+        response = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": "many"})
+        assert response.status_code == 400
+        assert response.json()["error"]["message"] == "'max_tokens' has the wrong type"
+        response = await http.post("/v1/completions", content=b"{not json")
+        assert response.status_code == 400
+
+
+async def test_an_unreachable_engine_is_unavailable_not_an_error() -> None:
+    unreachable = VLLMEngine(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(EngineUnavailable):
+        await unreachable.sample(SampleRequest((1, 2, 3), max_tokens=2))
+    assert await unreachable.health() is False
+    await unreachable.close()
