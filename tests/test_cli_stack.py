@@ -16,6 +16,7 @@ import psutil
 import pytest
 
 from rollout.config import Settings
+from rollout.ledger.migrate import head_revision
 from tests.stackutil import isolated_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
@@ -47,7 +48,7 @@ def test_up_status_down_twice_and_after_sigkills(tmp_path: Path) -> None:
     first = services(rollout("up", "--json", *overrides, check=True))
     assert first["postgres"]["healthy"] and first["temporal"]["healthy"] and first["blobs"]["healthy"]
     assert first["temporal"]["ui_url"].startswith("http://127.0.0.1:")
-    assert "schema 0001" in first["postgres"]["detail"]
+    assert f"schema {head_revision()}" in first["postgres"]["detail"]
 
     again = services(rollout("up", "--json", *overrides, check=True))  # up twice is harmless
     assert again["postgres"]["pid"] == first["postgres"]["pid"]

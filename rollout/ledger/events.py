@@ -26,6 +26,8 @@ class Kind(StrEnum):
     SERVING_TARGET = "ServingTarget"
     SERVING_ACK = "ServingAck"
     EVAL_RESULT = "EvalResult"
+    SEAT_OPENED = "SeatOpened"
+    SEAT_CLOSED = "SeatClosed"
 
 
 @dataclass(frozen=True)

@@ -55,6 +55,15 @@ def sqlalchemy_url(url: str) -> str:
     return f"postgresql+psycopg://{rest}" if scheme in ("postgresql", "postgres") else url
 
 
+def head_revision() -> str:
+    """The newest migration this code ships (what `upgrade` brings a database to)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory(str(MIGRATIONS)).get_current_head()
+    assert head is not None
+    return head
+
+
 def upgrade(url: str) -> None:
     """Create the database if needed and apply every migration not yet applied."""
     from alembic import command

@@ -49,6 +49,21 @@ class Event(SQLModel, table=True):
     )
 
 
+class Seat(SQLModel, table=True):
+    """Projection: one row per agent seat; the gateway resolves bearer tokens by their SHA-256."""
+
+    seat_id: str = Field(sa_column=Column(Text, primary_key=True))
+    token_sha256: bytes = Field(sa_column=Column(LargeBinary, nullable=False, unique=True))
+    run_id: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    episode_id: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    agent: str = Field(sa_column=Column(Text, nullable=False))
+    policy: str = Field(sa_column=Column(Text, nullable=False))
+    checkpoint: str | None = Field(default=None, sa_column=Column(Text, nullable=True))
+    status: str = Field(sa_column=Column(Text, nullable=False))
+    opened_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    closed_at: datetime | None = Field(default=None, sa_column=Column(DateTime(timezone=True), nullable=True))
+
+
 class Run(SQLModel, table=True):
     """Projection: one row per run, with its current settings (max_lag, paused, ...)."""
 

@@ -135,6 +135,21 @@ class Ledger:
         (recorded,) = await self.append(stream, [event], fence=fence)
         return recorded
 
+    async def find(self, stream: str, key: str) -> RecordedEvent | None:
+        """The event recorded under `key` on `stream`, if any."""
+        async with self._pool.connection() as conn:
+            cursor = await conn.execute(
+                "SELECT seq, idempotency_key, kind, payload, recorded_at FROM event"
+                " WHERE stream_id = %s AND idempotency_key = %s",
+                (stream, key),
+            )
+            row = await cursor.fetchone()
+        return (
+            None
+            if row is None
+            else RecordedEvent(stream, row[0], row[1], row[2], row[3], row[4], appended=False)
+        )
+
     async def read(self, stream: str, *, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """Events of `stream` with `seq > after`, in order, at most `limit`."""
         async with self._pool.connection() as conn:

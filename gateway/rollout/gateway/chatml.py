@@ -85,7 +85,11 @@ class ChatMLRenderer:
             part.get("text", "") for part in content or [] if isinstance(part, dict)
         )  # fmt: skip
         if message.get("role") == "system" and first and tools:
-            text += _TOOLS_PREAMBLE + "".join("\n" + json.dumps(tool) for tool in tools) + _TOOLS_INSTRUCTIONS
+            text += (
+                _TOOLS_PREAMBLE
+                + "".join("\n" + json.dumps({"type": "function", "function": tool}) for tool in tools)
+                + _TOOLS_INSTRUCTIONS
+            )
         if message.get("role") == "assistant":
             reasoning = message.get("reasoning_content")
             if reasoning:

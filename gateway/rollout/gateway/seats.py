@@ -1,0 +1,88 @@
+"""Seats: who is sampling. A seat names a run, an episode, an agent and the policy (or pinned checkpoint) it
+samples from, and carries a bearer token.
+
+Contract:
+- Opening a seat is idempotent by seat id: the token is derived from the seat id with the gateway's secret
+  (HMAC), so a retried open returns the same token and appends nothing new.
+- The ledger stores only the token's SHA-256; `resolve` looks a token up by that hash.
+- A closed seat resolves (so the gateway can answer 410) but `Seat.open` is False.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.ledger import Kind, Ledger, NewEvent
+
+
+@dataclass(frozen=True)
+class Seat:
+    seat_id: str
+    agent: str
+    policy: str
+    run: str | None = None
+    episode: str | None = None
+    checkpoint: str | None = None
+    open: bool = True
+
+    @property
+    def stream(self) -> str:
+        return f"seat/{self.seat_id}"
+
+
+def load_secret(path: Path) -> bytes:
+    """The gateway's token secret, made once and kept in the data directory (mode 600)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(secrets.token_bytes(32))
+        path.chmod(0o600)
+    return path.read_bytes()
+
+
+def seat_token(secret: bytes, seat_id: str) -> str:
+    return "rs-" + hmac.new(secret, seat_id.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def open_seat(
+    ledger: Ledger,
+    secret: bytes,
+    *,
+    seat_id: str,
+    agent: str,
+    policy: str = "default",
+    run: str | None = None,
+    episode: str | None = None,
+    checkpoint: str | None = None,
+) -> tuple[Seat, str]:
+    token = seat_token(secret, seat_id)
+    seat = Seat(seat_id, agent, policy, run, episode, checkpoint)
+    payload = {"seat": seat_id, "token_sha256": _sha(token), "run": run, "episode": episode, "agent": agent,
+               "policy": policy, "checkpoint": checkpoint}  # fmt: skip
+    await ledger.append_one(seat.stream, NewEvent("opened", Kind.SEAT_OPENED, payload))
+    return seat, token
+
+
+async def close_seat(ledger: Ledger, seat_id: str, reason: str = "finished") -> None:
+    await ledger.append_one(
+        f"seat/{seat_id}", NewEvent("closed", Kind.SEAT_CLOSED, {"seat": seat_id, "reason": reason})
+    )
+
+
+async def resolve(ledger: Ledger, token: str) -> Seat | None:
+    row = await ledger.fetch_one(
+        "SELECT seat_id, agent, policy, run_id, episode_id, checkpoint, status FROM seat"
+        " WHERE token_sha256 = decode(%s, 'hex')",
+        _sha(token),
+    )
+    if row is None:
+        return None
+    return Seat(row["seat_id"], row["agent"], row["policy"], row["run_id"], row["episode_id"], row["checkpoint"],
+                row["status"] == "open")  # fmt: skip

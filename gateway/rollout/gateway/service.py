@@ -1,0 +1,222 @@
+"""The gateway's core: one turn, whatever the dialect — replay or render, admit, sample, parse, record.
+
+Contract:
+- Every turn served is recorded once on the seat's stream (`seat/{id}`) as `TurnRecorded`, keyed
+  `turn/{index}/{fingerprint}`, before the response completes. The record holds the exact prompt ids (as a delta
+  on the segment's earlier ids), the sampled ids, one behaviour logprob per sampled id, the checkpoint and engine
+  that sampled them, the segment id, the parsed reply, parse failures and timings.
+- The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
+  requests racing each other both get the one reply that was recorded first.
+- A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
+  trained).
+- Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
+  context is a `BadRequest`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.contracts import Message
+from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
+from rollout.gateway.admission import Admission, EngineSlot
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.requests import BadRequest, ChatRequest, Turn, messages_digest, tools_digest
+from rollout.gateway.seats import Seat
+from rollout.gateway.segments import Head, advance, find_extension
+from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A turn sampled but not yet recorded (the streaming path records it at the end of the stream)."""
+
+    request: ChatRequest
+    seat: Seat
+    turn: Turn
+    payload: dict[str, Any]
+    head: Head
+
+
+def _cut_at_stop_strings(
+    renderer: ModelRenderer, result: SampleResult, stops: tuple[str, ...]
+) -> tuple[SampleResult, str | None]:
+    """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on text)."""
+    if not stops:
+        return result, None
+    text = renderer.tokenizer.decode(list(result.completion_ids))
+    if not any(stop in text for stop in stops):
+        return result, None
+    for k in range(1, len(result.completion_ids) + 1):
+        prefix = renderer.tokenizer.decode(list(result.completion_ids[:k]))
+        hit = next((stop for stop in stops if stop in prefix), None)
+        if hit is not None:
+            return SampleResult(
+                result.completion_ids[:k], result.logprobs[:k], "stop", result.model, result.timings
+            ), hit
+    return result, None
+
+
+class Gateway:
+    def __init__(
+        self, ledger: Ledger, renderer: ModelRenderer, admission: Admission, *, max_context: int = 8192
+    ) -> None:
+        self.ledger = ledger
+        self.renderer = renderer
+        self.admission = admission
+        self.max_context = max_context
+        self._heads: dict[str, list[Head]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- the turn -------------------------------------------------------------------------------------------
+
+    async def complete(self, seat: Seat, request: ChatRequest) -> Turn:
+        """Serve a turn and record it before returning."""
+        outcome = await self.sample(seat, request)
+        if isinstance(outcome, Turn):
+            return outcome
+        return await self.record(outcome)
+
+    async def sample(self, seat: Seat, request: ChatRequest) -> Turn | Sampled:
+        """A replayed `Turn`, or a fresh sample to `record` (or `record_aborted`)."""
+        if not request.messages:
+            raise BadRequest("at least one message is required", field="messages")
+        key = self.turn_key(request)
+        existing = await self.ledger.find(seat.stream, key)
+        if existing is not None:
+            return self.replayed(existing)
+
+        started = time.perf_counter()
+        heads = await self.heads(seat)
+        extension = find_extension(request, heads)
+        tools = list(request.tools)
+        prompt: list[int] | None = None
+        if extension is not None:
+            head = extension.head
+            prompt = self.renderer.bridge(
+                list(head.prompt_ids), list(head.completion_ids), list(extension.new_messages), tools
+            )
+        if prompt is None or extension is None:
+            prompt = self.renderer.prompt_ids(list(request.messages), tools)
+            segment_id, prefix = f"{seat.seat_id}/{uuid.uuid4().hex[:12]}", 0
+        else:
+            segment_id = extension.head.segment_id
+            prior = extension.head.prompt_ids + extension.head.completion_ids
+            prefix = next(
+                (i for i, (a, b) in enumerate(zip(prior, prompt, strict=False)) if a != b),
+                min(len(prior), len(prompt)),
+            )
+        budget = self.max_context - len(prompt)
+        if budget <= 0:
+            raise BadRequest(
+                f"the prompt is {len(prompt)} tokens; the model's context is {self.max_context}",
+                field="messages",
+            )
+        max_tokens = min(request.params.max_tokens or budget, budget)
+        rendered_at = time.perf_counter()
+
+        result, slot = await self._sample_on_admitted_engine(seat, request, prompt, max_tokens)
+        result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
+        parsed = self.renderer.parse(list(result.completion_ids), tools, prompt)
+        finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
+        turn = Turn(parsed.message, finish, len(prompt), len(result.completion_ids), request.turn_index,
+                    slot.checkpoint, stop_sequence)  # fmt: skip
+        done = time.perf_counter()
+        payload: dict[str, Any] = {
+            "seat": seat.seat_id, "run": seat.run, "episode": seat.episode, "agent": seat.agent, "policy": seat.policy,
+            "turn_index": request.turn_index, "fingerprint": request.fingerprint, "segment_id": segment_id,
+            "prompt_prefix_len": prefix, "prompt_ids_delta": prompt[prefix:],
+            "completion_ids": list(result.completion_ids), "completion_logprobs": list(result.logprobs),
+            "checkpoint": slot.checkpoint, "checkpoint_version": slot.version, "engine": slot.engine.name,
+            "finish_reason": finish, "stop_sequence": stop_sequence,
+            "reply": parsed.message.model_dump(mode="json"), "parse_failures": list(parsed.parse_failures),
+            "n_messages": len(request.messages), "messages_sha": messages_digest(request.messages),
+            "tools_sha": tools_digest(request.tools),
+            "timings": {"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
+        }  # fmt: skip
+        head = Head(segment_id, 0, len(request.messages), payload["messages_sha"], payload["tools_sha"],
+                    parsed.message, tuple(prompt), result.completion_ids)  # fmt: skip
+        return Sampled(request, seat, turn, payload, head)
+
+    async def _sample_on_admitted_engine(
+        self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
+    ) -> tuple[SampleResult, EngineSlot]:
+        last_error: EngineUnavailable | None = None
+        for slot in await self.admission.candidates(seat):
+            sample_request = SampleRequest(
+                prompt_ids=tuple(prompt), max_tokens=max_tokens, model=slot.checkpoint,
+                temperature=request.params.temperature, top_p=request.params.top_p,
+                stop_token_ids=self.renderer.stop_token_ids, seed=request.params.seed,
+            )  # fmt: skip
+            try:
+                return await slot.engine.sample(sample_request), slot
+            except EngineUnavailable as error:
+                last_error = error
+        raise last_error or EngineUnavailable("no engine could take the turn")
+
+    async def record(self, sampled: Sampled) -> Turn:
+        """Append the turn (acknowledged before the response completes); a racing twin's record wins."""
+        key = self.turn_key(sampled.request)
+        try:
+            event = await self.ledger.append_one(
+                sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, sampled.payload)
+            )
+        except KeyConflictError:
+            existing = await self.ledger.find(sampled.seat.stream, key)
+            assert existing is not None
+            return self.replayed(existing)
+        head = Head(**{**sampled.head.__dict__, "seq": event.seq})
+        async with self._lock(sampled.seat.seat_id):
+            self._heads[sampled.seat.seat_id] = advance(self._heads.get(sampled.seat.seat_id, []), head)
+        return sampled.turn
+
+    async def record_aborted(self, sampled: Sampled, reason: str) -> None:
+        payload = {**sampled.payload, "aborted": reason}
+        key = f"{self.turn_key(sampled.request)}/aborted/{uuid.uuid4().hex[:8]}"
+        await self.ledger.append_one(sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, payload))
+
+    # ---- state ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def turn_key(request: ChatRequest) -> str:
+        return f"turn/{request.turn_index}/{request.fingerprint[:32]}"
+
+    def replayed(self, event: RecordedEvent) -> Turn:
+        payload = event.payload
+        reply = Message.model_validate(payload["reply"])
+        prompt_tokens = payload["prompt_prefix_len"] + len(payload["prompt_ids_delta"])
+        return Turn(reply, payload["finish_reason"], prompt_tokens, len(payload["completion_ids"]),
+                    payload["turn_index"], payload["checkpoint"], payload.get("stop_sequence"), replayed=True)  # fmt: skip
+
+    def _lock(self, seat_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(seat_id, asyncio.Lock())
+
+    async def heads(self, seat: Seat) -> list[Head]:
+        """The seat's open segments: from memory, or rebuilt from its stream after a restart."""
+        async with self._lock(seat.seat_id):
+            if seat.seat_id not in self._heads:
+                self._heads[seat.seat_id] = await self._load_heads(seat)
+            return list(self._heads[seat.seat_id])
+
+    async def _load_heads(self, seat: Seat) -> list[Head]:
+        full: dict[str, tuple[int, ...]] = {}  # segment id -> its ids so far (prompt + completion)
+        heads: list[Head] = []
+        after = 0
+        while events := await self.ledger.read(seat.stream, after=after):
+            after = events[-1].seq
+            for event in events:
+                p = event.payload
+                if event.kind != Kind.TURN_RECORDED or p.get("aborted"):
+                    continue
+                prompt = full.get(p["segment_id"], ())[: p["prompt_prefix_len"]] + tuple(
+                    p["prompt_ids_delta"]
+                )
+                completion = tuple(p["completion_ids"])
+                full[p["segment_id"]] = prompt + completion
+                heads = advance(heads, Head(p["segment_id"], event.seq, p["n_messages"], p["messages_sha"],
+                                            p["tools_sha"], Message.model_validate(p["reply"]), prompt, completion))  # fmt: skip
+        return heads

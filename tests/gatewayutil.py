@@ -1,0 +1,59 @@
+"""A real gateway for tests: uvicorn serving the app on a free port, inside the test session's event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import uvicorn
+
+from rollout.contracts import Message, ToolCall
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.admission import Admission, EngineSlot
+from rollout.gateway.app import build_app
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.service import Gateway
+from rollout.ledger import Ledger
+from rollout.stack.processes import free_port
+
+
+def tool_loop_script(prompt: str) -> Message:
+    """Ask for `bash ls` until a tool result is in the prompt, then answer with what it said."""
+    results = prompt.count("<tool_response>")
+    if "bash" in prompt and results == 0:
+        return Message.assistant(
+            "", tool_calls=(ToolCall(id="call_1", name="bash", arguments='{"command": "ls"}'),)
+        )
+    if results:
+        return Message.assistant(f"I ran {results} command(s). Done.")
+    return Message.assistant("Hello from the script.")
+
+
+@dataclass
+class RunningGateway:
+    url: str
+    gateway: Gateway
+    engine: ScriptedEngine
+
+
+@asynccontextmanager
+async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: ScriptedEngine, *,
+                        wait_s: float = 5.0, max_context: int = 4096) -> AsyncIterator[RunningGateway]:  # fmt: skip
+    admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
+    gateway = Gateway(ledger, renderer, admission, max_context=max_context)
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_app(gateway, model_names=["base"]), host="127.0.0.1", port=port,
+                                           log_level="warning", lifespan="off"))  # fmt: skip
+    task = asyncio.create_task(server.serve())
+    for _ in range(1000):  # up to 20 s
+        if server.started:
+            break
+        await asyncio.sleep(0.02)
+    assert server.started, "the test gateway did not start"
+    try:
+        yield RunningGateway(f"http://127.0.0.1:{port}", gateway, engine)
+    finally:
+        server.should_exit = True
+        await task

@@ -1,0 +1,240 @@
+"""The gateway against the real OpenAI and Anthropic SDKs: three dialects, streaming and not, tool loops, and
+what the ledger recorded for them."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anthropic
+import httpx
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageFunctionToolCall
+from transformers import AutoTokenizer
+
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.seats import close_seat, load_secret, open_seat
+from rollout.ledger import Kind, Ledger, NewEvent
+from tests.gatewayutil import RunningGateway, serve_gateway, tool_loop_script
+
+BASH: Any = {"type": "function", "function": {"name": "bash", "description": "Run a shell command",
+                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
+                                                        "required": ["command"]}}}  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_qwen3: str) -> ModelRenderer:
+    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+
+
+@pytest.fixture
+async def running(ledger: Ledger, renderer: ModelRenderer) -> AsyncIterator[RunningGateway]:
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, tool_loop_script), wait_s=1.0
+    ) as running:
+        yield running
+
+
+@pytest.fixture
+async def seat(ledger: Ledger, tmp_path: Any) -> tuple[str, str]:
+    seat_id = f"test-{uuid.uuid4().hex[:10]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="solver")
+    return seat_id, token
+
+
+async def turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:
+    return [dict(e.payload) for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+
+
+def chained(records: list[dict[str, Any]]) -> list[int]:
+    """The segment's ids rebuilt from its records: each prompt extends the ids before it."""
+    ids: list[int] = []
+    for record in records:
+        ids = ids[: record["prompt_prefix_len"]] + record["prompt_ids_delta"] + record["completion_ids"]
+    return ids
+
+
+async def test_openai_chat_tool_loop_records_one_token_exact_segment(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger, renderer: ModelRenderer
+) -> None:
+    seat_id, token = seat
+    client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
+    messages: list[Any] = [{"role": "user", "content": "list the files"}]
+    first = await client.chat.completions.create(model="base", messages=messages, tools=[BASH])
+    tool_calls = first.choices[0].message.tool_calls
+    assert tool_calls is not None
+    call = tool_calls[0]
+    assert isinstance(call, ChatCompletionMessageFunctionToolCall)
+    assert first.choices[0].finish_reason == "tool_calls"
+    assert call.function.name == "bash" and json.loads(call.function.arguments) == {"command": "ls"}
+    messages += [first.choices[0].message.model_dump(exclude_none=True),
+                 {"role": "tool", "tool_call_id": call.id, "content": "README.md\nsrc"}]  # fmt: skip
+    second = await client.chat.completions.create(model="base", messages=messages, tools=[BASH])
+    assert second.choices[0].message.content == "I ran 1 command(s). Done."
+    assert second.usage is not None and first.usage is not None
+    assert second.usage.prompt_tokens > first.usage.prompt_tokens
+
+    records = await turns(ledger, seat_id)
+    assert [r["turn_index"] for r in records] == [0, 1]
+    assert records[0]["segment_id"] == records[1]["segment_id"], "the second turn extends the first"
+    first_ids = records[0]["prompt_ids_delta"] + records[0]["completion_ids"]
+    assert records[1]["prompt_prefix_len"] == len(first_ids)  # nothing sampled was re-tokenised
+    assert all(len(r["completion_ids"]) == len(r["completion_logprobs"]) for r in records)
+    assert records[0]["checkpoint"] == "base" and records[0]["engine"] == "scripted"
+    # The segment is exactly what the engine saw: the second prompt is the first turn's ids plus the new ones.
+    assert chained(records)[: len(first_ids)] == first_ids
+
+
+async def test_openai_chat_streaming(running: RunningGateway, seat: tuple[str, str], ledger: Ledger) -> None:
+    seat_id, token = seat
+    client = openai.AsyncOpenAI(base_url=f"{running.url}/v1", api_key=token, max_retries=0)
+    stream = await client.chat.completions.create(
+        model="base", messages=[{"role": "user", "content": "hi"}], stream=True
+    )
+    text, finish = "", None
+    async for chunk in stream:
+        if chunk.choices:
+            text += chunk.choices[0].delta.content or ""
+            finish = chunk.choices[0].finish_reason or finish
+    assert (text, finish) == ("Hello from the script.", "stop")
+    assert len(await turns(ledger, seat_id)) == 1
+
+
+async def test_openai_responses_tool_loop_streaming_and_not(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger
+) -> None:
+    seat_id, token = seat
+    client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
+    tools: Any = [{"type": "function", "name": "bash", "description": "Run a shell command",
+                   "parameters": BASH["function"]["parameters"]}]  # fmt: skip
+    items: list[Any] = [
+        {"role": "developer", "content": "Be brief."},
+        {"role": "user", "content": "list the files"},
+    ]
+    first = await client.responses.create(model="base", input=items, tools=tools, store=False,
+                                          reasoning={"effort": "low"}, include=["reasoning.encrypted_content"],
+                                          prompt_cache_key="k")  # fmt: skip
+    calls = [item for item in first.output if item.type == "function_call"]
+    assert len(calls) == 1 and calls[0].name == "bash"
+    items += [calls[0].model_dump(exclude_none=True),
+              {"type": "function_call_output", "call_id": calls[0].call_id, "output": "README.md"}]  # fmt: skip
+    async with client.responses.stream(model="base", input=items, tools=tools) as stream:
+        final = await stream.get_final_response()
+    assert final.output_text == "I ran 1 command(s). Done."
+    records = await turns(ledger, seat_id)
+    assert len({r["segment_id"] for r in records}) == 1
+
+
+async def test_anthropic_messages_tool_loop_streaming_and_count_tokens(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger
+) -> None:
+    seat_id, token = seat
+    client = anthropic.AsyncAnthropic(base_url=f"{running.url}/s/{token}", api_key="unused", max_retries=0)
+    tools: Any = [{"name": "bash", "description": "Run a shell command", "input_schema": BASH["function"]["parameters"]},
+                  {"type": "web_search_20250305", "name": "web_search"}]  # fmt: skip
+    messages: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "list the files",
+                                                          "cache_control": {"type": "ephemeral"}}]}]  # fmt: skip
+    first = await client.messages.create(model="base", max_tokens=256, system=[{"type": "text", "text": "You code."}],
+                                         messages=messages, tools=tools, metadata={"user_id": "u"},
+                                         extra_body={"context_management": {}, "output_config": {}},
+                                         extra_query={"beta": "true"})  # fmt: skip
+    assert first.stop_reason == "tool_use"
+    use = next(block for block in first.content if block.type == "tool_use")
+    assert use.name == "bash" and use.input == {"command": "ls"}
+    messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "README.md"}]}]  # fmt: skip
+    async with client.messages.stream(model="base", max_tokens=256, system="You code.", messages=messages,
+                                      tools=tools) as stream:  # fmt: skip
+        final = await stream.get_final_message()
+    assert final.stop_reason == "end_turn"
+    assert [b.text for b in final.content if b.type == "text"] == ["I ran 1 command(s). Done."]
+    counted = await client.messages.count_tokens(
+        model="base", messages=messages, tools=tools, system="You code."
+    )
+    assert counted.input_tokens > 10
+    records = await turns(ledger, seat_id)
+    assert len(records) == 2 and records[0]["segment_id"] == records[1]["segment_id"]
+
+
+async def test_a_retried_request_replays_the_recorded_turn(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger
+) -> None:
+    seat_id, token = seat
+    client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
+    request: Any = {"model": "base", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}
+    calls_before = running.engine.calls
+    first = await client.chat.completions.create(**request)
+    again = await client.chat.completions.create(**request)
+    assert again.choices[0].message.content == first.choices[0].message.content
+    assert running.engine.calls == calls_before + 1, (
+        "the retry is answered from the record, not sampled again"
+    )
+    assert len(await turns(ledger, seat_id)) == 1
+
+
+async def test_seat_errors_come_in_each_dialects_shape(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger
+) -> None:
+    seat_id, token = seat
+    async with httpx.AsyncClient(base_url=running.url) as http:
+        unknown = await http.post("/v1/chat/completions", headers={"authorization": "Bearer nope"},
+                                  json={"messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        assert unknown.status_code == 401 and unknown.json()["error"]["type"] == "authentication_error"
+        missing = await http.post("/v1/messages", json={"messages": [], "max_tokens": 5})
+        assert missing.status_code == 401 and missing.json()["type"] == "error"
+        bad = await http.post(f"/s/{token}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
+                                                                       "temperature": "hot"})  # fmt: skip
+        assert bad.status_code == 400 and bad.json()["error"]["param"] == "temperature"
+        assert bad.json()["error"]["message"] == "'temperature' must be a number"
+        no_max = await http.post(
+            f"/s/{token}/v1/messages", json={"messages": [{"role": "user", "content": "x"}]}
+        )
+        assert no_max.status_code == 400 and no_max.json()["error"]["message"] == "'max_tokens' is required"
+        not_json = await http.post(f"/s/{token}/v1/responses", content=b"{oops")
+        assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
+        await close_seat(ledger, seat_id)
+        gone = await http.post(
+            f"/s/{token}/v1/messages", json={"messages": [{"role": "user", "content": "x"}], "max_tokens": 5}
+        )
+        assert gone.status_code == 410 and gone.json()["error"]["type"] == "permission_error"
+
+
+async def test_a_prompt_over_the_context_is_a_400(
+    ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str]
+) -> None:
+    _, token = seat
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_context=16) as small,
+        httpx.AsyncClient(base_url=small.url) as http,
+    ):
+        response = await http.post(f"/s/{token}/v1/chat/completions",
+                                       json={"messages": [{"role": "user", "content": "a long question " * 10}]})  # fmt: skip
+    assert response.status_code == 400 and "context is 16" in response.json()["error"]["message"]
+
+
+async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    await ledger.append_one(f"run/{run}", NewEvent("created", Kind.RUN_CREATED,
+                                                   {"run": run, "environment": "e", "settings": {"paused": True}}))  # fmt: skip
+    _, token = await open_seat(ledger, load_secret(tmp_path / "s"), seat_id=f"{run}/a", agent="a", run=run)
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, wait_s=0.5) as paused,
+        httpx.AsyncClient(base_url=paused.url) as http,
+    ):
+        held = await http.post(f"/s/{token}/v1/messages",
+                                   json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        assert held.status_code == 503 and held.headers["retry-after"] == "1"
+        assert "paused" in held.json()["error"]["message"]
+        await ledger.append_one(f"run/{run}", NewEvent("resume", Kind.SETTINGS_CHANGED,
+                                                           {"run": run, "changes": {"paused": False}}))  # fmt: skip
+        resumed = await http.post(f"/s/{token}/v1/messages",
+                                      json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        assert resumed.status_code == 200
