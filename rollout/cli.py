@@ -35,6 +35,10 @@ app = typer.Typer(
 config_app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
 ledger_app = typer.Typer(help="Look into the ledger: streams and their events.", no_args_is_help=True)
 engine_app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
+seat_app = typer.Typer(
+    help="Agent seats: the base URL and key an agent samples through.", no_args_is_help=True
+)
+app.add_typer(seat_app, name="seat")
 app.add_typer(config_app, name="config")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(engine_app, name="engine")
@@ -196,6 +200,113 @@ def engine_serve(
                              served_name=served_name)  # fmt: skip
     err.print(f"local engine serving {model} as '{served_name}' on http://{host}:{port} ({engine.device})")
     uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")
+
+
+@app.command()
+def gateway(
+    overrides: Overrides = None,
+    model: Annotated[
+        str, typer.Option(help="The model the engines serve (its tokenizer and chat template).")
+    ] = "smollm2",
+    engine_url: Annotated[
+        list[str] | None, typer.Option("--engine-url", help="An engine speaking vLLM's dialect (repeatable).")
+    ] = None,
+    renderer: Annotated[str, typer.Option(help="auto, chatml, qwen3, or module.Class of your own.")] = "",
+    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
+    max_context: Annotated[int, typer.Option(help="The model's context length in tokens.")] = 8192,
+) -> None:
+    """Serve the gateway: OpenAI Chat, OpenAI Responses and Anthropic Messages, recording every turn.
+
+    Point agents at a seat's base URL (`rollout seat new` prints one).
+    """
+    import uvicorn
+    from transformers import AutoTokenizer
+
+    from rollout.engines.models import resolve
+    from rollout.engines.vllm_client import VLLMEngine
+    from rollout.gateway.admission import Admission, EngineSlot
+    from rollout.gateway.app import build_app
+    from rollout.gateway.rendering import ModelRenderer, renderer_for_model
+    from rollout.gateway.service import Gateway
+    from rollout.ledger import Ledger
+    from rollout.stack.processes import port_is_free
+
+    settings = _settings(overrides)
+    if not engine_url:
+        fail(
+            "the gateway needs at least one engine: start one with `rollout engine serve` and pass --engine-url URL"
+        )
+    if not port_is_free(host, port):
+        fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
+    model_path = resolve(model, Path(settings.models_dir).expanduser())
+    model_renderer = ModelRenderer(
+        AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
+    )
+
+    async def serve() -> None:
+        ledger = await Ledger.connect(settings.ledger_url)
+        slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_url or [])]
+        core = Gateway(ledger, model_renderer, Admission(ledger, slots), max_context=max_context)
+        err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url or [])}")
+        config = uvicorn.Config(
+            build_app(core, model_names=["base"]), host=host, port=port, log_level="warning"
+        )
+        try:
+            await uvicorn.Server(config).serve()
+        finally:
+            await ledger.close()
+
+    try:
+        asyncio.run(serve())
+    except LedgerError as error:
+        fail(str(error))
+
+
+@seat_app.command("new")
+def seat_new(
+    overrides: Overrides = None,
+    agent: Annotated[str, typer.Option(help="The agent's name.")] = "agent",
+    run: Annotated[
+        str | None, typer.Option(help="The run the seat belongs to (admission follows its settings).")
+    ] = None,
+    episode: Annotated[str | None, typer.Option(help="The episode the seat plays.")] = None,
+    policy: Annotated[
+        str, typer.Option(help="The policy whose newest admissible checkpoint serves it.")
+    ] = "default",
+    checkpoint: Annotated[str | None, typer.Option(help="Pin the seat to this checkpoint.")] = None,
+    gateway_url: Annotated[
+        str, typer.Option(help="The gateway the seat is used through.")
+    ] = "http://127.0.0.1:8000",
+    as_json: JsonFlag = False,
+) -> None:
+    """Open a seat by hand (to point Claude Code or Codex at a checkpoint, say): prints its base URL and key."""
+    import uuid
+
+    from rollout.gateway.seats import load_secret, open_seat
+    from rollout.ledger import Ledger
+
+    settings = _settings(overrides)
+
+    async def make() -> tuple[str, str]:
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            seat, token = await open_seat(
+                ledger, load_secret(settings.data_path / "gateway.secret"), seat_id=f"manual/{uuid.uuid4().hex[:12]}",
+                agent=agent, policy=policy, run=run, episode=episode, checkpoint=checkpoint,
+            )  # fmt: skip
+        return seat.seat_id, token
+
+    try:
+        seat_id, token = asyncio.run(make())
+    except LedgerError as error:
+        fail(str(error))
+    base_url = f"{gateway_url.rstrip('/')}/s/{token}/v1"
+    if as_json:
+        print(json.dumps({"seat": seat_id, "base_url": base_url, "api_key": token}))
+        return
+    out.print(f"seat      {seat_id}\nbase URL  {base_url}\nAPI key   {token}", highlight=False)
+    out.print(f"Claude Code: ANTHROPIC_BASE_URL={gateway_url.rstrip('/')}/s/{token} ANTHROPIC_API_KEY={token} claude",
+              highlight=False)  # fmt: skip
 
 
 def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> None:

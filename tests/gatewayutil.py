@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from rollout.contracts import Message, ToolCall
-from rollout.engines.scripted import ScriptedEngine
+from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import build_app
 from rollout.gateway.rendering import ModelRenderer
@@ -35,11 +35,11 @@ def tool_loop_script(prompt: str) -> Message:
 class RunningGateway:
     url: str
     gateway: Gateway
-    engine: ScriptedEngine
+    engine: Engine
 
 
 @asynccontextmanager
-async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: ScriptedEngine, *,
+async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: Engine, *,
                         wait_s: float = 5.0, max_context: int = 4096) -> AsyncIterator[RunningGateway]:  # fmt: skip
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context)

@@ -166,6 +166,7 @@ async def test_a_retried_request_replays_the_recorded_turn(
     seat_id, token = seat
     client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
     request: Any = {"model": "base", "messages": [{"role": "user", "content": "hi"}], "temperature": 0.7}
+    assert isinstance(running.engine, ScriptedEngine)
     calls_before = running.engine.calls
     first = await client.chat.completions.create(**request)
     again = await client.chat.completions.create(**request)
