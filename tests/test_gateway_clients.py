@@ -239,3 +239,55 @@ async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
         resumed = await http.post(f"/s/{token}/v1/messages",
                                       json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
         assert resumed.status_code == 200
+
+
+async def test_an_engine_that_is_down_gives_503_then_recovers(
+    ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str], tiny_qwen3: str
+) -> None:
+    import asyncio
+
+    import uvicorn
+
+    from rollout.engines.local import LocalEngine
+    from rollout.engines.vllm_client import VLLMEngine
+    from rollout.engines.vllm_server import build_app
+    from rollout.stack.processes import free_port
+
+    _, token = seat
+    port = free_port()
+    engine = VLLMEngine(f"http://127.0.0.1:{port}")  # nothing listens there yet
+    body = {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+    async with (
+        serve_gateway(ledger, renderer, engine, wait_s=0.2) as running,
+        httpx.AsyncClient(base_url=running.url) as http,
+    ):
+        refused = await http.post(f"/s/{token}/v1/messages", json=body)
+        assert refused.status_code == 503 and refused.headers["retry-after"] == "1"
+        assert refused.json()["error"]["type"] == "overloaded_error"
+        # The engine comes up on its address: the next turn goes through, nothing restarted.
+        local = LocalEngine(tiny_qwen3, device="cpu")
+        server = uvicorn.Server(
+            uvicorn.Config(build_app(local), host="127.0.0.1", port=port, log_level="warning")
+        )
+        serving = asyncio.create_task(server.serve())
+        try:
+            for _ in range(500):
+                if server.started:
+                    break
+                await asyncio.sleep(0.02)
+            recovered = await http.post(f"/s/{token}/v1/messages", json=body)
+            assert recovered.status_code == 200, recovered.text
+        finally:
+            server.should_exit = True
+            await serving
+    await engine.close()
+
+
+def test_a_malformed_tool_call_comes_back_as_text_with_the_failure_recorded(renderer: ModelRenderer) -> None:
+    ids = renderer.tokenizer.encode(
+        '<tool_call>\n{"name": "bash", "arguments": {oops}\n</tool_call><|im_end|>'
+    )
+    parsed = renderer.parse(ids, [], [])
+    assert parsed.message.tool_calls == ()
+    assert "{oops}" in parsed.message.text
+    assert parsed.parse_failures and parsed.parse_failures[0].startswith("invalid_json")
