@@ -1,0 +1,131 @@
+"""Claude Code and Codex, unchanged, complete a tool loop through the gateway; their turns form one segment.
+
+The engine is scripted: it asks for the CLI's shell tool, then answers with what the tool printed. The CLIs are
+the real npm packages, installed once into a cache directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from transformers import AutoTokenizer
+
+from rollout.contracts import Message, ToolCall
+from rollout.engines.models import npm_package_dir
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.seats import load_secret, open_seat
+from rollout.ledger import Kind, Ledger
+from tests.gatewayutil import serve_gateway
+
+pytestmark = pytest.mark.slow
+
+NPM_CACHE = Path.home() / ".cache" / "rollout-tests" / "npm"
+MARKER = "rollout-ok-7"
+
+
+class ShellScript:
+    """Ask for one shell command with whichever shell tool the CLI offers; then report its output."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> Message:
+        self.prompts.append(prompt)
+        result = re.search(r"<tool_response>(.*?)</tool_response>", prompt, re.DOTALL)
+        if result:
+            return Message.assistant(
+                f"The command printed {MARKER}." if MARKER in result.group(1) else "It failed."
+            )
+        if '"name": "Bash"' in prompt:
+            arguments = {"command": f"echo {MARKER}", "description": "Print a marker"}
+            return Message.assistant(
+                "", tool_calls=(ToolCall(id="toolu_01", name="Bash", arguments=json.dumps(arguments)),)
+            )
+        if '"name": "exec_command"' in prompt:
+            arguments = {"cmd": f"echo {MARKER}"}
+            return Message.assistant(
+                "", tool_calls=(ToolCall(id="call_01", name="exec_command", arguments=json.dumps(arguments)),)
+            )
+        return Message.assistant("ok")
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_qwen3: str) -> ModelRenderer:
+    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+
+
+def cli(package: str, name: str) -> str:
+    return str(npm_package_dir(package, NPM_CACHE).parent.parent / ".bin" / name)
+
+
+async def run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        *command, cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
+    )  # fmt: skip
+    output, _ = await asyncio.wait_for(process.communicate(), timeout=240)
+    return process.returncode or 0, output.decode(errors="replace")
+
+
+async def recorded_turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:
+    return [dict(e.payload) for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+
+
+def assert_one_extended_segment(records: list[dict[str, Any]]) -> None:
+    assert len(records) >= 2
+    tool_turn, answer = records[-2], records[-1]
+    assert tool_turn["reply"]["tool_calls"], "the first turn asked for the shell tool"
+    assert answer["segment_id"] == tool_turn["segment_id"], "the answer extends the tool call's segment"
+    assert answer["prompt_prefix_len"] >= len(tool_turn["completion_ids"]) > 0
+    assert all(len(r["completion_ids"]) == len(r["completion_logprobs"]) for r in records)
+
+
+async def test_claude_code_completes_a_tool_loop(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Path
+) -> None:
+    claude = await asyncio.to_thread(cli, "@anthropic-ai/claude-code", "claude")
+    script = ShellScript()
+    seat_id = f"claude-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="claude-code")
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
+    ) as gateway:
+        env = {"ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}", "ANTHROPIC_API_KEY": token, "HOME": str(tmp_path),
+               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}  # fmt: skip
+        code, output = await run([claude, "-p", f"Run echo {MARKER} with Bash and tell me what it printed.",
+                                  "--allowedTools", "Bash"], env, tmp_path)  # fmt: skip
+    assert code == 0, output
+    assert f"The command printed {MARKER}." in output
+    assert any(MARKER in p and "<tool_response>" in p for p in script.prompts), "Claude Code ran the command"
+    assert_one_extended_segment(await recorded_turns(ledger, seat_id))
+
+
+async def test_codex_completes_a_tool_loop(ledger: Ledger, renderer: ModelRenderer, tmp_path: Path) -> None:
+    codex = await asyncio.to_thread(cli, "@openai/codex", "codex")
+    script = ShellScript()
+    seat_id = f"codex-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="codex")
+    home = tmp_path / "codex-home"
+    home.mkdir()
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
+    ) as gateway:
+        (home / "config.toml").write_text(
+            'model = "rollout-policy"\nmodel_provider = "rollout"\n\n[model_providers.rollout]\nname = "rollout"\n'
+            f'base_url = "{gateway.url}/s/{token}/v1"\nwire_api = "responses"\nenv_key = "ROLLOUT_API_KEY"\n'
+        )
+        env = {"CODEX_HOME": str(home), "ROLLOUT_API_KEY": token, "HOME": str(tmp_path)}
+        code, output = await run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
+                                  f"Run echo {MARKER} and tell me what it printed."], env, tmp_path)  # fmt: skip
+    assert code == 0, output
+    assert f"The command printed {MARKER}." in output
+    assert any(MARKER in p and "<tool_response>" in p for p in script.prompts), "Codex ran the command"
+    assert_one_extended_segment(await recorded_turns(ledger, seat_id))
