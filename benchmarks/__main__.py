@@ -6,7 +6,7 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = {"ledger": "benchmarks.ledger"}
+BENCHMARKS = {"ledger": "benchmarks.ledger", "gateway": "benchmarks.gateway"}
 
 
 def main() -> int:

@@ -133,8 +133,10 @@ class EmbeddedPostgres:
         """Start the server; False when it was already running."""
         if self.pid() is not None:
             return False
-        if (self.cluster_dir / "PG_VERSION").exists() is False:
-            self.ensure_cluster()
+        self.ensure_cluster()
+        if _ensure_service_user() is not None:
+            # Something may have tightened a parent directory since initdb (pytest resets its temp root to 700).
+            _grant_traverse(self.data_dir)
         if not port_is_free(self.host, self.port):
             raise PortTakenError("Postgres", self.host, self.port, "services.postgres.port")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

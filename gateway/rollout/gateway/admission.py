@@ -77,7 +77,9 @@ class Admission:
             settings = await self.run_settings(seat.run)
             reason = "the run is paused"
             if not settings.paused:
-                newest = await self.newest_version(seat.policy)
+                # A seat outside any run (or pinned to a checkpoint) has no staleness bound: skip the lookup.
+                unbounded = seat.run is None or seat.checkpoint is not None
+                newest = 0 if unbounded else await self.newest_version(seat.policy)
                 found = self.eligible(seat, settings, newest)
                 if found:
                     start = next(self._turn) % len(found)

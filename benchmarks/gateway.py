@@ -1,0 +1,163 @@
+"""Gateway throughput and added latency, against the engine called directly and against LiteLLM's proxy.
+
+Three paths to one scripted engine (benchmarks.scripted_backend), each server its own process on this machine:
+- direct: the client calls the engine's chat endpoint itself (the baseline for added latency);
+- rollout: the client calls `rollout gateway` through a seat; the gateway renders, admits, samples over vLLM's
+  dialect and records every turn in Postgres before answering (recording on);
+- litellm: the client calls LiteLLM's proxy, which forwards to the engine's chat endpoint.
+At concurrency 1, 16 and 64, every request is a new conversation (no replay shortcut). Reported: turns/s and
+p50/p99 latency per path, added p50 over direct at concurrency 1, and rollout's throughput over LiteLLM's.
+Targets (issue 3): >= 2x LiteLLM's throughput at concurrency 64; added p50 <= 3 ms at concurrency 1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from rollout.stack.processes import free_port, terminate
+
+CONCURRENCY = (1, 16, 64)
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+LITELLM = str(Path(sys.executable).parent / "litellm")
+
+
+def _wait(url: str, process: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(f"{process.args!r:.120} exited with {process.returncode}")
+        try:
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise RuntimeError(f"{url} did not come up in {timeout_s:.0f}s")
+
+
+async def _load(url: str, headers: list[dict[str, str]], concurrency: int, requests: int) -> dict[str, float]:
+    latencies: list[float] = []
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for n in range(requests):
+        queue.put_nowait(n)
+    limits = httpx.Limits(max_connections=concurrency, max_keepalive_connections=concurrency)
+
+    async def worker(client: httpx.AsyncClient, seat_headers: dict[str, str]) -> None:
+        while not queue.empty():
+            n = queue.get_nowait()
+            body = {"model": "base", "max_tokens": 16,
+                    "messages": [{"role": "user", "content": f"question {n} {uuid.uuid4().hex[:8]}"}]}  # fmt: skip
+            started = time.perf_counter()
+            response = await client.post(url, json=body, headers=seat_headers)
+            latencies.append(time.perf_counter() - started)
+            if response.status_code != 200:
+                raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:200]}")
+
+    async with httpx.AsyncClient(timeout=60, limits=limits) as client:
+        await worker(client, headers[0]) if concurrency == 1 else None  # warm the connection
+        latencies.clear()
+        for n in range(requests):
+            queue.put_nowait(n)
+        started = time.perf_counter()
+        await asyncio.gather(*[worker(client, headers[i % len(headers)]) for i in range(concurrency)])
+        elapsed = time.perf_counter() - started
+    latencies.sort()
+    return {"turns_per_s": len(latencies) / elapsed, "p50_ms": 1000 * statistics.median(latencies),
+            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}  # fmt: skip
+
+
+def main(quick: bool = False) -> int:
+    from transformers import AutoTokenizer
+
+    from rollout.engines.models import TINY_QWEN3, resolve
+    from rollout.stack.embedded import Stack
+    from tests.stackutil import isolated_overrides
+
+    requests_for = {1: 60, 16: 200, 64: 320} if not quick else {1: 10, 16: 32, 64: 64}
+    models_dir = Path(
+        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
+    )
+    tokenizer = AutoTokenizer.from_pretrained(resolve(TINY_QWEN3, models_dir))
+    ids = [
+        *tokenizer.encode("Hello from the script.", add_special_tokens=False),
+        tokenizer.convert_tokens_to_ids("<|im_end|>"),
+    ]
+    processes: list[subprocess.Popen[bytes]] = []
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch:
+        overrides = isolated_overrides(Path(scratch) / "data")
+        stack = Stack(__import__("rollout.config", fromlist=["load"]).load(overrides))
+        stack.up()
+        try:
+            backend_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
+            log = open(Path(scratch) / "servers.log", "wb")  # noqa: SIM115 - closed with the directory
+            processes.append(subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_backend", "--port",
+                                               str(backend_port), "--ids", ",".join(map(str, ids))], stdout=log, stderr=log))  # fmt: skip
+            backend = f"http://127.0.0.1:{backend_port}"
+            processes.append(subprocess.Popen([ROLLOUT, "gateway", "--model", "tiny-qwen3", "--port", str(gateway_port),
+                                               "--engine-url", backend, f"models_dir={models_dir}", *overrides],
+                                              stdout=log, stderr=log))  # fmt: skip
+            master_key = f"sk-{uuid.uuid4().hex}{uuid.uuid4().hex}"
+            config = Path(scratch) / "litellm.yaml"
+            config.write_text(json.dumps({"model_list": [{"model_name": "base", "litellm_params": {
+                "model": "openai/base", "api_base": f"{backend}/v1", "api_key": "none"}}]}))  # fmt: skip
+            processes.append(subprocess.Popen([LITELLM, "--config", str(config), "--port", str(litellm_port),
+                                               "--num_workers", "1"], stdout=log, stderr=log,
+                                              env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key}))  # fmt: skip
+            _wait(f"{backend}/health", processes[0])
+            _wait(f"http://127.0.0.1:{gateway_port}/health", processes[1])
+            _wait(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[2])
+            seats = [json.loads(subprocess.run([ROLLOUT, "seat", "new", "--json", *overrides], capture_output=True,
+                                               text=True, check=True).stdout) for _ in range(4)]  # fmt: skip
+            paths = {
+                "direct": (f"{backend}/v1/chat/completions", [{}]),
+                "rollout": (f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
+                            [{"authorization": f"Bearer {s['api_key']}"} for s in seats]),
+                "litellm": (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", [{"authorization": f"Bearer {master_key}"}]),
+            }  # fmt: skip
+            results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in paths}
+            for concurrency in CONCURRENCY:
+                for name, (url, headers) in paths.items():
+                    results[name][concurrency] = asyncio.run(
+                        _load(url, headers, concurrency, requests_for[concurrency])
+                    )
+                    r = results[name][concurrency]
+                    print(f"{name:>8} c={concurrency:<3} {r['turns_per_s']:8.1f} turns/s  p50 {r['p50_ms']:7.2f} ms"
+                          f"  p99 {r['p99_ms']:7.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+        finally:
+            for process in processes:
+                terminate(process.pid)
+            stack.down()
+    summary: dict[str, Any] = {
+        "benchmark": "gateway",
+        "machine": f"{os.uname().machine} {os.cpu_count()} cpus",
+    }
+    for name, by_c in results.items():
+        for c, r in by_c.items():
+            summary[f"{name}_c{c}_turns_per_s"] = round(r["turns_per_s"], 1)
+            summary[f"{name}_c{c}_p50_ms"] = round(r["p50_ms"], 2)
+            summary[f"{name}_c{c}_p99_ms"] = round(r["p99_ms"], 2)
+    summary["rollout_added_p50_ms_c1"] = round(
+        results["rollout"][1]["p50_ms"] - results["direct"][1]["p50_ms"], 2
+    )
+    summary["litellm_added_p50_ms_c1"] = round(
+        results["litellm"][1]["p50_ms"] - results["direct"][1]["p50_ms"], 2
+    )
+    summary["rollout_over_litellm_c64"] = round(
+        results["rollout"][64]["turns_per_s"] / results["litellm"][64]["turns_per_s"], 2
+    )
+    summary["target_2x_litellm_met"] = summary["rollout_over_litellm_c64"] >= 2
+    summary["target_added_p50_3ms_met"] = summary["rollout_added_p50_ms_c1"] <= 3
+    print(json.dumps(summary))
+    return 0
