@@ -47,6 +47,16 @@ class TemporalSettings:
 
 
 @dataclass
+class GatewaySettings:
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8000
+    model: str = "smollm2"
+    engine_port: int = 8100
+    max_context: int = 8192
+
+
+@dataclass
 class BlobSettings:
     url: str | None = None
     s3_endpoint: str | None = None
@@ -57,6 +67,7 @@ class BlobSettings:
 class ServiceSettings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     temporal: TemporalSettings = field(default_factory=TemporalSettings)
+    gateway: GatewaySettings = field(default_factory=GatewaySettings)
     blobs: BlobSettings = field(default_factory=BlobSettings)
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
+import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -27,6 +28,7 @@ from rollout.blobs import open_store
 from rollout.config import Settings
 from rollout.ledger import migrate
 from rollout.ledger.errors import redact
+from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.temporal import EmbeddedTemporal
 
@@ -57,6 +59,26 @@ class Stack:
             if services.postgres.url
             else EmbeddedPostgres(self.data_dir, services.postgres.host, services.postgres.port)
         )
+        gateway = services.gateway
+        self.engine: ManagedProcess | None = None
+        self.gateway: ManagedProcess | None = None
+        if gateway.enabled:
+            python = (sys.executable, "-m", "rollout.cli")
+            common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
+            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            self.engine = ManagedProcess(
+                "Engine",
+                (*python, "engine", "serve", "--model", gateway.model, "--host", gateway.host,
+                 "--port", str(gateway.engine_port), *common),
+                self.data_dir, gateway.host, ((gateway.engine_port, "services.gateway.engine_port"),),
+            )  # fmt: skip
+            self.gateway = ManagedProcess(
+                "Gateway",
+                (*python, "gateway", "--model", gateway.model, "--engine-url", engine_url, "--host", gateway.host,
+                 "--port", str(gateway.port), "--max-context", str(gateway.max_context), *common,
+                 f"services.postgres.url={settings.ledger_url}"),
+                self.data_dir, gateway.host, ((gateway.port, "services.gateway.port"),),
+            )  # fmt: skip
         self.temporal = (
             None
             if services.temporal.address
@@ -100,6 +122,12 @@ class Stack:
                 # Open ports are not readiness: the frontend answers health checks a little later.
                 report("Temporal: waiting until it answers")
                 self._wait_until_healthy(self._temporal_status, timeout_s=90)
+            if self.engine is not None and self.gateway is not None:
+                # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU).
+                report("engine: starting" if self.engine.pid() is None else "engine: already running")
+                self.engine.start(timeout_s=600)
+                report("gateway: starting" if self.gateway.pid() is None else "gateway: already running")
+                self.gateway.start(timeout_s=120)
             open_store(
                 self.settings.blob_url,
                 s3_endpoint=self.settings.services.blobs.s3_endpoint,
@@ -122,6 +150,11 @@ class Stack:
         if not self.data_dir.is_dir():
             return stopped
         with self._lock():
+            for process in (self.gateway, self.engine):
+                if process is not None and process.pid() is not None:
+                    report(f"{process.name}: stopping")
+                    process.stop()
+                    stopped.append(process.name.lower())
             if self.temporal is not None and self.temporal.pid() is not None:
                 report("Temporal: stopping")
                 self.temporal.stop()
@@ -133,7 +166,21 @@ class Stack:
         return stopped
 
     def status(self) -> list[ServiceStatus]:
-        return [self._postgres_status(), self._temporal_status(), self._blobs_status()]
+        services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
+        gateway = self.settings.services.gateway
+        if self.engine is not None and self.gateway is not None:
+            services.append(self._http_status("engine", self.engine, f"http://{gateway.host}:{gateway.engine_port}",
+                                              f"serving {gateway.model}"))  # fmt: skip
+            services.append(self._http_status("gateway", self.gateway, f"http://{gateway.host}:{gateway.port}",
+                                              "agents use /s/TOKEN/v1 (`rollout seat new`)"))  # fmt: skip
+        return services
+
+    def _http_status(self, name: str, process: ManagedProcess, url: str, detail: str) -> ServiceStatus:
+        try:
+            healthy = httpx.get(f"{url}/health", timeout=3).status_code == 200
+        except httpx.HTTPError as error:
+            healthy, detail = False, f"unreachable: {type(error).__name__}"
+        return ServiceStatus(name, "embedded", url, healthy, detail, process.pid())
 
     def _postgres_status(self) -> ServiceStatus:
         url = self.settings.ledger_url

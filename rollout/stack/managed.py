@@ -1,0 +1,66 @@
+"""A service the stack runs as a detached process: started once, found again by its pid file, stopped by `down`.
+
+Contract:
+- `start` is idempotent: a live process named by the pid file is left alone; a stale file is ignored.
+- Ports are checked before starting, and a taken one is reported with the setting to change.
+- `start` returns once the process accepts connections on every port (or raises with the tail of its log).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.stack.processes import (
+    PortTakenError,
+    port_is_free,
+    read_pid_file,
+    start_detached,
+    terminate,
+    wait_for_port,
+    write_pid_file,
+)
+
+
+@dataclass(frozen=True)
+class ManagedProcess:
+    name: str
+    command: tuple[str, ...]
+    data_dir: Path
+    host: str
+    ports: tuple[tuple[int, str], ...]  # (port, the setting that chooses it)
+
+    @property
+    def pid_path(self) -> Path:
+        return self.data_dir / "run" / f"{self.name.lower()}.pid"
+
+    @property
+    def log_path(self) -> Path:
+        return self.data_dir / "logs" / f"{self.name.lower()}.log"
+
+    def pid(self) -> int | None:
+        record = read_pid_file(self.pid_path)
+        return record.pid if record else None
+
+    def start(self, timeout_s: float = 60) -> bool:
+        """Start the process; False when ours was already running."""
+        if self.pid() is not None:
+            return False
+        for port, setting in self.ports:
+            if not port_is_free(self.host, port):
+                raise PortTakenError(self.name, self.host, port, setting)
+        self.pid_path.parent.mkdir(parents=True, exist_ok=True)
+        pid = start_detached(list(self.command), self.log_path)
+        write_pid_file(self.pid_path, pid)
+        if not all(wait_for_port(self.host, port, timeout_s, pid) for port, _ in self.ports):
+            terminate(pid)
+            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
+            raise RuntimeError(f"{self.name} did not come up within {timeout_s:.0f}s:\n{tail}")
+        return True
+
+    def stop(self) -> bool:
+        pid = self.pid()
+        if pid is not None:
+            terminate(pid)
+        self.pid_path.unlink(missing_ok=True)
+        return pid is not None
