@@ -180,11 +180,17 @@ def engine_serve(
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
     served_name: Annotated[str, typer.Option(help="The name requests use for the base weights.")] = "base",
+    kind: Annotated[
+        str, typer.Option(help="local (transformers + peft) or vllm (`vllm serve`, on a GPU).")
+    ] = "local",
 ) -> None:
-    """Serve a model with the local engine (transformers + peft) over vLLM's HTTP dialect.
+    """Serve a model over vLLM's HTTP dialect: the local engine, or a real `vllm serve` with LoRA and sleep mode.
 
-    Concurrent requests are batched. LoRA checkpoints load at runtime through /v1/load_lora_adapter.
+    The local engine batches concurrent requests; LoRA checkpoints load at runtime through /v1/load_lora_adapter.
     """
+    import os
+    import shutil
+
     import uvicorn
 
     from rollout.engines.local import LocalEngine
@@ -193,8 +199,18 @@ def engine_serve(
     from rollout.stack.processes import port_is_free
 
     settings = _settings(overrides)
+    if kind not in ("local", "vllm"):
+        fail(f"--kind must be local or vllm, not {kind!r}", code=2)
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
+    if kind == "vllm":
+        from rollout.engines.vllm_launcher import VLLMLaunch, command
+
+        if shutil.which("vllm") is None:
+            fail("vLLM is not installed here: `uv sync --extra vllm` (it needs a CUDA GPU)")
+        argv, env = command(VLLMLaunch(resolve(model, Path(settings.models_dir).expanduser()), host=host, port=port,
+                                       served_name=served_name))  # fmt: skip
+        os.execvpe(argv[0], argv, {**os.environ, **env})
     with err.status(f"loading {model}…"):
         engine = LocalEngine(resolve(model, Path(settings.models_dir).expanduser()), device=device,
                              served_name=served_name)  # fmt: skip

@@ -291,3 +291,37 @@ def test_a_malformed_tool_call_comes_back_as_text_with_the_failure_recorded(rend
     assert parsed.message.tool_calls == ()
     assert "{oops}" in parsed.message.text
     assert parsed.parse_failures and parsed.parse_failures[0].startswith("invalid_json")
+
+
+async def test_a_client_that_leaves_mid_stream_gets_its_turn_recorded_as_aborted(
+    running: RunningGateway, seat: tuple[str, str], ledger: Ledger
+) -> None:
+    from rollout.gateway.app import SSEResponse
+    from rollout.gateway.dialects.openai_chat import OpenAIChat
+    from rollout.gateway.seats import resolve
+    from rollout.gateway.service import Sampled
+
+    seat_id, token = seat
+    resolved = await resolve(ledger, token)
+    assert resolved is not None
+    dialect = OpenAIChat()
+    request = dialect.parse({"messages": [{"role": "user", "content": "hi"}], "stream": True})
+    sampled = await running.gateway.sample(resolved, request)
+    assert isinstance(sampled, Sampled)
+    frames, last = dialect.stream(sampled.turn)
+    sent: list[bytes] = []
+
+    async def receive() -> Any:
+        return {"type": "http.disconnect"}  # the client is already gone
+
+    async def send(message: Any) -> None:
+        sent.append(message.get("body", b""))
+
+    await SSEResponse(running.gateway, sampled, frames, last)({"type": "http"}, receive, send)
+    assert last[-1] not in sent, "a departed client gets no terminating frame"
+    records = await turns(ledger, seat_id)
+    assert len(records) == 1 and records[0]["aborted"].startswith("stream aborted")
+    # Aborted turns are never replayed: the same request samples afresh and is recorded normally.
+    again = await running.gateway.complete(resolved, request)
+    assert not again.replayed
+    assert [bool(r.get("aborted")) for r in await turns(ledger, seat_id)] == [True, False]

@@ -1,0 +1,65 @@
+"""The vLLM launch command; and, where vLLM and a GPU exist, the real thing driven by rollout's engine client."""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import os
+import time
+
+import pytest
+
+from rollout.engines.vllm_launcher import VLLMLaunch, command
+
+
+def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
+    argv, env = command(
+        VLLMLaunch("Qwen/Qwen3-8B", port=8200, max_model_len=16384, quantization="bitsandbytes")
+    )
+    assert argv[:3] == ["vllm", "serve", "Qwen/Qwen3-8B"]
+    assert argv[argv.index("--port") + 1] == "8200"
+    assert "--enable-lora" in argv and "--enable-sleep-mode" in argv
+    assert argv[argv.index("--max-model-len") + 1] == "16384"
+    assert argv[argv.index("--quantization") + 1] == "bitsandbytes"
+    assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
+    plain, plain_env = command(VLLMLaunch("m", lora=False, sleep_mode=False))
+    assert "--enable-lora" not in plain and "--enable-sleep-mode" not in plain and plain_env == {}
+
+
+def _gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except ImportError:
+        return False
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(
+    not _gpu() or importlib.util.find_spec("vllm") is None, reason="needs vLLM and a CUDA GPU"
+)
+async def test_real_vllm_samples_token_ids_with_logprobs(tiny_qwen3: str) -> None:
+    from rollout.engines.protocol import SampleRequest
+    from rollout.engines.vllm_client import VLLMEngine
+    from rollout.stack.processes import free_port
+
+    port = free_port()
+    argv, env = command(VLLMLaunch(tiny_qwen3, port=port, gpu_memory_utilization=0.3, max_model_len=2048))
+    server = await asyncio.create_subprocess_exec(*argv, env={**os.environ, **env})
+    client = VLLMEngine(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 600
+        while not await client.health():
+            assert server.returncode is None and time.monotonic() < deadline, "vllm serve did not come up"
+            await asyncio.sleep(2)
+        result = await client.sample(
+            SampleRequest((151644, 872, 198, 6023, 151645, 198), max_tokens=8, seed=1)
+        )
+        assert len(result.completion_ids) == len(result.logprobs) > 0
+        await client.sleep()
+        await client.wake()
+    finally:
+        await client.close()
+        server.terminate()
+        await server.wait()
