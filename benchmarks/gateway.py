@@ -26,25 +26,11 @@ from typing import Any
 
 import httpx
 
-from rollout.stack.processes import free_port, terminate
+from rollout.stack.processes import free_port, terminate, wait_for_http
 
 CONCURRENCY = (1, 16, 64)
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 LITELLM = str(Path(sys.executable).parent / "litellm")
-
-
-def _wait(url: str, process: subprocess.Popen[bytes], timeout_s: float = 180) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise RuntimeError(f"{process.args!r:.120} exited with {process.returncode}")
-        try:
-            if httpx.get(url, timeout=2).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.5)
-    raise RuntimeError(f"{url} did not come up in {timeout_s:.0f}s")
 
 
 async def _load(url: str, headers: list[dict[str, str]], concurrency: int, requests: int) -> dict[str, float]:
@@ -66,10 +52,11 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
                 raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:200]}")
 
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        await worker(client, headers[0]) if concurrency == 1 else None  # warm the connection
-        latencies.clear()
-        for n in range(requests):
-            queue.put_nowait(n)
+        await client.post(
+            url,
+            json={"model": "base", "max_tokens": 4, "messages": [{"role": "user", "content": "warm"}]},
+            headers=headers[0],
+        )  # open the connection before the clock starts
         started = time.perf_counter()
         await asyncio.gather(*[worker(client, headers[i % len(headers)]) for i in range(concurrency)])
         elapsed = time.perf_counter() - started
@@ -81,6 +68,7 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
 def main(quick: bool = False) -> int:
     from transformers import AutoTokenizer
 
+    from rollout import config
     from rollout.engines.models import TINY_QWEN3, resolve
     from rollout.stack.embedded import Stack
     from tests.stackutil import isolated_overrides
@@ -97,7 +85,7 @@ def main(quick: bool = False) -> int:
     processes: list[subprocess.Popen[bytes]] = []
     with tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch:
         overrides = isolated_overrides(Path(scratch) / "data")
-        stack = Stack(__import__("rollout.config", fromlist=["load"]).load(overrides))
+        stack = Stack(config.load(overrides))
         stack.up()
         try:
             backend_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
@@ -115,9 +103,9 @@ def main(quick: bool = False) -> int:
             processes.append(subprocess.Popen([LITELLM, "--config", str(config), "--port", str(litellm_port),
                                                "--num_workers", "1"], stdout=log, stderr=log,
                                               env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key}))  # fmt: skip
-            _wait(f"{backend}/health", processes[0])
-            _wait(f"http://127.0.0.1:{gateway_port}/health", processes[1])
-            _wait(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[2])
+            wait_for_http(f"{backend}/health", processes[0])
+            wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[1])
+            wait_for_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[2])
             seats = [json.loads(subprocess.run([ROLLOUT, "seat", "new", "--json", *overrides], capture_output=True,
                                                text=True, check=True).stdout) for _ in range(4)]  # fmt: skip
             paths = {

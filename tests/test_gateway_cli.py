@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import openai
 import pytest
 
 from rollout.config import Settings
-from rollout.stack.processes import free_port
+from rollout.stack.processes import free_port, wait_for_http
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 
@@ -24,19 +22,6 @@ pytestmark = pytest.mark.slow
 def overrides(settings: Settings, models_dir: Path) -> list[str]:
     return [f"data_dir={settings.data_dir}", f"services.postgres.port={settings.services.postgres.port}",
             f"models_dir={models_dir}"]  # fmt: skip
-
-
-def wait_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        assert process.poll() is None, f"{process.args} exited early"
-        try:
-            if httpx.get(url, timeout=1).status_code < 500:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.3)
-    raise AssertionError(f"{url} did not come up")
 
 
 @pytest.fixture
@@ -49,8 +34,8 @@ def services(stack_settings: Settings, models_dir: Path, tiny_qwen3: str) -> Ite
     gateway = subprocess.Popen([ROLLOUT, "gateway", "--model", "tiny-qwen3", "--port", str(gateway_port),
                                 "--engine-url", f"http://127.0.0.1:{engine_port}", *common])  # fmt: skip
     try:
-        wait_http(f"http://127.0.0.1:{engine_port}/health", engine)
-        wait_http(f"http://127.0.0.1:{gateway_port}/health", gateway)
+        wait_for_http(f"http://127.0.0.1:{engine_port}/health", engine)
+        wait_for_http(f"http://127.0.0.1:{gateway_port}/health", gateway)
         yield f"http://127.0.0.1:{gateway_port}"
     finally:
         for process in (gateway, engine):

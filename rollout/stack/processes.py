@@ -134,3 +134,20 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 120) -> None:
+    """Wait until `url` answers below 500; fail early, naming the command, if `process` exits first."""
+    import httpx
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise RuntimeError(
+                f"{process.args!r:.160} exited with {process.returncode} before {url} answered"
+            )
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code < 500:
+                return
+        time.sleep(0.3)
+    raise RuntimeError(f"{url} did not answer within {timeout_s:.0f}s")

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
@@ -75,17 +75,11 @@ def _messages(raw_messages: list[Any]) -> list[Message]:
 
 
 def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
-    tools = []
-    for index, tool in enumerate(raw):
-        tool = obj(tool, f"tools[{index}]")
-        if "input_schema" not in tool:
-            continue  # a server tool (web search, ...): executed by Anthropic's platform, not by a model here
-        name = get(tool, "name", str, None, prefix=f"tools[{index}].")
-        if not name:
-            raise BadRequest(f"'tools[{index}].name' is required", field=f"tools[{index}].name")
-        tools.append(ToolSpec(name=name, description=tool.get("description") or "",
-                              parameters=obj(tool["input_schema"], f"tools[{index}].input_schema")))  # fmt: skip
-    return tuple(tools)
+    # Server tools (web search, ...) have no input_schema: Anthropic's platform runs them, not a model here.
+    tools = [(i, obj(tool, f"tools[{i}]")) for i, tool in enumerate(raw)]
+    return tuple(
+        function_tool(t, f"tools[{i}]", schema_key="input_schema") for i, t in tools if "input_schema" in t
+    )
 
 
 class AnthropicMessages:

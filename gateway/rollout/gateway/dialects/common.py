@@ -6,6 +6,7 @@ import json
 import uuid
 from typing import Any, Protocol
 
+from rollout.contracts import ToolSpec
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 
 TEXT_CHUNK = 24  # characters per streamed text delta
@@ -82,3 +83,12 @@ def text_of(content: Any, field: str, accepted: tuple[str, ...] = ("text",)) -> 
                 )
         return "".join(parts)
     raise BadRequest(f"'{field}' must be a string or an array of content parts", field=field)
+
+
+def function_tool(body: dict[str, Any], field: str, *, schema_key: str = "parameters") -> ToolSpec:
+    """A tool from an object with a name, a description and a JSON Schema under `schema_key`."""
+    name = get(body, "name", str, None, prefix=f"{field}.")
+    if not name:
+        raise BadRequest(f"'{field}.name' is required", field=f"{field}.name")
+    schema = obj(body.get(schema_key) or {"type": "object", "properties": {}}, f"{field}.{schema_key}")
+    return ToolSpec(name=name, description=body.get("description") or "", parameters=schema)

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 
 
@@ -41,18 +41,12 @@ def _message(raw: Any, index: int) -> Message:
 
 
 def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
-    tools = []
-    for index, tool in enumerate(raw):
-        tool = obj(tool, f"tools[{index}]")
-        function = obj(tool.get("function"), f"tools[{index}].function")
-        name = get(function, "name", str, None, prefix=f"tools[{index}].function.")
-        if not name:
-            raise BadRequest(
-                f"'tools[{index}].function.name' is required", field=f"tools[{index}].function.name"
-            )
-        tools.append(ToolSpec(name=name, description=function.get("description") or "",
-                              parameters=function.get("parameters") or {"type": "object", "properties": {}}))  # fmt: skip
-    return tuple(tools)
+    return tuple(
+        function_tool(
+            obj(obj(tool, f"tools[{i}]").get("function"), f"tools[{i}].function"), f"tools[{i}].function"
+        )
+        for i, tool in enumerate(raw)
+    )
 
 
 class OpenAIChat:

@@ -11,7 +11,7 @@ import time
 from typing import Any
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 
@@ -70,17 +70,9 @@ def _continues_assistant_turn(previous: Any) -> bool:
 
 
 def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
-    tools = []
-    for index, tool in enumerate(raw):
-        tool = obj(tool, f"tools[{index}]")
-        if tool.get("type") != "function":
-            continue  # web_search, local_shell, custom grammar tools: not offered to this model
-        name = get(tool, "name", str, None, prefix=f"tools[{index}].")
-        if not name:
-            raise BadRequest(f"'tools[{index}].name' is required", field=f"tools[{index}].name")
-        tools.append(ToolSpec(name=name, description=tool.get("description") or "",
-                              parameters=tool.get("parameters") or {"type": "object", "properties": {}}))  # fmt: skip
-    return tuple(tools)
+    # Only function tools are offered to the model; web_search, local_shell and grammar tools are not.
+    tools = [(i, obj(tool, f"tools[{i}]")) for i, tool in enumerate(raw)]
+    return tuple(function_tool(tool, f"tools[{i}]") for i, tool in tools if tool.get("type") == "function")
 
 
 class OpenAIResponses:
