@@ -83,13 +83,15 @@ def main(quick: bool = False) -> int:
         tokenizer.convert_tokens_to_ids("<|im_end|>"),
     ]
     processes: list[subprocess.Popen[bytes]] = []
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch:
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch,
+        open(Path(scratch) / "servers.log", "wb") as log,
+    ):
         overrides = isolated_overrides(Path(scratch) / "data")
         stack = Stack(config.load(overrides))
         stack.up()
         try:
             backend_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
-            log = open(Path(scratch) / "servers.log", "wb")  # noqa: SIM115 - closed with the directory
             processes.append(subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_backend", "--port",
                                                str(backend_port), "--ids", ",".join(map(str, ids))], stdout=log, stderr=log))  # fmt: skip
             backend = f"http://127.0.0.1:{backend_port}"

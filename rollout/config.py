@@ -124,7 +124,9 @@ def load(overrides: list[str] | None = None) -> Settings:
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:
-    return OmegaConf.to_container(OmegaConf.structured(settings), enum_to_str=True)  # type: ignore[return-value]
+    tree = OmegaConf.to_container(OmegaConf.structured(settings), enum_to_str=True)
+    assert isinstance(tree, dict)
+    return {str(key): value for key, value in tree.items()}
 
 
 def valid_keys(path: str) -> list[str]:

@@ -19,6 +19,7 @@ import json
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -38,14 +39,14 @@ def resolve(spec: str, models_dir: Path) -> str:
     return spec
 
 
-def _ensure(target: Path, build: object) -> Path:
+def _ensure(target: Path, build: Callable[[Path], None]) -> Path:
     if (target / "config.json").exists():
         return target
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
         work = Path(scratch) / "model"
         work.mkdir()
-        build(work)  # type: ignore[operator]
+        build(work)
         if not (target / "config.json").exists():  # another process may have finished first
             shutil.rmtree(target, ignore_errors=True)
             work.rename(target)
