@@ -231,6 +231,12 @@ def gateway(
     host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
     max_context: Annotated[int, typer.Option(help="The model's context length in tokens.")] = 8192,
+    external: Annotated[
+        list[str] | None,
+        typer.Option(
+            help="POLICY=MODEL or POLICY=MODEL@API_BASE: seats of POLICY use that LiteLLM model, recorded as text (repeatable)."
+        ),
+    ] = None,
 ) -> None:
     """Serve the gateway: OpenAI Chat, OpenAI Responses and Anthropic Messages, recording every turn.
 
@@ -239,6 +245,7 @@ def gateway(
     import uvicorn
     from transformers import AutoTokenizer
 
+    from rollout.engines.external import ExternalModel
     from rollout.engines.models import resolve
     from rollout.engines.vllm_client import VLLMEngine
     from rollout.gateway.admission import Admission, EngineSlot
@@ -259,11 +266,22 @@ def gateway(
     model_renderer = ModelRenderer(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
     )
+    externals: dict[str, ExternalModel] = {}
+    for spec in external or []:
+        policy, _, target = spec.partition("=")
+        name, _, api_base = target.partition("@")
+        if not policy or not name:
+            fail(
+                f"--external {spec!r}: write POLICY=MODEL or POLICY=MODEL@API_BASE (e.g. judge=anthropic/claude-sonnet-4-5)"
+            )
+        externals[policy] = ExternalModel(name, api_base=api_base or None)
 
     async def serve() -> None:
         ledger = await Ledger.connect(settings.ledger_url)
         slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_url or [])]
-        core = Gateway(ledger, model_renderer, Admission(ledger, slots), max_context=max_context)
+        core = Gateway(
+            ledger, model_renderer, Admission(ledger, slots), max_context=max_context, externals=externals
+        )
         err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url or [])}")
         config = uvicorn.Config(
             build_app(core, model_names=["base"]), host=host, port=port, log_level="warning"

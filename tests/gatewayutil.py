@@ -10,6 +10,7 @@ from dataclasses import dataclass
 import uvicorn
 
 from rollout.contracts import Message, ToolCall
+from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import build_app
@@ -40,9 +41,10 @@ class RunningGateway:
 
 @asynccontextmanager
 async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: Engine, *,
-                        wait_s: float = 5.0, max_context: int = 4096) -> AsyncIterator[RunningGateway]:  # fmt: skip
+                        wait_s: float = 5.0, max_context: int = 4096,
+                        externals: dict[str, ExternalModel] | None = None) -> AsyncIterator[RunningGateway]:  # fmt: skip
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
-    gateway = Gateway(ledger, renderer, admission, max_context=max_context)
+    gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(build_app(gateway, model_names=["base"]), host="127.0.0.1", port=port,
                                            log_level="warning", lifespan="off"))  # fmt: skip

@@ -7,6 +7,8 @@ Contract:
   that sampled them, the segment id, the parsed reply, parse failures and timings.
 - The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
   requests racing each other both get the one reply that was recorded first.
+- A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as text
+  with `external: true, trainable: false` (no token ids), and replays like any other.
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained).
 - Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
@@ -18,10 +20,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from rollout.contracts import Message
+from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.rendering import ModelRenderer
@@ -39,7 +43,7 @@ class Sampled:
     seat: Seat
     turn: Turn
     payload: dict[str, Any]
-    head: Head
+    head: Head | None  # None for an external model's turn: it has no token ids to extend
 
 
 def _cut_at_stop_strings(
@@ -63,9 +67,16 @@ def _cut_at_stop_strings(
 
 class Gateway:
     def __init__(
-        self, ledger: Ledger, renderer: ModelRenderer, admission: Admission, *, max_context: int = 8192
+        self,
+        ledger: Ledger,
+        renderer: ModelRenderer,
+        admission: Admission,
+        *,
+        max_context: int = 8192,
+        externals: Mapping[str, ExternalModel] | None = None,
     ) -> None:
         self.ledger = ledger
+        self.externals = dict(externals or {})
         self.renderer = renderer
         self.admission = admission
         self.max_context = max_context
@@ -89,6 +100,9 @@ class Gateway:
         existing = await self.ledger.find(seat.stream, key)
         if existing is not None:
             return self.replayed(existing)
+        external = self.externals.get(seat.policy)
+        if external is not None:
+            return await self._sample_external(seat, request, external)
 
         started = time.perf_counter()
         heads = await self.heads(seat)
@@ -142,6 +156,34 @@ class Gateway:
                     parsed.message, tuple(prompt), result.completion_ids)  # fmt: skip
         return Sampled(request, seat, turn, payload, head)
 
+    async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
+        """A turn of a model the platform does not train: recorded as text, marked never to be trained."""
+        started = time.perf_counter()
+        reply = await external.complete(list(request.messages), list(request.tools), request.params)
+        finish = (
+            "tool_calls"
+            if reply.message.tool_calls
+            else ("length" if reply.finish_reason == "length" else "stop")
+        )
+        turn = Turn(
+            reply.message,
+            finish,
+            reply.prompt_tokens,
+            reply.completion_tokens,
+            request.turn_index,
+            external.model,
+        )
+        payload: dict[str, Any] = {
+            "seat": seat.seat_id, "run": seat.run, "episode": seat.episode, "agent": seat.agent, "policy": seat.policy,
+            "turn_index": request.turn_index, "fingerprint": request.fingerprint, "external": True,
+            "trainable": False, "model": external.model, "finish_reason": finish,
+            "reply": reply.message.model_dump(mode="json"), "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens, "n_messages": len(request.messages),
+            "messages_sha": messages_digest(request.messages), "tools_sha": tools_digest(request.tools),
+            "timings": {"sample_s": time.perf_counter() - started},
+        }  # fmt: skip
+        return Sampled(request, seat, turn, payload, None)
+
     async def _sample_on_admitted_engine(
         self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
     ) -> tuple[SampleResult, EngineSlot]:
@@ -169,9 +211,10 @@ class Gateway:
             existing = await self.ledger.find(sampled.seat.stream, key)
             assert existing is not None
             return self.replayed(existing)
-        head = Head(**{**sampled.head.__dict__, "seq": event.seq})
-        async with self._lock(sampled.seat.seat_id):
-            self._heads[sampled.seat.seat_id] = advance(self._heads.get(sampled.seat.seat_id, []), head)
+        if sampled.head is not None:
+            head = Head(**{**sampled.head.__dict__, "seq": event.seq})
+            async with self._lock(sampled.seat.seat_id):
+                self._heads[sampled.seat.seat_id] = advance(self._heads.get(sampled.seat.seat_id, []), head)
         return sampled.turn
 
     async def record_aborted(self, sampled: Sampled, reason: str) -> None:
@@ -188,6 +231,9 @@ class Gateway:
     def replayed(self, event: RecordedEvent) -> Turn:
         payload = event.payload
         reply = Message.model_validate(payload["reply"])
+        if payload.get("external"):
+            return Turn(reply, payload["finish_reason"], payload["prompt_tokens"], payload["completion_tokens"],
+                        payload["turn_index"], payload["model"], replayed=True)  # fmt: skip
         prompt_tokens = payload["prompt_prefix_len"] + len(payload["prompt_ids_delta"])
         return Turn(reply, payload["finish_reason"], prompt_tokens, len(payload["completion_ids"]),
                     payload["turn_index"], payload["checkpoint"], payload.get("stop_sequence"), replayed=True)  # fmt: skip
@@ -210,7 +256,7 @@ class Gateway:
             after = events[-1].seq
             for event in events:
                 p = event.payload
-                if event.kind != Kind.TURN_RECORDED or p.get("aborted"):
+                if event.kind != Kind.TURN_RECORDED or p.get("aborted") or p.get("external"):
                     continue
                 prompt = full.get(p["segment_id"], ())[: p["prompt_prefix_len"]] + tuple(
                     p["prompt_ids_delta"]

@@ -1,0 +1,61 @@
+"""A seat bound to a model the platform does not train goes through LiteLLM and is recorded as text only."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+from typing import Any
+
+import anthropic
+import openai
+import uvicorn
+from transformers import AutoTokenizer
+
+from benchmarks.scripted_backend import REPLY, build
+from rollout.engines.external import ExternalModel
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.seats import load_secret, open_seat
+from rollout.ledger import Kind, Ledger
+from rollout.stack.processes import free_port
+from tests.gatewayutil import serve_gateway, tool_loop_script
+
+
+async def test_an_external_judge_answers_and_is_never_trained(
+    ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    port = free_port()
+    backend = uvicorn.Server(
+        uvicorn.Config(build([1, 2, 3]), host="127.0.0.1", port=port, log_level="warning")
+    )
+    serving = asyncio.create_task(backend.serve())
+    for _ in range(500):
+        if backend.started:
+            break
+        await asyncio.sleep(0.02)
+    renderer = ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+    judge = ExternalModel("openai/judge-model", api_base=f"http://127.0.0.1:{port}/v1", api_key="none")
+    seat_id = f"judge-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(
+        ledger, load_secret(tmp_path / "s"), seat_id=seat_id, agent="judge", policy="judge"
+    )
+    try:
+        async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, tool_loop_script),
+                                 externals={"judge": judge}) as running:  # fmt: skip
+            chat = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="x", max_retries=0)
+            messages: Any = [{"role": "user", "content": "Which answer is better, A or B?"}]
+            first = await chat.chat.completions.create(model="judge", messages=messages)
+            again = await chat.chat.completions.create(model="judge", messages=messages)  # a retry replays
+            claude = anthropic.AsyncAnthropic(base_url=f"{running.url}/s/{token}", api_key="x", max_retries=0)
+            other = await claude.messages.create(model="judge", max_tokens=50,
+                                                 messages=[{"role": "user", "content": "And now, C or D?"}])  # fmt: skip
+    finally:
+        backend.should_exit = True
+        await serving
+    assert first.choices[0].message.content == again.choices[0].message.content == REPLY
+    assert [b.text for b in other.content if b.type == "text"] == [REPLY]
+    records = [e.payload for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    assert len(records) == 2, "the retry was answered from the record"
+    assert all(r["external"] and r["trainable"] is False and "completion_ids" not in r for r in records)
+    assert records[0]["model"] == "openai/judge-model"
