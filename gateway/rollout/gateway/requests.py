@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolSpec
@@ -68,11 +69,17 @@ class ChatRequest:
     def turn_index(self) -> int:
         return sum(1 for m in self.messages if m.role == "assistant")
 
-    @property
+    @cached_property
+    def messages_sha(self) -> str:
+        return messages_digest(self.messages)
+
+    @cached_property
+    def tools_sha(self) -> str:
+        return tools_digest(self.tools)
+
+    @cached_property
     def fingerprint(self) -> str:
-        return digest(
-            [messages_digest(self.messages), tools_digest(self.tools), self.params.model_dump(mode="json")]
-        )
+        return digest([self.messages_sha, self.tools_sha, self.params.model_dump(mode="json")])
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout.contracts import Message
-from rollout.gateway.requests import ChatRequest, canonical_message, messages_digest, tools_digest
+from rollout.gateway.requests import ChatRequest, canonical_message, messages_digest
 
 MAX_HEADS = 8  # segments a seat keeps open at once (side conversations such as title generation included)
 
@@ -51,7 +51,7 @@ def replies_match(echoed: Message, reply: Message) -> bool:
 
 def find_extension(request: ChatRequest, heads: list[Head]) -> Extension | None:
     """The newest head that `request` extends, with the messages it adds; None when it extends none."""
-    tools_sha = tools_digest(request.tools)
+    tools_sha = request.tools_sha
     messages = request.messages
     for head in sorted(heads, key=lambda h: h.seq, reverse=True):
         n = head.n_messages

@@ -29,7 +29,7 @@ from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.rendering import ModelRenderer
-from rollout.gateway.requests import BadRequest, ChatRequest, Turn, messages_digest, tools_digest
+from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 from rollout.gateway.seats import Seat
 from rollout.gateway.segments import Head, advance, find_extension
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
@@ -148,8 +148,8 @@ class Gateway:
             "checkpoint": slot.checkpoint, "checkpoint_version": slot.version, "engine": slot.engine.name,
             "finish_reason": finish, "stop_sequence": stop_sequence,
             "reply": parsed.message.model_dump(mode="json"), "parse_failures": list(parsed.parse_failures),
-            "n_messages": len(request.messages), "messages_sha": messages_digest(request.messages),
-            "tools_sha": tools_digest(request.tools),
+            "n_messages": len(request.messages), "messages_sha": request.messages_sha,
+            "tools_sha": request.tools_sha,
             "timings": {"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
         }  # fmt: skip
         head = Head(segment_id, 0, len(request.messages), payload["messages_sha"], payload["tools_sha"],
@@ -179,7 +179,7 @@ class Gateway:
             "trainable": False, "model": external.model, "finish_reason": finish,
             "reply": reply.message.model_dump(mode="json"), "prompt_tokens": reply.prompt_tokens,
             "completion_tokens": reply.completion_tokens, "n_messages": len(request.messages),
-            "messages_sha": messages_digest(request.messages), "tools_sha": tools_digest(request.tools),
+            "messages_sha": request.messages_sha, "tools_sha": request.tools_sha,
             "timings": {"sample_s": time.perf_counter() - started},
         }  # fmt: skip
         return Sampled(request, seat, turn, payload, None)
