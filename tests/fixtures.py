@@ -22,11 +22,12 @@ from tests.stackutil import isolated_settings
 def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Settings]:
     settings = isolated_settings(tmp_path_factory.mktemp("stack"))
     stack = Stack(settings)
-    services = stack.up()
-    unhealthy = [f"{s.name}: {s.detail}" for s in services if not s.healthy]
-    assert not unhealthy, "the test stack did not come up: " + "; ".join(unhealthy)
-    yield settings
-    stack.down()
+    try:
+        unhealthy = [f"{s.name}: {s.detail}" for s in stack.up() if not s.healthy]
+        assert not unhealthy, "the test stack did not come up: " + "; ".join(unhealthy)
+        yield settings
+    finally:
+        stack.down()  # also when it came up only in part: leave no process behind
 
 
 @pytest.fixture(scope="session")
