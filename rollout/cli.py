@@ -155,9 +155,10 @@ def ledger_tail(
     url = _settings(overrides).ledger_url
 
     async def run() -> None:
-        if follow:
+        if follow:  # runs until interrupted
             async for event in Follower(url, [stream], after={stream: after}).events():
                 _print_event(event.seq, event.key, event.kind, dict(event.payload))
+            return
         async with await Ledger.connect(url) as ledger:
             for event in await ledger.read(stream, after=after, limit=1_000_000):
                 _print_event(event.seq, event.key, event.kind, dict(event.payload))

@@ -20,7 +20,9 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.stack.processes import PidRecord, PortTakenError, port_is_free
+import psutil
+
+from rollout.stack.processes import PortTakenError, port_is_free
 
 SERVICE_USER = "rollout-pg"
 
@@ -117,17 +119,20 @@ class EmbeddedPostgres:
     def pid(self) -> int | None:
         """The postmaster's pid when it runs, from Postgres's own lock file."""
         try:
-            first_line = (self.cluster_dir / "postmaster.pid").read_text().splitlines()[0]
-            pid = int(first_line)
-        except (FileNotFoundError, IndexError, ValueError, PermissionError):
+            pid = int((self.cluster_dir / "postmaster.pid").read_text().splitlines()[0])
+            process = psutil.Process(pid)
+            # After a SIGKILL the lock file stays behind and its pid may be reused by another program.
+            running = process.name() == "postgres" and process.status() != psutil.STATUS_ZOMBIE
+        except (
+            FileNotFoundError,
+            IndexError,
+            ValueError,
+            PermissionError,
+            psutil.NoSuchProcess,
+            psutil.AccessDenied,
+        ):
             return None
-        try:
-            import psutil
-
-            record = PidRecord(pid=pid, started_at=psutil.Process(pid).create_time())
-        except Exception:
-            return None
-        return pid if record.alive() else None
+        return pid if running else None
 
     def start(self, timeout_s: float = 60) -> bool:
         """Start the server; False when it was already running."""
