@@ -1,7 +1,8 @@
 """Root pytest configuration: shared fixtures, and every Python example in README.md and docs/ run as a test.
 
 A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
-`ledger_url` and `stack_settings` (a real, session-wide embedded stack) are in its namespace.
+`ledger_url`, `stack_settings` (a real, session-wide embedded stack) and `models_dir` (the built-in models'
+cache) are in its namespace.
 """
 
 from sybil import Sybil
@@ -12,5 +13,5 @@ pytest_plugins = ["tests.fixtures"]
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser()],
     patterns=["README.md", "docs/*.md"],
-    fixtures=["ledger_url", "stack_settings"],
+    fixtures=["ledger_url", "stack_settings", "models_dir"],
 ).pytest()

@@ -182,40 +182,69 @@ def engine_serve(
     device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
     served_name: Annotated[str, typer.Option(help="The name requests use for the base weights.")] = "base",
     kind: Annotated[
-        str, typer.Option(help="local (transformers + peft) or vllm (`vllm serve`, on a GPU).")
+        str,
+        typer.Option(
+            help="local (transformers + peft), vllm (`vllm serve`, on a GPU) or tinker (Tinker's hosted sampler)."
+        ),
     ] = "local",
+    tinker_base_model: Annotated[
+        str | None, typer.Option(help="--kind tinker: the Tinker base model (default: --model).")
+    ] = None,
+    tinker_url: Annotated[
+        str | None,
+        typer.Option(help="--kind tinker: the Tinker API (default: $TINKER_BASE_URL, then Tinker's)."),
+    ] = None,
 ) -> None:
-    """Serve a model over vLLM's HTTP dialect: the local engine, or a real `vllm serve` with LoRA and sleep mode.
+    """Serve a model over vLLM's HTTP dialect: the local engine, a real `vllm serve`, or Tinker's sampler.
 
-    The local engine batches concurrent requests; LoRA checkpoints load at runtime through /v1/load_lora_adapter.
+    The local engine batches concurrent requests; LoRA checkpoints load at runtime through /v1/load_lora_adapter
+    (with --kind tinker, a checkpoint's path is its tinker:// sampler path). --kind tinker reads the API key
+    from $TINKER_API_KEY; --model then names the tokenizer (used for the text fields only).
     """
     import os
     import shutil
 
     import uvicorn
 
-    from rollout.engines.local import LocalEngine
     from rollout.engines.models import resolve
-    from rollout.engines.vllm_server import build_app
+    from rollout.engines.vllm_server import ServedEngine, build_app
     from rollout.stack.processes import port_is_free
 
     settings = _settings(overrides)
-    if kind not in ("local", "vllm"):
-        fail(f"--kind must be local or vllm, not {kind!r}", code=2)
+    if kind not in ("local", "vllm", "tinker"):
+        fail(f"--kind must be local, vllm or tinker, not {kind!r}", code=2)
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
+    if kind == "tinker" and not os.environ.get("TINKER_API_KEY"):
+        fail("--kind tinker needs a Tinker API key: export TINKER_API_KEY=tml-…")
+    model_path = resolve(model, Path(settings.models_dir).expanduser())
     if kind == "vllm":
         from rollout.engines.vllm_launcher import VLLMLaunch, command
 
         if shutil.which("vllm") is None:
             fail("vLLM is not installed here: `uv sync --extra vllm` (it needs a CUDA GPU)")
-        argv, env = command(VLLMLaunch(resolve(model, Path(settings.models_dir).expanduser()), host=host, port=port,
-                                       served_name=served_name))  # fmt: skip
+        argv, env = command(VLLMLaunch(model_path, host=host, port=port, served_name=served_name))
         os.execvpe(argv[0], argv, {**os.environ, **env})
-    with err.status(f"loading {model}…"):
-        engine = LocalEngine(resolve(model, Path(settings.models_dir).expanduser()), device=device,
-                             served_name=served_name)  # fmt: skip
-    err.print(f"local engine serving {model} as '{served_name}' on http://{host}:{port} ({engine.device})")
+    engine: ServedEngine
+    if kind == "tinker":
+        from transformers import AutoTokenizer
+
+        from rollout.engines.tinker import TinkerEngine
+
+        engine = TinkerEngine(tinker_base_model or model, base_url=tinker_url, served_name=served_name,
+                              tokenizer=AutoTokenizer.from_pretrained(model_path))  # fmt: skip
+        where = tinker_url or os.environ.get("TINKER_BASE_URL") or "Tinker"
+        err.print(
+            f"Tinker engine sampling {engine.base_model} at {where} as '{served_name}' on http://{host}:{port}"
+        )
+    else:
+        from rollout.engines.local import LocalEngine
+
+        with err.status(f"loading {model}…"):
+            engine = LocalEngine(model_path, device=device, served_name=served_name)
+        err.print(
+            f"local engine serving {model} as '{served_name}' on http://{host}:{port} ({engine.device})"
+        )
     uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")
 
 
@@ -263,6 +292,8 @@ def gateway(
         )
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
+    if kind == "tinker" and not os.environ.get("TINKER_API_KEY"):
+        fail("--kind tinker needs a Tinker API key: export TINKER_API_KEY=tml-…")
     model_path = resolve(model, Path(settings.models_dir).expanduser())
     model_renderer = ModelRenderer(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)

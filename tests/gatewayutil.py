@@ -1,4 +1,5 @@
-"""A real gateway for tests: uvicorn serving the app on a free port, inside the test session's event loop."""
+"""A real gateway (or any ASGI app) for tests: uvicorn serving it on a free port, inside the test session's
+event loop."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
 import uvicorn
+from starlette.types import ASGIApp
 
 from rollout.contracts import Message, ToolCall
 from rollout.engines.external import ExternalModel
@@ -45,17 +47,25 @@ async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: Engine,
                         externals: dict[str, ExternalModel] | None = None) -> AsyncIterator[RunningGateway]:  # fmt: skip
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
+    async with serve_app(build_app(gateway, model_names=["base"])) as url:
+        yield RunningGateway(url, gateway, engine)
+
+
+@asynccontextmanager
+async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
+    """Serve `app` on a free local port for the block; yields its base URL."""
     port = free_port()
-    server = uvicorn.Server(uvicorn.Config(build_app(gateway, model_names=["base"]), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="off"))  # fmt: skip
+    server = uvicorn.Server(
+        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
+    )
     task = asyncio.create_task(server.serve())
     for _ in range(1000):  # up to 20 s
         if server.started:
             break
         await asyncio.sleep(0.02)
-    assert server.started, "the test gateway did not start"
+    assert server.started, "the test server did not start"
     try:
-        yield RunningGateway(f"http://127.0.0.1:{port}", gateway, engine)
+        yield f"http://127.0.0.1:{port}"
     finally:
         server.should_exit = True
         await task

@@ -9,7 +9,7 @@ Contract:
 - `load` makes a checkpoint servable under its name; `sleep` frees the accelerator (requests then fail with
   `EngineUnavailable` until `wake`); `health` is cheap and never raises.
 - An engine that cannot serve (down, asleep, overloaded) raises `EngineUnavailable`; the gateway turns that into
-  a 503 with Retry-After.
+  a 503 with Retry-After. One that refuses the request itself raises `EngineError` with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +26,10 @@ class EngineUnavailable(RuntimeError):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class EngineError(RuntimeError):
+    """The engine refused a request (not an availability problem): a bad request, an unknown model, a bad key."""
 
 
 @dataclass(frozen=True)

@@ -11,11 +11,15 @@ from typing import Any
 
 import httpx
 
-from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleRequest, SampleResult
+from rollout.engines.protocol import (
+    CheckpointRef,
+    EngineError,
+    EngineUnavailable,
+    SampleRequest,
+    SampleResult,
+)
 
-
-class EngineError(RuntimeError):
-    """The engine refused a request (not an availability problem)."""
+__all__ = ["EngineError", "VLLMEngine"]
 
 
 class VLLMEngine:

@@ -1,4 +1,4 @@
-"""The local engine behind the subset of vLLM's HTTP dialect that rollout uses.
+"""An engine (the local one, or Tinker) behind the subset of vLLM's HTTP dialect that rollout uses.
 
 Routes (shapes as vLLM's OpenAI-compatible server answers them):
 - `POST /v1/completions` with a token-id `prompt`, `logprobs` (0 = the sampled token's logprob) and
@@ -12,15 +12,33 @@ from __future__ import annotations
 
 import time
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollout.engines.local import LocalEngine
-from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleRequest
+from rollout.engines.protocol import CheckpointRef, Engine, EngineError, EngineUnavailable, SampleRequest
+
+
+class Tokenizer(Protocol):
+    def encode(self, text: str, add_special_tokens: bool = ...) -> list[int]: ...
+    def decode(self, token_ids: list[int], skip_special_tokens: bool = ...) -> str: ...
+
+
+class ServedEngine(Engine, Protocol):
+    """What the server needs beyond the engine protocol: names, a tokenizer for text fields, unloading."""
+
+    served_name: str
+    sleeping: bool
+    model_path: str
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+    @property
+    def models(self) -> list[str]: ...
+    async def unload(self, name: str) -> None: ...
 
 
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
@@ -39,7 +57,7 @@ def _field[T](body: dict[str, Any], name: str, kind: type[T] | tuple[type, ...],
     return value
 
 
-def _sample_request(body: dict[str, Any], engine: LocalEngine) -> SampleRequest:
+def _sample_request(body: dict[str, Any], engine: ServedEngine) -> SampleRequest:
     prompt = body.get("prompt")
     if isinstance(prompt, list) and prompt and isinstance(prompt[0], list):
         if len(prompt) != 1:
@@ -65,7 +83,7 @@ def _sample_request(body: dict[str, Any], engine: LocalEngine) -> SampleRequest:
     )
 
 
-def build_app(engine: LocalEngine) -> Starlette:
+def build_app(engine: ServedEngine) -> Starlette:
     async def completions(request: Request) -> Response:
         try:
             body = await request.json()
@@ -82,6 +100,8 @@ def build_app(engine: LocalEngine) -> Starlette:
             return _error(503, str(error), "ServiceUnavailableError")
         except KeyError as error:
             return _error(404, str(error.args[0]), "NotFoundError")
+        except (ValueError, EngineError) as error:
+            return _error(400, str(error))
         logprobs = None
         if body.get("logprobs") is not None:
             logprobs = {
@@ -92,7 +112,7 @@ def build_app(engine: LocalEngine) -> Starlette:
             }
         choice: dict[str, Any] = {
             "index": 0,
-            "text": engine.tokenizer.decode(result.completion_ids, skip_special_tokens=True),
+            "text": engine.tokenizer.decode(list(result.completion_ids), skip_special_tokens=True),
             "logprobs": logprobs,
             "finish_reason": result.finish_reason,
             "stop_reason": None,
@@ -122,7 +142,7 @@ def build_app(engine: LocalEngine) -> Starlette:
             return _error(400, "'lora_name' and 'lora_path' are required strings")
         try:
             await engine.load(CheckpointRef(name, path))
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, EngineError) as error:
             return _error(400, f"could not load LoRA adapter {name!r} from {path}: {error}")
         return Response(f"Success: LoRA adapter '{name}' added successfully.")
 
