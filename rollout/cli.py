@@ -292,8 +292,6 @@ def gateway(
         )
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
-    if kind == "tinker" and not os.environ.get("TINKER_API_KEY"):
-        fail("--kind tinker needs a Tinker API key: export TINKER_API_KEY=tml-…")
     model_path = resolve(model, Path(settings.models_dir).expanduser())
     model_renderer = ModelRenderer(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
