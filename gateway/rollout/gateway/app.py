@@ -33,7 +33,7 @@ from rollout.gateway.dialects.common import Dialect
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
 from rollout.gateway.requests import BadRequest, Turn
-from rollout.gateway.seats import Seat, resolve
+from rollout.gateway.seats import Seat, resolve, resolve_for_turn
 from rollout.gateway.service import Gateway, Sampled
 
 log = logging.getLogger(__name__)
@@ -104,11 +104,14 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
 
     async def seat_of(request: Request) -> Seat:
         token = _token(request)
-        if not token:
+        seat = await resolve(gateway.ledger, token) if token else None
+        return check_seat(seat, request)
+
+    def check_seat(seat: Seat | None, request: Request) -> Seat:
+        if not _token(request):
             raise _Refused(
                 401, "no seat token: use the seat's base URL (/s/TOKEN/v1) or send it as the API key"
             )
-        seat = await resolve(gateway.ledger, token)
         if seat is None:
             raise _Refused(401, "unknown seat token: open a seat with `rollout seat new`")
         if not seat.open:
@@ -137,11 +140,20 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
         return handle
 
     async def complete(request: Request, dialect: Dialect) -> Response | SSEResponse:
-        seat = await seat_of(request)
-        parsed = dialect.parse(await body_of(request))
+        try:
+            parsed = dialect.parse(await body_of(request))
+        except (BadRequest, _Refused):
+            await seat_of(request)  # a bad seat is answered before a bad body
+            raise
+        # One round trip finds the seat and any turn already recorded for this request (a replay).
+        token = _token(request)
+        found, recorded = (
+            await resolve_for_turn(gateway.ledger, token, gateway.turn_key(parsed)) if token else (None, None)
+        )
+        seat = check_seat(found, request)
         if not parsed.stream:
-            return JSONResponse(dialect.response(await gateway.complete(seat, parsed)))
-        outcome = await gateway.sample(seat, parsed)
+            return JSONResponse(dialect.response(await gateway.complete(seat, parsed, recorded=recorded)))
+        outcome = await gateway.sample(seat, parsed, recorded=recorded)
         frames, last = dialect.stream(outcome if isinstance(outcome, Turn) else outcome.turn)
         return SSEResponse(gateway, outcome, frames, last)
 

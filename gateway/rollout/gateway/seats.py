@@ -4,7 +4,9 @@ samples from, and carries a bearer token.
 Contract:
 - Opening a seat is idempotent by seat id: the token is derived from the seat id with the gateway's secret
   (HMAC), so a retried open returns the same token and appends nothing new.
-- The ledger stores only the token's SHA-256; `resolve` looks a token up by that hash.
+- The ledger stores only the token's SHA-256; `resolve` looks a token up by that hash. `resolve_for_turn` does
+  the same and, in the same query (one round trip on every turn's path), finds the turn already recorded under
+  a key on the seat's stream, if any.
 - A closed seat resolves (so the gateway can answer 410) but `Seat.open` is False.
 """
 
@@ -15,8 +17,9 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
 
 
 @dataclass(frozen=True)
@@ -76,13 +79,36 @@ async def close_seat(ledger: Ledger, seat_id: str, reason: str = "finished") -> 
     )
 
 
+_SEAT_COLUMNS = "s.seat_id, s.agent, s.policy, s.run_id, s.episode_id, s.checkpoint, s.status"
+
+
+def _seat(row: dict[str, Any]) -> Seat:
+    return Seat(row["seat_id"], row["agent"], row["policy"], row["run_id"], row["episode_id"], row["checkpoint"],
+                row["status"] == "open")  # fmt: skip
+
+
 async def resolve(ledger: Ledger, token: str) -> Seat | None:
     row = await ledger.fetch_one(
-        "SELECT seat_id, agent, policy, run_id, episode_id, checkpoint, status FROM seat"
-        " WHERE token_sha256 = decode(%s, 'hex')",
+        f"SELECT {_SEAT_COLUMNS} FROM seat s WHERE s.token_sha256 = decode(%s, 'hex')", _sha(token)
+    )
+    return None if row is None else _seat(row)
+
+
+async def resolve_for_turn(
+    ledger: Ledger, token: str, turn_key: str
+) -> tuple[Seat | None, RecordedEvent | None]:
+    """The token's seat, and the event recorded under `turn_key` on its stream (None when there is none)."""
+    row = await ledger.fetch_one(
+        f"SELECT {_SEAT_COLUMNS}, e.seq, e.kind, e.payload, e.recorded_at FROM seat s"
+        " LEFT JOIN event e ON e.stream_id = 'seat/' || s.seat_id AND e.idempotency_key = %s"
+        " WHERE s.token_sha256 = decode(%s, 'hex')",
+        turn_key,
         _sha(token),
     )
     if row is None:
-        return None
-    return Seat(row["seat_id"], row["agent"], row["policy"], row["run_id"], row["episode_id"], row["checkpoint"],
-                row["status"] == "open")  # fmt: skip
+        return None, None
+    seat = _seat(row)
+    if row["seq"] is None:
+        return seat, None
+    return seat, RecordedEvent(seat.stream, row["seq"], turn_key, row["kind"], row["payload"], row["recorded_at"],
+                               appended=False)  # fmt: skip

@@ -35,6 +35,13 @@ from rollout.gateway.segments import Head, advance, find_extension
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 
 
+class NotLookedUp:
+    """The caller has not looked for this turn's recorded event."""
+
+
+NOT_LOOKED_UP = NotLookedUp()
+
+
 @dataclass(frozen=True)
 class Sampled:
     """A turn sampled but not yet recorded (the streaming path records it at the end of the stream)."""
@@ -85,19 +92,36 @@ class Gateway:
 
     # ---- the turn -------------------------------------------------------------------------------------------
 
-    async def complete(self, seat: Seat, request: ChatRequest) -> Turn:
+    async def complete(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        *,
+        recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+    ) -> Turn:
         """Serve a turn and record it before returning."""
-        outcome = await self.sample(seat, request)
+        outcome = await self.sample(seat, request, recorded=recorded)
         if isinstance(outcome, Turn):
             return outcome
         return await self.record(outcome)
 
-    async def sample(self, seat: Seat, request: ChatRequest) -> Turn | Sampled:
-        """A replayed `Turn`, or a fresh sample to `record` (or `record_aborted`)."""
+    async def sample(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        *,
+        recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+    ) -> Turn | Sampled:
+        """A replayed `Turn`, or a fresh sample to `record` (or `record_aborted`).
+
+        `recorded` is the event already under this turn's key when the caller looked it up with the seat
+        (`resolve_for_turn`); otherwise the gateway looks it up itself.
+        """
         if not request.messages:
             raise BadRequest("at least one message is required", field="messages")
-        key = self.turn_key(request)
-        existing = await self.ledger.find(seat.stream, key)
+        if isinstance(recorded, NotLookedUp):
+            recorded = await self.ledger.find(seat.stream, self.turn_key(request))
+        existing = recorded
         if existing is not None:
             return self.replayed(existing)
         external = self.externals.get(seat.policy)
