@@ -1,0 +1,140 @@
+"""Environments: what a run plays. An environment bundles a task source, the agent seats of an episode, and
+how to make each seat's `Task`; `load_environment("package.module:attribute")` finds one.
+
+Contract:
+- Task sources are deterministic by index: `parameters(group)` is the same on every machine and every retry, so
+  workflows pass only the group index and each runner rebuilds the task itself (nothing heavy crosses
+  Temporal). A `Dataset` cycles through its rows; a `Generator` draws from a RNG seeded by (seed, group).
+- Every episode of a group plays the same parameters (group-relative advantages compare like with like).
+- An episode has one seat per `AgentSeatSpec`; each seat has its own `Task` (made by `make_task(parameters,
+  agent)`) and its own reward. A seat uses the built-in loop (the Task talks to the model through the gateway)
+  unless it names an external `command` (Claude Code, Codex, a script), which is started with the seat's base
+  URL and key in its environment; the Task then scores the outcome when the command ends.
+- `replayable` says whether a retried attempt may resume by replay (the same requests get the recorded
+  replies). An environment with outside state (a live world) sets it False: a retried attempt is abandoned and
+  a fresh one starts.
+- `load_environment` raises `EnvironmentLoadError` naming the reference and what is wrong with it.
+"""
+
+from __future__ import annotations
+
+import abc
+import importlib
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from rollout.harness import Task
+
+TaskParameters = dict[str, str]
+
+
+class EnvironmentLoadError(ValueError):
+    """The reference does not name an importable environment."""
+
+
+class TaskSource(abc.ABC):
+    """Where the tasks of a run come from: one parameter set per group index."""
+
+    @abc.abstractmethod
+    def parameters(self, group: int) -> TaskParameters: ...
+
+
+@dataclass(frozen=True)
+class Dataset(TaskSource):
+    """A fixed list of tasks, cycled through in order."""
+
+    rows: Sequence[TaskParameters]
+
+    def __post_init__(self) -> None:
+        if not self.rows:
+            raise ValueError("a Dataset needs at least one row")
+
+    def parameters(self, group: int) -> TaskParameters:
+        return dict(self.rows[group % len(self.rows)])
+
+
+@dataclass(frozen=True)
+class Generator(TaskSource):
+    """Tasks drawn by `make` from a RNG seeded by (seed, group): endless, and the same everywhere."""
+
+    make: Callable[[random.Random], TaskParameters]
+    seed: int = 0
+
+    def parameters(self, group: int) -> TaskParameters:
+        return dict(self.make(random.Random(f"{self.seed}/{group}")))
+
+
+@dataclass(frozen=True)
+class AgentSeatSpec:
+    """One agent of an episode: the policy it samples (or a pinned checkpoint), and its loop."""
+
+    name: str = "solver"
+    policy: str = "default"
+    checkpoint: str | None = None
+    command: tuple[str, ...] = ()  # an external agent loop; empty for the built-in one
+
+
+@dataclass(frozen=True)
+class SandboxSpec:
+    """The sandbox an episode claims: a kind (a pool) and how many of its seats (one per agent)."""
+
+    kind: str
+    seats: int = 1
+
+
+@dataclass(frozen=True)
+class Environment:
+    name: str
+    make_task: Callable[[TaskParameters, str], Task]
+    source: TaskSource
+    agents: tuple[AgentSeatSpec, ...] = (AgentSeatSpec(),)
+    group_size: int = 4
+    max_turns: int = 16
+    sandbox: SandboxSpec | None = None
+    replayable: bool = True
+    description: str = ""
+    tags: tuple[str, ...] = field(default_factory=tuple[str, ...])
+
+    def __post_init__(self) -> None:
+        names = [agent.name for agent in self.agents]
+        if not names:
+            raise ValueError(f"environment {self.name!r} has no agent seats")
+        if len(set(names)) != len(names):
+            raise ValueError(f"environment {self.name!r} names an agent twice: {names}")
+        if self.group_size < 1 or self.max_turns < 1:
+            raise ValueError(f"environment {self.name!r}: group_size and max_turns must be at least 1")
+
+    def agent(self, name: str) -> AgentSeatSpec:
+        for agent in self.agents:
+            if agent.name == name:
+                return agent
+        raise KeyError(
+            f"environment {self.name!r} has no agent {name!r} (agents: {[a.name for a in self.agents]})"
+        )
+
+
+def load_environment(reference: str) -> Environment:
+    """The environment at `package.module:attribute` (the attribute may be a function returning one)."""
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise EnvironmentLoadError(
+            f"{reference!r} is not an environment reference: write it as package.module:attribute"
+        )
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as error:
+        raise EnvironmentLoadError(
+            f"module {module_name!r} does not import: {type(error).__name__}: {error}"
+        ) from error
+    try:
+        value = getattr(module, attribute)
+    except AttributeError:
+        raise EnvironmentLoadError(f"module {module_name!r} has no attribute {attribute!r}") from None
+    if callable(value) and not isinstance(value, Environment):
+        value = value()
+    if not isinstance(value, Environment):
+        raise EnvironmentLoadError(
+            f"{reference} is a {type(value).__name__}, not a rollout.environment.Environment"
+        )
+    return value

@@ -1,0 +1,150 @@
+"""Runs and episodes as Temporal workflows: a real dev server, real Postgres, a real gateway and runner worker."""
+
+from __future__ import annotations
+
+import re
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.worker import Worker
+from transformers import AutoTokenizer
+
+from rollout.config import Settings
+from rollout.contracts import Message
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.rendering import ModelRenderer
+from rollout.ledger import Kind, Ledger
+from rollout.workers.runner import runner_worker
+from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.types import RunInput, RunStatus
+from tests.gatewayutil import serve_gateway
+
+
+def solve(prompt: str) -> Message:
+    """A scripted model that does arithmetic: it answers the last question in the prompt correctly."""
+    found = re.findall(r"What is (-?\d+) ([+*-]) (-?\d+)\?", prompt)
+    if not found:
+        return Message.assistant("I do not know.")
+    a, op, b = found[-1]
+    return Message.assistant(str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]))
+
+
+@pytest.fixture(scope="module")
+def renderer(tiny_qwen3: str) -> ModelRenderer:
+    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+
+
+@pytest.fixture
+async def runner(
+    stack_settings: Settings, ledger: Ledger, renderer: ModelRenderer
+) -> AsyncIterator[tuple[Client, str]]:
+    client = await Client.connect(stack_settings.temporal_address)
+    queue = f"runner-{uuid.uuid4().hex[:8]}"
+    async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, solve)) as gateway:
+        worker: Worker = runner_worker(
+            client, ledger, gateway_url=gateway.url, seat_secret=b"s" * 32, task_queue=queue
+        )
+        async with worker:
+            yield client, queue
+
+
+def causes(error: BaseException | None) -> str:
+    """Every message down an exception's cause chain (Temporal nests the activity's error in two wrappers)."""
+    messages = []
+    while error is not None:
+        messages.append(str(error))
+        error = error.__cause__
+    return " <- ".join(messages)
+
+
+async def events(ledger: Ledger, stream: str) -> list[Any]:
+    return await ledger.read(stream)
+
+
+async def test_a_run_plays_its_groups_and_records_every_episode_once(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"arith-{uuid.uuid4().hex[:6]}"
+    status: RunStatus = await client.execute_workflow(
+        RunWorkflow.run, RunInput(run, "arithmetic.environment:environment", groups_in_flight=2, max_groups=2),
+        id=run_workflow_id(run), task_queue=queue,
+    )  # fmt: skip
+    assert status.episodes_finished == 8 and status.episodes_failed == 0 and status.groups_started == 2
+    finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    assert sorted(e.key for e in finished) == sorted(
+        f"g{g:06d}-{m}/finished" for g in range(2) for m in range(4)
+    )
+    assert all(e.payload["rewards"] == {"solver": 1.0} for e in finished), (
+        "the scripted model does arithmetic"
+    )
+    seats = [e.payload["seats"]["solver"] for e in finished]
+    for seat in seats:
+        kinds = [e.kind for e in await events(ledger, f"seat/{seat}")]
+        assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]
+    # A group's episodes play the same task (group-relative advantages compare like with like).
+    prompts = {}
+    for seat in seats:
+        turn = next(e for e in await events(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED)
+        prompts.setdefault(seat.split("/")[1][:7], set()).add(tuple(turn.payload["prompt_ids_delta"]))
+    assert [len(p) for p in prompts.values()] == [1, 1]
+    created = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
+    assert created is not None and created["settings"]["max_lag"] == 2
+
+
+async def test_updates_change_the_runs_settings_in_the_ledger(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"upd-{uuid.uuid4().hex[:6]}"
+    handle = await client.start_workflow(
+        RunWorkflow.run, RunInput(run, "arithmetic.environment:environment", groups_in_flight=1),
+        id=run_workflow_id(run), task_queue=queue,
+    )  # fmt: skip
+    paused = await handle.execute_update(RunWorkflow.pause)
+    assert paused.paused
+    with pytest.raises(WorkflowUpdateFailedError):
+        await handle.execute_update(RunWorkflow.set_max_lag, -1)
+    assert (await handle.execute_update(RunWorkflow.set_max_lag, 3)).max_lag == 3
+    row = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
+    assert row is not None and row["settings"]["paused"] is True and row["settings"]["max_lag"] == 3
+    assert (await handle.query(RunWorkflow.status)).paused
+    await handle.execute_update(RunWorkflow.resume)
+    await handle.execute_update(RunWorkflow.stop)
+    final = await handle.result()
+    assert final.stopped and not final.paused
+    changes = [
+        e.payload["changes"] for e in await events(ledger, f"run/{run}") if e.kind == Kind.SETTINGS_CHANGED
+    ]
+    assert changes == [{"paused": True}, {"max_lag": 3}, {"paused": False}, {"stopped": True}]
+
+
+async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    for reference, expected in (("tests.example_envs:raises", "broke on purpose"),
+                                ("tests.example_envs:not_finite", "not a finite number")):  # fmt: skip
+        run = f"bad-{uuid.uuid4().hex[:6]}"
+        status = await client.execute_workflow(
+            RunWorkflow.run, RunInput(run, reference, max_groups=2), id=run_workflow_id(run), task_queue=queue
+        )
+        assert status.episodes_failed == 2 and status.episodes_finished == 0
+        failed = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_ABANDONED]
+        assert len(failed) == 2 and expected in failed[0].payload["error"]
+        assert failed[0].payload["trainable"] is False
+
+
+async def test_an_environment_that_does_not_load_fails_the_run_naming_it(runner: tuple[Client, str]) -> None:
+    client, queue = runner
+    for reference, expected in (("tests.no_such_module:env", "does not import"),
+                                ("tests.example_envs:not_an_environment", "not a rollout.environment.Environment"),
+                                ("arithmetic", "package.module:attribute")):  # fmt: skip
+        run = f"noenv-{uuid.uuid4().hex[:6]}"
+        with pytest.raises(WorkflowFailureError) as failure:
+            await client.execute_workflow(RunWorkflow.run, RunInput(run, reference), id=run_workflow_id(run),
+                                          task_queue=queue)  # fmt: skip
+        assert expected in causes(failure.value)

@@ -1,0 +1,39 @@
+"""The runner worker: plays episodes. Several may run, on several machines, all on one task queue.
+
+Contract: `runner_worker` registers the episode and run workflows and the runner's activities on the runner
+queue. Activities get the ledger, the gateway's base URL and the seat secret (the gateway's, shared by
+file) from the caller; a runner holds no state of its own, so killing one loses nothing: its activities are
+retried elsewhere once their heartbeats stop.
+"""
+
+from __future__ import annotations
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from rollout.activities.runner import RunnerActivities
+from rollout.ledger import Ledger
+from rollout.workflows.episodes import AgentWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow
+from rollout.workflows.run import RunWorkflow
+from rollout.workflows.types import RUNNER_QUEUE
+
+WORKFLOWS = [RunWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow, AgentWorkflow]
+
+
+def runner_worker(
+    client: Client,
+    ledger: Ledger,
+    *,
+    gateway_url: str,
+    seat_secret: bytes,
+    task_queue: str = RUNNER_QUEUE,
+    max_concurrent_activities: int = 64,
+) -> Worker:
+    activities = RunnerActivities(ledger, gateway_url=gateway_url, seat_secret=seat_secret)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=WORKFLOWS,
+        activities=activities.all(),
+        max_concurrent_activities=max_concurrent_activities,
+    )

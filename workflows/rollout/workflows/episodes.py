@@ -1,0 +1,208 @@
+"""Episode workflows: one agent's play, one episode, and the supply that keeps episode groups in flight.
+
+Deterministic workflow code only: activities are called by name (nothing heavy is imported here), and every id
+is a business key built from run, episode, group, agent and attempt.
+
+Contract:
+- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat. A replayable environment keeps one
+  seat and lets Temporal retry the play activity on any runner (a dead runner is noticed by its heartbeat);
+  the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
+  recorded as abandoned (never trained) and a new one starts.
+- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) starts one `AgentWorkflow` per agent seat, gathers their rewards
+  and records the episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for
+  good. It never fails itself, so the run goes on.
+- `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
+  running, from group index `next_group` on; while paused it starts none. It stops when told to, or after
+  `max_groups`, once the groups in flight have finished; it continues as new every `GROUPS_PER_HISTORY`
+  groups, when none are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+from rollout.workflows.types import (
+    AbandonInput,
+    AgentAttempt,
+    AgentInput,
+    AgentResult,
+    EpisodeInput,
+    EpisodeRecord,
+    EpisodeResult,
+    SupplyInput,
+)
+
+PLAY_HEARTBEAT = timedelta(seconds=10)
+PLAY_TIMEOUT = timedelta(hours=6)
+FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fails
+REPLAY_ATTEMPTS = 5
+GROUPS_PER_HISTORY = 100
+FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
+SHORT = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10))}  # fmt: skip
+
+
+def agent_workflow_id(run: str, episode: str, agent: str) -> str:
+    return f"run/{run}/ep/{episode}/agent/{agent}"
+
+
+def episode_workflow_id(run: str, episode: str) -> str:
+    return f"run/{run}/ep/{episode}"
+
+
+def episode_id(group: int, member: int) -> str:
+    return f"g{group:06d}-{member}"
+
+
+def _reason(error: BaseException) -> str:
+    cause = error.__cause__ or error
+    while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return str(cause) or type(cause).__name__
+
+
+@workflow.defn(name="AgentWorkflow")
+class AgentWorkflow:
+    @workflow.run
+    async def run(self, given: AgentInput) -> AgentResult:
+        seat = f"{given.run}/{given.episode}/{given.agent.name}"
+        replayable = given.environment.replayable
+        attempts = 1 if replayable else FRESH_ATTEMPTS
+        for attempt in range(1, attempts + 1):
+            try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
+            try:
+                return await workflow.execute_activity(
+                    "play_agent",
+                    try_,
+                    result_type=AgentResult,
+                    start_to_close_timeout=PLAY_TIMEOUT,
+                    heartbeat_timeout=PLAY_HEARTBEAT,
+                    retry_policy=RetryPolicy(
+                        maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
+                        non_retryable_error_types=FOR_GOOD,
+                    ),
+                )
+            except ActivityError as error:
+                cause = error.cause
+                if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
+                    raise
+                await workflow.execute_activity(
+                    "abandon_attempt", AbandonInput(try_, _reason(error)), **SHORT
+                )
+        raise ApplicationError(
+            f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp"
+        )
+
+
+@workflow.defn(name="EpisodeWorkflow")
+class EpisodeWorkflow:
+    @workflow.run
+    async def run(self, given: EpisodeInput) -> EpisodeResult:
+        agents = given.environment.agents
+        plays = [
+            workflow.execute_child_workflow(
+                "AgentWorkflow",
+                AgentInput(given.run, given.episode, given.group, given.environment, agent),
+                id=agent_workflow_id(given.run, given.episode, agent.name),
+                result_type=AgentResult,
+            )
+            for agent in agents
+        ]
+        outcomes = await asyncio.gather(*plays, return_exceptions=True)
+        results = [o for o in outcomes if isinstance(o, AgentResult)]
+        errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
+        result = EpisodeResult(given.run, given.episode, given.group, finished=not errors,
+                               rewards={r.agent: r.reward for r in results},
+                               error="; ".join(errors) or None)  # fmt: skip
+        record = EpisodeRecord(result, given.environment.reference, seats={r.agent: r.seat for r in results},
+                               turns={r.agent: r.turns for r in results})  # fmt: skip
+        await workflow.execute_activity("record_episode", record, **SHORT)
+        return result
+
+
+@workflow.defn(name="EpisodeSupplyWorkflow")
+class EpisodeSupplyWorkflow:
+    def __init__(self) -> None:
+        self.paused = False
+        self.stopping = False
+        self.in_flight: set[int] = set()
+        self._groups: set[asyncio.Task[None]] = set()
+        self.finished_groups = 0
+        self.episodes_finished = 0
+        self.episodes_failed = 0
+
+    @workflow.signal
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+
+    @workflow.signal
+    def stop(self) -> None:
+        self.stopping = True
+
+    @workflow.query
+    def counts(self) -> dict[str, int]:
+        return {"finished_groups": self.finished_groups, "episodes_finished": self.episodes_finished,
+                "episodes_failed": self.episodes_failed, "in_flight": len(self.in_flight)}  # fmt: skip
+
+    @workflow.run
+    async def run(self, given: SupplyInput) -> dict[str, int]:
+        self.paused = given.paused
+        self.finished_groups = given.finished_groups
+        next_group = given.next_group
+        started_here = 0
+
+        def exhausted() -> bool:
+            return given.max_groups is not None and next_group >= given.max_groups
+
+        def history_full() -> bool:
+            return started_here >= GROUPS_PER_HISTORY
+
+        def may_start() -> bool:
+            return (not self.paused and len(self.in_flight) < given.groups_in_flight and not exhausted()
+                    and not history_full())  # fmt: skip
+
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    self.stopping or may_start() or (not self.in_flight and (exhausted() or history_full()))
+                )
+            )
+            if self.stopping or (exhausted() and not self.in_flight):
+                break
+            if history_full() and not self.in_flight:
+                workflow.continue_as_new(
+                    replace(
+                        given, next_group=next_group, paused=self.paused, finished_groups=self.finished_groups
+                    )
+                )
+            self.in_flight.add(next_group)
+            group_task = asyncio.create_task(self._play_group(given, next_group))
+            self._groups.add(group_task)
+            group_task.add_done_callback(self._groups.discard)
+            next_group += 1
+            started_here += 1
+        await workflow.wait_condition(lambda: not self.in_flight)
+        return self.counts()
+
+    async def _play_group(self, given: SupplyInput, group: int) -> None:
+        episodes = [
+            workflow.execute_child_workflow(
+                "EpisodeWorkflow",
+                EpisodeInput(given.run, episode_id(group, member), group, given.environment),
+                id=episode_workflow_id(given.run, episode_id(group, member)),
+                result_type=EpisodeResult,
+            )
+            for member in range(given.environment.group_size)
+        ]
+        for result in await asyncio.gather(*episodes):
+            if result.finished:
+                self.episodes_finished += 1
+            else:
+                self.episodes_failed += 1
+        self.finished_groups += 1
+        self.in_flight.discard(group)

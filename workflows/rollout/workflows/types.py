@@ -1,0 +1,131 @@
+"""The small values workflows and activities pass each other: ids, names, numbers. Never transcripts or tensors.
+
+Every id here is a business key computed in workflow code (run, episode, group, agent, attempt), so an activity
+retried by Temporal writes the same ledger keys as the attempt before it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+RUNNER_QUEUE = "rollout-runner"
+
+
+@dataclass
+class AgentInfo:
+    name: str
+    policy: str = "default"
+    checkpoint: str | None = None
+    external: bool = False
+
+
+@dataclass
+class EnvironmentInfo:
+    """What workflow code needs to know about an environment (found by an activity that imports it)."""
+
+    reference: str
+    name: str
+    agents: list[AgentInfo]
+    group_size: int
+    max_turns: int
+    replayable: bool
+
+
+@dataclass
+class AgentInput:
+    run: str
+    episode: str
+    group: int
+    environment: EnvironmentInfo
+    agent: AgentInfo
+
+
+@dataclass
+class AgentAttempt:
+    """One try at playing an agent's seat. A replayable environment keeps the seat across tries."""
+
+    input: AgentInput
+    attempt: int
+    seat: str
+
+
+@dataclass
+class AgentResult:
+    agent: str
+    seat: str
+    reward: float
+    turns: int
+    attempts: int = 1
+    truncated: bool = False
+    metrics: dict[str, float] = field(default_factory=dict[str, float])
+
+
+@dataclass
+class EpisodeInput:
+    run: str
+    episode: str
+    group: int
+    environment: EnvironmentInfo
+
+
+@dataclass
+class EpisodeResult:
+    run: str
+    episode: str
+    group: int
+    finished: bool
+    rewards: dict[str, float] = field(default_factory=dict[str, float])
+    error: str | None = None
+
+
+@dataclass
+class SupplyInput:
+    run: str
+    environment: EnvironmentInfo
+    groups_in_flight: int = 2
+    max_groups: int | None = None  # None: until the run stops
+    next_group: int = 0
+    paused: bool = False
+    finished_groups: int = 0
+
+
+@dataclass
+class RunInput:
+    run: str
+    environment: str
+    groups_in_flight: int = 2
+    max_groups: int | None = None
+    max_lag: int = 2
+    settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
+
+
+@dataclass
+class RunStatus:
+    run: str
+    paused: bool
+    stopped: bool
+    max_lag: int
+    episodes_finished: int
+    episodes_failed: int
+    groups_started: int
+
+
+@dataclass
+class SettingsChange:
+    run: str
+    key: str  # the business key of this change (its update id)
+    changes: dict[str, bool | int | float | str]
+
+
+@dataclass
+class AbandonInput:
+    attempt: AgentAttempt
+    reason: str
+
+
+@dataclass
+class EpisodeRecord:
+    result: EpisodeResult
+    environment: str
+    seats: dict[str, str] = field(default_factory=dict[str, str])
+    turns: dict[str, int] = field(default_factory=dict[str, int])
