@@ -42,6 +42,16 @@ app.add_typer(seat_app, name="seat")
 app.add_typer(config_app, name="config")
 app.add_typer(ledger_app, name="ledger")
 app.add_typer(engine_app, name="engine")
+env_app = typer.Typer(help="Environments: check one before a run plays it.", no_args_is_help=True)
+worker_app = typer.Typer(
+    help="Worker processes (several may run, on several machines).", no_args_is_help=True
+)
+run_app = typer.Typer(
+    help="Runs: start one, change it while it plays, see where it is.", no_args_is_help=True
+)
+app.add_typer(env_app, name="env")
+app.add_typer(worker_app, name="worker")
+app.add_typer(run_app, name="run")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -383,3 +393,198 @@ def main() -> None:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+@env_app.command("check")
+def env_check(
+    reference: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Import an environment, check its tools, and play one episode per agent against a scripted model.
+
+    Exits non-zero, naming what is wrong and where, when anything fails. Needs no services.
+    """
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from rollout.env_check import check_environment
+
+    report = asyncio.run(check_environment(reference))
+    if as_json:
+        print(json.dumps({"ok": report.ok, **asdict(report)}))
+    else:
+        table = Table("agent", "turns", "reward", "tools", title=f"{reference} ({report.environment or '?'})")
+        for played in report.plays:
+            reward = (
+                "—"
+                if played.reward is None
+                else f"{played.reward:g}" + (" (truncated)" if played.truncated else "")
+            )
+            table.add_row(played.agent, str(played.turns), reward, ", ".join(played.tools) or "—")
+        if report.plays:
+            out.print(table)
+        for finding in report.findings:
+            err.print(
+                f"[bold red]✗[/] {finding.where}: {finding.problem}",
+                highlight=False,
+                emoji=False,
+                markup=True,
+            )
+        if report.ok:
+            out.print(
+                "[bold green]✓[/] the environment loads, its tools are valid and every agent played to a reward"
+            )
+    if not report.ok:
+        raise typer.Exit(1)
+
+
+@worker_app.command("runner")
+def worker_runner(
+    overrides: Overrides = None,
+    gateway_url: Annotated[
+        str | None, typer.Option(help="The gateway agents sample through (default: services.gateway).")
+    ] = None,
+    task_queue: Annotated[str, typer.Option(help="The Temporal task queue to poll.")] = "rollout-runner",
+) -> None:
+    """Run a runner worker: it plays episodes (the built-in agent loop and external agent commands)."""
+    from temporalio.client import Client
+
+    from rollout.gateway.seats import load_secret
+    from rollout.ledger import Ledger
+    from rollout.workers.runner import runner_worker
+
+    settings = _settings(overrides)
+    gateway = settings.services.gateway
+    url = gateway_url or f"http://{gateway.host}:{gateway.port}"
+
+    async def serve() -> None:
+        try:
+            client = await Client.connect(settings.temporal_address)
+        except RuntimeError as error:
+            fail(
+                f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+            )
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            worker = runner_worker(client, ledger, gateway_url=url, seat_secret=load_secret(settings.data_path / "gateway.secret"),
+                                   task_queue=task_queue)  # fmt: skip
+            err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
+            await worker.run()
+
+    try:
+        asyncio.run(serve())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass
+
+
+async def _run_update(settings: config.Settings, run: str, update: str, *args: int) -> dict[str, object]:
+    from dataclasses import asdict
+
+    from temporalio.client import Client, WorkflowUpdateFailedError
+    from temporalio.service import RPCError
+
+    from rollout.workflows.run import run_workflow_id
+    from rollout.workflows.types import RunStatus
+
+    try:
+        client = await Client.connect(settings.temporal_address)
+    except RuntimeError as error:
+        fail(
+            f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+        )
+    handle = client.get_workflow_handle(run_workflow_id(run))
+    try:
+        if update == "status":
+            status = await handle.query("status", result_type=RunStatus)
+        else:
+            status = await handle.execute_update(update, args=list(args), result_type=RunStatus)
+    except WorkflowUpdateFailedError as error:
+        fail(f"run {run} refused {update}: {error.cause}")
+    except RPCError as error:
+        fail(
+            f"no run {run!r} is playing ({error.message}): see runs in the Temporal UI, or start one with `rollout run start`"
+        )
+    return asdict(status)
+
+
+def _print_run_status(status: dict[str, object], as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(status))
+        return
+    out.print("  ".join(f"{key} [bold]{value}[/]" for key, value in status.items()), highlight=False)
+
+
+@run_app.command("start")
+def run_start(
+    environment: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    overrides: Overrides = None,
+    run: Annotated[str | None, typer.Option("--run", help="The run's id (default: a new one).")] = None,
+    groups: Annotated[
+        int | None, typer.Option(help="Stop after this many groups (default: until stopped).")
+    ] = None,
+    in_flight: Annotated[int, typer.Option(help="Episode groups to keep playing at once.")] = 2,
+    max_lag: Annotated[
+        int, typer.Option(help="How many checkpoints behind the newest a turn may sample.")
+    ] = 2,
+    wait: Annotated[bool, typer.Option(help="Wait for the run to end and print its status.")] = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Start a run: episodes of ENVIRONMENT, played by runner workers (`rollout worker runner`)."""
+    import uuid
+    from dataclasses import asdict
+
+    from temporalio.client import Client
+
+    from rollout.workflows.run import run_workflow_id
+    from rollout.workflows.types import RUNNER_QUEUE, RunInput, RunStatus
+
+    settings = _settings(overrides)
+    run_id = run or f"run-{uuid.uuid4().hex[:8]}"
+
+    async def start() -> dict[str, object]:
+        client = await Client.connect(settings.temporal_address)
+        handle = await client.start_workflow("RunWorkflow", RunInput(run_id, environment, in_flight, groups, max_lag),
+                                             id=run_workflow_id(run_id), task_queue=RUNNER_QUEUE,
+                                             result_type=RunStatus)  # fmt: skip
+        if not wait:
+            return {"run": run_id, "workflow": handle.id}
+        return asdict(await handle.result())
+
+    _print_run_status(asyncio.run(start()), as_json)
+
+
+def _run_command(update: str, help_text: str) -> None:
+    def command(
+        run: Annotated[str, typer.Argument(help="The run's id.")],
+        overrides: Overrides = None,
+        as_json: JsonFlag = False,
+    ) -> None:
+        _print_run_status(asyncio.run(_run_update(_settings(overrides), run, update)), as_json)
+
+    command.__doc__ = help_text
+    run_app.command(update)(command)
+
+
+_run_command("pause", "Pause a run: no new turns or episodes begin; recorded in the ledger.")
+_run_command("resume", "Resume a paused run.")
+_run_command("stop", "Stop a run once the episodes in flight finish.")
+_run_command("status", "Where a run is: paused, max_lag, episodes finished and failed.")
+
+
+@run_app.command("set")
+def run_set(
+    run: Annotated[str, typer.Argument(help="The run's id.")],
+    setting: Annotated[str, typer.Argument(help="max_lag=N")],
+    overrides: Overrides = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Change a run's setting while it plays (max_lag=N); the gateway applies it on the next turn."""
+    key, _, value = setting.partition("=")
+    if key != "max_lag" or not value.strip().isdigit():
+        fail(
+            f"{setting!r}: the setting a run takes is max_lag=N, with N a whole number (0 = on-policy)",
+            code=2,
+        )
+    _print_run_status(asyncio.run(_run_update(_settings(overrides), run, "set_max_lag", int(value))), as_json)

@@ -22,8 +22,9 @@ import abc
 import importlib
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
+from rollout.contracts import Message, ToolSpec
 from rollout.harness import Task
 
 TaskParameters = dict[str, str]
@@ -94,7 +95,9 @@ class Environment:
     sandbox: SandboxSpec | None = None
     replayable: bool = True
     description: str = ""
-    tags: tuple[str, ...] = field(default_factory=tuple[str, ...])
+    # A deterministic stand-in for the model, for `rollout env check` and tutorials: messages and tools so far
+    # -> the assistant's reply. Without one, the check's model answers "ok".
+    scripted_reply: Callable[[list[Message], tuple[ToolSpec, ...]], Message] | None = None
 
     def __post_init__(self) -> None:
         names = [agent.name for agent in self.agents]

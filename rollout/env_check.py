@@ -1,0 +1,142 @@
+"""`rollout env check`: does an environment load, declare sane tools, and play an episode to a finite reward?
+
+Contract:
+- `check_environment(reference)` never raises for a broken environment: every problem becomes a `Finding`
+  naming what is wrong and where (the reference, the agent, the tool, the turn). `CheckReport.ok` is True only
+  when there are no findings.
+- Each agent seat plays one episode of group 0 with the built-in loop against a scripted model, in process (no
+  services needed): the environment's own `scripted_reply` when it has one, else a model that answers "ok".
+  A seat with an external command is started only by a run; the check validates its Task's first observation.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from rollout.activities.agent_loop import InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.contracts import Message, ToolSpec
+from rollout.environment import Environment, EnvironmentLoadError, load_environment
+from rollout.harness import RunContext
+
+TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
+ScriptedReply = Callable[[list[Message], tuple[ToolSpec, ...]], Message]
+
+
+@dataclass(frozen=True)
+class Finding:
+    where: str
+    problem: str
+
+
+@dataclass(frozen=True)
+class AgentPlay:
+    agent: str
+    turns: int
+    reward: float | None
+    truncated: bool
+    tools: list[str]
+
+
+@dataclass
+class CheckReport:
+    reference: str
+    environment: str | None = None
+    plays: list[AgentPlay] = field(default_factory=list[AgentPlay])
+    findings: list[Finding] = field(default_factory=list[Finding])
+
+    @property
+    def ok(self) -> bool:
+        return not self.findings
+
+
+def tool_problems(tool: ToolSpec) -> list[str]:
+    problems = []
+    if not TOOL_NAME.match(tool.name):
+        problems.append(f"tool name {tool.name!r} must be 1-64 letters, digits, '_' or '-'")
+    schema = tool.parameters
+    if schema.get("type") != "object":
+        problems.append(f"tool {tool.name!r}: parameters must be a JSON schema of type 'object'")
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        problems.append(f"tool {tool.name!r}: 'properties' must be an object")
+    else:
+        for required in schema.get("required", []):
+            if required not in properties:
+                problems.append(f"tool {tool.name!r}: required parameter {required!r} is not in 'properties'")
+    return problems
+
+
+class _Scripted:
+    """The scripted model of the check, recording the tools it was offered."""
+
+    def __init__(self, reply: ScriptedReply | None) -> None:
+        self.reply_with = reply
+        self.tools_seen: dict[str, ToolSpec] = {}
+
+    async def reply(self, messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
+        for tool in tools:
+            self.tools_seen[tool.name] = tool
+        if self.reply_with is None:
+            return Message.assistant("ok")
+        return self.reply_with(messages, tools)
+
+
+async def check_environment(reference: str | Environment) -> CheckReport:
+    """Check the environment at `reference` (package.module:attribute), or one already in hand."""
+    if isinstance(reference, Environment):
+        environment, reference = reference, reference.name
+        report = CheckReport(reference)
+    else:
+        report = CheckReport(reference)
+        try:
+            environment = load_environment(reference)
+        except EnvironmentLoadError as error:
+            report.findings.append(Finding(reference, str(error)))
+            return report
+    report.environment = environment.name
+    try:
+        parameters = environment.source.parameters(0)
+    except Exception as error:
+        report.findings.append(Finding(f"{reference} task source", f"{type(error).__name__}: {error}"))
+        return report
+    for agent in environment.agents:
+        await _check_agent(environment, agent.name, bool(agent.command), parameters, report)
+    return report
+
+
+async def _check_agent(
+    environment: Environment, agent: str, external: bool, parameters: dict[str, str], report: CheckReport
+) -> None:
+    where = f"{report.reference} agent {agent!r}"
+    context = RunContext("env-check", "episode-0", f"env-check/{agent}", 1, parameters)
+    try:
+        task = environment.make_task(parameters, agent)
+    except Exception as error:
+        report.findings.append(Finding(where, f"making the task raised {type(error).__name__}: {error}"))
+        return
+    model = _Scripted(environment.scripted_reply)
+    outcome: LoopOutcome | None = None
+    try:
+        if external:
+            first = await task.start(context)
+            for tool in first.tools:
+                model.tools_seen[tool.name] = tool
+        else:
+            outcome = await play(task, context, model, max_turns=environment.max_turns)
+    except (TaskFailed, InvalidReward) as error:
+        report.findings.append(Finding(where, str(error)))
+    except Exception as error:
+        report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
+    for tool in model.tools_seen.values():
+        report.findings.extend(Finding(f"{where} tool {tool.name!r}", p) for p in tool_problems(tool))
+    report.plays.append(
+        AgentPlay(
+            agent,
+            outcome.turns if outcome else 0,
+            outcome.reward if outcome else None,
+            outcome.truncated if outcome else False,
+            sorted(model.tools_seen),
+        )  # fmt: skip
+    )

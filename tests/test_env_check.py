@@ -1,0 +1,57 @@
+"""`rollout env check` and the run commands' input checks, as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rollout.env_check import check_environment
+
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+
+
+def rollout(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([ROLLOUT, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_the_arithmetic_environment_passes_its_check() -> None:
+    checked = rollout("env", "check", "arithmetic.environment:environment", "--json")
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["ok"] and report["plays"] == [
+        {"agent": "solver", "turns": 1, "reward": 1.0, "truncated": False, "tools": []}
+    ]
+
+
+@pytest.mark.parametrize(
+    ("reference", "says"),
+    [
+        ("tests.example_envs:raises", "the task's respond raised"),
+        ("tests.example_envs:not_finite", "not a finite number"),
+        ("tests.example_envs:not_an_environment", "is a int, not a rollout.environment.Environment"),
+        ("no_such_package.env:environment", "module 'no_such_package.env' does not import"),
+        ("arithmetic", "write it as package.module:attribute"),
+    ],
+)
+def test_a_broken_environment_fails_its_check_naming_what_and_where(reference: str, says: str) -> None:
+    checked = rollout("env", "check", reference)
+    assert checked.returncode == 1
+    assert says in checked.stderr and reference.split(":")[0] in checked.stderr
+
+
+async def test_bad_tool_schemas_are_findings() -> None:
+    report = await check_environment("tests.example_envs:bad_tools")
+    problems = [f.problem for f in report.findings]
+    assert any("tool name 'run shell'" in p for p in problems)
+    assert any("required parameter 'cmd' is not in 'properties'" in p for p in problems)
+
+
+def test_run_set_takes_max_lag_only() -> None:
+    refused = rollout("run", "set", "some-run", "max_lag=-1")
+    assert refused.returncode == 2 and "max_lag=N" in refused.stderr
+    refused = rollout("run", "set", "some-run", "temperature=2")
+    assert refused.returncode == 2 and "max_lag=N" in refused.stderr
