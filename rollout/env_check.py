@@ -131,12 +131,7 @@ async def _check_agent(
         report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
     for tool in model.tools_seen.values():
         report.findings.extend(Finding(f"{where} tool {tool.name!r}", p) for p in tool_problems(tool))
-    report.plays.append(
-        AgentPlay(
-            agent,
-            outcome.turns if outcome else 0,
-            outcome.reward if outcome else None,
-            outcome.truncated if outcome else False,
-            sorted(model.tools_seen),
-        )  # fmt: skip
-    )
+    played = AgentPlay(agent, 0, None, False, sorted(model.tools_seen))
+    if outcome is not None:
+        played = AgentPlay(agent, outcome.turns, outcome.reward, outcome.truncated, played.tools)
+    report.plays.append(played)
