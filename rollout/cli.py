@@ -387,14 +387,6 @@ def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> N
     print(json.dumps({"seq": seq, "key": key, "kind": kind, "payload": payload}), flush=True)
 
 
-def main() -> None:
-    app(prog_name="rollout")
-
-
-if __name__ == "__main__":
-    sys.exit(main())
-
-
 @env_app.command("check")
 def env_check(
     reference: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
@@ -588,3 +580,11 @@ def run_set(
             code=2,
         )
     _print_run_status(asyncio.run(_run_update(_settings(overrides), run, "set_max_lag", int(value))), as_json)
+
+
+def main() -> None:
+    app(prog_name="rollout")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

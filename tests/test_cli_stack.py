@@ -160,7 +160,7 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(
                  f"models_dir={models_dir}"]  # fmt: skip
     try:
         up = services(rollout("up", "--json", *overrides, check=True))
-        assert up["engine"]["healthy"] and up["gateway"]["healthy"]
+        assert up["engine"]["healthy"] and up["gateway"]["healthy"] and up["runner"]["healthy"]
         seat = json.loads(rollout("seat", "new", "--json", "--gateway-url", up["gateway"]["address"], *overrides,
                                   check=True).stdout)  # fmt: skip
         client = openai.OpenAI(base_url=seat["base_url"], api_key=seat["api_key"], max_retries=0)
@@ -174,4 +174,4 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(
         )
     finally:
         stopped = rollout("down", *overrides, check=True)
-    assert "stopped: gateway, engine, temporal, postgres" in stopped.stdout
+    assert "stopped: runner, gateway, engine, temporal, postgres" in stopped.stdout

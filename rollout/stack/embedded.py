@@ -62,6 +62,7 @@ class Stack:
         gateway = services.gateway
         self.engine: ManagedProcess | None = None
         self.gateway: ManagedProcess | None = None
+        self.runner: ManagedProcess | None = None
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
             common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
@@ -78,6 +79,13 @@ class Stack:
                  "--port", str(gateway.port), "--max-context", str(gateway.max_context), *common,
                  f"services.postgres.url={settings.ledger_url}"),
                 self.data_dir, gateway.host, ((gateway.port, "services.gateway.port"),),
+            )  # fmt: skip
+            # A runner plays episodes through this gateway; it listens on no port (it polls Temporal).
+            self.runner = ManagedProcess(
+                "Runner",
+                (*python, "worker", "runner", "--gateway-url", f"http://{gateway.host}:{gateway.port}", *common,
+                 f"services.postgres.url={settings.ledger_url}", f"services.temporal.address={settings.temporal_address}"),
+                self.data_dir, gateway.host, (),
             )  # fmt: skip
         self.temporal = (
             None
@@ -128,6 +136,10 @@ class Stack:
                 self.engine.start(timeout_s=600)
                 report("gateway: starting" if self.gateway.pid() is None else "gateway: already running")
                 self.gateway.start(timeout_s=120)
+            if self.runner is not None:
+                report("runner: starting" if self.runner.pid() is None else "runner: already running")
+                if self.runner.start():
+                    self._check_stays_up(self.runner)
             open_store(
                 self.settings.blob_url,
                 s3_endpoint=self.settings.services.blobs.s3_endpoint,
@@ -150,7 +162,7 @@ class Stack:
         if not self.data_dir.is_dir():
             return stopped
         with self._lock():
-            for process in (self.gateway, self.engine):
+            for process in (self.runner, self.gateway, self.engine):
                 if process is not None and process.pid() is not None:
                     report(f"{process.name}: stopping")
                     process.stop()
@@ -173,7 +185,23 @@ class Stack:
                                               f"serving {gateway.model}"))  # fmt: skip
             services.append(self._http_status("gateway", self.gateway, f"http://{gateway.host}:{gateway.port}",
                                               "agents use /s/TOKEN/v1 (`rollout seat new`)"))  # fmt: skip
+        if self.runner is not None:
+            pid = self.runner.pid()
+            services.append(ServiceStatus("runner", "embedded", "queue rollout-runner", pid is not None,
+                                          "plays episodes (`rollout run start ENV`)" if pid else "not running", pid))  # fmt: skip
         return services
+
+    @staticmethod
+    def _check_stays_up(process: ManagedProcess, settle_s: float = 5.0) -> None:
+        """A process with no port is ready when it has not died on start (a bad setting, an unreachable service)."""
+        deadline = time.monotonic() + settle_s
+        while time.monotonic() < deadline:
+            if process.pid() is None:
+                tail = (
+                    process.log_path.read_text(errors="replace")[-2000:] if process.log_path.exists() else ""
+                )
+                raise RuntimeError(f"{process.name} exited as it started:\n{tail}")
+            time.sleep(0.25)
 
     def _http_status(self, name: str, process: ManagedProcess, url: str, detail: str) -> ServiceStatus:
         try:
