@@ -131,7 +131,9 @@ async def test_refusals_and_outages_map_onto_the_engine_protocol(
     wrong_model = TinkerEngine("Qwen/Qwen3-0.6B", base_url=fake[0], api_key=KEY)
     with pytest.raises(EngineError, match="not served here"):
         await wrong_model.sample(request)
-    await wrong_model.close()  # its session opened: finish it, or the SDK heartbeats it after the fake is gone
+    await (
+        wrong_model.close()
+    )  # its session opened: finish it, or the SDK heartbeats it after the fake is gone
     down = TinkerEngine(
         BASE_MODEL, base_url=f"http://127.0.0.1:{free_port()}", api_key=KEY, connect_timeout_s=2
     )
