@@ -14,7 +14,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import math
 import traceback
 from collections.abc import Awaitable, Callable
@@ -134,9 +133,3 @@ async def play(
             messages.extend(observation.messages())
             tools = observation.tools or tools
     return LoopOutcome(checked_reward(observation), turns, metrics=dict(observation.metrics))
-
-
-def describe(message: Message) -> str:
-    """A one-line summary of a message, for reports."""
-    calls = ", ".join(f"{c.name}({json.loads(c.arguments or '{}')})" for c in message.tool_calls)
-    return f"{message.role}: {message.text[:80]!r}" + (f" calls {calls}" if calls else "")
