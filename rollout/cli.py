@@ -52,6 +52,11 @@ run_app = typer.Typer(
 app.add_typer(env_app, name="env")
 app.add_typer(worker_app, name="worker")
 app.add_typer(run_app, name="run")
+sandbox_app = typer.Typer(
+    help="Sandboxes: worlds that episodes claim (a computer, a shared grid, later Minecraft).",
+    no_args_is_help=True,
+)
+app.add_typer(sandbox_app, name="sandbox")
 
 out = Console()
 err = Console(stderr=True, soft_wrap=True)
@@ -194,9 +199,17 @@ def engine_serve(
     kind: Annotated[
         str,
         typer.Option(
-            help="local (transformers + peft), vllm (`vllm serve`, on a GPU) or tinker (Tinker's hosted sampler)."
+            help="local (transformers + peft), vllm (`vllm serve`, on a GPU), tinker (Tinker's hosted sampler) or "
+            "scripted (replies from --script, for tests, tutorials and benchmarks)."
         ),
     ] = "local",
+    script: Annotated[
+        str | None,
+        typer.Option(
+            help="--kind scripted: package.module:function, mapping the prompt's text to the reply Message."
+        ),
+    ] = None,
+    think_ms: Annotated[float, typer.Option(help="--kind scripted: how long each reply takes, in ms.")] = 0.0,
     tinker_base_model: Annotated[
         str | None, typer.Option(help="--kind tinker: the Tinker base model (default: --model).")
     ] = None,
@@ -221,8 +234,10 @@ def engine_serve(
     from rollout.stack.processes import port_is_free
 
     settings = _settings(overrides)
-    if kind not in ("local", "vllm", "tinker"):
-        fail(f"--kind must be local, vllm or tinker, not {kind!r}", code=2)
+    if kind not in ("local", "vllm", "tinker", "scripted"):
+        fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
+    if kind == "scripted" and not script:
+        fail("--kind scripted needs --script package.module:function (prompt text -> reply Message)", code=2)
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
     if kind == "tinker" and not os.environ.get("TINKER_API_KEY"):
@@ -247,6 +262,19 @@ def engine_serve(
         err.print(
             f"Tinker engine sampling {engine.base_model} at {where} as '{served_name}' on http://{host}:{port}"
         )
+    elif kind == "scripted":
+        from transformers import AutoTokenizer
+
+        from rollout.engines.scripted import ScriptedEngine, load_script
+        from rollout.gateway.rendering import ModelRenderer, renderer_for_model
+
+        try:
+            reply = load_script(script or "")
+        except ValueError as error:
+            fail(str(error), code=2)
+        renderer = ModelRenderer(AutoTokenizer.from_pretrained(model_path), renderer_for_model(model))
+        engine = ScriptedEngine(renderer, reply, served_name=served_name, think_s=think_ms / 1000)
+        err.print(f"scripted engine ({script}) as '{served_name}' on http://{host}:{port}")
     else:
         from rollout.engines.local import LocalEngine
 
@@ -438,6 +466,9 @@ def worker_runner(
         str | None, typer.Option(help="The gateway agents sample through (default: services.gateway).")
     ] = None,
     task_queue: Annotated[str, typer.Option(help="The Temporal task queue to poll.")] = "rollout-runner",
+    max_activities: Annotated[
+        int, typer.Option(help="How many agents (and other activities) this runner plays at once.")
+    ] = 64,
 ) -> None:
     """Run a runner worker: it plays episodes (the built-in agent loop and external agent commands)."""
     from temporalio.client import Client
@@ -459,7 +490,7 @@ def worker_runner(
             )
         async with await Ledger.connect(settings.ledger_url) as ledger:
             worker = runner_worker(client, ledger, gateway_url=url, seat_secret=load_secret(settings.data_path / "gateway.secret"),
-                                   task_queue=task_queue)  # fmt: skip
+                                   task_queue=task_queue, max_concurrent_activities=max_activities)  # fmt: skip
             err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
             await worker.run()
 
@@ -580,6 +611,63 @@ def run_set(
             code=2,
         )
     _print_run_status(asyncio.run(_run_update(_settings(overrides), run, "set_max_lag", int(value))), as_json)
+
+
+@sandbox_app.command("serve")
+def sandbox_serve(
+    overrides: Overrides = None,
+    kind: Annotated[
+        str, typer.Option(help="shell, or package.module:attribute of an environment's kind.")
+    ] = "shell",
+    name: Annotated[
+        str, typer.Option(help="This sandbox's name in its pool (unique per kind).")
+    ] = "sandbox-0",
+    seats: Annotated[int, typer.Option(help="How many agents can play in it at once.")] = 4,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (agents on other machines reach it here).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 0,
+) -> None:
+    """Serve one sandbox and register it in its pool, so episodes that need its kind can claim it."""
+    import signal
+
+    from rollout.ledger import Ledger
+    from rollout.sandbox import load_kind
+    from rollout.sandbox.claims import SandboxNameTaken
+    from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir
+    from rollout.sandbox.world import UnknownSandboxKind
+    from rollout.stack.processes import free_port, port_is_free
+
+    settings = _settings(overrides)
+    if seats < 1:
+        fail("--seats must be at least 1", code=2)
+    try:
+        load_kind(kind)
+    except UnknownSandboxKind as error:
+        fail(str(error), code=2)
+    port = port or free_port()
+    if not port_is_free(host, port):
+        fail(f"port {port} on {host} is taken: choose another with `--port PORT` (or 0 for a free one)")
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            workdir = sandbox_workdir(settings.data_path, kind, name)
+            async with hosted_sandbox(
+                ledger, kind, name, seats=seats, workdir=workdir, host=host, port=port
+            ) as box:
+                err.print(
+                    f"sandbox {name!r} ({kind}, {seats} seats) on {box.address}, in the pool until stopped"
+                )
+                await stop.wait()
+
+    try:
+        asyncio.run(serve())
+    except (LedgerError, SandboxNameTaken) as error:
+        fail(str(error))
 
 
 def main() -> None:

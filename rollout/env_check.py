@@ -7,18 +7,27 @@ Contract:
 - Each agent seat plays one episode of group 0 with the built-in loop against a scripted model, in process (no
   services needed): the environment's own `scripted_reply` when it has one, else a model that answers "ok".
   A seat with an external command is started only by a run; the check validates its Task's first observation.
+- An environment that needs a sandbox gets one of its kind, served in process on a local port for the check
+  (claimed under epoch 1); its agents then play at the same time, each on its seat, as in a run.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
-from collections.abc import Callable
+import tempfile
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rollout.activities.agent_loop import InvalidReward, LoopOutcome, TaskFailed, play
 from rollout.contracts import Message, ToolSpec
-from rollout.environment import Environment, EnvironmentLoadError, load_environment
-from rollout.harness import RunContext
+from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
+from rollout.harness import RunContext, SandboxSeat
+from rollout.sandbox import SandboxClient, load_kind
+from rollout.sandbox.server import build_sandbox_app
+from rollout.stack.asgi import serving
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ScriptedReply = Callable[[list[Message], tuple[ToolSpec, ...]], Message]
@@ -101,16 +110,54 @@ async def check_environment(reference: str | Environment) -> CheckReport:
     except Exception as error:
         report.findings.append(Finding(f"{reference} task source", f"{type(error).__name__}: {error}"))
         return report
-    for agent in environment.agents:
-        await _check_agent(environment, agent.name, bool(agent.command), parameters, report)
+    if environment.sandbox is None:
+        for agent in environment.agents:
+            await _check_agent(environment, agent.name, bool(agent.command), parameters, report, None)
+        return report
+    async with _sandbox_for_check(environment.sandbox, report) as seats:
+        if seats is not None:
+            await asyncio.gather(*(
+                _check_agent(environment, agent.name, bool(agent.command), parameters, report, seats[index])
+                for index, agent in enumerate(environment.agents)
+            ))  # fmt: skip
     return report
 
 
+@asynccontextmanager
+async def _sandbox_for_check(
+    need: SandboxSpec, report: CheckReport
+) -> AsyncIterator[list[SandboxSeat] | None]:
+    where = f"{report.reference} sandbox {need.kind!r}"
+    try:
+        world = load_kind(need.kind)(Path(tempfile.mkdtemp(prefix="rollout-env-check-")), need.seats)
+    except Exception as error:
+        report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
+        yield None
+        return
+    try:
+        async with serving(
+            build_sandbox_app(world, kind=need.kind, name="env-check", seats=need.seats)
+        ) as url:
+            seats = [
+                SandboxSeat(url, need.kind, "env-check", 1, seat, "env-check") for seat in range(need.seats)
+            ]
+            async with SandboxClient(seats[0]) as opener:
+                await opener.open()
+            yield seats
+    finally:
+        await world.close()
+
+
 async def _check_agent(
-    environment: Environment, agent: str, external: bool, parameters: dict[str, str], report: CheckReport
+    environment: Environment,
+    agent: str,
+    external: bool,
+    parameters: dict[str, str],
+    report: CheckReport,
+    sandbox: SandboxSeat | None,
 ) -> None:
     where = f"{report.reference} agent {agent!r}"
-    context = RunContext("env-check", "episode-0", f"env-check/{agent}", 1, parameters)
+    context = RunContext("env-check", "episode-0", f"env-check/{agent}", 1, parameters, sandbox)
     try:
         task = environment.make_task(parameters, agent)
     except Exception as error:

@@ -74,14 +74,19 @@ class AgentSeatSpec:
     policy: str = "default"
     checkpoint: str | None = None
     command: tuple[str, ...] = ()  # an external agent loop; empty for the built-in one
+    timeout_s: float = 1800.0  # an external command is killed after this long
 
 
 @dataclass(frozen=True)
 class SandboxSpec:
-    """The sandbox an episode claims: a kind (a pool) and how many of its seats (one per agent)."""
+    """The sandbox an episode claims before its agents play: a kind (a pool: `shell`, or an environment's own
+    `package.module:attribute`), how many of its seats (agent i takes seat i), how long an episode waits for a
+    free one before it fails, and the claim's time to live (renewed while the episode plays)."""
 
     kind: str
     seats: int = 1
+    wait_s: float = 300.0
+    ttl_s: float = 60.0
 
 
 @dataclass(frozen=True)
@@ -107,6 +112,10 @@ class Environment:
             raise ValueError(f"environment {self.name!r} names an agent twice: {names}")
         if self.group_size < 1 or self.max_turns < 1:
             raise ValueError(f"environment {self.name!r}: group_size and max_turns must be at least 1")
+        if self.sandbox is not None and self.sandbox.seats < len(self.agents):
+            raise ValueError(
+                f"environment {self.name!r}: its sandbox has {self.sandbox.seats} seat(s) for {len(self.agents)} agents"
+            )
 
     def agent(self, name: str) -> AgentSeatSpec:
         for agent in self.agents:

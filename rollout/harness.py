@@ -7,7 +7,11 @@ Contract:
   any point. An `End` may carry a last text for the agent's transcript; it is never sent to the model.
 - Rewards are floats per agent seat; a multi-seat task returns its own seat's reward from its own `End`.
 - `RunContext` tells a task which run, episode, seat and attempt it plays in; a task uses it for
-  logging and for seeding, never to reach into the platform's state.
+  logging and for seeding, never to reach into the platform's state. When the environment needs a sandbox,
+  `run.sandbox` is this agent's seat in the episode's claimed sandbox (reach it with
+  `rollout.sandbox.SandboxClient`); every agent of the episode is in the same sandbox.
+- A seat played by an external command (Claude Code, Codex, a script): `start` gives the prompt the command is
+  started with, and `finish` scores the command's outcome when it ends. `respond` is never called.
 """
 
 from __future__ import annotations
@@ -41,6 +45,18 @@ class End(Observation):
 
 
 @dataclass(frozen=True)
+class SandboxSeat:
+    """An agent's place in a claimed sandbox: the server, the claim's epoch (its fence) and the seat number."""
+
+    address: str
+    kind: str
+    name: str
+    epoch: int
+    seat: int
+    holder: str = ""
+
+
+@dataclass(frozen=True)
 class RunContext:
     """Where a task is being played. `attempt` counts from 1 and grows when an episode is retried."""
 
@@ -49,6 +65,19 @@ class RunContext:
     seat: str
     attempt: int = 1
     parameters: dict[str, str] = field(default_factory=dict[str, str])
+    sandbox: SandboxSeat | None = None
+
+
+@dataclass(frozen=True)
+class CommandOutcome:
+    """How an external agent command ended: its exit code, its output (stdout and stderr, the tail kept), the
+    directory it ran in, and the turns it sampled through its seat."""
+
+    exit_code: int | None
+    output: str
+    workdir: str
+    turns: int
+    timed_out: bool = False
 
 
 class Task(abc.ABC):
@@ -58,6 +87,14 @@ class Task(abc.ABC):
     async def start(self, run: RunContext) -> Observation:
         """The first observation of the episode."""
 
-    @abc.abstractmethod
     async def respond(self, run: RunContext, reply: Message) -> Observation:
-        """Answer the agent's reply: a next observation, or `End` with a reward."""
+        """Answer the agent's reply: a next observation, or `End` with a reward (the built-in loop)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is played by the built-in loop: implement Task.respond to answer replies"
+        )
+
+    async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
+        """Score an external agent command that has ended (a seat with a `command`)."""
+        raise NotImplementedError(
+            f"{type(self).__name__} is played by an external command: implement Task.finish to score its outcome"
+        )

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import sys
+from dataclasses import replace
+
+from gridworld.environment import two_agents
 from rollout.contracts import Message, ToolSpec
-from rollout.environment import Dataset, Environment
-from rollout.harness import End, Observation, RunContext, Task
+from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
+from rollout.harness import CommandOutcome, End, Observation, RunContext, Task
+from rollout.sandbox import SandboxClient
+from rollout.sandbox.shell import SHELL_TOOL
 
 
 class Raises(Task):
@@ -38,3 +44,62 @@ class BadTools(Task):
 
 
 bad_tools = Environment("bad-tools", lambda parameters, agent: BadTools(), Dataset([{}]), group_size=1)
+
+
+# Two agents sharing one grid sandbox, one episode per group (chaos tests pin each agent to its own runner).
+gridworld_pair = replace(two_agents, name="gridworld-pair", group_size=1)
+
+
+class ShellArithmetic(Task):
+    """Writes the question into the episode's shell sandbox, asks it, and checks the sandbox kept it."""
+
+    def __init__(self, parameters: dict[str, str]) -> None:
+        self.question, self.answer = parameters["question"], parameters["answer"]
+
+    async def start(self, run: RunContext) -> Observation:
+        assert run.sandbox is not None
+        async with SandboxClient(run.sandbox) as box:
+            await box.act({"command": f"echo '{self.question}' > question.txt"})
+        return Observation(self.question, tools=(SHELL_TOOL,))
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        assert run.sandbox is not None
+        async with SandboxClient(run.sandbox) as box:
+            kept = await box.act({"command": "cat question.txt"})
+        right = reply.text.strip() == self.answer and kept["output"].strip() == self.question
+        return End(reward=1.0 if right else 0.0, metrics={"sandbox_seat": float(run.sandbox.seat)})
+
+
+shell_arithmetic = Environment(
+    "shell-arithmetic",
+    lambda parameters, agent: ShellArithmetic(parameters),
+    Dataset([{"question": "What is 2 + 3?", "answer": "5"}, {"question": "What is 4 * 6?", "answer": "24"}]),
+    group_size=2,
+    max_turns=1,
+    sandbox=SandboxSpec("shell#episodes-test", seats=1, wait_s=30),
+    replayable=False,
+)
+no_sandbox = replace(
+    shell_arithmetic, name="no-sandbox", sandbox=SandboxSpec("shell#nobody-serves", wait_s=1)
+)
+
+
+class ExternalArithmetic(Task):
+    """Played by `tests.external_agent` (a script on the OpenAI SDK); scored on what it printed."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 17 + 25? Answer with the number only.")
+
+    async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
+        lines = outcome.output.strip().splitlines()
+        right = outcome.exit_code == 0 and bool(lines) and lines[-1] == "42"
+        return End(reward=1.0 if right else 0.0, metrics={"turns_seen": float(outcome.turns)})
+
+
+external_arithmetic = Environment(
+    "external-arithmetic",
+    lambda parameters, agent: ExternalArithmetic(),
+    Dataset([{}]),
+    agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.external_agent", "{workdir}")),),
+    group_size=2,
+)

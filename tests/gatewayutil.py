@@ -3,13 +3,9 @@ event loop."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-
-import uvicorn
-from starlette.types import ASGIApp
 
 from rollout.contracts import Message, ToolCall
 from rollout.engines.external import ExternalModel
@@ -19,7 +15,7 @@ from rollout.gateway.app import build_app
 from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
-from rollout.stack.processes import free_port
+from rollout.stack.asgi import serving
 
 
 def tool_loop_script(prompt: str) -> Message:
@@ -47,25 +43,5 @@ async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: Engine,
                         externals: dict[str, ExternalModel] | None = None) -> AsyncIterator[RunningGateway]:  # fmt: skip
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
-    async with serve_app(build_app(gateway, model_names=["base"])) as url:
+    async with serving(build_app(gateway, model_names=["base"])) as url:
         yield RunningGateway(url, gateway, engine)
-
-
-@asynccontextmanager
-async def serve_app(app: ASGIApp) -> AsyncIterator[str]:
-    """Serve `app` on a free local port for the block; yields its base URL."""
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="off")
-    )
-    task = asyncio.create_task(server.serve())
-    for _ in range(1000):  # up to 20 s
-        if server.started:
-            break
-        await asyncio.sleep(0.02)
-    assert server.started, "the test server did not start"
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        await task

@@ -25,8 +25,9 @@ from rollout.fakes.tinker_service import FakeTinkerState, build_app, register_sa
 from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
+from rollout.stack.asgi import serving
 from rollout.stack.processes import free_port, wait_for_http
-from tests.gatewayutil import serve_app, serve_gateway
+from tests.gatewayutil import serve_gateway
 
 BASE_MODEL = "Qwen/Qwen3-8B"
 KEY = "tml-fake-key"
@@ -40,7 +41,7 @@ def backing(tiny_qwen3: str) -> LocalEngine:
 @pytest.fixture
 async def fake(backing: LocalEngine) -> AsyncIterator[tuple[str, FakeTinkerState]]:
     state = FakeTinkerState(api_key=KEY, base_model=BASE_MODEL, engine=backing)
-    async with serve_app(build_app(state)) as url:
+    async with serving(build_app(state)) as url:
         yield url, state
     assert state.unknown_routes == [], "the SDK called routes the fake does not know"
 

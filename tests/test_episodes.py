@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.rendering import ModelRenderer
 from rollout.ledger import Kind, Ledger
+from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
 from rollout.workflows.run import RunWorkflow, run_workflow_id
 from rollout.workflows.types import RunInput, RunStatus
@@ -148,3 +150,61 @@ async def test_an_environment_that_does_not_load_fails_the_run_naming_it(runner:
             await client.execute_workflow(RunWorkflow.run, RunInput(run, reference), id=run_workflow_id(run),
                                           task_queue=queue)  # fmt: skip
         assert expected in causes(failure.value)
+
+
+async def test_episodes_claim_a_shell_sandbox_and_release_it(
+    runner: tuple[Client, str], ledger: Ledger, tmp_path: Path
+) -> None:
+    client, queue = runner
+    run = f"shell-{uuid.uuid4().hex[:6]}"
+    async with hosted_sandbox(ledger, "shell#episodes-test", "box-0", seats=1, workdir=tmp_path / "box"):
+        status = await client.execute_workflow(
+            RunWorkflow.run, RunInput(run, "tests.example_envs:shell_arithmetic", groups_in_flight=1, max_groups=2),
+            id=run_workflow_id(run), task_queue=queue,
+        )  # fmt: skip
+        assert status.episodes_finished == 4 and status.episodes_failed == 0
+        finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+        assert all(e.payload["rewards"] == {"solver": 1.0} for e in finished), (
+            "each episode found its own question"
+        )
+        epochs = sorted(int(e.payload["sandbox"].rpartition("@")[2]) for e in finished)
+        assert len(set(epochs)) == 4, "one sandbox, claimed by one episode at a time, each under a new epoch"
+        released = await ledger.fetch_one(
+            "SELECT expires_at <= now() AS free FROM lease WHERE resource = %s",
+            "sandbox/shell#episodes-test/box-0",
+        )
+        assert released is not None and released["free"], "the last episode released its claim"
+
+
+async def test_an_episode_with_no_sandbox_free_waits_then_fails_saying_why(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"nobox-{uuid.uuid4().hex[:6]}"
+    status = await client.execute_workflow(
+        RunWorkflow.run, RunInput(run, "tests.example_envs:no_sandbox", groups_in_flight=1, max_groups=1),
+        id=run_workflow_id(run), task_queue=queue,
+    )  # fmt: skip
+    assert status.episodes_failed == 2 and status.episodes_finished == 0
+    failed = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_ABANDONED]
+    assert "no sandbox free after waiting 1s" in failed[0].payload["error"]
+    assert "rollout sandbox serve --kind shell#nobody-serves" in failed[0].payload["error"]
+
+
+async def test_an_external_command_plays_its_seat_and_the_task_scores_it(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"ext-{uuid.uuid4().hex[:6]}"
+    status = await client.execute_workflow(
+        RunWorkflow.run, RunInput(run, "tests.example_envs:external_arithmetic", max_groups=1),
+        id=run_workflow_id(run), task_queue=queue,
+    )  # fmt: skip
+    assert status.episodes_finished == 2, status
+    finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    for episode in finished:
+        assert episode.payload["rewards"] == {"solver": 1.0} and episode.payload["turns"] == {"solver": 2}
+        seat = episode.payload["seats"]["solver"]
+        assert seat.endswith("/a1"), "a command's seat is fresh per attempt (it is never replayed)"
+        kinds = [e.kind for e in await events(ledger, f"seat/{seat}")]
+        assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]

@@ -28,6 +28,7 @@ class Kind(StrEnum):
     EVAL_RESULT = "EvalResult"
     SEAT_OPENED = "SeatOpened"
     SEAT_CLOSED = "SeatClosed"
+    SANDBOX_REGISTERED = "SandboxRegistered"
 
 
 @dataclass(frozen=True)

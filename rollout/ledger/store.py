@@ -191,6 +191,12 @@ class Ledger:
             row = await cursor.fetchone()
         return Lease(*row) if row else None
 
+    async def fetch_all(self, query: LiteralString, *params: Any) -> list[dict[str, Any]]:
+        """Every row of a read-only query, as dicts (for projections and tools)."""
+        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
+            await cursor.execute(query, params)
+            return await cursor.fetchall()
+
     async def fetch_one(self, query: LiteralString, *params: Any) -> dict[str, Any] | None:
         """One row of a read-only query, as a dict (for projections and tools)."""
         async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:

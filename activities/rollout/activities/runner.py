@@ -6,8 +6,11 @@ Contract:
   after a crash writes nothing twice.
 - `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
   the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
+- A seat with an external `command` is played by that command (rollout.activities.external_loop).
+- `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
+  it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
-  (the Task raised; the traceback is in the message), `InvalidReward`.
+  (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
 - Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause from
   their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
 """
@@ -18,23 +21,30 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.agent_loop import GatewayChat, InvalidReward, TaskFailed, play
-from rollout.environment import EnvironmentLoadError, load_environment
+from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.activities.external_loop import play_external
+from rollout.environment import Environment, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
-from rollout.harness import RunContext
-from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
+from rollout.harness import RunContext, SandboxSeat
+from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
+from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
+from rollout.sandbox.claims import lease_resource
 from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
     AgentInfo,
     AgentResult,
+    ClaimInput,
     EnvironmentInfo,
     EpisodeRecord,
     RunInput,
+    SandboxGrant,
+    SandboxNeed,
     SettingsChange,
 )
 
@@ -57,13 +67,12 @@ class RunnerActivities:
 
     @activity.defn(name="describe_environment")
     async def describe_environment(self, reference: str) -> EnvironmentInfo:
-        try:
-            environment = load_environment(reference)
-        except EnvironmentLoadError as error:
-            raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
+        environment = _load(reference)
         agents = [AgentInfo(a.name, a.policy, a.checkpoint, bool(a.command)) for a in environment.agents]
+        box = environment.sandbox
+        need = SandboxNeed(box.kind, box.seats, box.wait_s, box.ttl_s) if box else None
         return EnvironmentInfo(reference, environment.name, agents, environment.group_size, environment.max_turns,
-                               environment.replayable)  # fmt: skip
+                               environment.replayable, need)  # fmt: skip
 
     @activity.defn(name="create_run")
     async def create_run(self, run: RunInput) -> None:
@@ -81,31 +90,75 @@ class RunnerActivities:
     @activity.defn(name="play_agent")
     async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
         given = attempt.input
-        try:
-            environment = load_environment(given.environment.reference)
-        except EnvironmentLoadError as error:
-            raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
+        environment = _load(given.environment.reference)
         parameters = environment.source.parameters(given.group)
         agent = given.agent
         await open_seat(self.ledger, self.seat_secret, seat_id=attempt.seat, agent=agent.name, policy=agent.policy,
                         run=given.run, episode=given.episode, checkpoint=agent.checkpoint)  # fmt: skip
         token = seat_token(self.seat_secret, attempt.seat)
-        context = RunContext(given.run, given.episode, attempt.seat, attempt.attempt, parameters)
-        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token)
+        box = given.sandbox
+        sandbox = SandboxSeat(box.address, box.kind, box.name, box.epoch, given.sandbox_seat, box.holder) if box else None  # fmt: skip
+        context = RunContext(given.run, given.episode, attempt.seat, attempt.attempt, parameters, sandbox)
         beating = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            task = environment.make_task(parameters, agent.name)
-            outcome = await play(task, context, model, max_turns=given.environment.max_turns,
-                                 on_turn=activity.heartbeat)  # fmt: skip
+            outcome = await self._play(environment, context, token, given.environment.max_turns, agent.name)
         except TaskFailed as error:
             raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
         except InvalidReward as error:
             raise ApplicationError(str(error), type="InvalidReward", non_retryable=True) from error
         finally:
             beating.cancel()
-            await model.close()
         return AgentResult(agent.name, attempt.seat, outcome.reward, outcome.turns, attempt.attempt,
                            outcome.truncated, outcome.metrics)  # fmt: skip
+
+    async def _play(
+        self, environment: Environment, context: RunContext, token: str, max_turns: int, agent: str
+    ) -> LoopOutcome:
+        try:
+            task = environment.make_task(context.parameters, agent)
+        except Exception as error:
+            raise TaskFailed(f"making the task raised {type(error).__name__}: {error}") from error
+        spec = environment.agent(agent)
+        if spec.command:
+            return await play_external(task, context, spec.command, base_url=self.gateway_url, token=token,
+                                       timeout_s=spec.timeout_s, count_turns=lambda: self._turns(context.seat))  # fmt: skip
+        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token)
+        try:
+            return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
+        finally:
+            await model.close()
+
+    async def _turns(self, seat: str) -> int:
+        row = await self.ledger.fetch_one(
+            "SELECT count(*) AS turns FROM event WHERE stream_id = %s AND kind = %s",
+            f"seat/{seat}",
+            str(Kind.TURN_RECORDED),
+        )
+        return int(row["turns"]) if row else 0
+
+    @activity.defn(name="claim_sandbox")
+    async def claim_sandbox(self, given: ClaimInput) -> SandboxGrant:
+        need = given.need
+        holder = f"{given.run}/{given.episode}"
+        beating = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            claim = await SandboxPool(self.ledger).claim(need.kind, need.seats, holder, ttl_s=need.ttl_s,
+                                                         wait_s=need.wait_s, open=_open)  # fmt: skip
+        except NoSandboxFree as error:
+            raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
+        finally:
+            beating.cancel()
+        box = claim.sandbox
+        return SandboxGrant(box.kind, box.name, box.address, claim.epoch, holder)
+
+    @activity.defn(name="renew_sandbox")
+    async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
+        """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
+        return await SandboxPool(self.ledger).renew(_claim_of(grant), ttl_s) is not None
+
+    @activity.defn(name="release_sandbox")
+    async def release_sandbox(self, grant: SandboxGrant) -> None:
+        await SandboxPool(self.ledger).release(_claim_of(grant))
 
     @activity.defn(name="abandon_attempt")
     async def abandon_attempt(self, abandon: AbandonInput) -> None:
@@ -127,6 +180,8 @@ class RunnerActivities:
             "environment": record.environment,
             "seats": record.seats,
             "turns": record.turns,
+            "metrics": record.metrics,
+            "sandbox": record.sandbox,
         }
         if result.finished:
             event = NewEvent(f"{result.episode}/finished", Kind.EPISODE_FINISHED, payload)
@@ -145,7 +200,29 @@ class RunnerActivities:
 
     def all(self) -> list[Callable[..., Awaitable[object]]]:
         return [self.describe_environment, self.create_run, self.change_settings, self.play_agent,
-                self.abandon_attempt, self.record_episode]  # fmt: skip
+                self.abandon_attempt, self.record_episode, self.claim_sandbox, self.renew_sandbox,
+                self.release_sandbox]  # fmt: skip
+
+
+def _load(reference: str) -> Environment:
+    try:
+        return load_environment(reference)
+    except EnvironmentLoadError as error:
+        raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
+
+
+async def _open(claim: SandboxClaim) -> None:
+    # Opening under the new epoch resets the world, and fences off whoever held the sandbox before.
+    box = claim.sandbox
+    async with SandboxClient(SandboxSeat(box.address, box.kind, box.name, claim.epoch, 0, claim.lease.holder), timeout_s=60) as client:  # fmt: skip
+        await client.open()
+
+
+def _claim_of(grant: SandboxGrant) -> SandboxClaim:
+    # Renewing and releasing match on (resource, holder, epoch); the seats and expiry play no part.
+    resource = lease_resource(grant.kind, grant.name)
+    lease = Lease(resource, grant.holder, grant.epoch, datetime.now(UTC))
+    return SandboxClaim(SandboxRegistration(grant.kind, grant.name, grant.address, 0), lease)
 
 
 async def _heartbeat_until_cancelled() -> None:

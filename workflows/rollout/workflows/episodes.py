@@ -8,9 +8,14 @@ Contract:
   seat and lets Temporal retry the play activity on any runner (a dead runner is noticed by its heartbeat);
   the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
   recorded as abandoned (never trained) and a new one starts.
-- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) starts one `AgentWorkflow` per agent seat, gathers their rewards
-  and records the episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for
-  good. It never fails itself, so the run goes on.
+- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) first claims the environment's sandbox, if it needs one (waiting
+  up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim every
+  third of its time to live while the agents play, and releases it at the end, however the episode ended. It
+  starts one `AgentWorkflow` per agent seat (agent i on sandbox seat i), gathers their rewards and records the
+  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for good. It never
+  fails itself, so the run goes on.
+- A seat played by an external command is never replayed (the command's requests are not ours to repeat):
+  each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
   running, from group index `next_group` on; while paused it starts none. It stops when told to, or after
   `max_groups`, once the groups in flight have finished; it continues as new every `GROUPS_PER_HISTORY`
@@ -20,6 +25,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from dataclasses import replace
 from datetime import timedelta
 
@@ -32,9 +38,11 @@ from rollout.workflows.types import (
     AgentAttempt,
     AgentInput,
     AgentResult,
+    ClaimInput,
     EpisodeInput,
     EpisodeRecord,
     EpisodeResult,
+    SandboxGrant,
     SupplyInput,
 )
 
@@ -42,6 +50,7 @@ PLAY_HEARTBEAT = timedelta(seconds=10)
 PLAY_TIMEOUT = timedelta(hours=6)
 FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fails
 REPLAY_ATTEMPTS = 5
+CLAIM_HEARTBEAT = timedelta(seconds=30)
 GROUPS_PER_HISTORY = 100
 FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
 SHORT = {"start_to_close_timeout": timedelta(seconds=60), "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10))}  # fmt: skip
@@ -71,7 +80,7 @@ class AgentWorkflow:
     @workflow.run
     async def run(self, given: AgentInput) -> AgentResult:
         seat = f"{given.run}/{given.episode}/{given.agent.name}"
-        replayable = given.environment.replayable
+        replayable = given.environment.replayable and not given.agent.external
         attempts = 1 if replayable else FRESH_ATTEMPTS
         for attempt in range(1, attempts + 1):
             try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
@@ -103,26 +112,64 @@ class AgentWorkflow:
 class EpisodeWorkflow:
     @workflow.run
     async def run(self, given: EpisodeInput) -> EpisodeResult:
-        agents = given.environment.agents
-        plays = [
-            workflow.execute_child_workflow(
-                "AgentWorkflow",
-                AgentInput(given.run, given.episode, given.group, given.environment, agent),
-                id=agent_workflow_id(given.run, given.episode, agent.name),
-                result_type=AgentResult,
-            )
-            for agent in agents
-        ]
-        outcomes = await asyncio.gather(*plays, return_exceptions=True)
+        need = given.environment.sandbox
+        grant: SandboxGrant | None = None
+        outcomes: list[AgentResult | BaseException] = []
+        if need is not None:
+            try:
+                grant = await workflow.execute_activity(
+                    "claim_sandbox", ClaimInput(given.run, given.episode, need), result_type=SandboxGrant,
+                    start_to_close_timeout=timedelta(seconds=need.wait_s + 120), heartbeat_timeout=CLAIM_HEARTBEAT,
+                    retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10), non_retryable_error_types=["NoSandboxFree"]),
+                )  # fmt: skip
+            except ActivityError as error:
+                outcomes = [error]
+        if not outcomes:
+            keeper = asyncio.create_task(self._keep_claim(grant, need.ttl_s)) if grant and need else None
+            try:
+                outcomes = await self._play_agents(given, grant)
+            finally:
+                if keeper is not None:
+                    keeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                        await keeper
+                if grant is not None:
+                    await workflow.execute_activity("release_sandbox", grant, **SHORT)
         results = [o for o in outcomes if isinstance(o, AgentResult)]
         errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
         result = EpisodeResult(given.run, given.episode, given.group, finished=not errors,
                                rewards={r.agent: r.reward for r in results},
                                error="; ".join(errors) or None)  # fmt: skip
         record = EpisodeRecord(result, given.environment.reference, seats={r.agent: r.seat for r in results},
-                               turns={r.agent: r.turns for r in results})  # fmt: skip
+                               turns={r.agent: r.turns for r in results}, metrics={r.agent: r.metrics for r in results},
+                               sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None)  # fmt: skip
         await workflow.execute_activity("record_episode", record, **SHORT)
         return result
+
+    async def _play_agents(
+        self, given: EpisodeInput, grant: SandboxGrant | None
+    ) -> list[AgentResult | BaseException]:
+        plays = [
+            workflow.execute_child_workflow(
+                "AgentWorkflow",
+                AgentInput(given.run, given.episode, given.group, given.environment, agent, grant, seat),
+                id=agent_workflow_id(given.run, given.episode, agent.name),
+                result_type=AgentResult,
+            )
+            for seat, agent in enumerate(given.environment.agents)
+        ]
+        return list(await asyncio.gather(*plays, return_exceptions=True))
+
+    async def _keep_claim(self, grant: SandboxGrant, ttl_s: float) -> None:
+        # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused now).
+        while True:
+            await workflow.sleep(ttl_s / 3)
+            kept = await workflow.execute_activity(
+                "renew_sandbox", args=[grant, ttl_s], result_type=bool, **SHORT
+            )
+            if not kept:
+                workflow.logger.warning("sandbox claim %s/%s lost", grant.kind, grant.name)
+                return
 
 
 @workflow.defn(name="EpisodeSupplyWorkflow")

@@ -20,6 +20,34 @@ class AgentInfo:
 
 
 @dataclass
+class SandboxNeed:
+    """The sandbox an episode claims before its agents play: a kind, seats (one per agent), how long to wait."""
+
+    kind: str
+    seats: int
+    wait_s: float = 300.0
+    ttl_s: float = 60.0
+
+
+@dataclass
+class SandboxGrant:
+    """A claimed sandbox: where it is and the claim's epoch (the fence its agents act under)."""
+
+    kind: str
+    name: str
+    address: str
+    epoch: int
+    holder: str
+
+
+@dataclass
+class ClaimInput:
+    run: str
+    episode: str
+    need: SandboxNeed
+
+
+@dataclass
 class EnvironmentInfo:
     """What workflow code needs to know about an environment (found by an activity that imports it)."""
 
@@ -29,6 +57,7 @@ class EnvironmentInfo:
     group_size: int
     max_turns: int
     replayable: bool
+    sandbox: SandboxNeed | None = None
 
 
 @dataclass
@@ -38,6 +67,8 @@ class AgentInput:
     group: int
     environment: EnvironmentInfo
     agent: AgentInfo
+    sandbox: SandboxGrant | None = None
+    sandbox_seat: int = 0
 
 
 @dataclass
@@ -129,3 +160,5 @@ class EpisodeRecord:
     environment: str
     seats: dict[str, str] = field(default_factory=dict[str, str])
     turns: dict[str, int] = field(default_factory=dict[str, int])
+    metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])
+    sandbox: str | None = None  # the claimed sandbox, kind/name@epoch

@@ -1,0 +1,199 @@
+"""The sandbox pool: sandboxes register in the ledger; an episode claims one, fenced, with expiry and heartbeat.
+
+Contract:
+- A sandbox server registers itself on `sandboxes/{kind}` (`SandboxRegistered`: name, address, seats; the
+  latest registration of a name is its address) and, while it serves, holds the host lease
+  `sandbox-host/{kind}/{name}` (holder: its address), renewing it. Only sandboxes whose host lease is live are
+  in the pool: a server that died drops out once its host lease expires; one that stops releases it at once.
+- A claim is a ledger lease on `sandbox/{kind}/{name}` held by the episode (`holder` = `{run}/{episode}`): one
+  episode per sandbox at a time, its agents taking seats 0..N-1, so agents on different machines share one world.
+  Every grant bumps the lease's epoch; the sandbox server resets the world for a new epoch and rejects actions
+  under an older one, so a holder that lost its claim (a zombie) can no longer act.
+- `claim` is idempotent by holder: a holder that already has a live claim of the kind gets that sandbox again
+  (a retried claim activity does not take a second sandbox). Otherwise it tries the sandboxes in an order
+  spread by holder, and waits (polling) while none is free; after `wait_s` it raises `NoSandboxFree`, saying
+  what to do. `open` (the caller's first contact with the server) runs inside the claim: a server that does not
+  answer gets its claim released and the next sandbox is tried.
+- The holder renews its claim well inside `ttl_s`; a claim nobody renews (its holder died) expires, and the
+  sandbox is claimed again. `release` frees it at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import zlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+import httpx
+
+from rollout.ledger import Kind, Lease, Ledger, NewEvent
+
+
+class NoSandboxFree(RuntimeError):
+    """No sandbox of the kind could be claimed in time."""
+
+
+@dataclass(frozen=True)
+class SandboxRegistration:
+    kind: str
+    name: str
+    address: str
+    seats: int
+
+
+@dataclass(frozen=True)
+class SandboxClaim:
+    sandbox: SandboxRegistration
+    lease: Lease
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+
+def pool_stream(kind: str) -> str:
+    return f"sandboxes/{kind}"
+
+
+def lease_resource(kind: str, name: str) -> str:
+    return f"sandbox/{kind}/{name}"
+
+
+def host_resource(kind: str, name: str) -> str:
+    return f"sandbox-host/{kind}/{name}"
+
+
+class SandboxNameTaken(RuntimeError):
+    """Another live server already serves a sandbox of this kind under this name."""
+
+
+_LIVE_HOSTS = "SELECT resource, holder FROM lease WHERE starts_with(resource, %s) AND expires_at > now()"
+
+
+_HELD = """
+SELECT resource FROM lease WHERE holder = %s AND expires_at > now() AND starts_with(resource, %s)
+ORDER BY epoch DESC LIMIT 1
+"""
+
+
+class SandboxPool:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    async def register(self, sandbox: SandboxRegistration) -> None:
+        payload = {
+            "kind": sandbox.kind,
+            "name": sandbox.name,
+            "address": sandbox.address,
+            "seats": sandbox.seats,
+        }
+        key = f"{sandbox.name}@{sandbox.address}/{sandbox.seats}"
+        await self.ledger.append_one(
+            pool_stream(sandbox.kind), NewEvent(key, Kind.SANDBOX_REGISTERED, payload)
+        )
+
+    @asynccontextmanager
+    async def hosting(self, sandbox: SandboxRegistration, *, ttl_s: float = 30) -> AsyncIterator[None]:
+        """Register `sandbox` and keep it in the pool for the block (its server must be answering by then)."""
+        host = await self.ledger.claim(host_resource(sandbox.kind, sandbox.name), sandbox.address, ttl_s)
+        if host is None:
+            raise SandboxNameTaken(
+                f"a {sandbox.kind!r} sandbox named {sandbox.name!r} is already serving: choose another --name"
+            )
+        await self.register(sandbox)
+        renewing = asyncio.create_task(self._keep_hosting(host, ttl_s))
+        try:
+            yield
+        finally:
+            renewing.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewing
+            await self.ledger.release(host)
+
+    async def _keep_hosting(self, host: Lease, ttl_s: float) -> None:
+        while True:
+            await asyncio.sleep(ttl_s / 3)
+            # After a pause longer than the ttl (a stalled machine) the lease lapsed: take it again if still free.
+            renewed = await self.ledger.renew(host, ttl_s) or await self.ledger.claim(
+                host.resource, host.holder, ttl_s
+            )
+            host = renewed or host
+
+    async def registered(self, kind: str) -> list[SandboxRegistration]:
+        """The sandboxes of `kind` in the pool now: registered, and their host lease live."""
+        latest: dict[str, SandboxRegistration] = {}
+        after = 0
+        while batch := await self.ledger.read(pool_stream(kind), after=after):
+            for event in batch:
+                if event.kind == Kind.SANDBOX_REGISTERED:
+                    p = event.payload
+                    latest[p["name"]] = SandboxRegistration(kind, p["name"], p["address"], int(p["seats"]))
+            after = batch[-1].seq
+        hosted = {(row["resource"], row["holder"]) for row in await self.ledger.fetch_all(_LIVE_HOSTS, host_resource(kind, ""))}  # fmt: skip
+        live = (s for s in latest.values() if (host_resource(kind, s.name), s.address) in hosted)
+        return sorted(live, key=lambda s: s.name)
+
+    async def claim(
+        self,
+        kind: str,
+        seats: int,
+        holder: str,
+        *,
+        ttl_s: float = 60,
+        wait_s: float = 300,
+        poll_s: float = 0.5,
+        open: Callable[[SandboxClaim], Awaitable[object]] | None = None,
+    ) -> SandboxClaim:
+        deadline = time.monotonic() + wait_s
+        while True:
+            fitting = [s for s in await self.registered(kind) if s.seats >= seats]
+            for sandbox in await self._claim_order(kind, fitting, holder):
+                lease = await self.ledger.claim(lease_resource(kind, sandbox.name), holder, ttl_s)
+                if lease is None:
+                    continue
+                claim = SandboxClaim(sandbox, lease)
+                try:
+                    if open is not None:
+                        await open(claim)
+                except (OSError, httpx.TransportError):
+                    await self.release(claim)  # its server is gone; its host lease lapses soon
+                    continue
+                return claim
+            if time.monotonic() >= deadline:
+                raise NoSandboxFree(_none_free(kind, seats, wait_s, registered=len(fitting)))
+            await asyncio.sleep(poll_s)
+
+    async def _claim_order(
+        self, kind: str, fitting: list[SandboxRegistration], holder: str
+    ) -> list[SandboxRegistration]:
+        if not fitting:
+            return []
+        held = await self.ledger.fetch_one(_HELD, holder, lease_resource(kind, ""))
+        if held is not None:
+            mine = [s for s in fitting if lease_resource(kind, s.name) == held["resource"]]
+            if mine:
+                return mine
+        # Spread holders over the pool, so claims do not all contend for the first sandbox.
+        start = zlib.crc32(holder.encode()) % len(fitting)
+        return fitting[start:] + fitting[:start]
+
+    async def renew(self, claim: SandboxClaim, ttl_s: float = 60) -> SandboxClaim | None:
+        """The claim, extended; None when it expired and someone else holds the sandbox now."""
+        lease = await self.ledger.renew(claim.lease, ttl_s)
+        return SandboxClaim(claim.sandbox, lease) if lease else None
+
+    async def release(self, claim: SandboxClaim) -> None:
+        await self.ledger.release(claim.lease)
+
+
+def _none_free(kind: str, seats: int, wait_s: float, *, registered: int) -> str:
+    if registered == 0:
+        return (f"no sandbox free after waiting {wait_s:g}s: no {kind!r} sandbox with at least {seats} seat(s) is "
+                f"registered. Start one with `rollout sandbox serve --kind {kind} --seats {max(seats, 1)}`.")  # fmt: skip
+    return (f"no sandbox free after waiting {wait_s:g}s: all {registered} {kind!r} sandbox(es) with at least "
+            f"{seats} seat(s) are claimed by other episodes. Start more with `rollout sandbox serve --kind {kind}`, "
+            "or keep fewer episodes in flight.")  # fmt: skip

@@ -1,0 +1,60 @@
+"""How a Task reaches its sandbox: `run.sandbox` (a `SandboxSeat`) and a `SandboxClient` over HTTP.
+
+Contract:
+- A `SandboxSeat` is everything a Task needs: the server's address, the claim's epoch and the agent's seat.
+  It is plain data (it travels through Temporal) and the same on every retry of the claim's episode.
+- `SandboxClient.act(action)` sends one action under the seat's epoch. When the claim was superseded (the
+  episode lost its sandbox, e.g. after its claim expired) the server refuses and `act` raises
+  `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message.
+"""
+
+from __future__ import annotations
+
+from types import TracebackType
+from typing import Any, Self
+
+import httpx
+
+from rollout.harness import SandboxSeat
+from rollout.sandbox.world import JsonObject
+
+
+class SandboxSuperseded(RuntimeError):
+    """The claim this seat was granted under is no longer the sandbox's current one."""
+
+
+class SandboxActionError(ValueError):
+    """The world rejected the action."""
+
+
+class SandboxClient:
+    def __init__(self, seat: SandboxSeat, *, timeout_s: float = 180, transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
+        self.seat = seat
+        self._http = httpx.AsyncClient(base_url=seat.address, timeout=timeout_s, transport=transport)
+
+    async def open(self) -> JsonObject:
+        """Start the claim on the server (resets the world for a new epoch); idempotent for the same epoch."""
+        return await self._post("/open", {"epoch": self.seat.epoch, "holder": self.seat.holder})
+
+    async def act(self, action: JsonObject) -> JsonObject:
+        return await self._post("/act", {"epoch": self.seat.epoch, "seat": self.seat.seat, "action": action})
+
+    async def _post(self, path: str, body: dict[str, Any]) -> JsonObject:
+        response = await self._http.post(path, json=body)
+        if response.status_code == 409:
+            raise SandboxSuperseded(response.json().get("error", response.text))
+        if response.status_code == 400:
+            raise SandboxActionError(response.json().get("error", response.text))
+        response.raise_for_status()
+        return response.json()
+
+    async def aclose(self) -> None:
+        await self._http.aclose()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        await self.aclose()

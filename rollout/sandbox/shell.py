@@ -1,0 +1,105 @@
+"""The `shell` sandbox kind: a computer, i.e. a working directory and a process runner that agents drive.
+
+Contract:
+- Every seat shares one working directory; `reset()` empties it (a claim starts from a clean directory).
+- `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in that directory and
+  answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order.
+- Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
+  whole process group is killed and `timed_out` is true. Output beyond `MAX_OUTPUT_BYTES` is dropped (the
+  command keeps running to its end) and `truncated` is true.
+- `SHELL_TOOL` is the tool an agent drives it with; `shell_result_text` renders a result for the model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shutil
+import signal
+from pathlib import Path
+
+from rollout.contracts import ToolSpec
+from rollout.sandbox.world import JsonObject
+
+DEFAULT_TIMEOUT_S = 10.0
+MAX_TIMEOUT_S = 120.0
+MAX_OUTPUT_BYTES = 16 * 1024
+
+SHELL_TOOL = ToolSpec(
+    name="shell",
+    description="Run a bash command in the sandbox's working directory; answers its exit code and output.",
+    parameters={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "the bash command line"},
+            "timeout_s": {
+                "type": "number",
+                "description": f"seconds before it is killed (≤ {MAX_TIMEOUT_S:g})",
+            },
+        },
+        "required": ["command"],
+    },
+)
+
+
+def shell_result_text(result: JsonObject) -> str:
+    notes = []
+    if result.get("timed_out"):
+        notes.append("[killed: time limit]")
+    if result.get("truncated"):
+        notes.append("[output truncated]")
+    return f"exit code {result['exit_code']}\n{result['output']}{' '.join(notes)}"
+
+
+class ShellWorld:
+    def __init__(self, workdir: Path, seats: int) -> None:
+        self.workdir = workdir
+        self.seats = seats
+        workdir.mkdir(parents=True, exist_ok=True)
+
+    async def reset(self) -> None:
+        for entry in self.workdir.iterdir():
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+    async def act(self, seat: int, action: JsonObject) -> JsonObject:
+        command = action.get("command")
+        if not isinstance(command, str) or not command.strip():
+            raise ValueError("a shell action needs a non-empty 'command' string")
+        timeout_s = min(float(action.get("timeout_s") or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        process = await asyncio.create_subprocess_exec(
+            "bash", "-c", command, cwd=self.workdir, stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, "HOME": str(self.workdir), "ROLLOUT_SANDBOX_SEAT": str(seat)},
+        )  # fmt: skip
+        assert process.stdout is not None
+        kept = bytearray()
+        truncated = timed_out = False
+
+        async def drain() -> None:
+            nonlocal truncated
+            assert process.stdout is not None
+            while chunk := await process.stdout.read(65536):
+                room = MAX_OUTPUT_BYTES - len(kept)
+                kept.extend(chunk[: max(room, 0)])
+                truncated = truncated or len(chunk) > room
+
+        try:
+            await asyncio.wait_for(drain(), timeout_s)
+            await asyncio.wait_for(process.wait(), max(timeout_s, 1.0))
+        except TimeoutError:
+            timed_out = True
+        finally:
+            if process.returncode is None:
+                # The command may have started children: kill its whole session, not just bash.
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+        return {"exit_code": process.returncode, "output": kept.decode(errors="replace"),
+                "truncated": truncated, "timed_out": timed_out}  # fmt: skip
+
+    async def close(self) -> None:
+        return None

@@ -1,0 +1,55 @@
+"""What a sandbox kind implements: a world with seats, reset for each claim, acted on by seat.
+
+Contract:
+- A kind is a factory `(workdir, seats) -> SandboxWorld`. `shell` is built in; any other kind is named by a
+  reference `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`).
+  A `#suffix` names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
+- `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
+- `act(seat, action)` takes and returns JSON objects. Seats act concurrently; a world that has shared state
+  keeps it consistent itself (the server does not serialise acts, so a long shell command blocks no one).
+- A world owns whatever it runs (a process per sandbox for Minecraft) and stops it in `close()`.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, Protocol, cast
+
+JsonObject = dict[str, Any]
+
+
+class SandboxWorld(Protocol):
+    async def reset(self) -> None: ...
+
+    async def act(self, seat: int, action: JsonObject) -> JsonObject: ...
+
+    async def close(self) -> None: ...
+
+
+SandboxKind = Callable[[Path, int], SandboxWorld]
+
+BUILT_IN = {"shell": "rollout.sandbox.shell:ShellWorld"}
+
+
+class UnknownSandboxKind(ValueError):
+    pass
+
+
+def load_kind(kind: str) -> SandboxKind:
+    """The factory for `kind`: a built-in name (shell) or `package.module:attribute`."""
+    world = kind.partition("#")[0]
+    reference = BUILT_IN.get(world, world)
+    module_name, _, attribute = reference.partition(":")
+    if not module_name or not attribute:
+        raise UnknownSandboxKind(
+            f"sandbox kind {kind!r} is neither built in ({', '.join(BUILT_IN)}) nor a package.module:attribute"
+        )
+    try:
+        factory = getattr(importlib.import_module(module_name), attribute)
+    except (ImportError, AttributeError) as error:
+        raise UnknownSandboxKind(f"sandbox kind {kind!r} does not load: {error}") from error
+    if not callable(factory):
+        raise UnknownSandboxKind(f"sandbox kind {kind!r} is not a factory (workdir, seats) -> world")
+    return cast(SandboxKind, factory)

@@ -1,0 +1,109 @@
+"""Rollout's services as real processes for chaos tests: a scripted engine, a gateway, runner workers and
+sandbox servers, each started with `python -m rollout.cli` against a given ledger and Temporal, each killable."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rollout.config import Settings
+from rollout.gateway.seats import load_secret
+from rollout.stack.processes import free_port, terminate, wait_for_port
+
+
+@dataclass
+class Service:
+    name: str
+    process: subprocess.Popen[bytes]
+    log: Path
+
+    def kill(self) -> None:
+        """SIGKILL, the way a machine dies: no cleanup runs."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)
+        self.process.wait()
+
+    def stop(self) -> None:
+        terminate(self.process.pid)
+        self.process.wait()
+
+    def tail(self) -> str:
+        return self.log.read_text(errors="replace")[-3000:] if self.log.exists() else ""
+
+
+@dataclass
+class Cluster:
+    settings: Settings
+    root: Path
+    models_dir: Path
+    task_queue: str
+    services: list[Service] = field(default_factory=list[Service])
+
+    def __post_init__(self) -> None:
+        load_secret(self.root / "gateway.secret")  # made once here: the gateway and the runners share it
+
+    def _overrides(self) -> list[str]:
+        return [f"data_dir={self.root}", f"models_dir={self.models_dir}",
+                f"services.postgres.url={self.settings.ledger_url}",
+                f"services.temporal.address={self.settings.temporal_address}"]  # fmt: skip
+
+    def _start(self, name: str, *arguments: str) -> Service:
+        log = self.root / "logs" / f"{name}.log"
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with log.open("ab") as out:
+            process = subprocess.Popen([sys.executable, "-m", "rollout.cli", *arguments, *self._overrides()],
+                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                                       start_new_session=True)  # fmt: skip
+        service = Service(name, process, log)
+        self.services.append(service)
+        return service
+
+    def _ready(self, service: Service, port: int, timeout_s: float = 120) -> None:
+        assert wait_for_port("127.0.0.1", port, timeout_s, service.process.pid), (
+            f"{service.name} did not come up:\n{service.tail()}"
+        )
+
+    def engine(self, *, think_ms: float = 0, script: str = "tests.scripts:play") -> str:
+        port = free_port()
+        service = self._start("engine", "engine", "serve", "--kind", "scripted", "--script", script,
+                              "--think-ms", str(think_ms), "--model", "tiny-qwen3", "--port", str(port))  # fmt: skip
+        self._ready(service, port)
+        return f"http://127.0.0.1:{port}"
+
+    def gateway(self, engine_url: str, port: int | None = None) -> str:
+        port = port or free_port()
+        service = self._start("gateway", "gateway", "--model", "tiny-qwen3", "--engine-url", engine_url,
+                              "--port", str(port), "--max-context", "8192")  # fmt: skip
+        self._ready(service, port)
+        return f"http://127.0.0.1:{port}"
+
+    def runner(self, name: str, gateway_url: str, *, max_activities: int | None = None) -> Service:
+        limit = ["--max-activities", str(max_activities)] if max_activities else []
+        service = self._start(name, "worker", "runner", "--gateway-url", gateway_url,
+                              "--task-queue", self.task_queue, *limit)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "runner worker on queue" not in service.tail():
+            assert service.process.poll() is None and time.monotonic() < deadline, (
+                f"{name} did not start:\n{service.tail()}"
+            )
+            time.sleep(0.2)
+        return service
+
+    def sandbox(self, kind: str, name: str, seats: int) -> Service:
+        port = free_port()
+        service = self._start(f"sandbox-{name}", "sandbox", "serve", "--kind", kind, "--name", name,
+                              "--seats", str(seats), "--port", str(port))  # fmt: skip
+        self._ready(service, port)
+        return service
+
+    def close(self) -> None:
+        for service in reversed(self.services):
+            if service.process.poll() is None:
+                service.stop()
+        self.services.clear()
