@@ -88,7 +88,9 @@ def where(grid: Grid, me: str) -> str:
     """One line the scripted policy (and a model) can read: position, goal, others."""
     (row, column), (goal_row, goal_column) = grid.positions[me], grid.goals[me]
     others = "".join(
-        f" Agent {a} is at ({r}, {c})." for a, (r, c) in sorted(grid.positions.items()) if a != me
+        f" Agent {a} is at ({r}, {c}){', at its goal' if grid.goals.get(a) == (r, c) else ''}."
+        for a, (r, c) in sorted(grid.positions.items())
+        if a != me
     )
     return f"You ({me}) are at ({row}, {column}). Your goal is at ({goal_row}, {goal_column}).{others}"
 

@@ -16,6 +16,7 @@ from rollout.contracts import Message
 from rollout.environment import AgentSeatSpec, Environment, Generator, SandboxSpec, TaskParameters
 from rollout.harness import End, Observation, RunContext, Task
 
+WALLS = 1  # few walls: two agents with views a move or two old cross an open grid without a corridor standoff
 RULES = ("Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, left or "
          "right, one cell at a time; walls (#) and other agents block the way.")  # fmt: skip
 
@@ -87,7 +88,7 @@ environment = Environment(
 def two_walks(rng: random.Random) -> TaskParameters:
     # A goes top-left to bottom-right, B bottom-left to top-right: their paths cross mid-grid.
     corners = [(0, 0), (4, 4), (4, 0), (0, 4)]
-    layout = walled_layout(rng, 5, corners, walls=3)
+    layout = walled_layout(rng, 5, corners, walls=WALLS)
     return {"layout": layout.to_json(), "start_A": "[0, 0]", "goal_A": "[4, 4]", "start_B": "[4, 0]", "goal_B": "[0, 4]"}  # fmt: skip
 
 
