@@ -6,7 +6,11 @@ import argparse
 import importlib
 import sys
 
-BENCHMARKS = {"ledger": "benchmarks.ledger", "gateway": "benchmarks.gateway"}
+BENCHMARKS = {
+    "ledger": "benchmarks.ledger",
+    "gateway": "benchmarks.gateway",
+    "episodes": "benchmarks.episodes",
+}
 
 
 def main() -> int:

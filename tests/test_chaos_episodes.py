@@ -20,7 +20,7 @@ from temporalio.client import Client
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.stack.embedded import Stack
-from rollout.workflows.episodes import agent_workflow_id
+from rollout.workflows.episodes import agent_workflow_id, episode_workflow_id
 from rollout.workflows.run import RunWorkflow, run_workflow_id
 from rollout.workflows.types import RunInput, RunStatus
 from tests.cluster import Cluster
@@ -51,9 +51,9 @@ async def wait_for[T](condition: Callable[[], Awaitable[T | None]], timeout_s: f
     raise AssertionError(f"timed out after {timeout_s:g}s waiting for {what}")
 
 
-async def play_attempts(client: Client, run: str, episode: str, agent: str) -> list[tuple[int, str]]:
-    """(attempt, worker identity) of every start of the agent's play activity, from Temporal's history."""
-    handle = client.get_workflow_handle(agent_workflow_id(run, episode, agent))
+async def play_attempts(client: Client, workflow_id: str) -> list[tuple[int, str]]:
+    """(attempt, worker identity) of every start of a play activity in the workflow, from Temporal's history."""
+    handle = client.get_workflow_handle(workflow_id)
     scheduled: dict[int, str] = {}
     started = []
     async for event in handle.fetch_history_events():
@@ -96,7 +96,7 @@ async def test_a_runner_killed_mid_episode_is_replaced_and_each_turn_is_recorded
     for seat in seats:
         keys = await seat_turns(ledger, seat)
         assert len(keys) == len(set(keys)) == 10, f"{seat}: each of the 10 turns once, got {keys}"
-    attempts = await play_attempts(client, run, "g000000-0", "solver")
+    attempts = await play_attempts(client, episode_workflow_id(run, "g000000-0"))  # one seat: played inline
     assert attempts and attempts[-1][0] == 2, (
         f"the play activity was retried once, on the second runner: {attempts}"
     )
@@ -127,8 +127,8 @@ async def test_two_agents_on_two_runner_processes_share_one_sandbox(cluster: Clu
             payload["metrics"]["A"]["others_moves_seen"] > 0
             and payload["metrics"]["B"]["others_moves_seen"] > 0
         )
-        a = await play_attempts(client, run, payload["episode"], "A")
-        b = await play_attempts(client, run, payload["episode"], "B")
+        a = await play_attempts(client, agent_workflow_id(run, payload["episode"], "A"))
+        b = await play_attempts(client, agent_workflow_id(run, payload["episode"], "B"))
         assert a[-1][1] != b[-1][1], f"A and B played on different runner processes: {a} {b}"
 
 

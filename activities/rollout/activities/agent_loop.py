@@ -18,7 +18,10 @@ import math
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
+
+if TYPE_CHECKING:
+    import openai
 
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.harness import End, Observation, RunContext, Task
@@ -76,11 +79,21 @@ def chat_tool(tool: ToolSpec) -> dict[str, Any]:
 class GatewayChat:
     """The model behind a seat, reached with the OpenAI SDK (which retries 503s, honouring Retry-After)."""
 
-    def __init__(self, base_url: str, api_key: str, *, max_retries: int = 8, timeout_s: float = 600) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        api_key: str,
+        *,
+        max_retries: int = 8,
+        timeout_s: float = 600,
+        http_client: openai.DefaultAsyncHttpxClient | None = None,
+    ) -> None:
         import openai
 
+        # A runner passes one shared HTTP client: a new one per episode costs a TLS context and a connection pool.
+        self._owns_http = http_client is None
         self._client = openai.AsyncOpenAI(base_url=base_url, api_key=api_key, max_retries=max_retries,
-                                          timeout=timeout_s)  # fmt: skip
+                                          timeout=timeout_s, http_client=http_client)  # fmt: skip
 
     async def reply(self, messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
         request: dict[str, Any] = {"model": "default", "messages": [chat_message(m) for m in messages]}
@@ -96,7 +109,8 @@ class GatewayChat:
         return Message(role="assistant", text=choice.content or "", tool_calls=calls)
 
     async def close(self) -> None:
-        await self._client.close()
+        if self._owns_http:
+            await self._client.close()
 
 
 def checked_reward(end: End) -> float:

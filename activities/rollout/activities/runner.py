@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict
 from datetime import UTC, datetime
 
+import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
@@ -64,6 +65,13 @@ class RunnerActivities:
         self.ledger = ledger
         self.gateway_url = gateway_url.rstrip("/")
         self.seat_secret = seat_secret
+        self._http: openai.DefaultAsyncHttpxClient | None = None
+
+    def http(self) -> openai.DefaultAsyncHttpxClient:
+        """The HTTP client every agent of this runner reaches the gateway with (made on the worker's loop)."""
+        if self._http is None:
+            self._http = openai.DefaultAsyncHttpxClient()
+        return self._http
 
     @activity.defn(name="describe_environment")
     async def describe_environment(self, reference: str) -> EnvironmentInfo:
@@ -122,7 +130,7 @@ class RunnerActivities:
         if spec.command:
             return await play_external(task, context, spec.command, base_url=self.gateway_url, token=token,
                                        timeout_s=spec.timeout_s, count_turns=lambda: self._turns(context.seat))  # fmt: skip
-        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token)
+        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token, http_client=self.http())
         try:
             return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
         finally:

@@ -4,14 +4,15 @@ Deterministic workflow code only: activities are called by name (nothing heavy i
 is a business key built from run, episode, group, agent and attempt.
 
 Contract:
-- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat. A replayable environment keeps one
-  seat and lets Temporal retry the play activity on any runner (a dead runner is noticed by its heartbeat);
-  the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
+- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a
+  one-seat episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold.
+  A replayable environment keeps one seat and lets Temporal retry the play activity on any runner (a dead
+  runner is noticed by its heartbeat); the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
   recorded as abandoned (never trained) and a new one starts.
 - `EpisodeWorkflow` (`run/{run}/ep/{episode}`) first claims the environment's sandbox, if it needs one (waiting
   up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim every
   third of its time to live while the agents play, and releases it at the end, however the episode ended. It
-  starts one `AgentWorkflow` per agent seat (agent i on sandbox seat i), gathers their rewards and records the
+  plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
   episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for good. It never
   fails itself, so the run goes on.
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
@@ -75,37 +76,39 @@ def _reason(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
+async def play_seat(given: AgentInput) -> AgentResult:
+    """One agent's play, with its attempts (workflow code: runs in `AgentWorkflow`, or inline in a one-seat
+    episode's `EpisodeWorkflow`)."""
+    seat = f"{given.run}/{given.episode}/{given.agent.name}"
+    replayable = given.environment.replayable and not given.agent.external
+    attempts = 1 if replayable else FRESH_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
+        try:
+            return await workflow.execute_activity(
+                "play_agent",
+                try_,
+                result_type=AgentResult,
+                start_to_close_timeout=PLAY_TIMEOUT,
+                heartbeat_timeout=PLAY_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
+                    non_retryable_error_types=FOR_GOOD,
+                ),
+            )
+        except ActivityError as error:
+            cause = error.cause
+            if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
+                raise
+            await workflow.execute_activity("abandon_attempt", AbandonInput(try_, _reason(error)), **SHORT)
+    raise ApplicationError(f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp")
+
+
 @workflow.defn(name="AgentWorkflow")
 class AgentWorkflow:
     @workflow.run
     async def run(self, given: AgentInput) -> AgentResult:
-        seat = f"{given.run}/{given.episode}/{given.agent.name}"
-        replayable = given.environment.replayable and not given.agent.external
-        attempts = 1 if replayable else FRESH_ATTEMPTS
-        for attempt in range(1, attempts + 1):
-            try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
-            try:
-                return await workflow.execute_activity(
-                    "play_agent",
-                    try_,
-                    result_type=AgentResult,
-                    start_to_close_timeout=PLAY_TIMEOUT,
-                    heartbeat_timeout=PLAY_HEARTBEAT,
-                    retry_policy=RetryPolicy(
-                        maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
-                        non_retryable_error_types=FOR_GOOD,
-                    ),
-                )
-            except ActivityError as error:
-                cause = error.cause
-                if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
-                    raise
-                await workflow.execute_activity(
-                    "abandon_attempt", AbandonInput(try_, _reason(error)), **SHORT
-                )
-        raise ApplicationError(
-            f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp"
-        )
+        return await play_seat(given)
 
 
 @workflow.defn(name="EpisodeWorkflow")
@@ -149,15 +152,22 @@ class EpisodeWorkflow:
     async def _play_agents(
         self, given: EpisodeInput, grant: SandboxGrant | None
     ) -> list[AgentResult | BaseException]:
+        inputs = [AgentInput(given.run, given.episode, given.group, given.environment, agent, grant, seat)
+                  for seat, agent in enumerate(given.environment.agents)]  # fmt: skip
+        if len(inputs) == 1:
+            # One seat: play it here. A child workflow would cost a round trip through Temporal per episode
+            # (about a third of a one-turn episode's overhead, benchmarks/RESULTS.md) and buy nothing.
+            try:
+                return [await play_seat(inputs[0])]
+            except (ActivityError, ApplicationError) as error:
+                return [error]
         plays = [
             workflow.execute_child_workflow(
-                "AgentWorkflow",
-                AgentInput(given.run, given.episode, given.group, given.environment, agent, grant, seat),
-                id=agent_workflow_id(given.run, given.episode, agent.name),
+                "AgentWorkflow", agent, id=agent_workflow_id(given.run, given.episode, agent.agent.name),
                 result_type=AgentResult,
             )
-            for seat, agent in enumerate(given.environment.agents)
-        ]
+            for agent in inputs
+        ]  # fmt: skip
         return list(await asyncio.gather(*plays, return_exceptions=True))
 
     async def _keep_claim(self, grant: SandboxGrant, ttl_s: float) -> None:
