@@ -1,0 +1,103 @@
+"""Training segments rebuilt from recorded turns, and batches assembled from finished episodes."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+from transformers import AutoTokenizer
+
+from gridworld.environment import environment as gridworld
+from gridworld.policy import reply_to_prompt
+from rollout.activities.agent_loop import GatewayChat, play
+from rollout.engines.scripted import ScriptedEngine
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.seats import open_seat, seat_token
+from rollout.harness import RunContext
+from rollout.ledger import Kind, Ledger
+from rollout.training.batches import AgentEpisode, assemble_batch
+from rollout.training.segments import TrainingSegment, segments_from_turns
+from tests.gatewayutil import serve_gateway
+
+
+def turn(
+    segment: str, prefix: int, delta: list[int], completion: list[int], version: int
+) -> dict[str, object]:
+    logprobs = [-0.1 * (i + 1) for i in range(len(completion))]
+    return {"segment_id": segment, "seat": "s", "prompt_prefix_len": prefix, "prompt_ids_delta": delta,
+            "completion_ids": completion, "completion_logprobs": logprobs, "checkpoint_version": version}  # fmt: skip
+
+
+def test_turns_chain_into_segments_with_masks_logprobs_and_versions() -> None:
+    turns = [
+        turn("one", 0, [1, 2, 3], [4, 5], version=0),
+        {**turn("one", 5, [99], [98], version=0), "aborted": "client went away"},
+        turn("one", 5, [6], [7], version=1),
+        turn("two", 0, [9], [10], version=1),
+        {"segment_id": "ext", "external": True, "reply": {}},
+    ]
+    one, two = segments_from_turns(turns)
+    assert one.tokens_T == (1, 2, 3, 4, 5, 6, 7)
+    assert one.mask_T == (0, 0, 0, 1, 1, 0, 1)
+    assert one.behaviour_logprobs_T == pytest.approx((0, 0, 0, -0.1, -0.2, 0, -0.1))
+    assert one.versions_T == (-1, -1, -1, 0, 0, -1, 1), "each token keeps the checkpoint that sampled it"
+    assert two.tokens_T == (9, 10) and two.sampled_tokens == 1
+
+
+def test_ids_a_later_turn_did_not_keep_are_not_trained() -> None:
+    (segment,) = segments_from_turns([turn("s", 0, [1, 2], [3, 4, 5], 0), turn("s", 4, [6], [7], 0)])
+    assert segment.tokens_T == (1, 2, 3, 4, 6, 7) and segment.mask_T == (0, 0, 1, 1, 0, 1)
+    with pytest.raises(ValueError, match="recording order"):
+        segments_from_turns([turn("s", 3, [1], [2], 0)])
+
+
+def segment(tokens: int) -> TrainingSegment:
+    return TrainingSegment("x", "s", tuple(range(tokens)), (1,) * tokens, (0.0,) * tokens, (0,) * tokens)
+
+
+def test_a_batch_gives_each_agent_its_group_advantage_and_skips_groups_without_signal() -> None:
+    played = [
+        AgentEpisode("g0-0", 0, "A", "default", 1.0, (segment(3),)),
+        AgentEpisode("g0-1", 0, "A", "default", 0.0, (segment(2),)),
+        AgentEpisode("g0-0", 0, "B", "default", 0.5, (segment(4),)),  # B's group: all 0.5, no signal
+        AgentEpisode("g0-1", 0, "B", "default", 0.5, (segment(4),)),
+        AgentEpisode("g0-0", 0, "judge", "frozen", 1.0, (segment(9),)),  # another policy: not in this batch
+    ]
+    batch = assemble_batch(played, "default", "leave_one_out")
+    assert [(w.episode, w.agent, w.advantage) for w in batch.segments] == [
+        ("g0-0", "A", 1.0),
+        ("g0-1", "A", -1.0),
+    ]
+    assert batch.skipped_groups == 1 and batch.sampled_tokens == 5
+    assert batch.episodes == ("g0-0", "g0-1"), "every episode consumed is listed, trained or skipped"
+    assert batch.reward_mean == pytest.approx(0.5)
+
+
+async def test_segments_rebuilt_from_a_real_multi_turn_episode_are_the_tokens_the_model_saw(
+    ledger: Ledger, tiny_qwen3: str
+) -> None:
+    renderer = ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+    secret = b"t" * 32
+    async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, reply_to_prompt)) as gateway:
+        seat = f"batch-{uuid.uuid4().hex[:8]}"
+        await open_seat(ledger, secret, seat_id=seat, agent="solver", policy="default")
+        token = seat_token(secret, seat)
+        model = GatewayChat(f"{gateway.url}/s/{token}/v1", token)
+        parameters = gridworld.source.parameters(0)
+        outcome = await play(gridworld.make_task(parameters, "solver"), RunContext("r", "e", seat, 1, parameters),
+                             model, max_turns=gridworld.max_turns)  # fmt: skip
+        await model.close()
+    turns = [e.payload for e in await ledger.read(f"seat/{seat}") if e.kind == Kind.TURN_RECORDED]
+    assert outcome.turns == len(turns) == 10
+    (one,) = segments_from_turns(turns)  # the agent loop extends its conversation: one segment
+    last = turns[-1]
+    assert one.tokens_T[: len(one.tokens_T) - len(last["completion_ids"])][
+        -len(last["prompt_ids_delta"]) :
+    ] == tuple(last["prompt_ids_delta"])
+    assert one.sampled_tokens == sum(len(t["completion_ids"]) for t in turns)
+    assert [one.tokens_T[i] for i, m in enumerate(one.mask_T) if m] == [
+        i for t in turns for i in t["completion_ids"]
+    ]
+    assert last["prompt_prefix_len"] + len(last["prompt_ids_delta"]) + len(last["completion_ids"]) == len(
+        one.tokens_T
+    )
