@@ -1,0 +1,168 @@
+"""The local training provider: transformers + peft on CPU (fp32) or CUDA (bf16), one train step at a time.
+
+Contract:
+- `LocalTrainer.step(batch)` runs forward/backward over the batch's segments in micro-batches of at most
+  `micro_batch_tokens` tokens, with the loss of rollout.training.losses normalised over the whole batch's
+  sampled tokens (so micro-batching does not change the gradient), clips the gradient norm, and takes one
+  AdamW step. It returns the step's metrics. A loss that is not finite raises `NonFiniteLoss` before any
+  weight changes: the step is not published.
+- Each segment trains as one sequence: position t predicts token t+1; the loss mask, behaviour logprobs and
+  advantages are those of the predicted tokens.
+- LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
+  directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
+  step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rollout.training.batches import Batch, WeightedSegment
+from rollout.training.losses import LossConfig, LossMetrics, policy_loss
+
+TRAINER_STATE = "trainer.json"
+OPTIMIZER_STATE = "optimizer.pt"
+
+
+class NonFiniteLoss(FloatingPointError):
+    """The step's loss is NaN or infinite: nothing was applied."""
+
+
+@dataclass(frozen=True)
+class LocalTrainerConfig:
+    lora_rank: int | None = 8  # None: train the full weights
+    lora_alpha: int = 16
+    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    learning_rate: float = 1e-5
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 4096
+    device: str | None = None  # default: cuda when there is one
+    seed: int = 0
+
+
+def _micro_batches(segments: tuple[WeightedSegment, ...], budget: int) -> list[list[WeightedSegment]]:
+    batches: list[list[WeightedSegment]] = []
+    current: list[WeightedSegment] = []
+    longest = 0
+    for weighted in segments:
+        length = len(weighted.segment.tokens_T)
+        # A padded micro-batch costs (its longest sequence) × (its sequences).
+        if current and max(longest, length) * (len(current) + 1) > budget:
+            batches.append(current)
+            current, longest = [], 0
+        current.append(weighted)
+        longest = max(longest, length)
+    if current:
+        batches.append(current)
+    return batches
+
+
+class LocalTrainer:
+    def __init__(self, model_path: str, config: LocalTrainerConfig, loss: LossConfig, *, adapter: str | None = None) -> None:  # fmt: skip
+        from transformers import AutoModelForCausalLM
+
+        torch.manual_seed(config.seed)
+        self.config, self.loss = config, loss
+        self.model_path = model_path
+        self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        model: Any = AutoModelForCausalLM.from_pretrained(adapter if adapter and config.lora_rank is None else model_path, dtype=dtype)  # fmt: skip
+        if config.lora_rank is not None:
+            from peft import LoraConfig, PeftModel, get_peft_model
+
+            if adapter is not None:
+                model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
+            else:
+                lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
+                                  target_modules=list(config.target_modules), task_type="CAUSAL_LM")  # fmt: skip
+                model = get_peft_model(model, lora)
+        self.model: Any = model.to(self.device).train()
+        self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(
+            self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
+        )
+        self.steps = 0
+
+    def token_logprobs(self, segments: list[WeightedSegment]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """π_θ's logprob of each next token [B, T-1], and the aligned behaviour logprobs, advantages and mask."""
+        length = max(len(w.segment.tokens_T) for w in segments)
+        rows = len(segments)
+        tokens = torch.zeros((rows, length), dtype=torch.long)
+        attention = torch.zeros((rows, length), dtype=torch.long)
+        mask = torch.zeros((rows, length), dtype=torch.float32)
+        behaviour = torch.zeros((rows, length), dtype=torch.float32)
+        advantages = torch.zeros((rows, length), dtype=torch.float32)
+        for row, weighted in enumerate(segments):
+            s, n = weighted.segment, len(weighted.segment.tokens_T)
+            tokens[row, :n] = torch.tensor(s.tokens_T)
+            attention[row, :n] = 1
+            mask[row, :n] = torch.tensor(s.mask_T, dtype=torch.float32)
+            behaviour[row, :n] = torch.tensor(s.behaviour_logprobs_T, dtype=torch.float32)
+            advantages[row, :n] = weighted.advantage
+        tokens, attention = tokens.to(self.device), attention.to(self.device)
+        logits = self.model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
+        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        aligned = {"mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "advantages": advantages[:, 1:]}
+        return logprobs, {k: v.to(self.device) for k, v in aligned.items()}
+
+    def step(self, batch: Batch) -> dict[str, float]:
+        if not batch.segments or batch.sampled_tokens == 0:
+            raise ValueError("a batch with no sampled tokens has nothing to train on")
+        self.optimizer.zero_grad(set_to_none=True)
+        parts: list[tuple[float, LossMetrics]] = []
+        total = 0.0
+        for micro in _micro_batches(batch.segments, self.config.micro_batch_tokens):
+            logprobs, aligned = self.token_logprobs(micro)
+            loss, metrics = policy_loss(logprobs, aligned["behaviour"], aligned["advantages"], aligned["mask"], self.loss)  # fmt: skip
+            share = metrics.tokens / batch.sampled_tokens
+            scaled = loss * share
+            if not math.isfinite(scaled.item()):
+                self.optimizer.zero_grad(set_to_none=True)
+                raise NonFiniteLoss(
+                    f"step {self.steps + 1}: the loss is {scaled.item()}; no weights were changed"
+                )
+            scaled.backward()
+            total += scaled.item()
+            parts.append((share, metrics))
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm))
+        if not math.isfinite(grad_norm):
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(
+                f"step {self.steps + 1}: the gradient norm is {grad_norm}; no weights were changed"
+            )
+        self.optimizer.step()
+        self.steps += 1
+        return {"step": float(self.steps), "loss": total, "grad_norm": grad_norm, "tokens": float(batch.sampled_tokens),
+                **_combine(parts)}  # fmt: skip
+
+    def save(self, directory: Path) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self.model.save_pretrained(directory)
+        torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_STATE)
+        (directory / TRAINER_STATE).write_text(json.dumps({"steps": self.steps, "model_path": self.model_path,
+                                                           "config": asdict(self.config)}))  # fmt: skip
+
+    @classmethod
+    def resume(cls, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> LocalTrainer:
+        state = json.loads((directory / TRAINER_STATE).read_text())
+        trainer = cls(state["model_path"], config, loss, adapter=str(directory))
+        trainer.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_STATE, weights_only=True))
+        trainer.steps = int(state["steps"])
+        return trainer
+
+
+def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:
+    """Micro-batch diagnostics, weighted by their share of the batch's sampled tokens (maxima stay maxima)."""
+    keys = ("ratio_mean", "clipped_fraction", "masked_fraction", "effective_sample_size", "kl_k1", "kl_k3")
+    combined: dict[str, float] = {
+        key: sum(share * float(getattr(m, key)) for share, m in parts) for key in keys
+    }
+    combined["ratio_max"] = max(m.ratio_max for _, m in parts)
+    return combined
