@@ -103,3 +103,16 @@ external_arithmetic = Environment(
     agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.external_agent", "{workdir}")),),
     group_size=2,
 )
+
+
+class Coin(Task):
+    """Rewards by episode: members 0 and 2 of each group win, so groups carry a training signal."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+
+
+coin = Environment("coin", lambda parameters, agent: Coin(), Dataset([{}]), group_size=4, max_turns=1)

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.worker import Worker
 from transformers import AutoTokenizer
 
+from rollout.activities.trainer import TrainerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
@@ -21,7 +22,7 @@ from rollout.ledger import Kind, Ledger
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
 from rollout.workflows.run import RunWorkflow, run_workflow_id
-from rollout.workflows.types import RunInput, RunStatus
+from rollout.workflows.types import AssembleInput, RunInput, RunStatus
 from tests.gatewayutil import serve_gateway
 
 
@@ -208,3 +209,32 @@ async def test_an_external_command_plays_its_seat_and_the_task_scores_it(
         assert seat.endswith("/a1"), "a command's seat is fresh per attempt (it is never replayed)"
         kinds = [e.kind for e in await events(ledger, f"seat/{seat}")]
         assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]
+
+
+async def test_each_training_step_consumes_whole_groups_once(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"batch-{uuid.uuid4().hex[:6]}"
+    status = await client.execute_workflow(
+        RunWorkflow.run, RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_groups=3),
+        id=run_workflow_id(run), task_queue=queue,
+    )  # fmt: skip
+    assert status.episodes_finished == 12
+    trainer = TrainerActivities(ledger)
+
+    def step(n: int) -> AssembleInput:
+        return AssembleInput(run, "default", n, group_size=4, groups_per_batch=2)
+
+    first = await trainer.assemble_batch(step(1))
+    assert first is not None and first.groups == [0, 1] and len(first.episodes) == 8
+    assert first.skipped_groups == 0 and first.sampled_tokens > 0 and first.reward_mean == 0.5
+    assert await trainer.assemble_batch(step(1)) == first, "a retried step gets the same batch"
+    second = await trainer.assemble_batch(step(2))
+    assert second is not None and second.groups == [2], "no episode is used twice"
+    assert await trainer.assemble_batch(step(3)) is None, "nothing ready: the step waits"
+    batch = await trainer.load_batch(first)
+    assert sorted({w.episode for w in batch.segments}) == first.trained_episodes
+    assert sorted(w.advantage for w in batch.segments) == pytest.approx([-1.0] * 4 + [1.0] * 4, rel=1e-5)
+    recorded = [e for e in await ledger.read(f"run/{run}/batches/default") if e.kind == Kind.BATCH_ASSEMBLED]
+    assert [e.key for e in recorded] == ["step/1", "step/2"]

@@ -162,3 +162,31 @@ class EpisodeRecord:
     turns: dict[str, int] = field(default_factory=dict[str, int])
     metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
+
+
+@dataclass
+class AssembleInput:
+    """Which batch to assemble: the run, the policy it trains, the step (the batch's business key)."""
+
+    run: str
+    policy: str
+    step: int
+    group_size: int
+    groups_per_batch: int = 2
+    advantage: str = "group_norm"  # or leave_one_out
+
+
+@dataclass
+class BatchInfo:
+    """A `BatchAssembled` record: exactly the episodes (of whole groups) a step consumes."""
+
+    run: str
+    policy: str
+    step: int
+    groups: list[int]
+    episodes: list[str]
+    trained_episodes: list[str]
+    skipped_groups: int
+    sampled_tokens: int
+    reward_mean: float
+    reward_std: float
