@@ -1,0 +1,117 @@
+"""Publishing checkpoints: files into the blob store, then one fenced `CheckpointCreated` in the ledger.
+
+Contract:
+- A checkpoint is a directory (a peft adapter, or full weights, with the optimiser state). Its name and version
+  come from the step's business key: `{policy}-step{step:06d}`, version = step. Its parent is the checkpoint the
+  step trained from (None for the base model), so resuming from an older checkpoint branches the tree.
+- `publish_checkpoint` uploads every file under a prefix of its own lease epoch (a zombie's uploads can never
+  overwrite the live attempt's), then appends `CheckpointCreated` on `policy/{policy}/checkpoints` under key
+  `step/{step}`, fenced by the trainer's lease. A zombie (an older epoch) gets `StaleFenceError` and nothing is
+  published; a retry of a step that was already published returns the recorded checkpoint (exactly one
+  `CheckpointCreated` per step). The gateway's admission reads `version` from these events.
+- `fetch_checkpoint` downloads a recorded checkpoint and verifies every file's hash.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.blobs import BlobRef, BlobStore
+from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
+
+
+def checkpoint_name(policy: str, step: int) -> str:
+    return f"{policy}-step{step:06d}"
+
+
+def checkpoints_stream(policy: str) -> str:
+    return f"policy/{policy}/checkpoints"
+
+
+@dataclass(frozen=True)
+class CheckpointFile:
+    key: str  # the blob store key
+    ref: BlobRef
+
+
+@dataclass(frozen=True)
+class CheckpointRecord:
+    name: str
+    policy: str
+    version: int
+    parent: str | None
+    run: str
+    files: dict[str, CheckpointFile]  # by path relative to the checkpoint directory
+    metrics: dict[str, float]
+
+    @staticmethod
+    def from_payload(payload: dict[str, Any]) -> CheckpointRecord:
+        files = {
+            name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
+            for name, f in payload["files"].items()
+        }
+        return CheckpointRecord(payload["name"], payload["policy"], int(payload["version"]), payload["parent"],
+                                payload["run"], files, dict(payload.get("metrics", {})))  # fmt: skip
+
+    def payload(self) -> dict[str, Any]:
+        files = {name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
+                 for name, f in self.files.items()}  # fmt: skip
+        return {"name": self.name, "policy": self.policy, "version": self.version, "parent": self.parent,
+                "run": self.run, "files": files, "metrics": self.metrics}  # fmt: skip
+
+
+def _key(record_name: str, policy: str, epoch: int, relative: str) -> str:
+    return f"checkpoints/{policy}/{record_name}/epoch-{epoch}/{relative}"
+
+
+def _upload(store: BlobStore, directory: Path, key_of: Callable[[str], str]) -> dict[str, CheckpointFile]:
+    files: dict[str, CheckpointFile] = {}
+    for path in sorted(directory.rglob("*")):
+        if path.is_file():
+            relative = path.relative_to(directory).as_posix()
+            files[relative] = CheckpointFile(key_of(relative), store.put(key_of(relative), path.read_bytes()))
+    return files
+
+
+async def publish_checkpoint(
+    ledger: Ledger,
+    store: BlobStore,
+    fence: Fence,
+    *,
+    run: str,
+    policy: str,
+    step: int,
+    parent: str | None,
+    directory: Path,
+    metrics: dict[str, float] | None = None,
+) -> CheckpointRecord:
+    name = checkpoint_name(policy, step)
+    stream, key = checkpoints_stream(policy), f"step/{step}"
+    published = await ledger.find(stream, key)
+    if published is not None:
+        return CheckpointRecord.from_payload(dict(published.payload))
+    files = await asyncio.to_thread(_upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative))  # fmt: skip
+    if not files:
+        raise ValueError(f"checkpoint directory {directory} is empty")
+    record = CheckpointRecord(name, policy, step, parent, run, files, dict(metrics or {}))
+    try:
+        await ledger.append_one(stream, NewEvent(key, Kind.CHECKPOINT_CREATED, record.payload()), fence=fence)
+    except KeyConflictError:
+        # An earlier attempt of this step published first: its checkpoint is the step's one.
+        existing = await ledger.find(stream, key)
+        assert existing is not None
+        return CheckpointRecord.from_payload(dict(existing.payload))
+    return record
+
+
+def fetch_checkpoint(store: BlobStore, record: CheckpointRecord, directory: Path) -> Path:
+    """Download `record` into `directory` (verifying every file's hash); returns the directory."""
+    for relative, file in record.files.items():
+        target = directory / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(store.get(file.key, expected=file.ref))
+    return directory
