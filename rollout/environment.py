@@ -19,13 +19,13 @@ Contract:
 from __future__ import annotations
 
 import abc
-import importlib
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from rollout.contracts import Message, ToolSpec
 from rollout.harness import Task
+from rollout.references import ReferenceLoadError, import_reference
 
 TaskParameters = dict[str, str]
 
@@ -128,21 +128,10 @@ class Environment:
 
 def load_environment(reference: str) -> Environment:
     """The environment at `package.module:attribute` (the attribute may be a function returning one)."""
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise EnvironmentLoadError(
-            f"{reference!r} is not an environment reference: write it as package.module:attribute"
-        )
     try:
-        module = importlib.import_module(module_name)
-    except Exception as error:
-        raise EnvironmentLoadError(
-            f"module {module_name!r} does not import: {type(error).__name__}: {error}"
-        ) from error
-    try:
-        value = getattr(module, attribute)
-    except AttributeError:
-        raise EnvironmentLoadError(f"module {module_name!r} has no attribute {attribute!r}") from None
+        value = import_reference(reference, "environment reference")
+    except ReferenceLoadError as error:
+        raise EnvironmentLoadError(str(error)) from error.__cause__
     if callable(value) and not isinstance(value, Environment):
         value = value()
     if not isinstance(value, Environment):

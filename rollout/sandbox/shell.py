@@ -4,21 +4,18 @@ Contract:
 - Every seat shares one working directory; `reset()` empties it (a claim starts from a clean directory).
 - `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in that directory and
   answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order.
-- Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
-  whole process group is killed and `timed_out` is true. Output beyond `MAX_OUTPUT_BYTES` is dropped (the
-  command keeps running to its end) and `truncated` is true.
+- Limits (rollout.bounded_process): a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at
+  `MAX_TIMEOUT_S`); then its whole process group is killed, `timed_out` is true and `exit_code` is null. Output
+  beyond `MAX_OUTPUT_BYTES` is dropped (the command keeps running to its end) and `truncated` is true.
 - `SHELL_TOOL` is the tool an agent drives it with; `shell_result_text` renders a result for the model.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
 import shutil
-import signal
 from pathlib import Path
 
+from rollout.bounded_process import run_bounded
 from rollout.contracts import ToolSpec
 from rollout.sandbox.world import JsonObject
 
@@ -70,36 +67,12 @@ class ShellWorld:
         if not isinstance(command, str) or not command.strip():
             raise ValueError("a shell action needs a non-empty 'command' string")
         timeout_s = min(float(action.get("timeout_s") or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
-        process = await asyncio.create_subprocess_exec(
-            "bash", "-c", command, cwd=self.workdir, stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, "HOME": str(self.workdir), "ROLLOUT_SANDBOX_SEAT": str(seat)},
+        done = await run_bounded(
+            ["bash", "-c", command], cwd=self.workdir, timeout_s=timeout_s, max_output_bytes=MAX_OUTPUT_BYTES,
+            env={"HOME": str(self.workdir), "ROLLOUT_SANDBOX_SEAT": str(seat)},
         )  # fmt: skip
-        assert process.stdout is not None
-        kept = bytearray()
-        truncated = timed_out = False
-
-        async def drain() -> None:
-            nonlocal truncated
-            assert process.stdout is not None
-            while chunk := await process.stdout.read(65536):
-                room = MAX_OUTPUT_BYTES - len(kept)
-                kept.extend(chunk[: max(room, 0)])
-                truncated = truncated or len(chunk) > room
-
-        try:
-            await asyncio.wait_for(drain(), timeout_s)
-            await asyncio.wait_for(process.wait(), max(timeout_s, 1.0))
-        except TimeoutError:
-            timed_out = True
-        finally:
-            if process.returncode is None:
-                # The command may have started children: kill its whole session, not just bash.
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(process.pid, signal.SIGKILL)
-                await process.wait()
-        return {"exit_code": process.returncode, "output": kept.decode(errors="replace"),
-                "truncated": truncated, "timed_out": timed_out}  # fmt: skip
+        return {"exit_code": done.exit_code, "output": done.output, "truncated": done.truncated,
+                "timed_out": done.timed_out}  # fmt: skip
 
     async def close(self) -> None:
         return None

@@ -12,10 +12,11 @@ Contract:
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol, cast
+
+from rollout.references import ReferenceLoadError, import_reference
 
 JsonObject = dict[str, Any]
 
@@ -41,15 +42,12 @@ def load_kind(kind: str) -> SandboxKind:
     """The factory for `kind`: a built-in name (shell) or `package.module:attribute`."""
     world = kind.partition("#")[0]
     reference = BUILT_IN.get(world, world)
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise UnknownSandboxKind(
-            f"sandbox kind {kind!r} is neither built in ({', '.join(BUILT_IN)}) nor a package.module:attribute"
-        )
     try:
-        factory = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise UnknownSandboxKind(f"sandbox kind {kind!r} does not load: {error}") from error
+        factory = import_reference(reference, "sandbox kind")
+    except ReferenceLoadError as error:
+        raise UnknownSandboxKind(
+            f"sandbox kind {kind!r} is neither built in ({', '.join(BUILT_IN)}) nor loadable: {error}"
+        ) from error
     if not callable(factory):
         raise UnknownSandboxKind(f"sandbox kind {kind!r} is not a factory (workdir, seats) -> world")
     return cast(SandboxKind, factory)

@@ -14,15 +14,12 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import os
-import signal
 import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward
+from rollout.bounded_process import run_bounded
 from rollout.harness import CommandOutcome, RunContext, Task
 
 OUTPUT_TAIL_BYTES = 64 * 1024
@@ -42,36 +39,6 @@ def seat_environment(base_url: str, token: str, prompt: str, context: RunContext
                       "ROLLOUT_SANDBOX_EPOCH": str(context.sandbox.epoch),
                       "ROLLOUT_SANDBOX_SEAT": str(context.sandbox.seat)}  # fmt: skip
     return variables
-
-
-async def run_command(
-    argv: Sequence[str], *, env: dict[str, str], workdir: str, timeout_s: float
-) -> tuple[int | None, str, bool]:
-    """Run to the end or the time limit: (exit code, output tail, timed out). Cancelling kills it."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, cwd=workdir, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
-    tail = bytearray()
-
-    async def drain() -> None:
-        assert process.stdout is not None
-        while chunk := await process.stdout.read(65536):
-            tail.extend(chunk)
-            del tail[:-OUTPUT_TAIL_BYTES]
-        await process.wait()
-
-    timed_out = False
-    try:
-        await asyncio.wait_for(drain(), timeout_s)
-    except TimeoutError:
-        timed_out = True
-    finally:
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-    return (None if timed_out else process.returncode), tail.decode(errors="replace"), timed_out
 
 
 async def play_external(
@@ -94,14 +61,15 @@ async def play_external(
         argv = [part.replace("{prompt}", prompt).replace("{workdir}", workdir) for part in command]
         env = seat_environment(base_url, token, prompt, context)
         try:
-            exit_code, output, timed_out = await run_command(
-                argv, env=env, workdir=workdir, timeout_s=timeout_s
-            )
+            done = await run_bounded(argv, cwd=workdir, env=env, timeout_s=timeout_s,
+                                     max_output_bytes=OUTPUT_TAIL_BYTES, keep="tail")  # fmt: skip
         except OSError as error:
             raise TaskFailed(f"the agent command {argv[0]!r} did not start: {error}") from error
         turns = await count_turns()
         try:
-            end = await task.finish(context, CommandOutcome(exit_code, output, workdir, turns, timed_out))
+            end = await task.finish(
+                context, CommandOutcome(done.exit_code, done.output, workdir, turns, done.timed_out)
+            )
         except Exception as error:
             raise TaskFailed(f"the task's finish raised:\n{traceback.format_exc()}") from error
-    return LoopOutcome(checked_reward(end), turns, truncated=timed_out, metrics=dict(end.metrics))
+    return LoopOutcome(checked_reward(end), turns, truncated=done.timed_out, metrics=dict(end.metrics))

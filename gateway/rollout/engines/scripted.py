@@ -10,7 +10,6 @@ script by reference (`rollout engine serve --kind scripted --script package.modu
 from __future__ import annotations
 
 import asyncio
-import importlib
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
@@ -87,13 +86,9 @@ class ScriptedEngine:
 
 def load_script(reference: str) -> Script:
     """The function at `package.module:function` (prompt text -> reply); ValueError naming what is wrong."""
-    module_name, _, attribute = reference.partition(":")
-    if not module_name or not attribute:
-        raise ValueError(f"{reference!r} is not a script reference: write it as package.module:function")
-    try:
-        script = getattr(importlib.import_module(module_name), attribute)
-    except (ImportError, AttributeError) as error:
-        raise ValueError(f"script {reference!r} does not load: {error}") from error
+    from rollout.references import import_reference
+
+    script = import_reference(reference, "script reference")  # a ReferenceLoadError is a ValueError
     if not callable(script):
         raise ValueError(f"script {reference!r} is not a function (prompt text -> Message)")
     return cast(Script, script)
