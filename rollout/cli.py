@@ -12,7 +12,7 @@ import json
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Annotated, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from omegaconf import OmegaConf
@@ -24,6 +24,10 @@ from rollout.ledger.errors import LedgerError
 from rollout.stack.embedded import ServiceStatus, Stack
 from rollout.stack.postgres import CorruptDataDirError
 from rollout.stack.processes import PortTakenError
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
+    from rollout.engines.follower import FollowerConfig
 
 app = typer.Typer(
     name="rollout",
@@ -217,17 +221,32 @@ def engine_serve(
         str | None,
         typer.Option(help="--kind tinker: the Tinker API (default: $TINKER_BASE_URL, then Tinker's)."),
     ] = None,
+    name: Annotated[
+        str | None, typer.Option(help="The engine's name in serving acks (default: engine-PORT).")
+    ] = None,
+    follow: Annotated[
+        bool,
+        typer.Option(
+            help="Run the serving follower: load each checkpoint the trainer publishes and ack it in the ledger."
+        ),
+    ] = True,
+    gpu: Annotated[
+        str | None,
+        typer.Option(help="One-GPU mode: sleep while the trainer holds this GPU's lease, wake after."),
+    ] = None,
 ) -> None:
     """Serve a model over vLLM's HTTP dialect: the local engine, a real `vllm serve`, or Tinker's sampler.
 
     The local engine batches concurrent requests; LoRA checkpoints load at runtime through /v1/load_lora_adapter
     (with --kind tinker, a checkpoint's path is its tinker:// sampler path). --kind tinker reads the API key
     from $TINKER_API_KEY; --model then names the tokenizer (used for the text fields only).
+
+    Beside the engine runs its serving follower (--no-follow to run without): it loads each checkpoint the
+    trainer publishes and records what the engine serves, which is how the gateway routes turns. With --kind
+    vllm, run `rollout engine follow --engine-url URL` beside the vLLM server instead.
     """
     import os
     import shutil
-
-    import uvicorn
 
     from rollout.engines.models import resolve
     from rollout.engines.vllm_server import ServedEngine, build_app
@@ -283,7 +302,44 @@ def engine_serve(
         err.print(
             f"local engine serving {model} as '{served_name}' on http://{host}:{port} ({engine.device})"
         )
-    uvicorn.run(build_app(engine), host=host, port=port, log_level="warning")
+    from rollout.engines.follower import FollowerConfig
+
+    formats = {"local": ("lora",), "tinker": ("tinker",), "scripted": ("lora", "full", "tinker")}[kind]
+    follower = FollowerConfig(
+        name or f"engine-{port}", f"http://{host}:{port}", served_name, formats, gpu=gpu
+    )
+    asyncio.run(_serve_engine(settings, build_app(engine), engine, host, port, follower if follow else None))
+
+
+async def _serve_engine(
+    settings: Settings, app: Any, engine: Any, host: str, port: int, follower: FollowerConfig | None
+) -> None:
+    import uvicorn
+
+    following = asyncio.create_task(_follow_forever(settings, engine, follower)) if follower else None
+    try:
+        await uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning")).serve()
+    finally:
+        if following is not None:
+            following.cancel()
+
+
+async def _follow_forever(settings: Settings, engine: Any, config: FollowerConfig) -> None:
+    """The serving follower, reconnecting to the ledger for as long as the engine serves."""
+    from rollout.blobs import open_store
+    from rollout.engines.follower import ServingFollower
+    from rollout.ledger import Ledger
+
+    store = open_store(settings.blob_url, s3_endpoint=settings.services.blobs.s3_endpoint,
+                       s3_secure=settings.services.blobs.s3_secure)  # fmt: skip
+    while True:
+        try:
+            async with await Ledger.connect(settings.ledger_url) as ledger:
+                cache = settings.data_path / "engines" / config.engine
+                await ServingFollower(ledger, engine, store, config, cache).run()
+        except LedgerError as error:
+            err.print(f"serving follower: the ledger is unreachable ({error}); trying again in 5 s")
+            await asyncio.sleep(5)
 
 
 @app.command()
@@ -319,6 +375,7 @@ def gateway(
     from rollout.gateway.admission import Admission, EngineSlot
     from rollout.gateway.app import build_app
     from rollout.gateway.rendering import ModelRenderer, renderer_for_model
+    from rollout.gateway.routing import Routes
     from rollout.gateway.service import Gateway
     from rollout.ledger import Ledger
     from rollout.stack.processes import port_is_free
@@ -347,8 +404,10 @@ def gateway(
     async def serve() -> None:
         ledger = await Ledger.connect(settings.ledger_url)
         slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_url or [])]
+        # Engines that ack what they serve are routed to at their acked URL, configured or not.
+        routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name))
         core = Gateway(
-            ledger, model_renderer, Admission(ledger, slots), max_context=max_context, externals=externals
+            ledger, model_renderer, Admission(ledger, routes), max_context=max_context, externals=externals
         )
         err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url or [])}")
         config = uvicorn.Config(
@@ -502,6 +561,69 @@ def worker_runner(
         pass
 
 
+@worker_app.command("trainer")
+def worker_trainer(
+    overrides: Overrides = None,
+    task_queue: Annotated[str, typer.Option(help="The Temporal task queue to poll.")] = "rollout-trainer",
+    holder: Annotated[
+        str | None, typer.Option(help="This trainer's name in its leases (default: trainer-HOST-PID).")
+    ] = None,
+) -> None:
+    """Run a trainer worker: it trains steps (the local provider, `trainer.*` settings), bridges each checkpoint
+    for the engines and publishes it for serving. Runs started with training (`rollout train`) need one."""
+    import os
+    import socket
+
+    from temporalio.client import Client
+
+    from rollout.activities.bridges import BridgeActivities
+    from rollout.activities.local_training import LocalTrainingActivities
+    from rollout.blobs import open_store
+    from rollout.engines.models import resolve
+    from rollout.ledger import Ledger
+    from rollout.training.local import LocalTrainerConfig
+    from rollout.training.losses import LossConfig
+    from rollout.workers.trainer import trainer_worker
+
+    settings = _settings(overrides)
+    spec = settings.trainer
+    with err.status(f"preparing {spec.model}…"):
+        model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
+    trainer_config = LocalTrainerConfig(
+        lora_rank=spec.lora_rank or None, lora_alpha=spec.lora_alpha, learning_rate=spec.learning_rate,
+        max_grad_norm=spec.max_grad_norm, micro_batch_tokens=spec.micro_batch_tokens, device=spec.device,
+    )  # fmt: skip
+    loss = LossConfig(spec.loss.value, is_cap=spec.is_cap)
+    store = open_store(settings.blob_url, s3_endpoint=settings.services.blobs.s3_endpoint,
+                       s3_secure=settings.services.blobs.s3_secure)  # fmt: skip
+    name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
+    scratch = settings.data_path / "trainer" / name
+
+    async def serve() -> None:
+        try:
+            client = await Client.connect(settings.temporal_address)
+        except RuntimeError as error:
+            fail(
+                f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+            )
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            training = LocalTrainingActivities(ledger, store, model_path=model_path, config=trainer_config, loss=loss,
+                                               holder=name, scratch=scratch, gpu_lease=spec.gpu_lease)  # fmt: skip
+            bridges = BridgeActivities(ledger, store, base_model=model_path, scratch=scratch)
+            worker = trainer_worker(client, training, bridges, task_queue=task_queue)
+            err.print(
+                f"trainer worker {name} on queue {task_queue!r}, training {spec.model} ({spec.loss.value})"
+            )
+            await worker.run()
+
+    try:
+        asyncio.run(serve())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass
+
+
 async def _run_update(settings: config.Settings, run: str, update: str, *args: int) -> dict[str, object]:
     from dataclasses import asdict
 
@@ -576,6 +698,122 @@ def run_start(
         return asdict(await handle.result())
 
     _print_run_status(asyncio.run(start()), as_json)
+
+
+@app.command()
+def train(
+    environment: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    overrides: Overrides = None,
+    preset: Annotated[
+        str,
+        typer.Option(help="cpu-micro (a tiny random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU)."),
+    ] = "none",
+    run: Annotated[str | None, typer.Option("--run", help="The run's id (default: a new one).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train a policy on ENVIRONMENT: starts what is missing (stack, engine, gateway, runner, trainer), starts a
+    run that trains `trainer.steps` steps while episodes keep playing, and shows it live.
+
+    Overrides after the environment: `trainer.steps=5 trainer.learning_rate=1e-4 run.max_lag=2`. Ctrl-C pauses
+    the run (it stays paused across restarts) and prints how to resume it.
+    """
+    import time
+    import uuid
+
+    from rich.live import Live
+    from temporalio.client import Client, WorkflowHandle
+
+    from rollout.engines.models import resolve
+    from rollout.environment import EnvironmentLoadError, load_environment
+    from rollout.ledger import Ledger
+    from rollout.train_command import TrainingProgress, run_input
+    from rollout.workflows.run import run_workflow_id
+    from rollout.workflows.types import RUNNER_QUEUE, RunStatus
+
+    settings = _settings([f"preset={preset}", *(overrides or [])])
+    try:
+        loaded = load_environment(environment)
+    except EnvironmentLoadError as error:
+        fail(f"{error}\nCheck it with `rollout env check {environment}`.", code=2)
+    if settings.trainer.model != settings.services.gateway.model:
+        fail(
+            f"trainer.model={settings.trainer.model} but the engines serve services.gateway.model="
+            f"{settings.services.gateway.model}: set both to the same model"
+        )
+    stack = Stack(settings)
+    try:
+        with err.status("starting the stack…") as spinner:
+            stack.up(report=lambda line: spinner.update(line))
+            _check_engine_model(
+                settings, resolve(settings.services.gateway.model, Path(settings.models_dir).expanduser())
+            )
+            spinner.update("trainer: starting")
+            stack.start_trainer()
+    except (RuntimeError, PortTakenError, CorruptDataDirError) as error:
+        fail(str(error))
+    run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
+    given = run_input(settings, environment, run_id)
+    policies = [a.policy for a in loaded.agents if a.checkpoint is None and a.command is None] or ["default"]
+    progress = TrainingProgress(run_id, policies[0])
+
+    async def follow() -> tuple[RunStatus, TrainingProgress]:
+        client = await Client.connect(settings.temporal_address)
+        handle: WorkflowHandle[Any, RunStatus] = await client.start_workflow(
+            "RunWorkflow", given, id=run_workflow_id(run_id), task_queue=RUNNER_QUEUE, result_type=RunStatus
+        )
+        err.print(
+            f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
+        )
+        started = time.monotonic()
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            with Live(console=err, refresh_per_second=2, transient=not err.is_terminal) as live:
+                while True:
+                    await progress.refresh(ledger)
+                    live.update(f"[{time.monotonic() - started:5.0f}s] {progress.line()}")
+                    description = await handle.describe()
+                    if description.status is not None and description.status.name != "RUNNING":
+                        break
+                    status = await handle.query("status", result_type=RunStatus)
+                    if status.pause_reason:
+                        fail(
+                            f"run {run_id} paused: {status.pause_reason}\nFix the cause, then `rollout run resume {run_id}`."
+                        )
+                    await asyncio.sleep(1.0)
+            final = await handle.result()
+            await progress.refresh(ledger)
+        return final, progress
+
+    try:
+        status, progress = asyncio.run(follow())
+    except KeyboardInterrupt:
+        asyncio.run(_run_update(settings, run_id, "pause"))
+        err.print(
+            f"\npaused run {run_id}. Resume it with `rollout run resume {run_id}`; the stack keeps running."
+        )
+        raise typer.Exit(130) from None
+    summary = progress.summary() | {"episodes_failed": status.episodes_failed}
+    if as_json:
+        print(json.dumps(summary))
+        return
+    out.print(f"run {run_id}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the run, "
+              f"{summary['episodes']} episodes; reward by step {summary['reward_by_step']}", highlight=False)  # fmt: skip
+
+
+def _check_engine_model(settings: config.Settings, model_path: str) -> None:
+    """The running engine must serve the model being trained (a stack started earlier may serve another)."""
+    import httpx
+
+    gateway = settings.services.gateway
+    try:
+        models = httpx.get(f"http://{gateway.host}:{gateway.engine_port}/v1/models", timeout=5).json()["data"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return  # unreachable: `up` reported it
+    roots = {entry.get("root") for entry in models}
+    if model_path not in roots and "scripted" not in roots:
+        fail(
+            f"the running engine serves {', '.join(str(r) for r in roots)}, not {gateway.model}: stop the stack "
+            "with `rollout down` (or choose another data_dir=) and train again"
+        )
 
 
 def _run_command(update: str, help_text: str) -> None:

@@ -71,12 +71,54 @@ class ServiceSettings:
     blobs: BlobSettings = field(default_factory=BlobSettings)
 
 
+class LossKind(StrEnum):
+    # Member names equal their values: OmegaConf matches a YAML string against enum names.
+    truncated_is = "truncated_is"
+    ppo = "ppo"
+    cispo = "cispo"
+
+
+class AdvantageKind(StrEnum):
+    group_norm = "group_norm"
+    leave_one_out = "leave_one_out"
+
+
+@dataclass
+class TrainerSettings:
+    """What `rollout train` and `rollout worker trainer` train, and how (the local provider)."""
+
+    model: str = "smollm2"  # the base model; the engines serve the same one (services.gateway.model)
+    steps: int = 100
+    groups_per_batch: int = 2
+    lora_rank: int = 8  # 0: train the full weights
+    lora_alpha: int = 16
+    learning_rate: float = 1e-5
+    max_grad_norm: float = 1.0
+    micro_batch_tokens: int = 4096
+    loss: LossKind = LossKind.ppo
+    is_cap: float = 2.0
+    advantage: AdvantageKind = AdvantageKind.group_norm
+    device: str | None = None  # cpu or cuda; default cuda when there is one
+    gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
+
+
+@dataclass
+class RunDefaults:
+    """How `rollout train` runs episodes: the run's settings (max_lag and max_tokens change mid-run)."""
+
+    groups_in_flight: int = 4
+    max_lag: int = 1
+    max_tokens: int = 256  # sampled tokens per turn, at most
+
+
 @dataclass
 class Settings:
     data_dir: str = MISSING
     services: ServiceSettings = field(default_factory=ServiceSettings)
     models_dir: str = MISSING
     log_level: LogLevel = LogLevel.INFO
+    trainer: TrainerSettings = field(default_factory=TrainerSettings)
+    run: RunDefaults = field(default_factory=RunDefaults)
 
     @property
     def data_path(self) -> Path:

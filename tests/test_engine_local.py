@@ -13,8 +13,8 @@ import torch
 import uvicorn
 
 from rollout.engines.local import LocalEngine
-from rollout.engines.protocol import EngineUnavailable, SampleRequest
-from rollout.engines.vllm_client import EngineError, VLLMEngine
+from rollout.engines.protocol import CheckpointNotServed, EngineUnavailable, SampleRequest
+from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
 from rollout.stack.processes import free_port
 
@@ -116,8 +116,11 @@ async def test_lora_checkpoints_load_at_runtime_and_serve_by_name(
     assert on_base.logprobs != on_lora.logprobs
     again = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="base"))
     assert again.logprobs == pytest.approx(on_base.logprobs, abs=1e-5)  # the base is unchanged by the adapter
-    with pytest.raises(EngineError, match="not loaded"):
+    # Not served (yet, or any more): an availability problem the gateway waits out, not a refusal.
+    with pytest.raises(CheckpointNotServed, match="not loaded"):
         await client.sample(SampleRequest(ids, max_tokens=4, model="ckpt-9"))
+    await client.unload("ckpt-1")
+    assert await client.models() == ["base"]
 
 
 async def test_an_asleep_engine_refuses_with_503_until_woken(engine: LocalEngine, client: VLLMEngine) -> None:

@@ -22,7 +22,12 @@ from rollout.ledger import Kind, Ledger
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
 from rollout.workflows.run import RunWorkflow, run_workflow_id
-from rollout.workflows.types import AssembleInput, RunInput, RunStatus
+from rollout.workflows.types import (
+    AssembleInput,
+    RunInput,
+    RunStatus,
+    run_policy,
+)
 from tests.gatewayutil import serve_gateway
 
 
@@ -224,7 +229,7 @@ async def test_each_training_step_consumes_whole_groups_once(
     trainer = TrainerActivities(ledger)
 
     def step(n: int) -> AssembleInput:
-        return AssembleInput(run, "default", n, group_size=4, groups_per_batch=2)
+        return AssembleInput(run, run_policy(run, "default"), n, group_size=4, groups_per_batch=2)
 
     first = await trainer.assemble_batch(step(1))
     assert first is not None and first.groups == [0, 1] and len(first.episodes) == 8
@@ -236,5 +241,7 @@ async def test_each_training_step_consumes_whole_groups_once(
     batch = await trainer.load_batch(first)
     assert sorted({w.episode for w in batch.segments}) == first.trained_episodes
     assert sorted(w.advantage for w in batch.segments) == pytest.approx([-1.0] * 4 + [1.0] * 4, rel=1e-5)
-    recorded = [e for e in await ledger.read(f"run/{run}/batches/default") if e.kind == Kind.BATCH_ASSEMBLED]
+    recorded = [
+        e for e in await ledger.read(f"run/{run}/batches/{run}/default") if e.kind == Kind.BATCH_ASSEMBLED
+    ]
     assert [e.key for e in recorded] == ["step/1", "step/2"]

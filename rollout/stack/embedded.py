@@ -63,6 +63,7 @@ class Stack:
         self.engine: ManagedProcess | None = None
         self.gateway: ManagedProcess | None = None
         self.runner: ManagedProcess | None = None
+        self.trainer: ManagedProcess | None = None
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
             common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
@@ -85,6 +86,13 @@ class Stack:
                 "Runner",
                 (*python, "worker", "runner", "--gateway-url", f"http://{gateway.host}:{gateway.port}", *common,
                  f"services.postgres.url={settings.ledger_url}", f"services.temporal.address={settings.temporal_address}"),
+                self.data_dir, gateway.host, (),
+            )  # fmt: skip
+            # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it got.
+            self.trainer = ManagedProcess(
+                "Trainer",
+                (*python, "worker", "trainer", *common, f"services.postgres.url={settings.ledger_url}",
+                 f"services.temporal.address={settings.temporal_address}", *trainer_overrides(settings)),
                 self.data_dir, gateway.host, (),
             )  # fmt: skip
         self.temporal = (
@@ -147,6 +155,19 @@ class Stack:
             )
         return self.status()
 
+    def start_trainer(self, *, restart: bool = True) -> None:
+        """Start the trainer worker with these settings (restarting one that runs with others: a step it was
+        training is retried by Temporal on the same batch, from the last published checkpoint)."""
+        if self.trainer is None:
+            raise RuntimeError(
+                "the embedded stack runs no gateway (services.gateway.enabled=false): no trainer"
+            )
+        with self._lock():
+            if restart:
+                self.trainer.stop()
+            if self.trainer.start():
+                self._check_stays_up(self.trainer)
+
     @staticmethod
     def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
         deadline = time.monotonic() + timeout_s
@@ -162,7 +183,7 @@ class Stack:
         if not self.data_dir.is_dir():
             return stopped
         with self._lock():
-            for process in (self.runner, self.gateway, self.engine):
+            for process in (self.trainer, self.runner, self.gateway, self.engine):
                 if process is not None and process.pid() is not None:
                     report(f"{process.name}: stopping")
                     process.stop()
@@ -189,6 +210,9 @@ class Stack:
             pid = self.runner.pid()
             services.append(ServiceStatus("runner", "embedded", "queue rollout-runner", pid is not None,
                                           "plays episodes (`rollout run start ENV`)" if pid else "not running", pid))  # fmt: skip
+        if self.trainer is not None and (pid := self.trainer.pid()) is not None:
+            services.append(ServiceStatus("trainer", "embedded", "queue rollout-trainer", True,
+                                          f"trains {self.settings.trainer.model} (`rollout train`)", pid))  # fmt: skip
         return services
 
     @staticmethod
@@ -256,6 +280,18 @@ class Stack:
             return ServiceStatus("blobs", "external", url, True, "bucket reachable")
         except Exception as error:  # any client or network failure is an unhealthy store, reported as such
             return ServiceStatus("blobs", "external", url, False, f"unreachable: {error}")
+
+
+def trainer_overrides(settings: Settings) -> list[str]:
+    """The `trainer.*` settings as command-line overrides, so a trainer process trains what was asked."""
+    from dataclasses import fields
+
+    out: list[str] = []
+    for spec in fields(settings.trainer):
+        value = getattr(settings.trainer, spec.name)
+        text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
+        out.append(f"trainer.{spec.name}={text}")
+    return out
 
 
 async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:

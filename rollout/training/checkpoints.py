@@ -108,9 +108,22 @@ async def publish_checkpoint(
     return record
 
 
+async def find_checkpoint(ledger: Ledger, policy: str, name: str) -> CheckpointRecord | None:
+    row = await ledger.fetch_one(
+        "SELECT payload FROM event WHERE stream_id = %s AND kind = 'CheckpointCreated' AND payload->>'name' = %s",
+        checkpoints_stream(policy), name,
+    )  # fmt: skip
+    return CheckpointRecord.from_payload(row["payload"]) if row else None
+
+
 def fetch_checkpoint(store: BlobStore, record: CheckpointRecord, directory: Path) -> Path:
     """Download `record` into `directory` (verifying every file's hash); returns the directory."""
-    for relative, file in record.files.items():
+    return download_files(store, record.files, directory)
+
+
+def download_files(store: BlobStore, files: dict[str, CheckpointFile], directory: Path) -> Path:
+    """Download recorded files (relative path -> blob) into `directory`, verifying every hash."""
+    for relative, file in files.items():
         target = directory / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(store.get(file.key, expected=file.ref))

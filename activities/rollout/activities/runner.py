@@ -47,6 +47,7 @@ from rollout.workflows.types import (
     SandboxGrant,
     SandboxNeed,
     SettingsChange,
+    run_policy,
 )
 
 HEARTBEAT_EVERY_S = 2.0
@@ -101,7 +102,7 @@ class RunnerActivities:
         environment = _load(given.environment.reference)
         parameters = environment.source.parameters(given.group)
         agent = given.agent
-        await open_seat(self.ledger, self.seat_secret, seat_id=attempt.seat, agent=agent.name, policy=agent.policy,
+        await open_seat(self.ledger, self.seat_secret, seat_id=attempt.seat, agent=agent.name, policy=run_policy(given.run, agent.policy),
                         run=given.run, episode=given.episode, checkpoint=agent.checkpoint)  # fmt: skip
         token = seat_token(self.seat_secret, attempt.seat)
         box = given.sandbox

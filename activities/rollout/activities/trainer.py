@@ -26,7 +26,7 @@ def batches_stream(run: str, policy: str) -> str:
     return f"run/{run}/batches/{policy}"
 
 
-async def _read_all(ledger: Ledger, stream: str) -> list[RecordedEvent]:
+async def read_stream(ledger: Ledger, stream: str) -> list[RecordedEvent]:
     events: list[RecordedEvent] = []
     while batch := await ledger.read(stream, after=events[-1].seq if events else 0):
         events += batch
@@ -51,7 +51,7 @@ async def _agent_episodes(ledger: Ledger, records: Sequence[dict[str, Any]]) -> 
             continue  # consumed with its group, never trained
         for agent, seat in sorted(record["seats"].items()):
             turns = [
-                e.payload for e in await _read_all(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED
+                e.payload for e in await read_stream(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED
             ]
             policy = next((str(t["policy"]) for t in turns if t.get("policy")), "default")
             played.append(AgentEpisode(str(record["episode"]), int(record["group"]), agent, policy,
@@ -73,8 +73,8 @@ class TrainerActivities:
         recorded = await self.ledger.find(stream, key)
         if recorded is not None:
             return _info(dict(recorded.payload))
-        consumed = {int(g) for e in await _read_all(self.ledger, stream) if e.kind == Kind.BATCH_ASSEMBLED for g in e.payload["groups"]}  # fmt: skip
-        records = _episode_records(await _read_all(self.ledger, f"run/{given.run}/episodes"))
+        consumed = {int(g) for e in await read_stream(self.ledger, stream) if e.kind == Kind.BATCH_ASSEMBLED for g in e.payload["groups"]}  # fmt: skip
+        records = _episode_records(await read_stream(self.ledger, f"run/{given.run}/episodes"))
         views = [EpisodeRecordView(e, int(r["group"]), bool(r.get("finished"))) for e, r in records.items()]
         groups = ready_groups(views, group_size=given.group_size, consumed=consumed, groups_per_batch=given.groups_per_batch)  # fmt: skip
         if not groups:
@@ -95,7 +95,7 @@ class TrainerActivities:
         return info
 
     async def load_batch(self, info: BatchInfo, advantage: str = "group_norm") -> Batch:
-        records = _episode_records(await _read_all(self.ledger, f"run/{info.run}/episodes"))
+        records = _episode_records(await read_stream(self.ledger, f"run/{info.run}/episodes"))
         taken = [records[e] for e in info.episodes]
         method: AdvantageMethod = "leave_one_out" if advantage == "leave_one_out" else "group_norm"
         return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, method)

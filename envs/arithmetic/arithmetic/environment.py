@@ -1,5 +1,9 @@
 """The arithmetic environment: generated two-operand questions, one agent, one turn, reward 1 for the exact answer.
 
+A wrong reply earns partial credit (under 0.5): a number near the answer, and a short reply. Small models start
+near zero exact answers; shaping gives every group a signal to climb (the `learning` benchmark), and an exact
+answer is always worth the most.
+
 `uv run rollout env check arithmetic.environment:environment` plays it against the scripted model.
 """
 
@@ -11,6 +15,23 @@ import re
 from arithmetic import Arithmetic
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, Generator, TaskParameters
+from rollout.harness import End, Observation, RunContext
+
+
+def score(reply: str, answer: str) -> float:
+    """1 for exactly the answer; otherwise up to 0.3 for a first number near it plus up to 0.1 for brevity."""
+    text = reply.strip()
+    if text == answer:
+        return 1.0
+    numbers = re.findall(r"-?\d+", text)
+    nearness = 0.3 / (1 + abs(int(numbers[0]) - int(answer))) if numbers else 0.0
+    brevity = 0.1 * max(0.0, 1 - len(text) / 64)
+    return round(nearness + brevity, 4)
+
+
+class ShapedArithmetic(Arithmetic):
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=score(reply.text, self.answer))
 
 
 def question(rng: random.Random) -> TaskParameters:
@@ -34,10 +55,10 @@ def solve(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
 
 environment = Environment(
     name="arithmetic",
-    make_task=lambda parameters, agent: Arithmetic(parameters),
+    make_task=lambda parameters, agent: ShapedArithmetic(parameters),
     source=Generator(question),
     group_size=4,
     max_turns=1,
-    description="One question, one answer; reward 1 when the reply is exactly the answer.",
+    description="One question, one answer; reward 1 when the reply is exactly the answer, partial credit below 0.5.",
     scripted_reply=solve,
 )

@@ -50,7 +50,12 @@ class LocalEngine:
         model: Any = AutoModelForCausalLM.from_pretrained(model_path, dtype=dtype)
         self.model: Any = model.to(self.device).eval()
         self.model_path = model_path
-        self.adapters: dict[str, str] = {}
+        self.adapters: dict[str, str] = {}  # served name -> the adapter directory it was loaded from
+        # peft names adapters as module keys, which may not hold "." (checkpoint names may): map them.
+        self._adapter_ids: dict[str, str] = {}
+        self._loaded_count = 0
+        # Loading or unloading an adapter changes the modules a batch runs through: never during a batch.
+        self._model_lock = asyncio.Lock()
         self.max_batch, self.batch_window_s = max_batch, batch_window_s
         self.sleeping = False
         eos = self.model.generation_config.eos_token_id
@@ -100,10 +105,11 @@ class LocalEngine:
 
         started = time.perf_counter()
         try:
-            self._activate(model_name)
-            results = await asyncio.to_thread(
-                sample_batch, self.model, [p.request for p in group], self.pad_id, self.eos_ids
-            )
+            async with self._model_lock:
+                self._activate(model_name)
+                results = await asyncio.to_thread(
+                    sample_batch, self.model, [p.request for p in group], self.pad_id, self.eos_ids
+                )
         except Exception as error:  # a failed batch fails its requests, never the batcher
             for item in group:
                 if not item.future.done():
@@ -126,28 +132,37 @@ class LocalEngine:
             self.model.base_model.disable_adapter_layers()
         else:
             self.model.base_model.enable_adapter_layers()
-            self.model.set_adapter(model_name)
+            self.model.set_adapter(self._adapter_ids[model_name])
 
     async def load(self, checkpoint: CheckpointRef) -> None:
-        await asyncio.to_thread(self._load_adapter, checkpoint)
+        async with self._model_lock:
+            await asyncio.to_thread(self._load_adapter, checkpoint)
 
     def _load_adapter(self, checkpoint: CheckpointRef) -> None:
         from peft import PeftModel
 
         if checkpoint.name in self.adapters:
             return
-        if not self.adapters:
-            self.model = PeftModel.from_pretrained(self.model, checkpoint.path, adapter_name=checkpoint.name)
+        self._loaded_count += 1
+        adapter_id = f"adapter{self._loaded_count}"
+        if not isinstance(self.model, PeftModel):
+            self.model = PeftModel.from_pretrained(self.model, checkpoint.path, adapter_name=adapter_id)
         else:
-            self.model.load_adapter(checkpoint.path, adapter_name=checkpoint.name)
+            self.model.load_adapter(checkpoint.path, adapter_name=adapter_id)
         self.model.eval()
         self.adapters[checkpoint.name] = checkpoint.path
+        self._adapter_ids[checkpoint.name] = adapter_id
 
     async def unload(self, name: str) -> None:
         if name not in self.adapters:
             raise KeyError(f"no adapter named {name!r}")
-        self.model.delete_adapter(name)
-        del self.adapters[name]
+        async with self._model_lock:
+            adapter_id = self._adapter_ids.pop(name)
+            del self.adapters[name]
+            if self.adapters:
+                self.model.delete_adapter(adapter_id)
+            else:  # the last one: back to the plain model (a peft wrapper with no adapter cannot run)
+                self.model = self.model.unload().eval()
 
     async def sleep(self) -> None:
         if self.sleeping:

@@ -9,7 +9,8 @@ Contract:
 - `load` makes a checkpoint servable under its name; `sleep` frees the accelerator (requests then fail with
   `EngineUnavailable` until `wake`); `health` is cheap and never raises.
 - An engine that cannot serve (down, asleep, overloaded) raises `EngineUnavailable`; the gateway turns that into
-  a 503 with Retry-After. One that refuses the request itself raises `EngineError` with the reason.
+  a 503 with Retry-After; `CheckpointNotServed` is one such case (the router's view of the engine is older than
+  the engine). One that refuses the request itself raises `EngineError` with the reason.
 """
 
 from __future__ import annotations
@@ -26,6 +27,10 @@ class EngineUnavailable(RuntimeError):
     def __init__(self, message: str, retry_after_s: float = 1.0) -> None:
         super().__init__(message)
         self.retry_after_s = retry_after_s
+
+
+class CheckpointNotServed(EngineUnavailable):
+    """The engine does not serve the checkpoint asked for (not loaded yet, or reloaded after a restart)."""
 
 
 class EngineError(RuntimeError):

@@ -1,8 +1,9 @@
 """An engine reached over vLLM's HTTP dialect: a real `vllm serve`, or rollout's local engine server.
 
 Contract: maps the engine protocol onto `/v1/completions` with token-id prompts, `logprobs=0` and
-`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503 or a timeout raise
-`EngineUnavailable`; any other error response raises `EngineError` with the server's message.
+`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a timeout or a
+completion for a model the engine does not serve (404) raise `EngineUnavailable`; any other error response
+raises `EngineError` with the server's message.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
 it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added latency.
@@ -17,6 +18,7 @@ from typing import Any
 import aiohttp
 
 from rollout.engines.protocol import (
+    CheckpointNotServed,
     CheckpointRef,
     EngineError,
     EngineUnavailable,
@@ -68,10 +70,12 @@ class VLLMEngine:
 
     async def _post(self, path: str, payload: dict[str, Any] | None = None) -> _Answer:
         answer = await self._request("POST", path, payload)
-        self._check(answer)
+        self._check(answer, path=path)
         return answer
 
-    def _check(self, answer: _Answer) -> None:
+    def _check(self, answer: _Answer, *, path: str = "") -> None:
+        if answer.status == 404 and path == "/v1/completions":
+            raise CheckpointNotServed(f"engine at {self.base_url} does not serve that model: {answer.text}")
         if answer.status == 503:
             retry = float(answer.headers.get("retry-after", "1"))
             raise EngineUnavailable(f"engine at {self.base_url} is unavailable: {answer.text}", retry)
@@ -107,6 +111,9 @@ class VLLMEngine:
         await self._post(
             "/v1/load_lora_adapter", {"lora_name": checkpoint.name, "lora_path": checkpoint.path}
         )
+
+    async def unload(self, name: str) -> None:
+        await self._post("/v1/unload_lora_adapter", {"lora_name": name})
 
     async def sleep(self) -> None:
         await self._post("/sleep?level=1")

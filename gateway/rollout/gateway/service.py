@@ -27,7 +27,7 @@ from typing import Any
 from rollout.contracts import Message
 from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
-from rollout.gateway.admission import Admission, EngineSlot
+from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 from rollout.gateway.seats import Seat
@@ -124,7 +124,8 @@ class Gateway:
         existing = recorded
         if existing is not None:
             return self.replayed(existing)
-        external = self.externals.get(seat.policy)
+        # A run trains its own lineage of a policy (`{run}/{policy}`); an external model is named by the policy.
+        external = self.externals.get(seat.policy) or self.externals.get(seat.policy.rpartition("/")[2])
         if external is not None:
             return await self._sample_external(seat, request, external)
 
@@ -157,7 +158,7 @@ class Gateway:
         max_tokens = min(request.params.max_tokens or budget, budget)
         rendered_at = time.perf_counter()
 
-        result, slot = await self._sample_on_admitted_engine(seat, request, prompt, max_tokens)
+        result, slot, admitted = await self._sample_on_admitted_engine(seat, request, prompt, max_tokens)
         result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
         parsed = self.renderer.parse(list(result.completion_ids), tools, prompt)
         finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
@@ -170,6 +171,7 @@ class Gateway:
             "prompt_prefix_len": prefix, "prompt_ids_delta": prompt[prefix:],
             "completion_ids": list(result.completion_ids), "completion_logprobs": list(result.logprobs),
             "checkpoint": slot.checkpoint, "checkpoint_version": slot.version, "engine": slot.engine.name,
+            "admitted_newest": admitted.newest, "admitted_max_lag": admitted.max_lag,
             "finish_reason": finish, "stop_sequence": stop_sequence,
             "reply": parsed.message.model_dump(mode="json"), "parse_failures": list(parsed.parse_failures),
             "n_messages": len(request.messages), "messages_sha": request.messages_sha,
@@ -210,19 +212,29 @@ class Gateway:
 
     async def _sample_on_admitted_engine(
         self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
-    ) -> tuple[SampleResult, EngineSlot]:
+    ) -> tuple[SampleResult, EngineSlot, Admitted]:
+        """Sample on the first admitted engine that answers. While none answers (an engine restarting, a
+        checkpoint being reloaded) the turn is held and admission is asked again, up to its wait."""
+        deadline = time.monotonic() + self.admission.wait_s
         last_error: EngineUnavailable | None = None
-        for slot in await self.admission.candidates(seat):
-            sample_request = SampleRequest(
-                prompt_ids=tuple(prompt), max_tokens=max_tokens, model=slot.checkpoint,
-                temperature=request.params.temperature, top_p=request.params.top_p,
-                stop_token_ids=self.renderer.stop_token_ids, seed=request.params.seed,
-            )  # fmt: skip
-            try:
-                return await slot.engine.sample(sample_request), slot
-            except EngineUnavailable as error:
-                last_error = error
-        raise last_error or EngineUnavailable("no engine could take the turn")
+        fresh = False
+        while True:
+            admitted = await self.admission.candidates(seat, fresh=fresh, deadline=deadline)
+            cap = min(max_tokens, admitted.max_tokens or max_tokens)
+            for slot in admitted.slots:
+                sample_request = SampleRequest(
+                    prompt_ids=tuple(prompt), max_tokens=cap, model=slot.checkpoint,
+                    temperature=request.params.temperature, top_p=request.params.top_p,
+                    stop_token_ids=self.renderer.stop_token_ids, seed=request.params.seed,
+                )  # fmt: skip
+                try:
+                    return await slot.engine.sample(sample_request), slot, admitted
+                except EngineUnavailable as error:
+                    last_error = error
+            if time.monotonic() >= deadline:
+                raise last_error or EngineUnavailable("no engine could take the turn")
+            fresh = True
+            await asyncio.sleep(self.admission.poll_s)
 
     async def record(self, sampled: Sampled) -> Turn:
         """Append the turn (acknowledged before the response completes); a racing twin's record wins."""

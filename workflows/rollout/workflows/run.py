@@ -8,8 +8,12 @@ Contract:
   while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
 - An update that arrives before the run is recorded waits for it, so `SettingsChanged` always follows
   `RunCreated` in the ledger.
+- With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
+  neither pinned to a checkpoint nor external), on the trainer queue. When every one has trained its steps the
+  supply stops and the run ends once the groups in flight finish. A training step that cannot be published (a
+  non-finite loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
-  finish. It returns its final status.
+  finish, or when training is done. It returns its final status.
 """
 
 from __future__ import annotations
@@ -23,7 +27,17 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from rollout.workflows.episodes import SHORT
-from rollout.workflows.types import EnvironmentInfo, RunInput, RunStatus, SettingsChange, SupplyInput
+from rollout.workflows.training import training_workflow_id
+from rollout.workflows.types import (
+    EnvironmentInfo,
+    RunInput,
+    RunStatus,
+    SettingsChange,
+    SupplyInput,
+    TrainingInput,
+    TrainingResult,
+    TrainingSpec,
+)
 
 
 def run_workflow_id(run: str) -> str:
@@ -42,6 +56,19 @@ class _RunState:
     max_lag: int = 0
     supply_done: bool = False
     counts: dict[str, int] | None = None
+    pause_reason: str | None = None
+    training_paused: bool = False
+    trained: dict[str, str | None] | None = None
+    training_policies: list[str] | None = None
+
+
+def trained_policies(environment: EnvironmentInfo) -> list[str]:
+    """The policies a run trains: those of agents neither pinned to a checkpoint nor played by an external model."""
+    found: list[str] = []
+    for agent in environment.agents:
+        if agent.checkpoint is None and not agent.external and agent.policy not in found:
+            found.append(agent.policy)
+    return found
 
 
 @workflow.defn(name="RunWorkflow")
@@ -68,16 +95,52 @@ class RunWorkflow:
             result_type=dict[str, int],
         )
         self.started = True
+        if given.training is not None:
+            training = asyncio.ensure_future(self._train(given.run, environment, given.training))
+            done, _ = await workflow.wait([training, supply], return_when=asyncio.FIRST_COMPLETED)
+            if training in done:
+                training.result()  # a failed training fails the run
+                await self._signal_supply("stop")
         self.state.counts = await supply
         self.state.supply_done = True
         return self.status()
+
+    async def _train(self, run: str, environment: EnvironmentInfo, spec: TrainingSpec) -> None:
+        policies = trained_policies(environment)
+        self.state.training_policies = policies
+        handles = []
+        for policy in policies:
+            given = TrainingInput(run, policy, environment.group_size, spec.steps, spec.groups_per_batch,
+                                  spec.advantage, spec.wait_s, list(spec.serve_formats), spec.served_wait_s)  # fmt: skip
+            handle = await workflow.start_child_workflow(
+                "TrainingWorkflow", given, id=training_workflow_id(run, policy),
+                task_queue=spec.task_queue, result_type=TrainingResult,
+            )  # fmt: skip
+            handles.append(handle)
+        results = await asyncio.gather(*handles)
+        self.state.trained = {result.policy: result.newest for result in results}
+
+    @workflow.signal
+    async def training_paused(self, reason: str) -> None:
+        async with self.lock:
+            self.state.training_paused = True
+            await self._pause(reason)
+
+    async def _pause(self, reason: str | None = None) -> None:
+        changes: dict[str, bool | int | float | str] = {"paused": True}
+        if reason is not None:
+            changes["pause_reason"] = reason
+        await self._change(changes)
+        self.state.paused, self.state.pause_reason = True, reason
+        await self._signal_supply("set_paused", True)
 
     @workflow.query
     def status(self) -> RunStatus:
         counts = self.state.counts or {}
         return RunStatus(self.state.run, self.state.paused, self.state.stopped, self.state.max_lag,
                          counts.get("episodes_finished", 0), counts.get("episodes_failed", 0),
-                         counts.get("finished_groups", 0))  # fmt: skip
+                         counts.get("finished_groups", 0), self.state.pause_reason,
+                         dict(self.state.trained or {}))  # fmt: skip
 
     async def _change(self, changes: dict[str, bool | int | float | str]) -> None:
         # An update that arrives with the run's start waits for RunCreated: a change must follow it in the ledger.
@@ -98,17 +161,21 @@ class RunWorkflow:
     @workflow.update
     async def pause(self) -> RunStatus:
         async with self.lock:
-            await self._change({"paused": True})
-            self.state.paused = True
-            await self._signal_supply("set_paused", True)
+            await self._pause()
             return self.status()
 
     @workflow.update
     async def resume(self) -> RunStatus:
         async with self.lock:
-            await self._change({"paused": False})
-            self.state.paused = False
+            await self._change({"paused": False, "pause_reason": ""})
+            self.state.paused, self.state.pause_reason = False, None
             await self._signal_supply("set_paused", False)
+            if self.state.training_paused:
+                self.state.training_paused = False
+                for policy in self.state.training_policies or []:
+                    await workflow.get_external_workflow_handle(
+                        training_workflow_id(self.state.run, policy)
+                    ).signal("resume_training")
             return self.status()
 
     @workflow.update

@@ -11,6 +11,12 @@ from dataclasses import dataclass, field
 RUNNER_QUEUE = "rollout-runner"
 
 
+def run_policy(run: str, policy: str) -> str:
+    """A policy as the ledger names it: each run trains its own lineage (`{run}/{policy}`), so two runs that
+    both train "default" never share checkpoints or staleness bounds."""
+    return f"{run}/{policy}"
+
+
 @dataclass
 class AgentInfo:
     name: str
@@ -128,6 +134,7 @@ class RunInput:
     max_groups: int | None = None
     max_lag: int = 2
     settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
+    training: TrainingSpec | None = None
 
 
 @dataclass
@@ -139,6 +146,10 @@ class RunStatus:
     episodes_finished: int
     episodes_failed: int
     groups_started: int
+    pause_reason: str | None = None
+    trained: dict[str, str | None] = field(
+        default_factory=dict[str, str | None]
+    )  # policy -> newest checkpoint
 
 
 @dataclass
@@ -190,3 +201,92 @@ class BatchInfo:
     sampled_tokens: int
     reward_mean: float
     reward_std: float
+
+
+@dataclass
+class BatchLookup:
+    """What `assemble_batch` found for a step: its batch, or None while no whole group is ready."""
+
+    batch: BatchInfo | None = None
+
+
+TRAINER_QUEUE = "rollout-trainer"
+
+
+@dataclass
+class TrainStepInput:
+    run: str
+    policy: str
+    step: int
+    batch: BatchInfo
+    parent: str | None  # the checkpoint this step trains from; None for the base model
+    advantage: str = "group_norm"
+
+
+@dataclass
+class CheckpointInfo:
+    name: str
+    version: int
+    parent: str | None
+    metrics: dict[str, float] = field(default_factory=dict[str, float])
+
+
+@dataclass
+class TrainingInput:
+    run: str
+    policy: str
+    group_size: int
+    steps: int
+    groups_per_batch: int = 2
+    advantage: str = "group_norm"
+    wait_s: float = 1.0  # between looks for ready groups
+    serve_formats: list[str] = field(default_factory=lambda: ["lora"])
+    served_wait_s: float = 300.0
+    next_step: int = 1
+    parent: str | None = None
+    skipped_steps: int = 0
+
+
+@dataclass
+class TrainingResult:
+    run: str
+    policy: str
+    steps: int
+    newest: str | None
+    skipped_steps: int
+
+
+@dataclass
+class TrainingSpec:
+    """How a run trains: `RunWorkflow` starts one `TrainingWorkflow` per trained policy with these settings."""
+
+    steps: int
+    groups_per_batch: int = 2
+    advantage: str = "group_norm"
+    serve_formats: list[str] = field(default_factory=lambda: ["lora"])
+    wait_s: float = 1.0
+    served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
+    task_queue: str = TRAINER_QUEUE
+
+
+@dataclass
+class BridgeInput:
+    run: str
+    policy: str
+    checkpoint: str
+    version: int
+    format: str  # lora, full or merged
+
+
+@dataclass
+class BridgeResult:
+    format: str
+    serving_format: str
+    files: int
+    location: str | None = None
+
+
+@dataclass
+class ServedWait:
+    checkpoint: str
+    timeout_s: float

@@ -1,0 +1,89 @@
+"""Routes: the engine slots the gateway may send a turn to, from its configured engines and the engines' acks.
+
+Contract:
+- A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy until
+  an ack says more about it.
+- Each engine's newest `ServingAck` (stream `serving/acks`) is its state: one slot for its base model (any
+  policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping engine
+  has no slots. An engine known only by its ack is reached at the ack's URL.
+- Acks are read incrementally by cursor, at most every `refresh_s` unless a fresh read is asked for (the gateway
+  asks when no slot qualifies or every qualifying engine failed), so routing costs one indexed read per interval,
+  not one per turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rollout.engines.protocol import Engine
+from rollout.ledger import Kind, Ledger
+from rollout.serving import ACKS_STREAM, BASE_CHECKPOINT, ServingAck
+
+
+@dataclass
+class EngineSlot:
+    """An engine and one thing it serves: a checkpoint (the name requests use), its version and its policy.
+    `policy=None` is the base model, which serves every policy as version 0."""
+
+    engine: Engine
+    checkpoint: str = BASE_CHECKPOINT
+    version: int = 0
+    policy: str | None = None
+
+
+def _engine_url(engine: Engine) -> str | None:
+    return getattr(engine, "base_url", None)
+
+
+class Routes:
+    def __init__(
+        self,
+        ledger: Ledger,
+        configured: list[EngineSlot],
+        *,
+        connect: Callable[[str, str], Engine] | None = None,
+        refresh_s: float = 0.5,
+    ) -> None:
+        self.ledger = ledger
+        self.configured = configured
+        self.refresh_s = refresh_s
+        self._connect = connect
+        self._cursor = 0
+        self._read_at = float("-inf")
+        self.acks: dict[str, ServingAck] = {}  # engine URL -> the newest ack from it (later acks win)
+        self._engines: dict[str, Engine] = {}  # url -> engine, for engines reached through their acks
+
+    async def refresh(self) -> None:
+        while events := await self.ledger.read(ACKS_STREAM, after=self._cursor):
+            self._cursor = events[-1].seq
+            for event in events:
+                if event.kind == Kind.SERVING_ACK:
+                    ack = ServingAck.from_payload(dict(event.payload))
+                    self.acks[ack.url] = ack
+        self._read_at = time.monotonic()
+
+    async def slots(self, *, fresh: bool = False) -> list[EngineSlot]:
+        if fresh or time.monotonic() - self._read_at >= self.refresh_s:
+            await self.refresh()
+        found = [slot for slot in self.configured if _engine_url(slot.engine) not in self.acks]
+        for url, ack in self.acks.items():
+            if ack.sleeping:
+                continue
+            engine = self._engine_for(url, ack.engine)
+            if engine is None:
+                continue
+            found.append(EngineSlot(engine, ack.base))
+            found.extend(EngineSlot(engine, s.checkpoint, s.version, s.policy) for s in ack.serving)
+        return found
+
+    def _engine_for(self, url: str, name: str) -> Engine | None:
+        for slot in self.configured:
+            if _engine_url(slot.engine) == url:
+                return slot.engine
+        if url not in self._engines:
+            if self._connect is None:
+                return None
+            self._engines[url] = self._connect(url, name)
+        return self._engines[url]

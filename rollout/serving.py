@@ -1,0 +1,126 @@
+"""Serving records: what the trainer asks engines to serve (`ServingTarget`) and what each engine serves
+(`ServingAck`). Pure data and stream names; the follower beside an engine writes acks, the gateway routes by them.
+
+Contract:
+- Targets are appended on one stream, `serving/targets`, keyed `{policy}/{version}/{format}`: one target per
+  (checkpoint, format), so a retried publish records once. A target names the checkpoint, its policy and version,
+  the format its files are in (`lora`: a peft adapter directory; `full`: full weights; `tinker`: a sampler path),
+  and the files themselves (blob keys with hashes).
+- Acks are appended on one stream, `serving/acks`, keyed `{engine}/{incarnation}/{n}`. Each ack is the engine's
+  whole state: the base model it serves to every policy, the checkpoints it serves, whether it sleeps, and the
+  last load that failed (the engine keeps serving what it served before). The newest ack of an engine is its
+  state; a restarted engine starts a new incarnation whose first ack serves only the base model.
+- Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.blobs import BlobRef
+from rollout.training.checkpoints import CheckpointFile
+
+TARGETS_STREAM = "serving/targets"
+ACKS_STREAM = "serving/acks"
+BASE_CHECKPOINT = "base"
+
+FORMATS = ("lora", "full", "tinker")
+
+
+def gpu_lease_resource(gpu: str) -> str:
+    """The ledger lease the trainer holds while it trains on `gpu` (one-GPU mode); engines on it sleep meanwhile."""
+    return f"gpu/{gpu}"
+
+
+def _files_payload(files: dict[str, CheckpointFile]) -> dict[str, dict[str, Any]]:
+    return {name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
+            for name, f in files.items()}  # fmt: skip
+
+
+def files_from_payload(payload: dict[str, Any]) -> dict[str, CheckpointFile]:
+    return {name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
+            for name, f in payload.items()}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ServingTarget:
+    policy: str
+    checkpoint: str
+    version: int
+    run: str
+    format: str
+    files: dict[str, CheckpointFile] = field(default_factory=dict[str, CheckpointFile])
+    location: str | None = None  # where the format is not files (a Tinker sampler path)
+
+    @property
+    def key(self) -> str:
+        return f"{self.policy}/{self.version}/{self.format}"
+
+    def payload(self) -> dict[str, Any]:
+        return {"policy": self.policy, "checkpoint": self.checkpoint, "version": self.version, "run": self.run,
+                "format": self.format, "files": _files_payload(self.files), "location": self.location}  # fmt: skip
+
+    @staticmethod
+    def from_payload(payload: dict[str, Any]) -> ServingTarget:
+        return ServingTarget(payload["policy"], payload["checkpoint"], int(payload["version"]), payload["run"],
+                             payload["format"], files_from_payload(payload.get("files") or {}),
+                             payload.get("location"))  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Served:
+    """A checkpoint an engine serves: requests name it by `checkpoint`."""
+
+    policy: str
+    checkpoint: str
+    version: int
+
+
+@dataclass(frozen=True)
+class ServingAck:
+    engine: str
+    url: str
+    incarnation: str
+    n: int  # the ack's number within the incarnation
+    base: str = BASE_CHECKPOINT  # the name the engine serves its base model under
+    serving: tuple[Served, ...] = ()
+    sleeping: bool = False
+    gpu: str | None = None  # the GPU lease this engine gives way to (one-GPU mode)
+    failed: dict[str, str] | None = None  # {"checkpoint", "error"} of the last load that failed
+
+    @property
+    def key(self) -> str:
+        return f"{self.engine}/{self.incarnation}/{self.n}"
+
+    def payload(self) -> dict[str, Any]:
+        return {"engine": self.engine, "url": self.url, "incarnation": self.incarnation, "n": self.n,
+                "base": self.base, "serving": [s.__dict__ for s in self.serving], "sleeping": self.sleeping,
+                "gpu": self.gpu, "failed": self.failed}  # fmt: skip
+
+    @staticmethod
+    def from_payload(payload: dict[str, Any]) -> ServingAck:
+        serving = tuple(Served(s["policy"], s["checkpoint"], int(s["version"])) for s in payload["serving"])
+        return ServingAck(payload["engine"], payload["url"], payload["incarnation"], int(payload["n"]),
+                          payload.get("base", BASE_CHECKPOINT), serving, bool(payload.get("sleeping")),
+                          payload.get("gpu"), payload.get("failed"))  # fmt: skip
+
+    def serves(self, checkpoint: str) -> bool:
+        return any(s.checkpoint == checkpoint for s in self.serving)
+
+
+def desired(targets: list[ServingTarget], formats: tuple[str, ...], keep: int) -> list[ServingTarget]:
+    """What an engine should serve: per policy, the newest `keep` versions it has a format for (newest first)."""
+    by_policy: dict[str, dict[int, ServingTarget]] = {}
+    for target in targets:
+        if target.format not in formats:
+            continue
+        versions = by_policy.setdefault(target.policy, {})
+        held = versions.get(target.version)
+        # One checkpoint may be targeted in several formats: prefer the engine's earlier-listed format.
+        if held is None or formats.index(target.format) < formats.index(held.format):
+            versions[target.version] = target
+    chosen: list[ServingTarget] = []
+    for versions in by_policy.values():
+        chosen.extend(versions[v] for v in sorted(versions, reverse=True)[:keep])
+    return sorted(chosen, key=lambda t: -t.version)

@@ -1,0 +1,72 @@
+"""Bridges: a published checkpoint in the form an engine loads.
+
+Contract:
+- `lora`: the peft adapter files of a LoRA checkpoint (`adapter_config.json`, `adapter_model.safetensors`), for the
+  local engine and vLLM's runtime LoRA loading. Nothing is copied: the bridge names the checkpoint's own blobs.
+- `full`: the weights and config of a full-weights checkpoint (no optimiser state), for an engine reload.
+- `merged`: a LoRA checkpoint merged into its base model and saved as safetensors, for an engine that reloads
+  full weights; the merged files are uploaded under `bridges/{policy}/{name}/merged/`.
+- A bridge is a pure function of the checkpoint (and the base model), so running one twice gives the same
+  files: `BridgeWorkflow` records it once per (checkpoint, format) as `CheckpointConverted`.
+- Asking for a format the checkpoint cannot give (`lora` of full weights) raises `BridgeError` with the reason.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+from rollout.blobs import BlobStore
+from rollout.training.checkpoints import CheckpointFile, CheckpointRecord, download_files
+from rollout.training.local import OPTIMIZER_STATE, TRAINER_STATE
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
+BRIDGE_FORMATS = ("lora", "full", "merged")
+
+
+class BridgeError(ValueError):
+    """The checkpoint cannot be given in the format asked for."""
+
+
+def is_lora(record: CheckpointRecord) -> bool:
+    return all(name in record.files for name in ADAPTER_FILES)
+
+
+def bridge_files(record: CheckpointRecord, fmt: str, store: BlobStore, base_model: str | None = None,
+                 scratch: Path | None = None) -> dict[str, CheckpointFile]:  # fmt: skip
+    """The files of `record` in format `fmt` (relative path -> blob)."""
+    if fmt == "lora":
+        if not is_lora(record):
+            raise BridgeError(f"{record.name} holds full weights, not a LoRA adapter: serve it as 'full'")
+        return {name: record.files[name] for name in ADAPTER_FILES}
+    if fmt == "full":
+        if is_lora(record):
+            raise BridgeError(f"{record.name} is a LoRA adapter: serve it as 'lora' or 'merged'")
+        return {name: f for name, f in record.files.items() if name not in (OPTIMIZER_STATE, TRAINER_STATE)}
+    if fmt == "merged":
+        if not is_lora(record):
+            return bridge_files(record, "full", store)
+        if base_model is None:
+            raise BridgeError("merging a LoRA adapter needs the base model it was trained on")
+        return _merged(record, store, base_model, scratch)
+    raise BridgeError(f"unknown bridge format {fmt!r}: one of {', '.join(BRIDGE_FORMATS)}")
+
+
+def _merged(record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None) -> dict[str, CheckpointFile]:  # fmt: skip
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    with tempfile.TemporaryDirectory(dir=scratch) as work:
+        adapter = download_files(store, {n: record.files[n] for n in ADAPTER_FILES}, Path(work) / "adapter")
+        base = AutoModelForCausalLM.from_pretrained(base_model)
+        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+        out = Path(work) / "merged"
+        merged.save_pretrained(out, safe_serialization=True)
+        AutoTokenizer.from_pretrained(base_model).save_pretrained(out)
+        files: dict[str, CheckpointFile] = {}
+        for path in sorted(out.rglob("*")):
+            if path.is_file():
+                relative = path.relative_to(out).as_posix()
+                key = f"bridges/{record.policy}/{record.name}/merged/{relative}"
+                files[relative] = CheckpointFile(key, store.put(key, path.read_bytes()))
+        return files

@@ -1,0 +1,190 @@
+"""The training loop end to end in one process: real Temporal, Postgres, HTTP, a real (tiny) model that samples
+and trains, the gateway routing by serving acks, a follower loading each checkpoint into the engine."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.client import Client
+from transformers import AutoTokenizer
+
+from rollout.activities.bridges import BridgeActivities
+from rollout.activities.local_training import LocalTrainingActivities
+from rollout.blobs import FileBlobStore
+from rollout.config import Settings
+from rollout.engines.follower import FollowerConfig, ServingFollower
+from rollout.engines.local import LocalEngine
+from rollout.engines.vllm_client import VLLMEngine
+from rollout.engines.vllm_server import build_app as build_engine_app
+from rollout.gateway.admission import Admission
+from rollout.gateway.app import build_app
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.routing import EngineSlot, Routes
+from rollout.gateway.service import Gateway
+from rollout.ledger import Kind, Ledger
+from rollout.serving import ACKS_STREAM, TARGETS_STREAM
+from rollout.stack.asgi import serving
+from rollout.training.checkpoints import checkpoints_stream
+from rollout.training.local import LocalTrainerConfig
+from rollout.training.losses import LossConfig
+from rollout.workers.runner import runner_worker
+from rollout.workers.trainer import trainer_worker
+from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+
+
+@dataclass
+class Loop:
+    client: Client
+    run: str
+    queue: str
+    trainer_queue: str
+    engine: LocalEngine
+
+
+@asynccontextmanager
+async def training_loop(
+    settings: Settings, ledger: Ledger, model: str, scratch: Path, *, learning_rate: float = 1e-3
+) -> AsyncIterator[Loop]:
+    """Engine + follower, gateway, runner worker and trainer worker, all serving one run."""
+    run = f"train-{uuid.uuid4().hex[:6]}"
+    client = await Client.connect(settings.temporal_address)
+    queue, trainer_queue = f"runner-{uuid.uuid4().hex[:8]}", f"trainer-{uuid.uuid4().hex[:8]}"
+    store = FileBlobStore(scratch / "blobs")
+    engine = LocalEngine(model, device="cpu")
+    async with serving(build_engine_app(engine)) as engine_url:
+        follower = ServingFollower(ledger, engine, store, FollowerConfig("engine-a", engine_url, runs=(run,),
+                                   poll_s=0.1, grace_s=2.0), scratch / "engine-cache")  # fmt: skip
+        following = asyncio.create_task(follower.run())
+        renderer = ModelRenderer(AutoTokenizer.from_pretrained(model), "qwen3")
+        engine_client = VLLMEngine(engine_url, name="engine-a")
+        routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
+        gateway = Gateway(
+            ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=2048
+        )
+        training = LocalTrainingActivities(
+            ledger, store, model_path=model, holder="trainer-1", scratch=scratch / "trainer",
+            config=LocalTrainerConfig(lora_rank=4, learning_rate=learning_rate, device="cpu"), loss=LossConfig("ppo"),
+        )  # fmt: skip
+        bridges = BridgeActivities(ledger, store, base_model=model, scratch=scratch)
+        try:
+            async with serving(build_app(gateway, model_names=["base"])) as gateway_url:
+                runner = runner_worker(
+                    client, ledger, gateway_url=gateway_url, seat_secret=b"s" * 32, task_queue=queue
+                )
+                async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
+                    yield Loop(client, run, queue, trainer_queue, engine)
+        finally:
+            following.cancel()
+            await engine_client.close()
+
+
+def run_input(loop: Loop, steps: int, *, max_lag: int = 1) -> RunInput:
+    return RunInput(loop.run, "tests.example_envs:coin", groups_in_flight=2, max_lag=max_lag,
+                    settings={"max_tokens": 4},
+                    training=TrainingSpec(steps, groups_per_batch=1, wait_s=0.2, served_wait_s=60,
+                                          task_queue=loop.trainer_queue))  # fmt: skip
+
+
+async def turns_of_run(ledger: Ledger, run: str) -> list[dict[str, Any]]:
+    rows = await ledger.fetch_all(
+        "SELECT payload, recorded_at FROM event WHERE kind = 'TurnRecorded' AND payload->>'run' = %s ORDER BY recorded_at",
+        run,
+    )  # fmt: skip
+    return [{**row["payload"], "recorded_at": row["recorded_at"]} for row in rows]
+
+
+async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episodes_play(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        status: RunStatus = await asyncio.wait_for(
+            loop.client.execute_workflow(RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run),
+                                         task_queue=loop.queue),
+            300,
+        )  # fmt: skip
+        policy = run_policy(loop.run, "default")
+        created = [
+            e.payload
+            for e in await ledger.read(checkpoints_stream(policy))
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
+        assert [(c["version"], c["parent"]) for c in created] == [
+            (1, None), (2, f"{policy}-step000001"), (3, f"{policy}-step000002")
+        ]  # fmt: skip
+        assert status.trained == {"default": f"{policy}-step000003"}
+        assert all(math.isfinite(c["metrics"]["loss"]) and c["metrics"]["tokens"] > 0 for c in created)
+        assert all("staleness_mean" in c["metrics"] for c in created)
+
+        targets = [
+            e.payload for e in await ledger.read(TARGETS_STREAM, limit=100000) if e.payload["run"] == loop.run
+        ]
+        assert [(t["version"], t["format"]) for t in targets] == [(1, "lora"), (2, "lora"), (3, "lora")]
+        acks = [
+            e.payload
+            for e in await ledger.read(ACKS_STREAM, limit=100000)
+            if e.payload["engine"] == "engine-a"
+        ]
+        served = {s["checkpoint"] for ack in acks for s in ack["serving"]}
+        assert served == {c["name"] for c in created}, "every checkpoint was served"
+        assert loop.engine.models[0] == "base" and f"{policy}-step000003" in loop.engine.models
+
+        turns = await turns_of_run(ledger, loop.run)
+        assert {t["checkpoint"] for t in turns} >= {"base", f"{policy}-step000001"}, (
+            "checkpoints served mid-run"
+        )
+        # Staleness: no turn began on a checkpoint more than max_lag=1 behind the newest one at that moment.
+        for turn in turns:
+            assert turn["checkpoint_version"] >= turn["admitted_newest"] - 1
+            newest_before = max((c["version"] for c, e in zip(created, await _created_events(ledger, policy),
+                                  strict=True) if e < turn["recorded_at"]), default=0)  # fmt: skip
+            # A checkpoint created while the turn was sampling may be newer by one more.
+            assert turn["checkpoint_version"] >= newest_before - 2
+
+
+async def _created_events(ledger: Ledger, policy: str) -> list[Any]:
+    return [
+        e.recorded_at
+        for e in await ledger.read(checkpoints_stream(policy))
+        if e.kind == Kind.CHECKPOINT_CREATED
+    ]
+
+
+@pytest.mark.parametrize("learning_rate", [1e30])
+async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_reason(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path, learning_rate: float
+) -> None:
+    async with training_loop(
+        stack_settings, ledger, tiny_qwen3, tmp_path, learning_rate=learning_rate
+    ) as loop:
+        handle = await loop.client.start_workflow(RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run),
+                                                  task_queue=loop.queue)  # fmt: skip
+        status: RunStatus | None = None
+        for _ in range(600):
+            status = await handle.query(RunWorkflow.status)
+            if status.paused:
+                break
+            await asyncio.sleep(0.2)
+        assert status is not None and status.paused, "the run paused"
+        assert status.pause_reason is not None and "not published" in status.pause_reason
+        assert "finite" in status.pause_reason
+        policy = run_policy(loop.run, "default")
+        versions = [e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
+                    if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
+        bad_step = int(status.pause_reason.split()[1])
+        assert bad_step not in versions, "the step with the non-finite loss published nothing"
+        row = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", loop.run)
+        assert (
+            row is not None
+            and row["settings"]["paused"] is True
+            and "finite" in row["settings"]["pause_reason"]
+        )
+        await handle.terminate("test over")
