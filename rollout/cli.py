@@ -608,7 +608,8 @@ def worker_trainer(
             )
         async with await Ledger.connect(settings.ledger_url) as ledger:
             training = LocalTrainingActivities(ledger, store, model_path=model_path, config=trainer_config, loss=loss,
-                                               holder=name, scratch=scratch, gpu_lease=spec.gpu_lease)  # fmt: skip
+                                               holder=name, scratch=scratch, gpu_lease=spec.gpu_lease,
+                                               lease_ttl_s=spec.lease_ttl_s)  # fmt: skip
             bridges = BridgeActivities(ledger, store, base_model=model_path, scratch=scratch)
             worker = trainer_worker(client, training, bridges, task_queue=task_queue)
             err.print(

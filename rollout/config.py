@@ -100,6 +100,7 @@ class TrainerSettings:
     advantage: AdvantageKind = AdvantageKind.group_norm
     device: str | None = None  # cpu or cuda; default cuda when there is one
     gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
+    lease_ttl_s: float = 120.0  # a dead trainer's policy is free for another after this long
 
 
 @dataclass

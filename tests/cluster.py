@@ -1,5 +1,5 @@
-"""Rollout's services as real processes for chaos tests: a scripted engine, a gateway, runner workers and
-sandbox servers, each started with `python -m rollout.cli` against a given ledger and Temporal, each killable."""
+"""Rollout's services as real processes for chaos tests: a scripted or local engine, a gateway, runner and
+trainer workers, sandbox servers, each started with `python -m rollout.cli` against a given ledger and Temporal, each killable."""
 
 from __future__ import annotations
 
@@ -75,6 +75,26 @@ class Cluster:
                               "--think-ms", str(think_ms), "--model", "tiny-qwen3", "--port", str(port))  # fmt: skip
         self._ready(service, port)
         return f"http://127.0.0.1:{port}"
+
+    def local_engine(self, name: str, port: int | None = None) -> tuple[Service, str]:
+        """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name`."""
+        port = port or free_port()
+        service = self._start(name, "engine", "serve", "--kind", "local", "--model", "tiny-qwen3", "--device", "cpu",
+                              "--name", name, "--port", str(port))  # fmt: skip
+        self._ready(service, port)
+        return service, f"http://127.0.0.1:{port}"
+
+    def trainer(self, name: str, task_queue: str, *overrides: str) -> Service:
+        service = self._start(name, "worker", "trainer", "--task-queue", task_queue, "--holder", name,
+                              "trainer.model=tiny-qwen3", "trainer.device=cpu", "trainer.lora_rank=4",
+                              "trainer.learning_rate=1e-3", *overrides)  # fmt: skip
+        deadline = time.monotonic() + 120
+        while "trainer worker" not in service.tail():
+            assert service.process.poll() is None and time.monotonic() < deadline, (
+                f"{name} did not start:\n{service.tail()}"
+            )
+            time.sleep(0.2)
+        return service
 
     def gateway(self, engine_url: str, port: int | None = None) -> str:
         port = port or free_port()

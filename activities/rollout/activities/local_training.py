@@ -15,8 +15,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import tempfile
+import threading
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 from temporalio import activity
@@ -44,7 +45,8 @@ GPU_LEASE_TTL_S = 1800.0
 
 class LocalTrainingActivities:
     def __init__(self, ledger: Ledger, store: BlobStore, *, model_path: str, config: LocalTrainerConfig,
-                 loss: LossConfig, holder: str, scratch: Path | None = None, gpu_lease: str | None = None) -> None:  # fmt: skip
+                 loss: LossConfig, holder: str, scratch: Path | None = None, gpu_lease: str | None = None,
+                 lease_ttl_s: float = LEASE_TTL_S) -> None:  # fmt: skip
         self.ledger, self.store = ledger, store
         self.model_path, self.config, self.loss = model_path, config, loss
         self.holder = holder
@@ -54,6 +56,8 @@ class LocalTrainingActivities:
         ] = {}  # policy -> (trainer, checkpoint it is at)
         self.leases: dict[str, Lease] = {}
         self.gpu_lease = gpu_lease
+        self._torch_lock = threading.Lock()
+        self.lease_ttl_s = lease_ttl_s  # how soon another trainer may take a dead one's policy over
 
     @activity.defn(name="assemble_batch")
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
@@ -71,7 +75,7 @@ class LocalTrainingActivities:
             batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
             try:
                 async with self._gpu():
-                    metrics = await asyncio.to_thread(trainer.step, batch)
+                    metrics = await asyncio.to_thread(self._one_at_a_time, trainer.step, batch)
             except NonFiniteLoss as error:
                 self.trainers.pop(given.policy, None)  # its optimiser state is no longer trustworthy
                 raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
@@ -111,9 +115,9 @@ class LocalTrainingActivities:
 
     async def _hold(self, policy: str) -> Lease:
         held = self.leases.get(policy)
-        lease = (await self.ledger.renew(held, LEASE_TTL_S) if held else None) or await self.ledger.claim(
-            f"trainer/{policy}", self.holder, LEASE_TTL_S
-        )
+        lease = (
+            await self.ledger.renew(held, self.lease_ttl_s) if held else None
+        ) or await self.ledger.claim(f"trainer/{policy}", self.holder, self.lease_ttl_s)
         if lease is None:
             raise ApplicationError(f"another trainer holds policy {policy!r}; retrying when its lease lapses")
         if held is None or lease.epoch != held.epoch:
@@ -122,11 +126,15 @@ class LocalTrainingActivities:
         return lease
 
     async def _keep(self, policy: str) -> None:
+        """Heartbeat and renew the trainer lease while a step runs: often enough for the activity's heartbeat
+        timeout and the lease's TTL alike."""
+        timeout = activity.info().heartbeat_timeout
+        every = min(self.lease_ttl_s / 4, 10.0, timeout.total_seconds() / 3 if timeout else 10.0)
         while True:
-            await asyncio.sleep(min(LEASE_TTL_S / 4, 10.0))
             activity.heartbeat()
+            await asyncio.sleep(every)
             held = self.leases.get(policy)
-            renewed = await self.ledger.renew(held, LEASE_TTL_S) if held else None
+            renewed = await self.ledger.renew(held, self.lease_ttl_s) if held else None
             if renewed is None:
                 return  # lost: the fenced publish will be refused
             self.leases[policy] = renewed
@@ -135,10 +143,20 @@ class LocalTrainingActivities:
         if policy in self.trainers and self.trainers[policy][1] == parent:
             return self.trainers[policy][0]
         if parent is None:
-            return await asyncio.to_thread(LocalTrainer, self.model_path, self.config, self.loss)
+            return await asyncio.to_thread(
+                self._one_at_a_time, LocalTrainer, self.model_path, self.config, self.loss
+            )
         record = await self._record(policy, parent)
         directory = await asyncio.to_thread(fetch_checkpoint, self.store, record, self.scratch / policy / f"fetched-{parent}")  # fmt: skip
-        return await asyncio.to_thread(LocalTrainer.resume, directory, self.config, self.loss)
+        return await asyncio.to_thread(
+            self._one_at_a_time, LocalTrainer.resume, directory, self.config, self.loss
+        )
+
+    def _one_at_a_time[**P, T](self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Model building and training run in threads; a cancelled attempt's thread runs on, so a retry in the
+        same process must wait for it (transformers cannot build two models at once in one process)."""
+        with self._torch_lock:
+            return work(*args, **kwargs)
 
     async def _record(self, policy: str, name: str) -> CheckpointRecord:
         record = await find_checkpoint(self.ledger, policy, name)

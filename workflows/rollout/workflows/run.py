@@ -111,7 +111,8 @@ class RunWorkflow:
         handles = []
         for policy in policies:
             given = TrainingInput(run, policy, environment.group_size, spec.steps, spec.groups_per_batch,
-                                  spec.advantage, spec.wait_s, list(spec.serve_formats), spec.served_wait_s)  # fmt: skip
+                                  spec.advantage, spec.wait_s, list(spec.serve_formats), spec.served_wait_s,
+                                  spec.heartbeat_s)  # fmt: skip
             handle = await workflow.start_child_workflow(
                 "TrainingWorkflow", given, id=training_workflow_id(run, policy),
                 task_queue=spec.task_queue, result_type=TrainingResult,
@@ -167,7 +168,10 @@ class RunWorkflow:
     @workflow.update
     async def resume(self) -> RunStatus:
         async with self.lock:
-            await self._change({"paused": False, "pause_reason": ""})
+            changes: dict[str, bool | int | float | str] = {"paused": False}
+            if self.state.pause_reason:
+                changes["pause_reason"] = ""  # the reason no longer holds
+            await self._change(changes)
             self.state.paused, self.state.pause_reason = False, None
             await self._signal_supply("set_paused", False)
             if self.state.training_paused:

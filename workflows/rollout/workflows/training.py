@@ -45,7 +45,6 @@ from rollout.workflows.types import (
 
 STEPS_PER_HISTORY = 200
 TRAIN_TIMEOUT = timedelta(hours=2)
-TRAIN_HEARTBEAT = timedelta(minutes=2)
 NOT_RETRYABLE = ["NonFiniteLoss", "EmptyBatch"]
 
 
@@ -112,7 +111,7 @@ class TrainingWorkflow:
                     TrainStepInput(given.run, policy, step, batch, parent, given.advantage),
                     result_type=CheckpointInfo,
                     start_to_close_timeout=TRAIN_TIMEOUT,
-                    heartbeat_timeout=TRAIN_HEARTBEAT,
+                    heartbeat_timeout=timedelta(seconds=given.heartbeat_s),
                     retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NOT_RETRYABLE),
                 )
             except ActivityError as error:
