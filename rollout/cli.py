@@ -767,7 +767,7 @@ def train(
         )
         started = time.monotonic()
         async with await Ledger.connect(settings.ledger_url) as ledger:
-            with Live(console=err, refresh_per_second=2, transient=not err.is_terminal) as live:
+            with Live(console=err, refresh_per_second=2) as live:
                 while True:
                     await progress.refresh(ledger)
                     live.update(f"[{time.monotonic() - started:5.0f}s] {progress.line()}")

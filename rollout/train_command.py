@@ -52,13 +52,11 @@ class TrainingProgress:
         created = await ledger.read(checkpoints_stream(self.ledger_policy), limit=100000)
         self.steps = [Step(int(e.payload["version"]), str(e.payload["name"]), dict(e.payload.get("metrics", {})))
                       for e in created if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
-        mine = {s.name for s in self.steps}
         while events := await ledger.read(ACKS_STREAM, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
             for event in events:
                 ack = ServingAck.from_payload(dict(event.payload))
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
-        self.served &= mine | self.served  # keep names of this lineage only (checked above by policy)
         row = await ledger.fetch_one(
             "SELECT count(*) AS n FROM event WHERE stream_id = %s AND kind = 'EpisodeFinished'", f"run/{self.run}/episodes"
         )  # fmt: skip
