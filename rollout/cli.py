@@ -26,6 +26,9 @@ from rollout.stack.postgres import CorruptDataDirError
 from rollout.stack.processes import PortTakenError
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from rollout.blobs import BlobStore
     from rollout.config import Settings
     from rollout.engines.follower import FollowerConfig
 
@@ -78,6 +81,25 @@ JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable J
 def fail(message: str, code: int = 1) -> NoReturn:
     err.print(f"[bold red]error:[/] {message}", highlight=False)
     raise typer.Exit(code)
+
+
+async def _temporal(settings: config.Settings) -> Client:
+    """A Temporal client, or a clear error saying how to start Temporal."""
+    from temporalio.client import Client
+
+    try:
+        return await Client.connect(settings.temporal_address)
+    except RuntimeError as error:
+        fail(
+            f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+        )
+
+
+def _blob_store(settings: config.Settings) -> BlobStore:
+    from rollout.blobs import open_store
+
+    blobs = settings.services.blobs
+    return open_store(settings.blob_url, s3_endpoint=blobs.s3_endpoint, s3_secure=blobs.s3_secure)
 
 
 def _settings(overrides: list[str] | None) -> config.Settings:
@@ -326,12 +348,10 @@ async def _serve_engine(
 
 async def _follow_forever(settings: Settings, engine: Any, config: FollowerConfig) -> None:
     """The serving follower, reconnecting to the ledger for as long as the engine serves."""
-    from rollout.blobs import open_store
     from rollout.engines.follower import ServingFollower
     from rollout.ledger import Ledger
 
-    store = open_store(settings.blob_url, s3_endpoint=settings.services.blobs.s3_endpoint,
-                       s3_secure=settings.services.blobs.s3_secure)  # fmt: skip
+    store = _blob_store(settings)
     while True:
         try:
             async with await Ledger.connect(settings.ledger_url) as ledger:
@@ -530,7 +550,6 @@ def worker_runner(
     ] = 64,
 ) -> None:
     """Run a runner worker: it plays episodes (the built-in agent loop and external agent commands)."""
-    from temporalio.client import Client
 
     from rollout.gateway.seats import load_secret
     from rollout.ledger import Ledger
@@ -541,12 +560,7 @@ def worker_runner(
     url = gateway_url or f"http://{gateway.host}:{gateway.port}"
 
     async def serve() -> None:
-        try:
-            client = await Client.connect(settings.temporal_address)
-        except RuntimeError as error:
-            fail(
-                f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
-            )
+        client = await _temporal(settings)
         async with await Ledger.connect(settings.ledger_url) as ledger:
             worker = runner_worker(client, ledger, gateway_url=url, seat_secret=load_secret(settings.data_path / "gateway.secret"),
                                    task_queue=task_queue, max_concurrent_activities=max_activities)  # fmt: skip
@@ -574,11 +588,8 @@ def worker_trainer(
     import os
     import socket
 
-    from temporalio.client import Client
-
     from rollout.activities.bridges import BridgeActivities
     from rollout.activities.local_training import LocalTrainingActivities
-    from rollout.blobs import open_store
     from rollout.engines.models import resolve
     from rollout.ledger import Ledger
     from rollout.training.local import LocalTrainerConfig
@@ -594,18 +605,12 @@ def worker_trainer(
         max_grad_norm=spec.max_grad_norm, micro_batch_tokens=spec.micro_batch_tokens, device=spec.device,
     )  # fmt: skip
     loss = LossConfig(spec.loss.value, is_cap=spec.is_cap)
-    store = open_store(settings.blob_url, s3_endpoint=settings.services.blobs.s3_endpoint,
-                       s3_secure=settings.services.blobs.s3_secure)  # fmt: skip
+    store = _blob_store(settings)
     name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
     scratch = settings.data_path / "trainer" / name
 
     async def serve() -> None:
-        try:
-            client = await Client.connect(settings.temporal_address)
-        except RuntimeError as error:
-            fail(
-                f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
-            )
+        client = await _temporal(settings)
         async with await Ledger.connect(settings.ledger_url) as ledger:
             training = LocalTrainingActivities(ledger, store, model_path=model_path, config=trainer_config, loss=loss,
                                                holder=name, scratch=scratch, gpu_lease=spec.gpu_lease,
@@ -628,18 +633,13 @@ def worker_trainer(
 async def _run_update(settings: config.Settings, run: str, update: str, *args: int) -> dict[str, object]:
     from dataclasses import asdict
 
-    from temporalio.client import Client, WorkflowUpdateFailedError
+    from temporalio.client import WorkflowUpdateFailedError
     from temporalio.service import RPCError
 
     from rollout.workflows.run import run_workflow_id
     from rollout.workflows.types import RunStatus
 
-    try:
-        client = await Client.connect(settings.temporal_address)
-    except RuntimeError as error:
-        fail(
-            f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
-        )
+    client = await _temporal(settings)
     handle = client.get_workflow_handle(run_workflow_id(run))
     try:
         if update == "status":

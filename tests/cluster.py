@@ -76,6 +76,16 @@ class Cluster:
         self._ready(service, port)
         return f"http://127.0.0.1:{port}"
 
+    def _logged(self, service: Service, line: str, timeout_s: float = 120) -> Service:
+        """A worker listens on no port: it is ready once it logs that it polls its queue."""
+        deadline = time.monotonic() + timeout_s
+        while line not in service.tail():
+            assert service.process.poll() is None and time.monotonic() < deadline, (
+                f"{service.name} did not start:\n{service.tail()}"
+            )
+            time.sleep(0.2)
+        return service
+
     def local_engine(self, name: str, port: int | None = None) -> tuple[Service, str]:
         """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name`."""
         port = port or free_port()
@@ -88,13 +98,7 @@ class Cluster:
         service = self._start(name, "worker", "trainer", "--task-queue", task_queue, "--holder", name,
                               "trainer.model=tiny-qwen3", "trainer.device=cpu", "trainer.lora_rank=4",
                               "trainer.learning_rate=1e-3", *overrides)  # fmt: skip
-        deadline = time.monotonic() + 120
-        while "trainer worker" not in service.tail():
-            assert service.process.poll() is None and time.monotonic() < deadline, (
-                f"{name} did not start:\n{service.tail()}"
-            )
-            time.sleep(0.2)
-        return service
+        return self._logged(service, "trainer worker")
 
     def gateway(self, engine_url: str, port: int | None = None) -> str:
         port = port or free_port()
@@ -107,13 +111,7 @@ class Cluster:
         limit = ["--max-activities", str(max_activities)] if max_activities else []
         service = self._start(name, "worker", "runner", "--gateway-url", gateway_url,
                               "--task-queue", self.task_queue, *limit)  # fmt: skip
-        deadline = time.monotonic() + 120
-        while "runner worker on queue" not in service.tail():
-            assert service.process.poll() is None and time.monotonic() < deadline, (
-                f"{name} did not start:\n{service.tail()}"
-            )
-            time.sleep(0.2)
-        return service
+        return self._logged(service, "runner worker on queue")
 
     def sandbox(self, kind: str, name: str, seats: int) -> Service:
         port = free_port()

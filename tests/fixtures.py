@@ -15,6 +15,7 @@ import pytest
 from rollout.config import Settings
 from rollout.ledger import Ledger
 from rollout.stack.embedded import Stack
+from tests.cluster import Cluster
 from tests.stackutil import isolated_settings
 
 
@@ -67,3 +68,13 @@ def tiny_qwen3(models_dir: Path) -> str:
     from rollout.engines.models import TINY_QWEN3, resolve
 
     return resolve(TINY_QWEN3, models_dir)
+
+
+@pytest.fixture
+def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwen3: str) -> Iterator[Cluster]:
+    """Rollout's services as real, killable processes (chaos tests); every one is stopped at the end."""
+    made = Cluster(stack_settings, tmp_path / "cluster", models_dir, f"chaos-{uuid.uuid4().hex[:8]}")
+    try:
+        yield made
+    finally:
+        made.close()

@@ -11,13 +11,12 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
 from temporalio.client import Client
 
-from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.stack.embedded import Stack
 from rollout.workflows.episodes import agent_workflow_id, episode_workflow_id
@@ -27,15 +26,6 @@ from tests.cluster import Cluster
 from tests.stackutil import isolated_settings
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwen3: str) -> Iterator[Cluster]:
-    made = Cluster(stack_settings, tmp_path / "cluster", models_dir, f"chaos-{uuid.uuid4().hex[:8]}")
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 async def seat_turns(ledger: Ledger, seat: str) -> list[str]:

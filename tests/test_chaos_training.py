@@ -12,8 +12,6 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from temporalio.api.enums.v1 import PendingActivityState
@@ -31,15 +29,6 @@ from tests.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture
-def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwen3: str) -> Iterator[Cluster]:
-    made = Cluster(stack_settings, tmp_path / "cluster", models_dir, f"chaos-{uuid.uuid4().hex[:8]}")
-    try:
-        yield made
-    finally:
-        made.close()
 
 
 def training_run(run: str, steps: int, trainer_queue: str) -> RunInput:
