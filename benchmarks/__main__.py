@@ -10,6 +10,8 @@ BENCHMARKS = {
     "ledger": "benchmarks.ledger",
     "gateway": "benchmarks.gateway",
     "episodes": "benchmarks.episodes",
+    "async": "benchmarks.asynchrony",
+    "learning": "benchmarks.learning",
 }
 
 

@@ -583,8 +583,9 @@ def worker_trainer(
         str | None, typer.Option(help="This trainer's name in its leases (default: trainer-HOST-PID).")
     ] = None,
 ) -> None:
-    """Run a trainer worker: it trains steps (the local provider, `trainer.*` settings), bridges each checkpoint
-    for the engines and publishes it for serving. Runs started with training (`rollout train`) need one."""
+    """Run a trainer worker: it trains steps (`trainer.*` settings; `trainer.provider=tinker` trains through
+    Tinker's API, with `trainer.tinker_base_model=` and TINKER_API_KEY), bridges each checkpoint for the engines
+    and publishes it for serving. Runs started with training (`rollout train`) need one."""
     import os
     import socket
 
@@ -598,6 +599,9 @@ def worker_trainer(
 
     settings = _settings(overrides)
     spec = settings.trainer
+    if spec.provider == "tinker":
+        _tinker_trainer(settings, task_queue, holder)
+        return
     with err.status(f"preparing {spec.model}…"):
         model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
     trainer_config = LocalTrainerConfig(
@@ -619,6 +623,46 @@ def worker_trainer(
             worker = trainer_worker(client, training, bridges, task_queue=task_queue)
             err.print(
                 f"trainer worker {name} on queue {task_queue!r}, training {spec.model} ({spec.loss.value})"
+            )
+            await worker.run()
+
+    try:
+        asyncio.run(serve())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass
+
+
+def _tinker_trainer(settings: config.Settings, task_queue: str, holder: str | None) -> None:
+    import os
+    import socket
+
+    from rollout.activities.bridges import BridgeActivities
+    from rollout.activities.tinker_training import TinkerTrainerConfig, TinkerTrainingActivities
+    from rollout.ledger import Ledger
+    from rollout.training.losses import LossConfig
+    from rollout.workers.trainer import trainer_worker
+
+    spec = settings.trainer
+    if not spec.tinker_base_model or not spec.lora_rank:
+        fail("trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
+             "Qwen/Qwen3-8B) and a LoRA rank (trainer.lora_rank=32): Tinker trains LoRA adapters", code=2)  # fmt: skip
+    config_ = TinkerTrainerConfig(spec.tinker_base_model, spec.lora_rank, spec.learning_rate, spec.max_grad_norm,
+                                  base_url=spec.tinker_url)  # fmt: skip
+    store = _blob_store(settings)
+    name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
+    scratch = settings.data_path / "trainer" / name
+
+    async def serve() -> None:
+        client = await _temporal(settings)
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            training = TinkerTrainingActivities(ledger, store, config=config_, loss=LossConfig(spec.loss.value),
+                                                holder=name, scratch=scratch, lease_ttl_s=spec.lease_ttl_s)  # fmt: skip
+            bridges = BridgeActivities(ledger, store, base_model=None, scratch=scratch)
+            worker = trainer_worker(client, training, bridges, task_queue=task_queue)
+            err.print(
+                f"trainer worker {name} on queue {task_queue!r}, training {spec.tinker_base_model} on Tinker"
             )
             await worker.run()
 

@@ -83,9 +83,14 @@ class AdvantageKind(StrEnum):
     leave_one_out = "leave_one_out"
 
 
+class TrainerProvider(StrEnum):
+    local = "local"  # torch + peft in the trainer worker
+    tinker = "tinker"  # Tinker's hosted trainer (TINKER_API_KEY)
+
+
 @dataclass
 class TrainerSettings:
-    """What `rollout train` and `rollout worker trainer` train, and how (the local provider)."""
+    """What `rollout train` and `rollout worker trainer` train, and how (`provider`: local, or tinker)."""
 
     model: str = "smollm2"  # the base model; the engines serve the same one (services.gateway.model)
     steps: int = 100
@@ -101,6 +106,11 @@ class TrainerSettings:
     device: str | None = None  # cpu or cuda; default cuda when there is one
     gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
     lease_ttl_s: float = 120.0  # a dead trainer's policy is free for another after this long
+    provider: TrainerProvider = TrainerProvider.local
+    tinker_base_model: str | None = (
+        None  # Tinker's name of the base model (provider tinker), e.g. Qwen/Qwen3-8B
+    )
+    tinker_url: str | None = None  # None: Tinker's hosted API; the key comes from TINKER_API_KEY
 
 
 @dataclass

@@ -11,15 +11,19 @@ Contract:
   last load that failed (the engine keeps serving what it served before). The newest ack of an engine is its
   state; a restarted engine starts a new incarnation whose first ack serves only the base model.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
+- `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rollout.blobs import BlobRef
 from rollout.training.checkpoints import CheckpointFile
+
+if TYPE_CHECKING:
+    from rollout.ledger import Ledger
 
 TARGETS_STREAM = "serving/targets"
 ACKS_STREAM = "serving/acks"
@@ -107,6 +111,25 @@ class ServingAck:
 
     def serves(self, checkpoint: str) -> bool:
         return any(s.checkpoint == checkpoint for s in self.serving)
+
+
+@dataclass
+class EngineStates:
+    """Each engine's state: its newest ack, by engine URL (a later ack replaces an earlier one)."""
+
+    by_url: dict[str, ServingAck] = field(default_factory=dict[str, ServingAck])
+    cursor: int = 0  # the last `serving/acks` sequence number folded in
+
+    async def refresh(self, ledger: Ledger) -> None:
+        """Fold in the acks appended since the last refresh."""
+        while events := await ledger.read(ACKS_STREAM, after=self.cursor):
+            self.cursor = events[-1].seq
+            for event in events:
+                ack = ServingAck.from_payload(dict(event.payload))
+                self.by_url[ack.url] = ack
+
+    def values(self) -> list[ServingAck]:
+        return list(self.by_url.values())
 
 
 def desired(targets: list[ServingTarget], formats: tuple[str, ...], keep: int) -> list[ServingTarget]:

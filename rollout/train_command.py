@@ -22,8 +22,10 @@ from rollout.workflows.types import RunInput, TrainingSpec, run_policy
 
 def run_input(settings: Settings, environment: str, run: str) -> RunInput:
     trainer = settings.trainer
-    training = TrainingSpec(trainer.steps, trainer.groups_per_batch, trainer.advantage.value,
-                            serve_formats=["lora"] if trainer.lora_rank else ["merged"])  # fmt: skip
+    formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
+    training = TrainingSpec(
+        trainer.steps, trainer.groups_per_batch, trainer.advantage.value, serve_formats=formats
+    )
     return RunInput(run, environment, groups_in_flight=settings.run.groups_in_flight, max_lag=settings.run.max_lag,
                     settings={"max_tokens": settings.run.max_tokens}, training=training)  # fmt: skip
 

@@ -222,10 +222,10 @@ async def test_each_training_step_consumes_whole_groups_once(
     client, queue = runner
     run = f"batch-{uuid.uuid4().hex[:6]}"
     status = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_groups=3),
+        RunWorkflow.run, RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_groups=5),
         id=run_workflow_id(run), task_queue=queue,
     )  # fmt: skip
-    assert status.episodes_finished == 12
+    assert status.episodes_finished == 20
     trainer = TrainerActivities(ledger)
 
     def step(n: int) -> AssembleInput:
@@ -236,8 +236,10 @@ async def test_each_training_step_consumes_whole_groups_once(
     assert first.skipped_groups == 0 and first.sampled_tokens > 0 and first.reward_mean == 0.5
     assert await trainer.assemble_batch(step(1)) == first, "a retried step gets the same batch"
     second = await trainer.assemble_batch(step(2))
-    assert second is not None and second.groups == [2], "no episode is used twice"
-    assert await trainer.assemble_batch(step(3)) is None, "nothing ready: the step waits"
+    assert second is not None and second.groups == [2, 3], "no episode is used twice"
+    assert await trainer.assemble_batch(step(3)) is None, (
+        "one group of two ready: the step waits for a whole batch"
+    )
     batch = await trainer.load_batch(first)
     assert sorted({w.episode for w in batch.segments}) == first.trained_episodes
     assert sorted(w.advantage for w in batch.segments) == pytest.approx([-1.0] * 4 + [1.0] * 4, rel=1e-5)

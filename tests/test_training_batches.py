@@ -17,6 +17,7 @@ from rollout.harness import RunContext
 from rollout.ledger import Kind, Ledger
 from rollout.training.batches import AgentEpisode, assemble_batch
 from rollout.training.segments import TrainingSegment, segments_from_turns
+from rollout.training.selection import EpisodeRecordView, ready_groups, supply_allowance
 from tests.gatewayutil import serve_gateway
 
 
@@ -101,3 +102,21 @@ async def test_segments_rebuilt_from_a_real_multi_turn_episode_are_the_tokens_th
     assert last["prompt_prefix_len"] + len(last["prompt_ids_delta"]) + len(last["completion_ids"]) == len(
         one.tokens_T
     )
+
+
+def _views(groups: dict[int, int]) -> list[EpisodeRecordView]:
+    return [EpisodeRecordView(f"g{g}-{m}", g, True) for g, n in groups.items() for m in range(n)]
+
+
+def test_a_step_takes_a_whole_batch_of_the_oldest_ready_groups_or_waits() -> None:
+    views = _views({0: 4, 1: 3, 2: 4, 3: 4})
+    assert ready_groups(views, group_size=4, consumed=set(), groups_per_batch=2) == [0, 2]
+    assert ready_groups(views, group_size=4, consumed={0}, groups_per_batch=2) == [2, 3]
+    assert ready_groups(views, group_size=4, consumed={0, 2}, groups_per_batch=2) == [], "one ready: wait"
+    assert ready_groups(views, group_size=4, consumed={0, 2}, groups_per_batch=1) == [3]
+
+
+def test_the_supply_allowance_is_max_lag_plus_one_batches_ahead_of_training() -> None:
+    assert supply_allowance(0, 0, 2) == 2, "max_lag 0: one batch, then wait for its step"
+    assert supply_allowance(3, 0, 2) == 8
+    assert supply_allowance(3, 4, 2) == 16

@@ -188,3 +188,54 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
             and "finite" in row["settings"]["pause_reason"]
         )
         await handle.terminate("test over")
+
+
+async def _wait_for_version(ledger: Ledger, policy: str, version: int, timeout_s: float) -> None:
+    for _ in range(int(timeout_s / 0.2)):
+        if version in [e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
+                       if e.kind == Kind.CHECKPOINT_CREATED]:  # fmt: skip
+            return
+        await asyncio.sleep(0.2)
+    raise AssertionError(f"checkpoint {version} of {policy} was not created in {timeout_s} s")
+
+
+async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the_next_turns(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        handle = await loop.client.start_workflow(RunWorkflow.run, run_input(loop, 4, max_lag=0),
+                                                  id=run_workflow_id(loop.run), task_queue=loop.queue)  # fmt: skip
+        policy = run_policy(loop.run, "default")
+        await _wait_for_version(ledger, policy, 2, 240)
+        changed = await handle.execute_update(RunWorkflow.set_max_lag, 2)
+        assert changed.max_lag == 2
+        status: RunStatus = await asyncio.wait_for(handle.result(), 300)
+        assert status.trained == {"default": f"{policy}-step000004"}
+
+        created_at = dict(zip([e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
+                               if e.kind == Kind.CHECKPOINT_CREATED], await _created_events(ledger, policy),
+                              strict=True))  # fmt: skip
+        (change,) = [e for e in await ledger.read(f"run/{loop.run}")
+                     if e.kind == Kind.SETTINGS_CHANGED and "max_lag" in e.payload["changes"]]  # fmt: skip
+        assert change.payload["changes"]["max_lag"] == 2
+        turns = await turns_of_run(ledger, loop.run)
+        before = [t for t in turns if t["admitted_max_lag"] == 0]
+        after = [t for t in turns if t["admitted_max_lag"] == 2]
+        assert before and after and len(before) + len(after) == len(turns)
+        assert all(t["recorded_at"] > change.recorded_at for t in after), (
+            "the new bound applies after the change"
+        )
+        # max_lag 0: every turn sampled on the newest checkpoint; every turn of the new bound within 2 of it.
+        assert all(t["checkpoint_version"] == t["admitted_newest"] for t in before)
+        assert all(t["checkpoint_version"] >= t["admitted_newest"] - 2 for t in after)
+        # Synchronous: with one group per batch, group g (g >= 1) starts only once step g's checkpoint exists.
+        first_turn: dict[int, Any] = {}
+        for turn in before:
+            group = int(turn["episode"][1:7])
+            first_turn.setdefault(group, turn["recorded_at"])
+        assert len(first_turn) >= 2
+        for group, started_at in first_turn.items():
+            if group >= 1:
+                assert started_at > created_at[group], (
+                    f"group {group} began before checkpoint {group} existed"
+                )

@@ -6,6 +6,8 @@ Contract:
 - `full`: the weights and config of a full-weights checkpoint (no optimiser state), for an engine reload.
 - `merged`: a LoRA checkpoint merged into its base model and saved as safetensors, for an engine that reloads
   full weights; the merged files are uploaded under `bridges/{policy}/{name}/merged/`.
+- `tinker`: a checkpoint trained by Tinker is its `tinker.json` (the state and sampler paths); engines sample
+  its sampler path (`bridge_location`), so no weights move.
 - A bridge is a pure function of the checkpoint (and the base model), so running one twice gives the same
   files: `BridgeWorkflow` records it once per (checkpoint, format) as `CheckpointConverted`.
 - Asking for a format the checkpoint cannot give (`lora` of full weights) raises `BridgeError` with the reason.
@@ -13,15 +15,17 @@ Contract:
 
 from __future__ import annotations
 
+import json
 import tempfile
 from pathlib import Path
 
 from rollout.blobs import BlobStore
 from rollout.training.checkpoints import CheckpointFile, CheckpointRecord, download_files
 from rollout.training.local import OPTIMIZER_STATE, TRAINER_STATE
+from rollout.training.tinker_data import TINKER_FILE
 
 ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
-BRIDGE_FORMATS = ("lora", "full", "merged")
+BRIDGE_FORMATS = ("lora", "full", "merged", "tinker")
 
 
 class BridgeError(ValueError):
@@ -35,6 +39,12 @@ def is_lora(record: CheckpointRecord) -> bool:
 def bridge_files(record: CheckpointRecord, fmt: str, store: BlobStore, base_model: str | None = None,
                  scratch: Path | None = None) -> dict[str, CheckpointFile]:  # fmt: skip
     """The files of `record` in format `fmt` (relative path -> blob)."""
+    if fmt == "tinker":
+        if TINKER_FILE not in record.files:
+            raise BridgeError(f"{record.name} was not trained by Tinker: it has no sampler path to serve")
+        return {TINKER_FILE: record.files[TINKER_FILE]}
+    if TINKER_FILE in record.files:
+        raise BridgeError(f"{record.name} lives in Tinker: serve it as 'tinker'")
     if fmt == "lora":
         if not is_lora(record):
             raise BridgeError(f"{record.name} holds full weights, not a LoRA adapter: serve it as 'full'")
@@ -50,6 +60,14 @@ def bridge_files(record: CheckpointRecord, fmt: str, store: BlobStore, base_mode
             raise BridgeError("merging a LoRA adapter needs the base model it was trained on")
         return _merged(record, store, base_model, scratch)
     raise BridgeError(f"unknown bridge format {fmt!r}: one of {', '.join(BRIDGE_FORMATS)}")
+
+
+def bridge_location(record: CheckpointRecord, fmt: str, store: BlobStore) -> str | None:
+    """Where an engine finds the checkpoint when the format is not files: Tinker's sampler path."""
+    if fmt != "tinker":
+        return None
+    file = bridge_files(record, fmt, store)[TINKER_FILE]
+    return str(json.loads(store.get(file.key, expected=file.ref))["sampler"])
 
 
 def _merged(record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None) -> dict[str, CheckpointFile]:  # fmt: skip

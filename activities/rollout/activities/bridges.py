@@ -22,12 +22,12 @@ from temporalio.exceptions import ApplicationError
 
 from rollout.blobs import BlobStore
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
-from rollout.serving import ACKS_STREAM, TARGETS_STREAM, ServingAck, ServingTarget, files_from_payload
-from rollout.training.bridges import BridgeError, bridge_files
+from rollout.serving import TARGETS_STREAM, EngineStates, ServingTarget, files_from_payload
+from rollout.training.bridges import BridgeError, bridge_files, bridge_location
 from rollout.training.checkpoints import find_checkpoint
 from rollout.workflows.types import BridgeInput, BridgeResult, ServedWait
 
-SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full"}
+SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
 
 
 def bridges_stream(policy: str) -> str:
@@ -55,11 +55,12 @@ class BridgeActivities:
             try:
                 files = await asyncio.to_thread(bridge_files, record, given.format, self.store, self.base_model,
                                                 self.scratch)  # fmt: skip
+                location = await asyncio.to_thread(bridge_location, record, given.format, self.store)
             except BridgeError as error:
                 raise ApplicationError(str(error), type="BridgeError", non_retryable=True) from error
             payload = {"name": record.name, "version": record.version, "format": given.format,
                        "files": ServingTarget(given.policy, record.name, record.version, given.run, given.format,
-                                              files).payload()["files"]}  # fmt: skip
+                                              files).payload()["files"], "location": location}  # fmt: skip
             try:
                 recorded = await self.ledger.append_one(
                     stream, NewEvent(_bridge_key(given), Kind.CHECKPOINT_CONVERTED, payload)
@@ -75,7 +76,8 @@ class BridgeActivities:
         if converted is None:
             raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)
         target = ServingTarget(given.policy, given.checkpoint, given.version, given.run, SERVING_FORMAT[given.format],
-                               files_from_payload(dict(converted.payload["files"])))  # fmt: skip
+                               files_from_payload(dict(converted.payload["files"])),
+                               converted.payload.get("location"))  # fmt: skip
         # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to it).
         with contextlib.suppress(KeyConflictError):
             await self.ledger.append_one(
@@ -85,15 +87,10 @@ class BridgeActivities:
     @activity.defn(name="wait_served")
     async def wait_served(self, given: ServedWait) -> bool:
         deadline = time.monotonic() + given.timeout_s
-        newest: dict[str, ServingAck] = {}
-        cursor = 0
+        states = EngineStates()
         while True:
-            while events := await self.ledger.read(ACKS_STREAM, after=cursor):
-                cursor = events[-1].seq
-                for event in events:
-                    ack = ServingAck.from_payload(dict(event.payload))
-                    newest[ack.url] = ack
-            if any(ack.serves(given.checkpoint) for ack in newest.values()):
+            await states.refresh(self.ledger)
+            if any(ack.serves(given.checkpoint) for ack in states.values()):
                 return True
             if time.monotonic() >= deadline:
                 return False

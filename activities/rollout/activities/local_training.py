@@ -3,8 +3,7 @@
 Contract:
 - `assemble_batch` (by name, for `TrainingWorkflow`) wraps `TrainerActivities.assemble_batch` in a `BatchLookup`.
 - `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
-  holds the policy's trainer lease (`trainer/{policy}`, renewed while it trains; another live holder makes it
-  retry later), brings its trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
+  holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
   the base model), trains on the recorded batch, saves, and publishes the checkpoint fenced by the lease, so
   an attempt that lost the lease (a zombie) cannot publish.
 - A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published.
@@ -23,10 +22,11 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.trainer import TrainerActivities, read_stream
+from rollout.activities.trainer import TrainerActivities
+from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
-from rollout.ledger import Lease, Ledger
-from rollout.serving import ACKS_STREAM, ServingAck, gpu_lease_resource
+from rollout.ledger import Ledger
+from rollout.serving import EngineStates, gpu_lease_resource
 from rollout.training.batches import Batch
 from rollout.training.checkpoints import (
     CheckpointRecord,
@@ -39,7 +39,6 @@ from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLo
 from rollout.training.losses import LossConfig, staleness_histogram
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 
-LEASE_TTL_S = 120.0
 GPU_LEASE_TTL_S = 1800.0
 
 
@@ -54,10 +53,10 @@ class LocalTrainingActivities:
         self.trainers: dict[
             str, tuple[LocalTrainer, str | None]
         ] = {}  # policy -> (trainer, checkpoint it is at)
-        self.leases: dict[str, Lease] = {}
+        # How soon another trainer may take a dead one's policy over: the leases' TTL.
+        self.leases = PolicyLeases(ledger, holder, lease_ttl_s)
         self.gpu_lease = gpu_lease
         self._torch_lock = threading.Lock()
-        self.lease_ttl_s = lease_ttl_s  # how soon another trainer may take a dead one's policy over
 
     @activity.defn(name="assemble_batch")
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
@@ -67,10 +66,10 @@ class LocalTrainingActivities:
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
         published = await self.ledger.find(checkpoints_stream(given.policy), f"step/{given.step}")
         if published is not None:
-            return _info(CheckpointRecord.from_payload(dict(published.payload)))
-        lease = await self._hold(given.policy)
-        keeping = asyncio.create_task(self._keep(given.policy))
-        try:
+            return checkpoint_info(CheckpointRecord.from_payload(dict(published.payload)))
+        if await self.leases.hold(given.policy):
+            self.trainers.pop(given.policy, None)  # a new epoch: whatever we had in memory may be stale
+        async with self.leases.kept(given.policy):
             trainer = await self._trainer_at(given.policy, given.parent)
             batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
             try:
@@ -87,15 +86,11 @@ class LocalTrainingActivities:
                 "skipped_groups": float(given.batch.skipped_groups),
                 **staleness_metrics(given.step - 1, batch),
             }
-            record = await publish_checkpoint(self.ledger, self.store, self.leases.get(given.policy, lease).fence,
+            record = await publish_checkpoint(self.ledger, self.store, self.leases.fence(given.policy),
                                               run=given.run, policy=given.policy, step=given.step,
                                               parent=given.parent, directory=directory, metrics=metrics)  # fmt: skip
-        finally:
-            keeping.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await keeping
         self.trainers[given.policy] = (trainer, record.name)
-        return _info(record)
+        return checkpoint_info(record)
 
     @contextlib.asynccontextmanager
     async def _gpu(self) -> AsyncIterator[None]:
@@ -112,32 +107,6 @@ class LocalTrainingActivities:
             yield
         finally:
             await self.ledger.release(lease)
-
-    async def _hold(self, policy: str) -> Lease:
-        held = self.leases.get(policy)
-        lease = (
-            await self.ledger.renew(held, self.lease_ttl_s) if held else None
-        ) or await self.ledger.claim(f"trainer/{policy}", self.holder, self.lease_ttl_s)
-        if lease is None:
-            raise ApplicationError(f"another trainer holds policy {policy!r}; retrying when its lease lapses")
-        if held is None or lease.epoch != held.epoch:
-            self.trainers.pop(policy, None)  # a new epoch: whatever we had in memory may be stale
-        self.leases[policy] = lease
-        return lease
-
-    async def _keep(self, policy: str) -> None:
-        """Heartbeat and renew the trainer lease while a step runs: often enough for the activity's heartbeat
-        timeout and the lease's TTL alike."""
-        timeout = activity.info().heartbeat_timeout
-        every = min(self.lease_ttl_s / 4, 10.0, timeout.total_seconds() / 3 if timeout else 10.0)
-        while True:
-            activity.heartbeat()
-            await asyncio.sleep(every)
-            held = self.leases.get(policy)
-            renewed = await self.ledger.renew(held, self.lease_ttl_s) if held else None
-            if renewed is None:
-                return  # lost: the fenced publish will be refused
-            self.leases[policy] = renewed
 
     async def _trainer_at(self, policy: str, parent: str | None) -> LocalTrainer:
         if policy in self.trainers and self.trainers[policy][1] == parent:
@@ -170,12 +139,10 @@ class LocalTrainingActivities:
 async def engines_asleep(ledger: Ledger, gpu: str, *, timeout_s: float) -> bool:
     """Wait until every engine whose newest ack gives way to `gpu` sleeps (False if the time ran out)."""
     deadline = time.monotonic() + timeout_s
+    states = EngineStates()
     while True:
-        newest: dict[str, ServingAck] = {}
-        for event in await read_stream(ledger, ACKS_STREAM):
-            ack = ServingAck.from_payload(dict(event.payload))
-            newest[ack.url] = ack
-        if all(ack.sleeping for ack in newest.values() if ack.gpu == gpu) or time.monotonic() > deadline:
+        await states.refresh(ledger)
+        if all(ack.sleeping for ack in states.values() if ack.gpu == gpu) or time.monotonic() > deadline:
             return time.monotonic() <= deadline
         activity.heartbeat()
         await asyncio.sleep(0.5)
@@ -190,5 +157,5 @@ def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:
     return {"staleness_mean": mean, "staleness_max": float(max(histogram, default=0)), **counts}
 
 
-def _info(record: CheckpointRecord) -> CheckpointInfo:
+def checkpoint_info(record: CheckpointRecord) -> CheckpointInfo:
     return CheckpointInfo(record.name, record.version, record.parent, dict(record.metrics))

@@ -3,8 +3,9 @@
 Tinker's API cannot be reached from CI, so rollout's Tinker code is tested against this fake. It speaks what
 the real `tinker` SDK sends and expects (JSON requests; the `SampleResponse` protobuf the SDK ships, when the
 SDK asks for it with `Accept: application/x-protobuf`), and samples with whatever `Engine` it is given (the
-local engine with a tiny model in tests). It is not Tinker: no queueing model, no billing, no training yet.
-A live test runs against the real service when `TINKER_API_KEY` is set.
+local engine with a tiny model in tests). It is not Tinker: no queueing model, no billing. Given a
+`FakeTinkerTraining` it also answers training clients (`rollout.fakes.tinker_training`). A live test runs against
+the real service when `TINKER_API_KEY` is set.
 
 Contract:
 - Every request must carry `X-API-Key` equal to the fake's key (401 otherwise), as the real API demands.
@@ -12,6 +13,8 @@ Contract:
   servable with `register_sampler`); a base-model sampling session samples the engine's served base weights.
 - `asample` answers a promise at once; `retrieve_future` waits (up to `long_poll_s`) for the result and
   answers `try_again` while it is still running, as the real service does.
+- Training requests of one model run one after another, in the order they arrive (the SDK sends them in
+  `seq_id` order), each answered through `retrieve_future` like a sample (JSON results).
 - Requests it does not know answer 404 in Tinker's error shape and are kept in `unknown_routes`, so a test
   sees when the SDK starts calling something new.
 """
@@ -19,6 +22,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 import uuid
@@ -34,6 +38,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollout.engines.protocol import CheckpointRef, Engine, EngineUnavailable, SampleRequest, SampleResult
+from rollout.fakes.tinker_training import FakeTinkerTraining, FakeTinkerUserError
 
 SAMPLER_PREFIX = "tinker://"
 Endpoint = Callable[[Request], Awaitable[Response]]
@@ -56,9 +61,9 @@ class FakeTinkerState:
     samplers: dict[str, str] = field(default_factory=dict[str, str])
     sessions: set[str] = field(default_factory=set[str])
     sampling_sessions: dict[str, _SamplingSession] = field(default_factory=dict[str, _SamplingSession])
-    futures: dict[str, asyncio.Task[SampleResult]] = field(
-        default_factory=dict[str, asyncio.Task[SampleResult]]
-    )
+    training: FakeTinkerTraining | None = None
+    futures: dict[str, asyncio.Task[Any]] = field(default_factory=dict[str, asyncio.Task[Any]])
+    model_queues: dict[str, asyncio.Task[Any]] = field(default_factory=dict[str, asyncio.Task[Any]])
     unknown_routes: list[str] = field(default_factory=list[str])
     samples_served: int = 0
 
@@ -197,12 +202,20 @@ def build_app(state: FakeTinkerState) -> Starlette:
         except EngineUnavailable as error:
             state.futures.pop(request_id, None)
             return JSONResponse({"error": str(error), "category": "server"})
+        except FakeTinkerUserError as error:
+            state.futures.pop(request_id, None)
+            return JSONResponse({"error": str(error), "category": "user"})
         except Exception as error:
             state.futures.pop(request_id, None)
             return JSONResponse({"error": f"{type(error).__name__}: {error}", "category": "user"})
         state.futures.pop(request_id, None)
+        result = task.result()
+        if isinstance(result, bytes):  # a protobuf answer (ForwardBackwardOutput)
+            return Response(result, media_type="application/x-protobuf")
+        if not isinstance(result, SampleResult):
+            return JSONResponse(result)
         state.samples_served += 1
-        return Response(_sample_response_proto(task.result()), media_type="application/x-protobuf")
+        return Response(_sample_response_proto(result), media_type="application/x-protobuf")
 
     async def finish_session(request: Request) -> Response:
         state.sessions.discard(request.path_params["session_id"])
@@ -234,9 +247,124 @@ def build_app(state: FakeTinkerState) -> Starlette:
         Route("/api/v1/sessions/{session_id}/finish", finish_session, methods=["POST"]),
         Route("/api/v1/telemetry", telemetry, methods=["POST"]),
         Route("/api/v1/cancel_future", cancel, methods=["POST"]),
-        Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE"]),
     ]
+    if state.training is not None:
+        routes += training_routes(state, state.training)
+    routes.append(Route("/{path:path}", unknown, methods=["GET", "POST", "PUT", "DELETE"]))
     return Starlette(routes=[Route(r.path, _checked(state, r.endpoint), methods=r.methods) for r in routes])
+
+
+def training_routes(state: FakeTinkerState, training: FakeTinkerTraining) -> list[Route]:
+    """Training clients: each request becomes a future, run after the model's previous request."""
+
+    def promise(model_id: str, work: Callable[[], Any]) -> Response:
+        previous = state.model_queues.get(model_id)
+
+        async def run() -> Any:
+            if previous is not None:
+                with contextlib.suppress(Exception):
+                    await previous
+            return await asyncio.to_thread(work)
+
+        task = asyncio.create_task(run())
+        state.model_queues[model_id] = state.futures[request_id := f"fake-future-{uuid.uuid4().hex}"] = task
+        return JSONResponse({"request_id": request_id})
+
+    async def create_model(request: Request) -> Response:
+        body = await request.json()
+        if body["base_model"] != state.base_model:
+            return _error(
+                400, f"base model {body['base_model']!r} is not trained here (only {state.base_model!r})"
+            )
+        lora = body.get("lora_config") or {}
+        model_id = f"{body['session_id']}:train:{body['model_seq_id']}"
+
+        def create() -> dict[str, Any]:
+            training.create_model(model_id, int(lora.get("rank", 32)), lora.get("seed"))
+            return {"model_id": model_id, "type": "create_model"}
+
+        return promise(model_id, create)
+
+    async def forward_backward(request: Request) -> Response:
+        from tinker.proto import tinker_public_pb2 as public_pb
+
+        if request.headers.get("content-encoding") == "zstd":
+            return _error(
+                400, "the fake Tinker service takes uncompressed protobuf (its client config says so)"
+            )
+        message = public_pb.ForwardBackwardRequest()
+        message.ParseFromString(await request.body())
+        model_id = message.model_id
+        training.model(model_id)
+        return promise(
+            model_id, lambda: training.forward_backward(model_id, message, forward_only=message.forward_only)
+        )
+
+    async def optim_step(request: Request) -> Response:
+        body = await request.json()
+        model_id = str(body["model_id"])
+        training.model(model_id)
+        params = body.get("adam_params") or body.get("optim_params") or {}
+        return promise(model_id, lambda: training.optim_step(model_id, params))
+
+    async def save_weights(request: Request) -> Response:
+        body = await request.json()
+        model_id, name = str(body["model_id"]), str(body.get("path") or f"state-{uuid.uuid4().hex[:8]}")
+
+        def save() -> dict[str, Any]:
+            return {"path": training.save(model_id, name, for_sampler=False)[0], "type": "save_weights"}
+
+        return promise(model_id, save)
+
+    async def save_weights_for_sampler(request: Request) -> Response:
+        body = await request.json()
+        model_id = str(body["model_id"])
+        if not body.get("path"):
+            return _error(400, "the fake Tinker service saves named sampler weights only (give a name)")
+        name = str(body["path"])
+        loop = asyncio.get_running_loop()
+
+        def save() -> dict[str, Any]:
+            path, folder = training.save(model_id, name, for_sampler=True)
+            engine_name = f"tinker-{model_id}-{name}"
+            asyncio.run_coroutine_threadsafe(register_sampler(state, path, CheckpointRef(engine_name, str(folder))),
+                                             loop).result()  # fmt: skip
+            return {"path": path, "type": "save_weights_for_sampler"}
+
+        return promise(model_id, save)
+
+    async def load_weights(request: Request) -> Response:
+        body = await request.json()
+        path = str(body["path"])
+        training.folder(path)
+        new = body.get("model_id") is None  # a new training client from a saved state
+        model_id = f"{body['session_id']}:train:{body['model_seq_id']}" if new else str(body["model_id"])
+
+        def load() -> dict[str, Any]:
+            if new:
+                training.create_model(model_id, training.saved_rank(path))
+            training.load(model_id, path, optimizer=bool(body.get("optimizer")))
+            return {"path": path, "model_id": model_id, "type": "load_weights"}
+
+        return promise(model_id, load)
+
+    async def get_info(request: Request) -> Response:
+        body = await request.json()
+        held = training.model(str(body["model_id"]))
+        return JSONResponse({"type": "get_info", "model_id": held.model_id, "is_lora": True, "lora_rank": held.rank,
+                             "model_name": state.base_model,
+                             "model_data": {"arch": "qwen3", "model_name": state.base_model,
+                                            "tokenizer_id": state.base_model}})  # fmt: skip
+
+    return [
+        Route("/api/v1/create_model", create_model, methods=["POST"]),
+        Route("/api/v1/forward_backward", forward_backward, methods=["POST"]),
+        Route("/api/v1/optim_step", optim_step, methods=["POST"]),
+        Route("/api/v1/save_weights", save_weights, methods=["POST"]),
+        Route("/api/v1/save_weights_for_sampler", save_weights_for_sampler, methods=["POST"]),
+        Route("/api/v1/load_weights", load_weights, methods=["POST"]),
+        Route("/api/v1/get_info", get_info, methods=["POST"]),
+    ]
 
 
 def _checked(state: FakeTinkerState, handler: Endpoint) -> Endpoint:
@@ -247,6 +375,8 @@ def _checked(state: FakeTinkerState, handler: Endpoint) -> Endpoint:
             return _error(401, "invalid API key")
         try:
             return await handler(request)
+        except FakeTinkerUserError as error:
+            return _error(400, str(error))
         except (ValueError, KeyError, TypeError) as error:
             return _error(400, f"malformed request: {error}")
 

@@ -18,8 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from rollout.engines.protocol import Engine
-from rollout.ledger import Kind, Ledger
-from rollout.serving import ACKS_STREAM, BASE_CHECKPOINT, ServingAck
+from rollout.ledger import Ledger
+from rollout.serving import BASE_CHECKPOINT, EngineStates
 
 
 @dataclass
@@ -50,25 +50,20 @@ class Routes:
         self.configured = configured
         self.refresh_s = refresh_s
         self._connect = connect
-        self._cursor = 0
         self._read_at = float("-inf")
-        self.acks: dict[str, ServingAck] = {}  # engine URL -> the newest ack from it (later acks win)
+        self.states = EngineStates()
         self._engines: dict[str, Engine] = {}  # url -> engine, for engines reached through their acks
 
     async def refresh(self) -> None:
-        while events := await self.ledger.read(ACKS_STREAM, after=self._cursor):
-            self._cursor = events[-1].seq
-            for event in events:
-                if event.kind == Kind.SERVING_ACK:
-                    ack = ServingAck.from_payload(dict(event.payload))
-                    self.acks[ack.url] = ack
+        await self.states.refresh(self.ledger)
         self._read_at = time.monotonic()
 
     async def slots(self, *, fresh: bool = False) -> list[EngineSlot]:
         if fresh or time.monotonic() - self._read_at >= self.refresh_s:
             await self.refresh()
-        found = [slot for slot in self.configured if _engine_url(slot.engine) not in self.acks]
-        for url, ack in self.acks.items():
+        acks = self.states.by_url
+        found = [slot for slot in self.configured if _engine_url(slot.engine) not in acks]
+        for url, ack in acks.items():
             if ack.sleeping:
                 continue
             engine = self._engine_for(url, ack.engine)

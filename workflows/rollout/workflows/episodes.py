@@ -18,7 +18,8 @@ Contract:
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
-  running, from group index `next_group` on; while paused it starts none. It stops when told to, or after
+  running, from group index `next_group` on; while paused it starts none, nor group `allowance` and beyond (a
+  training run raises its allowance as steps are trained: `set_allowance`). It stops when told to, or after
   `max_groups`, once the groups in flight have finished; it continues as new every `GROUPS_PER_HISTORY`
   groups, when none are in flight.
 """
@@ -192,6 +193,7 @@ class EpisodeSupplyWorkflow:
         self.finished_groups = 0
         self.episodes_finished = 0
         self.episodes_failed = 0
+        self.allowance: int | None = None
 
     @workflow.signal
     def set_paused(self, paused: bool) -> None:
@@ -201,6 +203,10 @@ class EpisodeSupplyWorkflow:
     def stop(self) -> None:
         self.stopping = True
 
+    @workflow.signal
+    def set_allowance(self, allowance: int) -> None:
+        self.allowance = allowance
+
     @workflow.query
     def counts(self) -> dict[str, int]:
         return {"finished_groups": self.finished_groups, "episodes_finished": self.episodes_finished,
@@ -209,6 +215,8 @@ class EpisodeSupplyWorkflow:
     @workflow.run
     async def run(self, given: SupplyInput) -> dict[str, int]:
         self.paused = given.paused
+        if given.allowance is not None:  # a signal may have come before the run began: keep the larger
+            self.allowance = max(self.allowance or 0, given.allowance)
         self.finished_groups = given.finished_groups
         next_group = given.next_group
         started_here = 0
@@ -220,8 +228,9 @@ class EpisodeSupplyWorkflow:
             return started_here >= GROUPS_PER_HISTORY
 
         def may_start() -> bool:
-            return (not self.paused and len(self.in_flight) < given.groups_in_flight and not exhausted()
-                    and not history_full())  # fmt: skip
+            allowed = self.allowance is None or next_group < self.allowance
+            return (not self.paused and allowed and len(self.in_flight) < given.groups_in_flight
+                    and not exhausted() and not history_full())  # fmt: skip
 
         while True:
             await workflow.wait_condition(
@@ -234,7 +243,11 @@ class EpisodeSupplyWorkflow:
             if history_full() and not self.in_flight:
                 workflow.continue_as_new(
                     replace(
-                        given, next_group=next_group, paused=self.paused, finished_groups=self.finished_groups
+                        given,
+                        next_group=next_group,
+                        paused=self.paused,
+                        finished_groups=self.finished_groups,
+                        allowance=self.allowance,
                     )
                 )
             self.in_flight.add(next_group)

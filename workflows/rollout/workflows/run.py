@@ -10,7 +10,10 @@ Contract:
   `RunCreated` in the ledger.
 - With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
   neither pinned to a checkpoint nor external), on the trainer queue. When every one has trained its steps the
-  supply stops and the run ends once the groups in flight finish. A training step that cannot be published (a
+  supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may have
+  started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained policy), so
+  no episode starts that would be trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a
+  synchronous loop. Each training workflow reports its steps (`training_progress`). A training step that cannot be published (a
   non-finite loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status.
@@ -26,6 +29,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from rollout.training.selection import supply_allowance
 from rollout.workflows.episodes import SHORT
 from rollout.workflows.training import training_workflow_id
 from rollout.workflows.types import (
@@ -60,6 +64,8 @@ class _RunState:
     training_paused: bool = False
     trained: dict[str, str | None] | None = None
     training_policies: list[str] | None = None
+    groups_per_batch: int = 0
+    steps_trained: dict[str, int] | None = None
 
 
 def trained_policies(environment: EnvironmentInfo) -> list[str]:
@@ -88,9 +94,15 @@ class RunWorkflow:
         )  # fmt: skip
         await workflow.execute_activity("create_run", given, **SHORT)
         self.created = True
+        if given.training is not None:
+            self.state.training_policies = trained_policies(environment)
+            self.state.groups_per_batch = given.training.groups_per_batch
+            self.state.steps_trained = dict.fromkeys(self.state.training_policies, 0)
         supply = await workflow.start_child_workflow(
             "EpisodeSupplyWorkflow",
-            SupplyInput(given.run, environment, given.groups_in_flight, given.max_groups),
+            SupplyInput(
+                given.run, environment, given.groups_in_flight, given.max_groups, allowance=self._allowance()
+            ),
             id=supply_workflow_id(given.run),
             result_type=dict[str, int],
         )
@@ -106,8 +118,7 @@ class RunWorkflow:
         return self.status()
 
     async def _train(self, run: str, environment: EnvironmentInfo, spec: TrainingSpec) -> None:
-        policies = trained_policies(environment)
-        self.state.training_policies = policies
+        policies = self.state.training_policies or []
         handles = []
         for policy in policies:
             given = TrainingInput(run, policy, environment.group_size, spec.steps, spec.groups_per_batch,
@@ -120,6 +131,26 @@ class RunWorkflow:
             handles.append(handle)
         results = await asyncio.gather(*handles)
         self.state.trained = {result.policy: result.newest for result in results}
+
+    def _allowance(self) -> int | None:
+        """The supply's bound on groups started, from the fewest steps any trained policy has trained."""
+        if not self.state.steps_trained:
+            return None
+        fewest = min(self.state.steps_trained.values())
+        return supply_allowance(fewest, self.state.max_lag, self.state.groups_per_batch)
+
+    async def _send_allowance(self) -> None:
+        allowance = self._allowance()
+        if allowance is not None:
+            await self._signal_supply("set_allowance", allowance)
+
+    @workflow.signal
+    async def training_progress(self, policy: str, steps: int) -> None:
+        """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
+        trained = self.state.steps_trained
+        if trained is not None and steps > trained.get(policy, 0):
+            trained[policy] = steps
+            await self._send_allowance()
 
     @workflow.signal
     async def training_paused(self, reason: str) -> None:
@@ -152,7 +183,7 @@ class RunWorkflow:
             "change_settings", SettingsChange(self.state.run, key, changes), **SHORT
         )
 
-    async def _signal_supply(self, name: str, *args: bool) -> None:
+    async def _signal_supply(self, name: str, *args: bool | int) -> None:
         await workflow.wait_condition(lambda: self.started or self.state.supply_done)
         if not self.state.supply_done:
             await workflow.get_external_workflow_handle(supply_workflow_id(self.state.run)).signal(
@@ -187,6 +218,7 @@ class RunWorkflow:
         async with self.lock:
             await self._change({"max_lag": max_lag})
             self.state.max_lag = max_lag
+            await self._send_allowance()
             return self.status()
 
     @set_max_lag.validator

@@ -17,6 +17,8 @@ Contract:
   goes on from the same parent.
 - The next step always trains from the checkpoint the last one published, so the steps form a chain; a new
   workflow started with an older `parent` branches the tree.
+- Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
+  run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
 - After the last step it waits (bounded) until an engine serves the last checkpoint, so a finished run has
   served every checkpoint it made. It continues as new every `STEPS_PER_HISTORY` steps.
 """
@@ -104,6 +106,7 @@ class TrainingWorkflow:
             if batch.sampled_tokens == 0:
                 skipped += 1
                 step += 1
+                await self._report(given, step - 1)
                 continue
             try:
                 checkpoint: CheckpointInfo = await workflow.execute_activity(
@@ -123,6 +126,7 @@ class TrainingWorkflow:
                 )
                 skipped += 1
                 step += 1
+                await self._report(given, step - 1)
                 continue
             for fmt in given.serve_formats:
                 await workflow.execute_child_workflow(
@@ -135,6 +139,7 @@ class TrainingWorkflow:
             parent = self.newest = checkpoint.name
             step += 1
             trained_here += 1
+            await self._report(given, step - 1)
         if parent is not None and given.served_wait_s > 0:
             await workflow.execute_activity(
                 "wait_served",
@@ -144,6 +149,13 @@ class TrainingWorkflow:
                 result_type=bool,
             )
         return TrainingResult(given.run, given.policy, given.steps, parent, skipped)
+
+    async def _report(self, given: TrainingInput, steps: int) -> None:
+        parent = workflow.info().parent
+        if parent is not None:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                "training_progress", args=[given.policy, steps]
+            )
 
     async def _pause_run(self, run: str, reason: str) -> None:
         """Pause the run with the reason and wait until it is resumed."""

@@ -124,6 +124,9 @@ class SupplyInput:
     next_group: int = 0
     paused: bool = False
     finished_groups: int = 0
+    allowance: int | None = (
+        None  # groups it may have started in all (a training run's staleness bound); None: no bound
+    )
 
 
 @dataclass

@@ -1,0 +1,137 @@
+"""`uv run python -m benchmarks learning`: does `cpu-tiny` learn `arithmetic` on this machine, and how fast?
+
+It runs the user's command, `rollout train arithmetic.environment:environment --preset cpu-tiny` (SmolLM2-135M-
+Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack in a scratch directory), for
+`trainer.steps` steps or until `BUDGET_S` (30 minutes) has passed, whichever comes first; at the budget it
+interrupts the command the way a user would (Ctrl-C pauses the run). The reward curve is read from the ledger:
+each step's batch mean reward (`CheckpointCreated` metrics), with the time it was trained.
+
+Result: the mean reward of the first `WINDOW` steps against the last `WINDOW`, and a plot of the curve
+(`benchmarks/learning.png`). Target (issue 5): up by >= 0.2 absolute. `--quick` runs `cpu-micro` for 3 steps
+(it checks the benchmark works; a random-weight model learns nothing).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+BUDGET_S = 30 * 60
+WINDOW = 5
+STEPS = 200
+PLOT = Path(__file__).with_name("learning.png")
+
+
+def _overrides(data_dir: Path, models_dir: Path) -> list[str]:
+    from tests.stackutil import isolated_overrides
+
+    return [*isolated_overrides(data_dir, gateway=True), f"models_dir={models_dir}"]
+
+
+def _train(overrides: list[str], preset: str, run: str, steps: int, log: Path) -> tuple[int | None, float]:
+    """The CLI, until it finishes or the budget is spent (then Ctrl-C). Its exit code (None: interrupted)."""
+    command = [sys.executable, "-m", "rollout.cli", "train", "arithmetic.environment:environment",
+               "--preset", preset, "--run", run, "--json", f"trainer.steps={steps}", *overrides]  # fmt: skip
+    started = time.monotonic()
+    with log.open("wb") as out:
+        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        try:
+            return process.wait(timeout=BUDGET_S), time.monotonic() - started
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGINT)  # the user's Ctrl-C: the run pauses
+            process.wait(timeout=120)
+            return None, time.monotonic() - started
+
+
+async def _curve(ledger_url: str, run: str) -> list[dict[str, Any]]:
+    from rollout.ledger import Kind, Ledger
+    from rollout.training.checkpoints import checkpoints_stream
+    from rollout.workflows.types import run_policy
+
+    async with await Ledger.connect(ledger_url) as ledger:
+        began = next(e for e in await ledger.read(f"run/{run}") if e.kind == Kind.RUN_CREATED).recorded_at
+        created = [e for e in await ledger.read(checkpoints_stream(run_policy(run, "default")), limit=100000)
+                   if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
+    return [{"step": int(e.payload["version"]), "minutes": (e.recorded_at - began).total_seconds() / 60,
+             "reward": float(e.payload["metrics"]["reward_mean"])} for e in created]  # fmt: skip
+
+
+def _plot(curve: list[dict[str, Any]], title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    steps = [p["step"] for p in curve]
+    rewards = [p["reward"] for p in curve]
+    smoothed = [statistics.mean(rewards[max(0, i - WINDOW + 1) : i + 1]) for i in range(len(rewards))]
+    figure, axis = plt.subplots(figsize=(7, 3.5), dpi=120)
+    axis.plot(steps, rewards, ".", color="tab:blue", alpha=0.5, label="batch mean reward")
+    axis.plot(steps, smoothed, "-", color="tab:blue", label=f"mean of last {WINDOW} steps")
+    axis.set_xlabel("training step")
+    axis.set_ylabel("reward")
+    axis.set_title(title, fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(PLOT)
+    plt.close(figure)
+
+
+def main(quick: bool = False) -> int:
+    from rollout import config
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
+
+    models_dir = Path(
+        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
+    )
+    preset, steps = ("cpu-micro", 3) if quick else ("cpu-tiny", STEPS)
+    resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir)
+    run = f"learning-{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-learning-") as scratch:
+        overrides = _overrides(Path(scratch) / "data", models_dir)
+        settings = config.load([f"preset={preset}", *overrides])
+        log = Path(scratch) / "train.log"
+        try:
+            exit_code, wall_s = _train(overrides, preset, run, steps, log)
+            curve = asyncio.run(_curve(settings.ledger_url, run))
+        finally:
+            subprocess.run([sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True)
+        if exit_code not in (None, 0) or not curve:
+            print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
+            raise SystemExit(f"rollout train failed (exit {exit_code}); its output is above")
+    rewards = [p["reward"] for p in curve]
+    window = min(WINDOW, max(1, len(rewards) // 2))
+    first, last = statistics.mean(rewards[:window]), statistics.mean(rewards[-window:])
+    if not quick:
+        _plot(curve, f"cpu-tiny on arithmetic ({settings.trainer.model}, LoRA r={settings.trainer.lora_rank}, "
+                     f"{os.cpu_count()} CPUs): {len(curve)} steps in {wall_s / 60:.1f} min")  # fmt: skip
+    summary = {
+        "benchmark": "learning",
+        "machine": f"{os.uname().machine} {os.cpu_count()} cpus",
+        "preset": preset,
+        "model": settings.trainer.model,
+        "steps": len(curve),
+        "finished": exit_code == 0,
+        "wall_minutes": round(wall_s / 60, 1),
+        "minutes_per_step": round(curve[-1]["minutes"] / len(curve), 2),
+        "window": window,
+        "reward_first": round(first, 4),
+        "reward_last": round(last, 4),
+        "reward_gain": round(last - first, 4),
+        "reward_by_step": [round(r, 3) for r in rewards],
+        "plot": str(PLOT) if not quick else None,
+        "target_0_2_met": last - first >= 0.2,
+    }
+    print(json.dumps(summary))
+    return 0
