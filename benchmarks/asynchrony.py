@@ -57,6 +57,12 @@ async def _train(
     assert len(created) == steps, f"{run}: {len(created)} checkpoints for {steps} steps ({status})"
     wall_s = (created[-1].recorded_at - began).total_seconds()
     metrics = [e.payload["metrics"] for e in created]
+    # Where a step's time goes: waiting for its batch (since the previous checkpoint) and training it.
+    batched = {e.key: e.recorded_at for e in await ledger.read(f"run/{run}/batches/{run_policy(run, 'default')}")
+               if e.kind == Kind.BATCH_ASSEMBLED}  # fmt: skip
+    trained_at = [began] + [e.recorded_at for e in created]
+    waits = [(batched[f"step/{k}"] - trained_at[k - 1]).total_seconds() for k in range(1, steps + 1)]
+    trains = [(trained_at[k] - batched[f"step/{k}"]).total_seconds() for k in range(1, steps + 1)]
     return {
         "max_lag": max_lag,
         "steps": steps,
@@ -67,6 +73,8 @@ async def _train(
         "staleness_mean": round(statistics.mean(m.get("staleness_mean", 0.0) for m in metrics), 3),
         "staleness_max": max(m.get("staleness_max", 0.0) for m in metrics),
         "episodes": status.episodes_finished,
+        "batch_wait_s_mean": round(statistics.mean(waits), 1),
+        "train_s_mean": round(statistics.mean(trains), 1),
     }
 
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 BUDGET_S = 30 * 60
+QUICK_BUDGET_S = 5 * 60
 WINDOW = 5
 STEPS = 200
 PLOT = Path(__file__).with_name("learning.png")
@@ -38,7 +39,9 @@ def _overrides(data_dir: Path, models_dir: Path) -> list[str]:
     return [*isolated_overrides(data_dir, gateway=True), f"models_dir={models_dir}"]
 
 
-def _train(overrides: list[str], preset: str, run: str, steps: int, log: Path) -> tuple[int | None, float]:
+def _train(
+    overrides: list[str], preset: str, run: str, steps: int, log: Path, budget_s: float
+) -> tuple[int | None, float]:
     """The CLI, until it finishes or the budget is spent (then Ctrl-C). Its exit code (None: interrupted)."""
     command = [sys.executable, "-m", "rollout.cli", "train", "arithmetic.environment:environment",
                "--preset", preset, "--run", run, "--json", f"trainer.steps={steps}", *overrides]  # fmt: skip
@@ -46,7 +49,7 @@ def _train(overrides: list[str], preset: str, run: str, steps: int, log: Path) -
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
         try:
-            return process.wait(timeout=BUDGET_S), time.monotonic() - started
+            return process.wait(timeout=budget_s), time.monotonic() - started
         except subprocess.TimeoutExpired:
             process.send_signal(signal.SIGINT)  # the user's Ctrl-C: the run pauses
             process.wait(timeout=120)
@@ -103,11 +106,13 @@ def main(quick: bool = False) -> int:
         settings = config.load([f"preset={preset}", *overrides])
         log = Path(scratch) / "train.log"
         try:
-            exit_code, wall_s = _train(overrides, preset, run, steps, log)
+            exit_code, wall_s = _train(
+                overrides, preset, run, steps, log, QUICK_BUDGET_S if quick else BUDGET_S
+            )
             curve = asyncio.run(_curve(settings.ledger_url, run))
         finally:
             subprocess.run([sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True)
-        if exit_code not in (None, 0) or not curve:
+        if exit_code not in (None, 0) or not curve or (quick and exit_code is None):
             print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
             raise SystemExit(f"rollout train failed (exit {exit_code}); its output is above")
     rewards = [p["reward"] for p in curve]

@@ -111,6 +111,7 @@ class TrainerSettings:
         None  # Tinker's name of the base model (provider tinker), e.g. Qwen/Qwen3-8B
     )
     tinker_url: str | None = None  # None: Tinker's hosted API; the key comes from TINKER_API_KEY
+    warm_start: str | None = None  # a checkpoint the first step trains from (`rollout sft` makes one)
 
 
 @dataclass

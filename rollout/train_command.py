@@ -23,9 +23,8 @@ from rollout.workflows.types import RunInput, TrainingSpec, run_policy
 def run_input(settings: Settings, environment: str, run: str) -> RunInput:
     trainer = settings.trainer
     formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
-    training = TrainingSpec(
-        trainer.steps, trainer.groups_per_batch, trainer.advantage.value, serve_formats=formats
-    )
+    training = TrainingSpec(trainer.steps, trainer.groups_per_batch, trainer.advantage.value, serve_formats=formats,
+                            warm_start=trainer.warm_start)  # fmt: skip
     return RunInput(run, environment, groups_in_flight=settings.run.groups_in_flight, max_lag=settings.run.max_lag,
                     settings={"max_tokens": settings.run.max_tokens}, training=training)  # fmt: skip
 

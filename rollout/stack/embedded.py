@@ -71,7 +71,7 @@ class Stack:
             self.engine = ManagedProcess(
                 "Engine",
                 (*python, "engine", "serve", "--model", gateway.model, "--host", gateway.host,
-                 "--port", str(gateway.engine_port), *common),
+                 "--port", str(gateway.engine_port), *common, f"services.postgres.url={settings.ledger_url}"),
                 self.data_dir, gateway.host, ((gateway.engine_port, "services.gateway.engine_port"),),
             )  # fmt: skip
             self.gateway = ManagedProcess(

@@ -108,12 +108,22 @@ async def publish_checkpoint(
     return record
 
 
+def policy_of(name: str) -> str:
+    """The policy a checkpoint name belongs to (names are `{policy}-step{step:06d}`)."""
+    return name.rsplit("-step", 1)[0]
+
+
 async def find_checkpoint(ledger: Ledger, policy: str, name: str) -> CheckpointRecord | None:
-    row = await ledger.fetch_one(
-        "SELECT payload FROM event WHERE stream_id = %s AND kind = 'CheckpointCreated' AND payload->>'name' = %s",
-        checkpoints_stream(policy), name,
-    )  # fmt: skip
-    return CheckpointRecord.from_payload(row["payload"]) if row else None
+    """The checkpoint `name` of `policy`'s lineage, or of the lineage it names (a warm start trained elsewhere:
+    an SFT checkpoint a run's first step trains from)."""
+    for stream in dict.fromkeys((checkpoints_stream(policy), checkpoints_stream(policy_of(name)))):
+        row = await ledger.fetch_one(
+            "SELECT payload FROM event WHERE stream_id = %s AND kind = 'CheckpointCreated' AND payload->>'name' = %s",
+            stream, name,
+        )  # fmt: skip
+        if row:
+            return CheckpointRecord.from_payload(row["payload"])
+    return None
 
 
 def fetch_checkpoint(store: BlobStore, record: CheckpointRecord, directory: Path) -> Path:

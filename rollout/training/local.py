@@ -153,7 +153,8 @@ class LocalTrainer:
     def resume(cls, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> LocalTrainer:
         state = json.loads((directory / TRAINER_STATE).read_text())
         trainer = cls(state["model_path"], config, loss, adapter=str(directory))
-        trainer.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_STATE, weights_only=True))
+        if (directory / OPTIMIZER_STATE).exists():  # a warm start (SFT) has none: the optimiser starts fresh
+            trainer.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_STATE, weights_only=True))
         trainer.steps = int(state["steps"])
         return trainer
 

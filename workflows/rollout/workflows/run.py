@@ -123,7 +123,7 @@ class RunWorkflow:
         for policy in policies:
             given = TrainingInput(run, policy, environment.group_size, spec.steps, spec.groups_per_batch,
                                   spec.advantage, spec.wait_s, list(spec.serve_formats), spec.served_wait_s,
-                                  spec.heartbeat_s)  # fmt: skip
+                                  spec.heartbeat_s, parent=spec.warm_start)  # fmt: skip
             handle = await workflow.start_child_workflow(
                 "TrainingWorkflow", given, id=training_workflow_id(run, policy),
                 task_queue=spec.task_queue, result_type=TrainingResult,

@@ -272,6 +272,7 @@ class TrainingSpec:
     served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
     task_queue: str = TRAINER_QUEUE
     heartbeat_s: float = 120.0  # a trainer silent this long is taken for dead: its step is retried elsewhere
+    warm_start: str | None = None  # a checkpoint the first step trains from (an SFT adapter); None: the base
 
 
 @dataclass
