@@ -147,10 +147,12 @@ class RunWorkflow:
     @workflow.signal
     async def training_progress(self, policy: str, steps: int) -> None:
         """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
-        trained = self.state.steps_trained
-        if trained is not None and steps > trained.get(policy, 0):
-            trained[policy] = steps
-            await self._send_allowance()
+        # Under the lock, so allowances reach the supply in the order they were computed (never a stale one last).
+        async with self.lock:
+            trained = self.state.steps_trained
+            if trained is not None and steps > trained.get(policy, 0):
+                trained[policy] = steps
+                await self._send_allowance()
 
     @workflow.signal
     async def training_paused(self, reason: str) -> None:
