@@ -15,6 +15,7 @@ The three runs differ only in max_lag: the same engine, trainer and runner, the 
   episode of its batch.
 Steps per hour: steps / (last checkpoint's time − the run's creation), from the ledger's clock. Reward at equal
 steps: the mean over all steps of each batch's mean reward. A warm-up run (one step) goes first and is not counted.
+A plot of steps done against time goes to `benchmarks/async.png`.
 Target (issue 5): >= 1.8x steps per hour at max_lag 4 against max_lag 0, with no worse reward (within two
 standard errors of the step-to-step noise).
 """
@@ -35,6 +36,7 @@ GROUPS_PER_BATCH = 2
 GROUPS_IN_FLIGHT = 4
 MAX_TOKENS = 8
 ENVIRONMENT = "benchmarks.heavytail:environment"
+PLOT = Path(__file__).with_name("async.png")
 
 
 async def _train(
@@ -73,6 +75,7 @@ async def _train(
         "staleness_mean": round(statistics.mean(m.get("staleness_mean", 0.0) for m in metrics), 3),
         "staleness_max": max(m.get("staleness_max", 0.0) for m in metrics),
         "episodes": status.episodes_finished,
+        "minutes_by_step": [round((t - began).total_seconds() / 60, 2) for t in trained_at[1:]],
         "batch_wait_s_mean": round(statistics.mean(waits), 1),
         "train_s_mean": round(statistics.mean(trains), 1),
     }
@@ -92,6 +95,28 @@ async def measure(settings: Any, queue: str, trainer_queue: str, steps: int) -> 
             print(f"max_lag {max_lag}: {result}", file=sys.stderr, flush=True)
             results.append(result)
     return results
+
+
+def _plot(results: list[dict[str, Any]]) -> None:
+    """Steps done against wall time, one line per max_lag (`benchmarks/async.png`)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axis = plt.subplots(figsize=(7, 3.5), dpi=120)
+    for result in results:
+        minutes = [0.0, *result["minutes_by_step"]]
+        axis.step(minutes, range(len(minutes)), where="post",
+                  label=f"max_lag {result['max_lag']}: {result['steps_per_hour']:.0f} steps/h")  # fmt: skip
+    axis.set_xlabel("minutes since the run started")
+    axis.set_ylabel("training steps done")
+    axis.set_title(f"{ENVIRONMENT}, {GROUPS_PER_BATCH} groups per step, {os.cpu_count()} CPUs", fontsize=9)
+    axis.grid(alpha=0.3)
+    axis.legend(loc="lower right", fontsize=8)
+    figure.tight_layout()
+    figure.savefig(PLOT)
+    plt.close(figure)
 
 
 def _no_worse(rewards: list[float], baseline: list[float]) -> bool:
@@ -130,6 +155,8 @@ def main(quick: bool = False) -> int:
         finally:
             cluster.close()
             stack.down()
+    if not quick:
+        _plot(results)
     by_lag = {r["max_lag"]: r for r in results}
     sync, lag4 = by_lag[0], by_lag[4]
     speedup = lag4["steps_per_hour"] / sync["steps_per_hour"]
