@@ -25,7 +25,7 @@ from temporalio.exceptions import ApplicationError
 from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
-from rollout.ledger import Ledger
+from rollout.ledger import Fence, Ledger
 from rollout.serving import EngineStates, gpu_lease_resource
 from rollout.training.batches import Batch
 from rollout.training.checkpoints import (
@@ -80,15 +80,8 @@ class LocalTrainingActivities:
                 raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
             directory = self.scratch / given.policy / f"step-{given.step:06d}"
             await asyncio.to_thread(trainer.save, directory)
-            metrics |= {
-                "reward_mean": given.batch.reward_mean,
-                "reward_std": given.batch.reward_std,
-                "skipped_groups": float(given.batch.skipped_groups),
-                **staleness_metrics(given.step - 1, batch),
-            }
-            record = await publish_checkpoint(self.ledger, self.store, self.leases.fence(given.policy),
-                                              run=given.run, policy=given.policy, step=given.step,
-                                              parent=given.parent, directory=directory, metrics=metrics)  # fmt: skip
+            record = await publish_step(self.ledger, self.store, self.leases.fence(given.policy), given, batch,
+                                        directory, metrics)  # fmt: skip
         self.trainers[given.policy] = (trainer, record.name)
         return checkpoint_info(record)
 
@@ -146,6 +139,20 @@ async def engines_asleep(ledger: Ledger, gpu: str, *, timeout_s: float) -> bool:
             return time.monotonic() <= deadline
         activity.heartbeat()
         await asyncio.sleep(0.5)
+
+
+async def publish_step(ledger: Ledger, store: BlobStore, fence: Fence, given: TrainStepInput, batch: Batch,
+                       directory: Path, metrics: dict[str, float]) -> CheckpointRecord:  # fmt: skip
+    """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward and
+    staleness: the same record whichever provider trained it."""
+    metrics = metrics | {
+        "reward_mean": given.batch.reward_mean,
+        "reward_std": given.batch.reward_std,
+        "skipped_groups": float(given.batch.skipped_groups),
+        **staleness_metrics(given.step - 1, batch),
+    }
+    return await publish_checkpoint(ledger, store, fence, run=given.run, policy=given.policy, step=given.step,
+                                    parent=given.parent, directory=directory, metrics=metrics)  # fmt: skip
 
 
 def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.local_training import checkpoint_info, staleness_metrics
+from rollout.activities.local_training import checkpoint_info, publish_step
 from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
@@ -43,7 +43,6 @@ from rollout.training.checkpoints import (
     checkpoints_stream,
     fetch_checkpoint,
     find_checkpoint,
-    publish_checkpoint,
 )
 from rollout.training.losses import LossConfig, policy_loss
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
@@ -112,15 +111,8 @@ class TinkerTrainingActivities:
             (directory / TINKER_FILE).write_text(json.dumps(
                 {"state": state.path, "sampler": sampler.path, "base_model": self.config.base_model}
             ))  # fmt: skip
-            metrics |= {
-                "reward_mean": given.batch.reward_mean,
-                "reward_std": given.batch.reward_std,
-                "skipped_groups": float(given.batch.skipped_groups),
-                **staleness_metrics(given.step - 1, batch),
-            }
-            record = await publish_checkpoint(self.ledger, self.store, self.leases.fence(given.policy),
-                                              run=given.run, policy=given.policy, step=given.step,
-                                              parent=given.parent, directory=directory, metrics=metrics)  # fmt: skip
+            record = await publish_step(self.ledger, self.store, self.leases.fence(given.policy), given, batch,
+                                        directory, metrics)  # fmt: skip
         self.clients[given.policy] = (client, record.name)
         return checkpoint_info(record)
 
