@@ -48,20 +48,32 @@ async def _train(
     from rollout.workflows.types import RunInput, TrainingSpec, run_policy
 
     run = f"async-lag{max_lag}-{uuid.uuid4().hex[:6]}"
-    given = RunInput(run, ENVIRONMENT, groups_in_flight=GROUPS_IN_FLIGHT, max_lag=max_lag,
-                     settings={"max_tokens": MAX_TOKENS},
-                     training=TrainingSpec(steps, groups_per_batch=GROUPS_PER_BATCH, wait_s=0.2,
-                                           served_wait_s=120, task_queue=trainer_queue))  # fmt: skip
+    given = RunInput(
+        run,
+        ENVIRONMENT,
+        groups_in_flight=GROUPS_IN_FLIGHT,
+        max_lag=max_lag,
+        settings={"max_tokens": MAX_TOKENS},
+        training=TrainingSpec(
+            steps, groups_per_batch=GROUPS_PER_BATCH, wait_s=0.2, served_wait_s=120, task_queue=trainer_queue
+        ),
+    )
     status = await client.execute_workflow(RunWorkflow.run, given, id=run_workflow_id(run), task_queue=queue)
-    created = [e for e in await ledger.read(checkpoints_stream(run_policy(run, "default")))
-               if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
+    created = [
+        e
+        for e in await ledger.read(checkpoints_stream(run_policy(run, "default")))
+        if e.kind == Kind.CHECKPOINT_CREATED
+    ]
     began = next(e for e in await ledger.read(f"run/{run}") if e.kind == Kind.RUN_CREATED).recorded_at
     assert len(created) == steps, f"{run}: {len(created)} checkpoints for {steps} steps ({status})"
     wall_s = (created[-1].recorded_at - began).total_seconds()
     metrics = [e.payload["metrics"] for e in created]
     # Where a step's time goes: waiting for its batch (since the previous checkpoint) and training it.
-    batched = {e.key: e.recorded_at for e in await ledger.read(f"run/{run}/batches/{run_policy(run, 'default')}")
-               if e.kind == Kind.BATCH_ASSEMBLED}  # fmt: skip
+    batched = {
+        e.key: e.recorded_at
+        for e in await ledger.read(f"run/{run}/batches/{run_policy(run, 'default')}")
+        if e.kind == Kind.BATCH_ASSEMBLED
+    }
     trained_at = [began] + [e.recorded_at for e in created]
     waits = [(batched[f"step/{k}"] - trained_at[k - 1]).total_seconds() for k in range(1, steps + 1)]
     trains = [(trained_at[k] - batched[f"step/{k}"]).total_seconds() for k in range(1, steps + 1)]
@@ -107,8 +119,12 @@ def _plot(results: list[dict[str, Any]]) -> None:
     figure, axis = plt.subplots(figsize=(7, 3.5), dpi=120)
     for result in results:
         minutes = [0.0, *result["minutes_by_step"]]
-        axis.step(minutes, range(len(minutes)), where="post",
-                  label=f"max_lag {result['max_lag']}: {result['steps_per_hour']:.0f} steps/h")  # fmt: skip
+        axis.step(
+            minutes,
+            range(len(minutes)),
+            where="post",
+            label=f"max_lag {result['max_lag']}: {result['steps_per_hour']:.0f} steps/h",
+        )
     axis.set_xlabel("minutes since the run started")
     axis.set_ylabel("training steps done")
     axis.set_title(f"{ENVIRONMENT}, {GROUPS_PER_BATCH} groups per step, {os.cpu_count()} CPUs", fontsize=9)
@@ -144,7 +160,9 @@ def main(quick: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="rollout-bench-async-") as scratch:
         settings = config.load(isolated_overrides(Path(scratch) / "data"))
         stack = Stack(settings)
-        cluster = Cluster(settings, Path(scratch) / "cluster", models_dir, "bench-async")
+        cluster = Cluster(
+            settings=settings, root=Path(scratch) / "cluster", models_dir=models_dir, task_queue="bench-async"
+        )
         trainer_queue = f"{cluster.task_queue}-trainer"
         try:
             stack.up()

@@ -57,7 +57,7 @@ async def baseline_ms(environment: Environment, episodes: int) -> tuple[float, i
     started, turns = time.perf_counter(), 0
     for group in range(episodes):
         parameters = environment.source.parameters(group)
-        context = RunContext("bench", f"e{group}", "seat", 1, parameters)
+        context = RunContext(run="bench", episode=f"e{group}", seat="seat", attempt=1, parameters=parameters)
         outcome = await play(
             environment.make_task(parameters, "solver"), context, model, max_turns=environment.max_turns
         )
@@ -75,9 +75,11 @@ async def _run(
     run = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()
     status = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, reference, groups_in_flight=groups_in_flight, max_groups=max_groups),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, reference, groups_in_flight=groups_in_flight, max_groups=max_groups),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     return (run, status), time.perf_counter() - started
 
 
@@ -139,7 +141,12 @@ def main(quick: bool = False) -> int:
     with tempfile.TemporaryDirectory(prefix="rollout-bench-episodes-") as scratch:
         settings = config.load(isolated_overrides(Path(scratch) / "data"))
         stack = Stack(settings)
-        cluster = Cluster(settings, Path(scratch) / "cluster", models_dir, "bench-runner")
+        cluster = Cluster(
+            settings=settings,
+            root=Path(scratch) / "cluster",
+            models_dir=models_dir,
+            task_queue="bench-runner",
+        )
         try:
             stack.up()
             gateway = cluster.gateway(cluster.engine(think_ms=0))

@@ -43,8 +43,11 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
     async def worker(client: httpx.AsyncClient, seat_headers: dict[str, str]) -> None:
         while not queue.empty():
             n = queue.get_nowait()
-            body = {"model": "base", "max_tokens": 16,
-                    "messages": [{"role": "user", "content": f"question {n} {uuid.uuid4().hex[:8]}"}]}  # fmt: skip
+            body = {
+                "model": "base",
+                "max_tokens": 16,
+                "messages": [{"role": "user", "content": f"question {n} {uuid.uuid4().hex[:8]}"}],
+            }
             started = time.perf_counter()
             response = await client.post(url, json=body, headers=seat_headers)
             latencies.append(time.perf_counter() - started)
@@ -61,8 +64,11 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
         await asyncio.gather(*[worker(client, headers[i % len(headers)]) for i in range(concurrency)])
         elapsed = time.perf_counter() - started
     latencies.sort()
-    return {"turns_per_s": len(latencies) / elapsed, "p50_ms": 1000 * statistics.median(latencies),
-            "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))]}  # fmt: skip
+    return {
+        "turns_per_s": len(latencies) / elapsed,
+        "p50_ms": 1000 * statistics.median(latencies),
+        "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+    }
 
 
 def main(quick: bool = False) -> int:
@@ -92,30 +98,91 @@ def main(quick: bool = False) -> int:
         stack.up()
         try:
             backend_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
-            processes.append(subprocess.Popen([sys.executable, "-m", "benchmarks.scripted_backend", "--port",
-                                               str(backend_port), "--ids", ",".join(map(str, ids))], stdout=log, stderr=log))  # fmt: skip
+            processes.append(
+                subprocess.Popen(
+                    [
+                        sys.executable,
+                        "-m",
+                        "benchmarks.scripted_backend",
+                        "--port",
+                        str(backend_port),
+                        "--ids",
+                        ",".join(map(str, ids)),
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
             backend = f"http://127.0.0.1:{backend_port}"
-            processes.append(subprocess.Popen([ROLLOUT, "gateway", "--model", "tiny-qwen3", "--port", str(gateway_port),
-                                               "--engine-url", backend, f"models_dir={models_dir}", *overrides],
-                                              stdout=log, stderr=log))  # fmt: skip
+            processes.append(
+                subprocess.Popen(
+                    [
+                        ROLLOUT,
+                        "gateway",
+                        "--model",
+                        "tiny-qwen3",
+                        "--port",
+                        str(gateway_port),
+                        "--engine-url",
+                        backend,
+                        f"models_dir={models_dir}",
+                        *overrides,
+                    ],
+                    stdout=log,
+                    stderr=log,
+                )
+            )
             master_key = f"sk-{uuid.uuid4().hex}{uuid.uuid4().hex}"
             config = Path(scratch) / "litellm.yaml"
-            config.write_text(json.dumps({"model_list": [{"model_name": "base", "litellm_params": {
-                "model": "openai/base", "api_base": f"{backend}/v1", "api_key": "none"}}]}))  # fmt: skip
-            processes.append(subprocess.Popen([LITELLM, "--config", str(config), "--port", str(litellm_port),
-                                               "--num_workers", "1"], stdout=log, stderr=log,
-                                              env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key}))  # fmt: skip
+            config.write_text(
+                json.dumps(
+                    {
+                        "model_list": [
+                            {
+                                "model_name": "base",
+                                "litellm_params": {
+                                    "model": "openai/base",
+                                    "api_base": f"{backend}/v1",
+                                    "api_key": "none",
+                                },
+                            }
+                        ]
+                    }
+                )
+            )
+            processes.append(
+                subprocess.Popen(
+                    [LITELLM, "--config", str(config), "--port", str(litellm_port), "--num_workers", "1"],
+                    stdout=log,
+                    stderr=log,
+                    env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key},
+                )
+            )
             wait_for_http(f"{backend}/health", processes[0])
             wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[1])
             wait_for_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[2])
-            seats = [json.loads(subprocess.run([ROLLOUT, "seat", "new", "--json", *overrides], capture_output=True,
-                                               text=True, check=True).stdout) for _ in range(4)]  # fmt: skip
+            seats = [
+                json.loads(
+                    subprocess.run(
+                        [ROLLOUT, "seat", "new", "--json", *overrides],
+                        capture_output=True,
+                        text=True,
+                        check=True,
+                    ).stdout
+                )
+                for _ in range(4)
+            ]
             paths = {
                 "direct": (f"{backend}/v1/chat/completions", [{}]),
-                "rollout": (f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
-                            [{"authorization": f"Bearer {s['api_key']}"} for s in seats]),
-                "litellm": (f"http://127.0.0.1:{litellm_port}/v1/chat/completions", [{"authorization": f"Bearer {master_key}"}]),
-            }  # fmt: skip
+                "rollout": (
+                    f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
+                    [{"authorization": f"Bearer {s['api_key']}"} for s in seats],
+                ),
+                "litellm": (
+                    f"http://127.0.0.1:{litellm_port}/v1/chat/completions",
+                    [{"authorization": f"Bearer {master_key}"}],
+                ),
+            }
             results: dict[str, dict[int, dict[str, float]]] = {name: {} for name in paths}
             for concurrency in CONCURRENCY:
                 for name, (url, headers) in paths.items():
@@ -123,8 +190,12 @@ def main(quick: bool = False) -> int:
                         _load(url, headers, concurrency, requests_for[concurrency])
                     )
                     r = results[name][concurrency]
-                    print(f"{name:>8} c={concurrency:<3} {r['turns_per_s']:8.1f} turns/s  p50 {r['p50_ms']:7.2f} ms"
-                          f"  p99 {r['p99_ms']:7.2f} ms", file=sys.stderr, flush=True)  # fmt: skip
+                    print(
+                        f"{name:>8} c={concurrency:<3} {r['turns_per_s']:8.1f} turns/s  p50 {r['p50_ms']:7.2f} ms"
+                        f"  p99 {r['p99_ms']:7.2f} ms",
+                        file=sys.stderr,
+                        flush=True,
+                    )
         finally:
             for process in processes:
                 terminate(process.pid)

@@ -43,8 +43,20 @@ def _train(
     overrides: list[str], preset: str, run: str, steps: int, log: Path, budget_s: float
 ) -> tuple[int | None, float]:
     """The CLI, until it finishes or the budget is spent (then Ctrl-C). Its exit code (None: interrupted)."""
-    command = [sys.executable, "-m", "rollout.cli", "train", "arithmetic.environment:environment",
-               "--preset", preset, "--run", run, "--json", f"trainer.steps={steps}", *overrides]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "rollout.cli",
+        "train",
+        "arithmetic.environment:environment",
+        "--preset",
+        preset,
+        "--run",
+        run,
+        "--json",
+        f"trainer.steps={steps}",
+        *overrides,
+    ]
     started = time.monotonic()
     with log.open("wb") as out:
         process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
@@ -63,10 +75,19 @@ async def _curve(ledger_url: str, run: str) -> list[dict[str, Any]]:
 
     async with await Ledger.connect(ledger_url) as ledger:
         began = next(e for e in await ledger.read(f"run/{run}") if e.kind == Kind.RUN_CREATED).recorded_at
-        created = [e for e in await ledger.read(checkpoints_stream(run_policy(run, "default")), limit=100000)
-                   if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
-    return [{"step": int(e.payload["version"]), "minutes": (e.recorded_at - began).total_seconds() / 60,
-             "reward": float(e.payload["metrics"]["reward_mean"])} for e in created]  # fmt: skip
+        created = [
+            e
+            for e in await ledger.read(checkpoints_stream(run_policy(run, "default")), limit=100000)
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
+    return [
+        {
+            "step": int(e.payload["version"]),
+            "minutes": (e.recorded_at - began).total_seconds() / 60,
+            "reward": float(e.payload["metrics"]["reward_mean"]),
+        }
+        for e in created
+    ]
 
 
 def _plot(curve: list[dict[str, Any]], title: str) -> None:
@@ -119,8 +140,11 @@ def main(quick: bool = False) -> int:
     window = min(WINDOW, max(1, len(rewards) // 2))
     first, last = statistics.mean(rewards[:window]), statistics.mean(rewards[-window:])
     if not quick:
-        _plot(curve, f"cpu-tiny on arithmetic ({settings.trainer.model}, LoRA r={settings.trainer.lora_rank}, "
-                     f"{os.cpu_count()} CPUs): {len(curve)} steps in {wall_s / 60:.1f} min")  # fmt: skip
+        _plot(
+            curve,
+            f"cpu-tiny on arithmetic ({settings.trainer.model}, LoRA r={settings.trainer.lora_rank}, "
+            f"{os.cpu_count()} CPUs): {len(curve)} steps in {wall_s / 60:.1f} min",
+        )
     summary = {
         "benchmark": "learning",
         "machine": f"{os.uname().machine} {os.cpu_count()} cpus",

@@ -24,25 +24,52 @@ def build(completion_ids: list[int]) -> Starlette:
     async def completions(request: Request) -> JSONResponse:
         body = await request.json()
         ids = completion_ids[: body.get("max_tokens") or len(completion_ids)]
-        choice = {"index": 0, "text": REPLY, "finish_reason": "stop", "token_ids": ids,
-                  "logprobs": {"token_logprobs": [0.0] * len(ids), "tokens": [], "top_logprobs": None}}  # fmt: skip
-        return JSONResponse({"id": "cmpl-1", "object": "text_completion", "created": int(time.time()),
-                             "model": body.get("model", "base"), "choices": [choice]})  # fmt: skip
+        choice = {
+            "index": 0,
+            "text": REPLY,
+            "finish_reason": "stop",
+            "token_ids": ids,
+            "logprobs": {"token_logprobs": [0.0] * len(ids), "tokens": [], "top_logprobs": None},
+        }
+        return JSONResponse(
+            {
+                "id": "cmpl-1",
+                "object": "text_completion",
+                "created": int(time.time()),
+                "model": body.get("model", "base"),
+                "choices": [choice],
+            }
+        )
 
     async def chat(request: Request) -> JSONResponse:
         body = await request.json()
-        return JSONResponse({
-            "id": "chatcmpl-1", "object": "chat.completion", "created": int(time.time()), "model": body.get("model"),
-            "choices": [{"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
-            "usage": {"prompt_tokens": 10, "completion_tokens": len(completion_ids), "total_tokens": 10 + len(completion_ids)},
-        })  # fmt: skip
+        return JSONResponse(
+            {
+                "id": "chatcmpl-1",
+                "object": "chat.completion",
+                "created": int(time.time()),
+                "model": body.get("model"),
+                "choices": [
+                    {"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}
+                ],
+                "usage": {
+                    "prompt_tokens": 10,
+                    "completion_tokens": len(completion_ids),
+                    "total_tokens": 10 + len(completion_ids),
+                },
+            }
+        )
 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"]),
-                             Route("/v1/chat/completions", chat, methods=["POST"]),
-                             Route("/health", health)])  # fmt: skip
+    return Starlette(
+        routes=[
+            Route("/v1/completions", completions, methods=["POST"]),
+            Route("/v1/chat/completions", chat, methods=["POST"]),
+            Route("/health", health),
+        ]
+    )
 
 
 def main() -> None:

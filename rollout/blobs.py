@@ -94,8 +94,16 @@ class FileBlobStore:
 
 
 class S3BlobStore:
-    def __init__(self, bucket: str, prefix: str, endpoint: str, *, secure: bool = True,
-                 access_key: str | None = None, secret_key: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str,
+        endpoint: str,
+        *,
+        secure: bool = True,
+        access_key: str | None = None,
+        secret_key: str | None = None,
+    ) -> None:
         from minio import Minio
 
         self.bucket, self.prefix = bucket, prefix.strip("/")

@@ -36,9 +36,14 @@ async def run_bounded(
     keep: Literal["head", "tail"] = "head",
 ) -> ProcessOutcome:
     process = await asyncio.create_subprocess_exec(
-        *argv, cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        *argv,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+        start_new_session=True,
+    )
     kept = bytearray()
     truncated = False
 
@@ -66,4 +71,6 @@ async def run_bounded(
                 os.killpg(process.pid, signal.SIGKILL)
             await process.wait()
     exit_code = None if timed_out else process.returncode
-    return ProcessOutcome(exit_code, kept.decode(errors="replace"), truncated, timed_out)
+    return ProcessOutcome(
+        exit_code=exit_code, output=kept.decode(errors="replace"), truncated=truncated, timed_out=timed_out
+    )

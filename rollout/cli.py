@@ -297,8 +297,12 @@ def engine_serve(
 
         from rollout.engines.tinker import TinkerEngine
 
-        engine = TinkerEngine(tinker_base_model or model, base_url=tinker_url, served_name=served_name,
-                              tokenizer=AutoTokenizer.from_pretrained(model_path))  # fmt: skip
+        engine = TinkerEngine(
+            tinker_base_model or model,
+            base_url=tinker_url,
+            served_name=served_name,
+            tokenizer=AutoTokenizer.from_pretrained(model_path),
+        )
         where = tinker_url or os.environ.get("TINKER_BASE_URL") or "Tinker"
         err.print(
             f"Tinker engine sampling {engine.base_model} at {where} as '{served_name}' on http://{host}:{port}"
@@ -328,7 +332,11 @@ def engine_serve(
 
     formats = {"local": ("lora",), "tinker": ("tinker",), "scripted": ("lora", "full", "tinker")}[kind]
     follower = FollowerConfig(
-        name or f"engine-{port}", f"http://{host}:{port}", served_name, formats, gpu=gpu
+        engine=name or f"engine-{port}",
+        url=f"http://{host}:{port}",
+        base=served_name,
+        formats=formats,
+        gpu=gpu,
     )
     asyncio.run(_serve_engine(settings, build_app(engine), engine, host, port, follower if follow else None))
 
@@ -472,9 +480,15 @@ def seat_new(
     async def make() -> tuple[str, str]:
         async with await Ledger.connect(settings.ledger_url) as ledger:
             seat, token = await open_seat(
-                ledger, load_secret(settings.data_path / "gateway.secret"), seat_id=f"manual/{uuid.uuid4().hex[:12]}",
-                agent=agent, policy=policy, run=run, episode=episode, checkpoint=checkpoint,
-            )  # fmt: skip
+                ledger,
+                load_secret(settings.data_path / "gateway.secret"),
+                seat_id=f"manual/{uuid.uuid4().hex[:12]}",
+                agent=agent,
+                policy=policy,
+                run=run,
+                episode=episode,
+                checkpoint=checkpoint,
+            )
         return seat.seat_id, token
 
     try:
@@ -486,8 +500,10 @@ def seat_new(
         print(json.dumps({"seat": seat_id, "base_url": base_url, "api_key": token}))
         return
     out.print(f"seat      {seat_id}\nbase URL  {base_url}\nAPI key   {token}", highlight=False)
-    out.print(f"Claude Code: ANTHROPIC_BASE_URL={gateway_url.rstrip('/')}/s/{token} ANTHROPIC_API_KEY={token} claude",
-              highlight=False)  # fmt: skip
+    out.print(
+        f"Claude Code: ANTHROPIC_BASE_URL={gateway_url.rstrip('/')}/s/{token} ANTHROPIC_API_KEY={token} claude",
+        highlight=False,
+    )
 
 
 def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> None:
@@ -562,8 +578,14 @@ def worker_runner(
     async def serve() -> None:
         client = await _temporal(settings)
         async with await Ledger.connect(settings.ledger_url) as ledger:
-            worker = runner_worker(client, ledger, gateway_url=url, seat_secret=load_secret(settings.data_path / "gateway.secret"),
-                                   task_queue=task_queue, max_concurrent_activities=max_activities)  # fmt: skip
+            worker = runner_worker(
+                client,
+                ledger,
+                gateway_url=url,
+                seat_secret=load_secret(settings.data_path / "gateway.secret"),
+                task_queue=task_queue,
+                max_concurrent_activities=max_activities,
+            )
             err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
             await worker.run()
 
@@ -605,9 +627,13 @@ def worker_trainer(
     with err.status(f"preparing {spec.model}…"):
         model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
     trainer_config = LocalTrainerConfig(
-        lora_rank=spec.lora_rank or None, lora_alpha=spec.lora_alpha, learning_rate=spec.learning_rate,
-        max_grad_norm=spec.max_grad_norm, micro_batch_tokens=spec.micro_batch_tokens, device=spec.device,
-    )  # fmt: skip
+        lora_rank=spec.lora_rank or None,
+        lora_alpha=spec.lora_alpha,
+        learning_rate=spec.learning_rate,
+        max_grad_norm=spec.max_grad_norm,
+        micro_batch_tokens=spec.micro_batch_tokens,
+        device=spec.device,
+    )
     loss = LossConfig(spec.loss.value, is_cap=spec.is_cap)
     store = _blob_store(settings)
     name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
@@ -616,9 +642,17 @@ def worker_trainer(
     async def serve() -> None:
         client = await _temporal(settings)
         async with await Ledger.connect(settings.ledger_url) as ledger:
-            training = LocalTrainingActivities(ledger, store, model_path=model_path, config=trainer_config, loss=loss,
-                                               holder=name, scratch=scratch, gpu_lease=spec.gpu_lease,
-                                               lease_ttl_s=spec.lease_ttl_s)  # fmt: skip
+            training = LocalTrainingActivities(
+                ledger,
+                store,
+                model_path=model_path,
+                config=trainer_config,
+                loss=loss,
+                holder=name,
+                scratch=scratch,
+                gpu_lease=spec.gpu_lease,
+                lease_ttl_s=spec.lease_ttl_s,
+            )
             bridges = BridgeActivities(ledger, store, base_model=model_path, scratch=scratch)
             worker = trainer_worker(client, training, bridges, task_queue=task_queue)
             err.print(
@@ -646,10 +680,18 @@ def _tinker_trainer(settings: config.Settings, task_queue: str, holder: str | No
 
     spec = settings.trainer
     if not spec.tinker_base_model or not spec.lora_rank:
-        fail("trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
-             "Qwen/Qwen3-8B) and a LoRA rank (trainer.lora_rank=32): Tinker trains LoRA adapters", code=2)  # fmt: skip
-    config_ = TinkerTrainerConfig(spec.tinker_base_model, spec.lora_rank, spec.learning_rate, spec.max_grad_norm,
-                                  base_url=spec.tinker_url)  # fmt: skip
+        fail(
+            "trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
+            "Qwen/Qwen3-8B) and a LoRA rank (trainer.lora_rank=32): Tinker trains LoRA adapters",
+            code=2,
+        )
+    config_ = TinkerTrainerConfig(
+        base_model=spec.tinker_base_model,
+        lora_rank=spec.lora_rank,
+        learning_rate=spec.learning_rate,
+        max_grad_norm=spec.max_grad_norm,
+        base_url=spec.tinker_url,
+    )
     store = _blob_store(settings)
     name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
     scratch = settings.data_path / "trainer" / name
@@ -657,8 +699,15 @@ def _tinker_trainer(settings: config.Settings, task_queue: str, holder: str | No
     async def serve() -> None:
         client = await _temporal(settings)
         async with await Ledger.connect(settings.ledger_url) as ledger:
-            training = TinkerTrainingActivities(ledger, store, config=config_, loss=LossConfig(spec.loss.value),
-                                                holder=name, scratch=scratch, lease_ttl_s=spec.lease_ttl_s)  # fmt: skip
+            training = TinkerTrainingActivities(
+                ledger,
+                store,
+                config=config_,
+                loss=LossConfig(spec.loss.value),
+                holder=name,
+                scratch=scratch,
+                lease_ttl_s=spec.lease_ttl_s,
+            )
             bridges = BridgeActivities(ledger, store, base_model=None, scratch=scratch)
             worker = trainer_worker(client, training, bridges, task_queue=task_queue)
             err.print(
@@ -735,9 +784,19 @@ def run_start(
 
     async def start() -> dict[str, object]:
         client = await Client.connect(settings.temporal_address)
-        handle = await client.start_workflow("RunWorkflow", RunInput(run_id, environment, in_flight, groups, max_lag),
-                                             id=run_workflow_id(run_id), task_queue=RUNNER_QUEUE,
-                                             result_type=RunStatus)  # fmt: skip
+        handle = await client.start_workflow(
+            "RunWorkflow",
+            RunInput(
+                run=run_id,
+                environment=environment,
+                groups_in_flight=in_flight,
+                max_groups=groups,
+                max_lag=max_lag,
+            ),
+            id=run_workflow_id(run_id),
+            task_queue=RUNNER_QUEUE,
+            result_type=RunStatus,
+        )
         if not wait:
             return {"run": run_id, "workflow": handle.id}
         return asdict(await handle.result())
@@ -840,8 +899,11 @@ def train(
     if as_json:
         print(json.dumps(summary))
         return
-    out.print(f"run {run_id}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the run, "
-              f"{summary['episodes']} episodes; reward by step {summary['reward_by_step']}", highlight=False)  # fmt: skip
+    out.print(
+        f"run {run_id}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the run, "
+        f"{summary['episodes']} episodes; reward by step {summary['reward_by_step']}",
+        highlight=False,
+    )
 
 
 @app.command()
@@ -881,13 +943,22 @@ def sft(
     if not spec.lora_rank:
         fail("the warm start trains a LoRA adapter: set trainer.lora_rank= to 1 or more", code=2)
     model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
-    config_ = SftConfig(spec.lora_rank, spec.lora_alpha, spec.learning_rate, epochs)
+    config_ = SftConfig(
+        lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha, learning_rate=spec.learning_rate, epochs=epochs
+    )
     holder = f"sft-{socket.gethostname()}-{os.getpid()}"
 
     async def run() -> dict[str, Any]:
         async with await Ledger.connect(settings.ledger_url) as ledger:
-            record = await warm_start(ledger, _blob_store(settings), name=name or dataset.stem, model_path=model_path,
-                                      rows=rows, config=config_, holder=holder)  # fmt: skip
+            record = await warm_start(
+                ledger,
+                _blob_store(settings),
+                name=name or dataset.stem,
+                model_path=model_path,
+                rows=rows,
+                config=config_,
+                holder=holder,
+            )
         return {"checkpoint": record.name, "examples": len(rows), "metrics": record.metrics}
 
     err.print(f"fine-tuning {spec.model} (LoRA r={spec.lora_rank}) on {len(rows)} conversations…")
@@ -900,9 +971,12 @@ def sft(
     if as_json:
         print(json.dumps(summary))
         return
-    out.print(f"published {summary['checkpoint']}: SFT loss {summary['metrics']['sft_loss_first']:.3f} → "
-              f"{summary['metrics']['sft_loss_last']:.3f}. Train from it with `rollout train ENV "
-              f"trainer.warm_start={summary['checkpoint']}`", highlight=False)  # fmt: skip
+    out.print(
+        f"published {summary['checkpoint']}: SFT loss {summary['metrics']['sft_loss_first']:.3f} → "
+        f"{summary['metrics']['sft_loss_last']:.3f}. Train from it with `rollout train ENV "
+        f"trainer.warm_start={summary['checkpoint']}`",
+        highlight=False,
+    )
 
 
 def _check_engine_model(settings: config.Settings, model_path: str) -> None:

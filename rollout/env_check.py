@@ -116,10 +116,14 @@ async def check_environment(reference: str | Environment) -> CheckReport:
         return report
     async with _sandbox_for_check(environment.sandbox, report) as seats:
         if seats is not None:
-            await asyncio.gather(*(
-                _check_agent(environment, agent.name, bool(agent.command), parameters, report, seats[index])
-                for index, agent in enumerate(environment.agents)
-            ))  # fmt: skip
+            await asyncio.gather(
+                *(
+                    _check_agent(
+                        environment, agent.name, bool(agent.command), parameters, report, seats[index]
+                    )
+                    for index, agent in enumerate(environment.agents)
+                )
+            )
     return report
 
 
@@ -139,7 +143,10 @@ async def _sandbox_for_check(
             build_sandbox_app(world, kind=need.kind, name="env-check", seats=need.seats)
         ) as url:
             seats = [
-                SandboxSeat(url, need.kind, "env-check", 1, seat, "env-check") for seat in range(need.seats)
+                SandboxSeat(
+                    address=url, kind=need.kind, name="env-check", epoch=1, seat=seat, holder="env-check"
+                )
+                for seat in range(need.seats)
             ]
             async with SandboxClient(seats[0]) as opener:
                 await opener.open()
@@ -157,7 +164,14 @@ async def _check_agent(
     sandbox: SandboxSeat | None,
 ) -> None:
     where = f"{report.reference} agent {agent!r}"
-    context = RunContext("env-check", "episode-0", f"env-check/{agent}", 1, parameters, sandbox)
+    context = RunContext(
+        run="env-check",
+        episode="episode-0",
+        seat=f"env-check/{agent}",
+        attempt=1,
+        parameters=parameters,
+        sandbox=sandbox,
+    )
     try:
         task = environment.make_task(parameters, agent)
     except Exception as error:
@@ -178,7 +192,13 @@ async def _check_agent(
         report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
     for tool in model.tools_seen.values():
         report.findings.extend(Finding(f"{where} tool {tool.name!r}", p) for p in tool_problems(tool))
-    played = AgentPlay(agent, 0, None, False, sorted(model.tools_seen))
+    played = AgentPlay(agent=agent, turns=0, reward=None, truncated=False, tools=sorted(model.tools_seen))
     if outcome is not None:
-        played = AgentPlay(agent, outcome.turns, outcome.reward, outcome.truncated, played.tools)
+        played = AgentPlay(
+            agent=agent,
+            turns=outcome.turns,
+            reward=outcome.reward,
+            truncated=outcome.truncated,
+            tools=played.tools,
+        )
     report.plays.append(played)

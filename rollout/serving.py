@@ -38,13 +38,17 @@ def gpu_lease_resource(gpu: str) -> str:
 
 
 def _files_payload(files: dict[str, CheckpointFile]) -> dict[str, dict[str, Any]]:
-    return {name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
-            for name, f in files.items()}  # fmt: skip
+    return {
+        name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
+        for name, f in files.items()
+    }
 
 
 def files_from_payload(payload: dict[str, Any]) -> dict[str, CheckpointFile]:
-    return {name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
-            for name, f in payload.items()}  # fmt: skip
+    return {
+        name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
+        for name, f in payload.items()
+    }
 
 
 @dataclass(frozen=True)
@@ -62,14 +66,27 @@ class ServingTarget:
         return f"{self.policy}/{self.version}/{self.format}"
 
     def payload(self) -> dict[str, Any]:
-        return {"policy": self.policy, "checkpoint": self.checkpoint, "version": self.version, "run": self.run,
-                "format": self.format, "files": _files_payload(self.files), "location": self.location}  # fmt: skip
+        return {
+            "policy": self.policy,
+            "checkpoint": self.checkpoint,
+            "version": self.version,
+            "run": self.run,
+            "format": self.format,
+            "files": _files_payload(self.files),
+            "location": self.location,
+        }
 
     @staticmethod
     def from_payload(payload: dict[str, Any]) -> ServingTarget:
-        return ServingTarget(payload["policy"], payload["checkpoint"], int(payload["version"]), payload["run"],
-                             payload["format"], files_from_payload(payload.get("files") or {}),
-                             payload.get("location"))  # fmt: skip
+        return ServingTarget(
+            policy=payload["policy"],
+            checkpoint=payload["checkpoint"],
+            version=int(payload["version"]),
+            run=payload["run"],
+            format=payload["format"],
+            files=files_from_payload(payload.get("files") or {}),
+            location=payload.get("location"),
+        )
 
 
 @dataclass(frozen=True)
@@ -98,16 +115,32 @@ class ServingAck:
         return f"{self.engine}/{self.incarnation}/{self.n}"
 
     def payload(self) -> dict[str, Any]:
-        return {"engine": self.engine, "url": self.url, "incarnation": self.incarnation, "n": self.n,
-                "base": self.base, "serving": [s.__dict__ for s in self.serving], "sleeping": self.sleeping,
-                "gpu": self.gpu, "failed": self.failed}  # fmt: skip
+        return {
+            "engine": self.engine,
+            "url": self.url,
+            "incarnation": self.incarnation,
+            "n": self.n,
+            "base": self.base,
+            "serving": [s.__dict__ for s in self.serving],
+            "sleeping": self.sleeping,
+            "gpu": self.gpu,
+            "failed": self.failed,
+        }
 
     @staticmethod
     def from_payload(payload: dict[str, Any]) -> ServingAck:
         serving = tuple(Served(s["policy"], s["checkpoint"], int(s["version"])) for s in payload["serving"])
-        return ServingAck(payload["engine"], payload["url"], payload["incarnation"], int(payload["n"]),
-                          payload.get("base", BASE_CHECKPOINT), serving, bool(payload.get("sleeping")),
-                          payload.get("gpu"), payload.get("failed"))  # fmt: skip
+        return ServingAck(
+            engine=payload["engine"],
+            url=payload["url"],
+            incarnation=payload["incarnation"],
+            n=int(payload["n"]),
+            base=payload.get("base", BASE_CHECKPOINT),
+            serving=serving,
+            sleeping=bool(payload.get("sleeping")),
+            gpu=payload.get("gpu"),
+            failed=payload.get("failed"),
+        )
 
     def serves(self, checkpoint: str) -> bool:
         return any(s.checkpoint == checkpoint for s in self.serving)

@@ -45,8 +45,17 @@ async def published(ledger: Ledger, name: str) -> CheckpointRecord | None:
     return None
 
 
-async def warm_start(ledger: Ledger, store: BlobStore, *, name: str, model_path: str, rows: list[dict[str, Any]],
-                     config: SftConfig, holder: str, scratch: Path | None = None) -> CheckpointRecord:  # fmt: skip
+async def warm_start(
+    ledger: Ledger,
+    store: BlobStore,
+    *,
+    name: str,
+    model_path: str,
+    rows: list[dict[str, Any]],
+    config: SftConfig,
+    holder: str,
+    scratch: Path | None = None,
+) -> CheckpointRecord:
     """Train the adapter on `rows` and publish it; the published checkpoint."""
     policy = warm_start_policy(name)
     if (existing := await published(ledger, name)) is not None:
@@ -58,8 +67,17 @@ async def warm_start(ledger: Ledger, store: BlobStore, *, name: str, model_path:
         if lease is None:
             raise WarmStartExists(f"another process is publishing the warm start {name!r}")
         try:
-            return await publish_checkpoint(ledger, store, lease.fence, run=SFT_RUN, policy=policy, step=1,
-                                            parent=None, directory=directory, metrics=metrics)  # fmt: skip
+            return await publish_checkpoint(
+                ledger,
+                store,
+                lease.fence,
+                run=SFT_RUN,
+                policy=policy,
+                step=1,
+                parent=None,
+                directory=directory,
+                metrics=metrics,
+            )
         finally:
             await ledger.release(lease)
 

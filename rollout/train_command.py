@@ -23,10 +23,21 @@ from rollout.workflows.types import RunInput, TrainingSpec, run_policy
 def run_input(settings: Settings, environment: str, run: str) -> RunInput:
     trainer = settings.trainer
     formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
-    training = TrainingSpec(trainer.steps, trainer.groups_per_batch, trainer.advantage.value, serve_formats=formats,
-                            warm_start=trainer.warm_start)  # fmt: skip
-    return RunInput(run, environment, groups_in_flight=settings.run.groups_in_flight, max_lag=settings.run.max_lag,
-                    settings={"max_tokens": settings.run.max_tokens}, training=training)  # fmt: skip
+    training = TrainingSpec(
+        trainer.steps,
+        trainer.groups_per_batch,
+        trainer.advantage.value,
+        serve_formats=formats,
+        warm_start=trainer.warm_start,
+    )
+    return RunInput(
+        run,
+        environment,
+        groups_in_flight=settings.run.groups_in_flight,
+        max_lag=settings.run.max_lag,
+        settings={"max_tokens": settings.run.max_tokens},
+        training=training,
+    )
 
 
 @dataclass
@@ -51,16 +62,20 @@ class TrainingProgress:
 
     async def refresh(self, ledger: Ledger) -> None:
         created = await ledger.read(checkpoints_stream(self.ledger_policy), limit=100000)
-        self.steps = [Step(int(e.payload["version"]), str(e.payload["name"]), dict(e.payload.get("metrics", {})))
-                      for e in created if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
+        self.steps = [
+            Step(int(e.payload["version"]), str(e.payload["name"]), dict(e.payload.get("metrics", {})))
+            for e in created
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
         while events := await ledger.read(ACKS_STREAM, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
             for event in events:
                 ack = ServingAck.from_payload(dict(event.payload))
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
         row = await ledger.fetch_one(
-            "SELECT count(*) AS n FROM event WHERE stream_id = %s AND kind = 'EpisodeFinished'", f"run/{self.run}/episodes"
-        )  # fmt: skip
+            "SELECT count(*) AS n FROM event WHERE stream_id = %s AND kind = 'EpisodeFinished'",
+            f"run/{self.run}/episodes",
+        )
         self.episodes = int(row["n"]) if row else 0
 
     @property
@@ -73,14 +88,19 @@ class TrainingProgress:
         if newest is None:
             return f"waiting for the first batch · {self.episodes} episodes played"
         m = newest.metrics
-        return (f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
-                f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
-                f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes")  # fmt: skip
+        return (
+            f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
+            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
+            f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes"
+        )
 
     def summary(self) -> dict[str, Any]:
         return {
-            "run": self.run, "policy": self.ledger_policy, "steps": len(self.steps),
-            "checkpoints": [s.name for s in self.steps], "served": sorted(self.served),
+            "run": self.run,
+            "policy": self.ledger_policy,
+            "steps": len(self.steps),
+            "checkpoints": [s.name for s in self.steps],
+            "served": sorted(self.served),
             "episodes": self.episodes,
             "reward_by_step": [round(s.metrics.get("reward_mean", float("nan")), 4) for s in self.steps],
-        }  # fmt: skip
+        }

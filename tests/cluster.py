@@ -49,17 +49,24 @@ class Cluster:
         load_secret(self.root / "gateway.secret")  # made once here: the gateway and the runners share it
 
     def _overrides(self) -> list[str]:
-        return [f"data_dir={self.root}", f"models_dir={self.models_dir}",
-                f"services.postgres.url={self.settings.ledger_url}",
-                f"services.temporal.address={self.settings.temporal_address}"]  # fmt: skip
+        return [
+            f"data_dir={self.root}",
+            f"models_dir={self.models_dir}",
+            f"services.postgres.url={self.settings.ledger_url}",
+            f"services.temporal.address={self.settings.temporal_address}",
+        ]
 
     def _start(self, name: str, *arguments: str) -> Service:
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
-            process = subprocess.Popen([sys.executable, "-m", "rollout.cli", *arguments, *self._overrides()],
-                                       stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                                       start_new_session=True)  # fmt: skip
+            process = subprocess.Popen(
+                [sys.executable, "-m", "rollout.cli", *arguments, *self._overrides()],
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
         service = Service(name, process, log)
         self.services.append(service)
         return service
@@ -71,8 +78,21 @@ class Cluster:
 
     def engine(self, *, think_ms: float = 0, script: str = "tests.scripts:play") -> str:
         port = free_port()
-        service = self._start("engine", "engine", "serve", "--kind", "scripted", "--script", script,
-                              "--think-ms", str(think_ms), "--model", "tiny-qwen3", "--port", str(port))  # fmt: skip
+        service = self._start(
+            "engine",
+            "engine",
+            "serve",
+            "--kind",
+            "scripted",
+            "--script",
+            script,
+            "--think-ms",
+            str(think_ms),
+            "--model",
+            "tiny-qwen3",
+            "--port",
+            str(port),
+        )
         self._ready(service, port)
         return f"http://127.0.0.1:{port}"
 
@@ -89,34 +109,80 @@ class Cluster:
     def local_engine(self, name: str, port: int | None = None) -> tuple[Service, str]:
         """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name`."""
         port = port or free_port()
-        service = self._start(name, "engine", "serve", "--kind", "local", "--model", "tiny-qwen3", "--device", "cpu",
-                              "--name", name, "--port", str(port))  # fmt: skip
+        service = self._start(
+            name,
+            "engine",
+            "serve",
+            "--kind",
+            "local",
+            "--model",
+            "tiny-qwen3",
+            "--device",
+            "cpu",
+            "--name",
+            name,
+            "--port",
+            str(port),
+        )
         self._ready(service, port)
         return service, f"http://127.0.0.1:{port}"
 
     def trainer(self, name: str, task_queue: str, *overrides: str) -> Service:
-        service = self._start(name, "worker", "trainer", "--task-queue", task_queue, "--holder", name,
-                              "trainer.model=tiny-qwen3", "trainer.device=cpu", "trainer.lora_rank=4",
-                              "trainer.learning_rate=1e-3", *overrides)  # fmt: skip
+        service = self._start(
+            name,
+            "worker",
+            "trainer",
+            "--task-queue",
+            task_queue,
+            "--holder",
+            name,
+            "trainer.model=tiny-qwen3",
+            "trainer.device=cpu",
+            "trainer.lora_rank=4",
+            "trainer.learning_rate=1e-3",
+            *overrides,
+        )
         return self._logged(service, "trainer worker")
 
     def gateway(self, engine_url: str, port: int | None = None) -> str:
         port = port or free_port()
-        service = self._start("gateway", "gateway", "--model", "tiny-qwen3", "--engine-url", engine_url,
-                              "--port", str(port), "--max-context", "8192")  # fmt: skip
+        service = self._start(
+            "gateway",
+            "gateway",
+            "--model",
+            "tiny-qwen3",
+            "--engine-url",
+            engine_url,
+            "--port",
+            str(port),
+            "--max-context",
+            "8192",
+        )
         self._ready(service, port)
         return f"http://127.0.0.1:{port}"
 
     def runner(self, name: str, gateway_url: str, *, max_activities: int | None = None) -> Service:
         limit = ["--max-activities", str(max_activities)] if max_activities else []
-        service = self._start(name, "worker", "runner", "--gateway-url", gateway_url,
-                              "--task-queue", self.task_queue, *limit)  # fmt: skip
+        service = self._start(
+            name, "worker", "runner", "--gateway-url", gateway_url, "--task-queue", self.task_queue, *limit
+        )
         return self._logged(service, "runner worker on queue")
 
     def sandbox(self, kind: str, name: str, seats: int) -> Service:
         port = free_port()
-        service = self._start(f"sandbox-{name}", "sandbox", "serve", "--kind", kind, "--name", name,
-                              "--seats", str(seats), "--port", str(port))  # fmt: skip
+        service = self._start(
+            f"sandbox-{name}",
+            "sandbox",
+            "serve",
+            "--kind",
+            kind,
+            "--name",
+            name,
+            "--seats",
+            str(seats),
+            "--port",
+            str(port),
+        )
         self._ready(service, port)
         return service
 

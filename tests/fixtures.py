@@ -73,7 +73,12 @@ def tiny_qwen3(models_dir: Path) -> str:
 @pytest.fixture
 def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwen3: str) -> Iterator[Cluster]:
     """Rollout's services as real, killable processes (chaos tests); every one is stopped at the end."""
-    made = Cluster(stack_settings, tmp_path / "cluster", models_dir, f"chaos-{uuid.uuid4().hex[:8]}")
+    made = Cluster(
+        settings=stack_settings,
+        root=tmp_path / "cluster",
+        models_dir=models_dir,
+        task_queue=f"chaos-{uuid.uuid4().hex[:8]}",
+    )
     try:
         yield made
     finally:

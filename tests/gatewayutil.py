@@ -38,9 +38,15 @@ class RunningGateway:
 
 
 @asynccontextmanager
-async def serve_gateway(ledger: Ledger, renderer: ModelRenderer, engine: Engine, *,
-                        wait_s: float = 5.0, max_context: int = 4096,
-                        externals: dict[str, ExternalModel] | None = None) -> AsyncIterator[RunningGateway]:  # fmt: skip
+async def serve_gateway(
+    ledger: Ledger,
+    renderer: ModelRenderer,
+    engine: Engine,
+    *,
+    wait_s: float = 5.0,
+    max_context: int = 4096,
+    externals: dict[str, ExternalModel] | None = None,
+) -> AsyncIterator[RunningGateway]:
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
     async with serving(build_app(gateway, model_names=["base"])) as url:

@@ -68,9 +68,13 @@ def cli(package: str, name: str) -> str:
 
 async def run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
-        *command, cwd=cwd, env={**os.environ, **env}, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-    )  # fmt: skip
+        *command,
+        cwd=cwd,
+        env={**os.environ, **env},
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
     output, _ = await asyncio.wait_for(process.communicate(), timeout=240)
     return process.returncode or 0, output.decode(errors="replace")
 
@@ -98,10 +102,24 @@ async def test_claude_code_completes_a_tool_loop(
     async with serve_gateway(
         ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
     ) as gateway:
-        env = {"ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}", "ANTHROPIC_API_KEY": token, "HOME": str(tmp_path),
-               "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1", "DISABLE_AUTOUPDATER": "1"}  # fmt: skip
-        code, output = await run([claude, "-p", f"Run echo {MARKER} with Bash and tell me what it printed.",
-                                  "--allowedTools", "Bash"], env, tmp_path)  # fmt: skip
+        env = {
+            "ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}",
+            "ANTHROPIC_API_KEY": token,
+            "HOME": str(tmp_path),
+            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+            "DISABLE_AUTOUPDATER": "1",
+        }
+        code, output = await run(
+            [
+                claude,
+                "-p",
+                f"Run echo {MARKER} with Bash and tell me what it printed.",
+                "--allowedTools",
+                "Bash",
+            ],
+            env,
+            tmp_path,
+        )
     assert code == 0, output
     assert f"The command printed {MARKER}." in output
     assert any(MARKER in p and "<tool_response>" in p for p in script.prompts), "Claude Code ran the command"
@@ -123,8 +141,17 @@ async def test_codex_completes_a_tool_loop(ledger: Ledger, renderer: ModelRender
             f'base_url = "{gateway.url}/s/{token}/v1"\nwire_api = "responses"\nenv_key = "ROLLOUT_API_KEY"\n'
         )
         env = {"CODEX_HOME": str(home), "ROLLOUT_API_KEY": token, "HOME": str(tmp_path)}
-        code, output = await run([codex, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox",
-                                  f"Run echo {MARKER} and tell me what it printed."], env, tmp_path)  # fmt: skip
+        code, output = await run(
+            [
+                codex,
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                f"Run echo {MARKER} and tell me what it printed.",
+            ],
+            env,
+            tmp_path,
+        )
     assert code == 0, output
     assert f"The command printed {MARKER}." in output
     assert any(MARKER in p and "<tool_response>" in p for p in script.prompts), "Codex ran the command"

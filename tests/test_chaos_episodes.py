@@ -64,9 +64,11 @@ async def test_a_runner_killed_mid_episode_is_replaced_and_each_turn_is_recorded
     client = await Client.connect(cluster.settings.temporal_address)
     run = f"kill-{uuid.uuid4().hex[:6]}"
     handle = await client.start_workflow(
-        RunWorkflow.run, RunInput(run, "gridworld.environment:environment", groups_in_flight=1, max_groups=1),
-        id=run_workflow_id(run), task_queue=cluster.task_queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "gridworld.environment:environment", groups_in_flight=1, max_groups=1),
+        id=run_workflow_id(run),
+        task_queue=cluster.task_queue,
+    )
     seats = [f"{run}/g000000-{member}/solver" for member in range(4)]
 
     async def midway() -> list[int] | None:
@@ -102,11 +104,13 @@ async def test_two_agents_on_two_runner_processes_share_one_sandbox(cluster: Clu
     run = f"pair-{uuid.uuid4().hex[:6]}"
     status: RunStatus = await asyncio.wait_for(
         client.execute_workflow(
-            RunWorkflow.run, RunInput(run, "tests.example_envs:gridworld_pair", groups_in_flight=1, max_groups=2),
-            id=run_workflow_id(run), task_queue=cluster.task_queue,
+            RunWorkflow.run,
+            RunInput(run, "tests.example_envs:gridworld_pair", groups_in_flight=1, max_groups=2),
+            id=run_workflow_id(run),
+            task_queue=cluster.task_queue,
         ),
         240,
-    )  # fmt: skip
+    )
     assert status.episodes_finished == 2 and status.episodes_failed == 0
     finished = [e for e in await ledger.read(f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
     assert len({e.payload["sandbox"] for e in finished}) == 2, "each episode claimed the sandbox anew"
@@ -127,7 +131,9 @@ async def test_a_paused_run_survives_a_restart_of_every_process_and_finishes(
 ) -> None:
     settings = isolated_settings(tmp_path / "stack")
     stack = Stack(settings)
-    cluster = Cluster(settings, tmp_path / "cluster", models_dir, "restart-runner")
+    cluster = Cluster(
+        settings=settings, root=tmp_path / "cluster", models_dir=models_dir, task_queue="restart-runner"
+    )
     run = "restart"
 
     def start_services() -> None:
@@ -140,9 +146,11 @@ async def test_a_paused_run_survives_a_restart_of_every_process_and_finishes(
         await asyncio.to_thread(start_services)
         client = await Client.connect(settings.temporal_address)
         handle = await client.start_workflow(
-            RunWorkflow.run, RunInput(run, "gridworld.environment:environment", groups_in_flight=1, max_groups=2),
-            id=run_workflow_id(run), task_queue=cluster.task_queue,
-        )  # fmt: skip
+            RunWorkflow.run,
+            RunInput(run, "gridworld.environment:environment", groups_in_flight=1, max_groups=2),
+            id=run_workflow_id(run),
+            task_queue=cluster.task_queue,
+        )
         async with await Ledger.connect(settings.ledger_url) as ledger:
 
             async def playing() -> int | None:

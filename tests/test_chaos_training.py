@@ -32,9 +32,16 @@ pytestmark = pytest.mark.slow
 
 
 def training_run(run: str, steps: int, trainer_queue: str) -> RunInput:
-    return RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_lag=1, settings={"max_tokens": 4},
-                    training=TrainingSpec(steps, groups_per_batch=1, wait_s=0.2, served_wait_s=120,
-                                          task_queue=trainer_queue, heartbeat_s=6))  # fmt: skip
+    return RunInput(
+        run,
+        "tests.example_envs:coin",
+        groups_in_flight=2,
+        max_lag=1,
+        settings={"max_tokens": 4},
+        training=TrainingSpec(
+            steps, groups_per_batch=1, wait_s=0.2, served_wait_s=120, task_queue=trainer_queue, heartbeat_s=6
+        ),
+    )
 
 
 async def train_step_started(client: Client, workflow_id: str) -> bool:
@@ -56,8 +63,12 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
     trainer_queue = f"{cluster.task_queue}-trainer"
     first = cluster.trainer("trainer-1", trainer_queue, "trainer.lease_ttl_s=4")
     run = f"chaos-train-{uuid.uuid4().hex[:6]}"
-    handle = await client.start_workflow(RunWorkflow.run, training_run(run, 2, trainer_queue),
-                                         id=run_workflow_id(run), task_queue=cluster.task_queue)  # fmt: skip
+    handle = await client.start_workflow(
+        RunWorkflow.run,
+        training_run(run, 2, trainer_queue),
+        id=run_workflow_id(run),
+        task_queue=cluster.task_queue,
+    )
     training_id = training_workflow_id(run, "default")
 
     async def started() -> bool:
@@ -84,8 +95,11 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
     )
     assert created[0].payload["metrics"]["tokens"] == batches[0].payload["sampled_tokens"]
     history = [e async for e in client.get_workflow_handle(training_id).fetch_history_events()]
-    attempts = [e.activity_task_started_event_attributes.attempt for e in history
-                if e.HasField("activity_task_started_event_attributes")]  # fmt: skip
+    attempts = [
+        e.activity_task_started_event_attributes.attempt
+        for e in history
+        if e.HasField("activity_task_started_event_attributes")
+    ]
     assert max(attempts) >= 2, "a train_step was retried after the kill"
     # The dead trainer's lease epoch is fenced out: a late write from it is refused.
     lease = await ledger.fetch_one("SELECT epoch, holder FROM lease WHERE resource = %s", f"trainer/{policy}")
@@ -95,8 +109,16 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
     scratch.mkdir()
     (scratch / "adapter_config.json").write_text("{}")
     with pytest.raises(StaleFenceError):
-        await publish_checkpoint(ledger, FileBlobStore(cluster.root / "blobs"), stale, run=run, policy=policy,
-                                 step=3, parent=f"{policy}-step000002", directory=scratch)  # fmt: skip
+        await publish_checkpoint(
+            ledger,
+            FileBlobStore(cluster.root / "blobs"),
+            stale,
+            run=run,
+            policy=policy,
+            step=3,
+            parent=f"{policy}-step000002",
+            directory=scratch,
+        )
 
 
 async def test_an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no_episode_fails(
@@ -112,12 +134,19 @@ async def test_an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no
     run = f"chaos-engine-{uuid.uuid4().hex[:6]}"
     policy = run_policy(run, "default")
     first = f"{policy}-step000001"
-    handle = await client.start_workflow(RunWorkflow.run, training_run(run, 3, trainer_queue),
-                                         id=run_workflow_id(run), task_queue=cluster.task_queue)  # fmt: skip
+    handle = await client.start_workflow(
+        RunWorkflow.run,
+        training_run(run, 3, trainer_queue),
+        id=run_workflow_id(run),
+        task_queue=cluster.task_queue,
+    )
 
     async def engine_acks() -> list[ServingAck]:
-        return [ServingAck.from_payload(dict(e.payload)) for e in await ledger.read(ACKS_STREAM, limit=100000)
-                if e.payload["engine"] == "engine-k"]  # fmt: skip
+        return [
+            ServingAck.from_payload(dict(e.payload))
+            for e in await ledger.read(ACKS_STREAM, limit=100000)
+            if e.payload["engine"] == "engine-k"
+        ]
 
     async def serving_first() -> bool:
         return any(ack.serves(first) for ack in await engine_acks())

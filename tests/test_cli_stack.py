@@ -156,13 +156,19 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(
 ) -> None:
     import openai
 
-    overrides = [*isolated_overrides(tmp_path / "data", gateway=True), "services.gateway.model=tiny-qwen3",
-                 f"models_dir={models_dir}"]  # fmt: skip
+    overrides = [
+        *isolated_overrides(tmp_path / "data", gateway=True),
+        "services.gateway.model=tiny-qwen3",
+        f"models_dir={models_dir}",
+    ]
     try:
         up = services(rollout("up", "--json", *overrides, check=True))
         assert up["engine"]["healthy"] and up["gateway"]["healthy"] and up["runner"]["healthy"]
-        seat = json.loads(rollout("seat", "new", "--json", "--gateway-url", up["gateway"]["address"], *overrides,
-                                  check=True).stdout)  # fmt: skip
+        seat = json.loads(
+            rollout(
+                "seat", "new", "--json", "--gateway-url", up["gateway"]["address"], *overrides, check=True
+            ).stdout
+        )
         client = openai.OpenAI(base_url=seat["base_url"], api_key=seat["api_key"], max_retries=0)
         reply = client.chat.completions.create(
             model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=4
@@ -184,9 +190,20 @@ def test_rollout_train_on_cpu_micro_serves_every_checkpoint_during_the_run(
     overrides = [*isolated_overrides(tmp_path / "data", gateway=True), f"models_dir={models_dir}"]
     try:
         done = subprocess.run(
-            [ROLLOUT, "train", "arithmetic.environment:environment", "--preset", "cpu-micro", "--json", "trainer.steps=3", *overrides],
-            capture_output=True, text=True, timeout=600,
-        )  # fmt: skip
+            [
+                ROLLOUT,
+                "train",
+                "arithmetic.environment:environment",
+                "--preset",
+                "cpu-micro",
+                "--json",
+                "trainer.steps=3",
+                *overrides,
+            ],
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         summary = json.loads(done.stdout.strip().splitlines()[-1])
         assert summary["steps"] == 3 and len(summary["checkpoints"]) == 3

@@ -13,9 +13,12 @@ def test_overrides_compose_onto_the_defaults() -> None:
 
 def test_external_services_replace_the_embedded_addresses() -> None:
     settings = config.load(
-        ["services.postgres.url=postgresql://u:pw@db:5432/x", "services.temporal.address=temporal:7233",
-         "services.temporal.ui_url=http://temporal-ui:8080"]
-    )  # fmt: skip
+        [
+            "services.postgres.url=postgresql://u:pw@db:5432/x",
+            "services.temporal.address=temporal:7233",
+            "services.temporal.ui_url=http://temporal-ui:8080",
+        ]
+    )
     assert settings.ledger_url == "postgresql://u:pw@db:5432/x"
     assert settings.temporal_address == "temporal:7233"
     assert settings.temporal_ui_url == "http://temporal-ui:8080"

@@ -21,12 +21,12 @@ from rollout.engines.local import LocalEngine
 from rollout.engines.protocol import CheckpointRef, EngineError, EngineUnavailable, SampleRequest
 from rollout.engines.tinker import TinkerEngine
 from rollout.engines.vllm_client import VLLMEngine
-from rollout.fakes.tinker_service import FakeTinkerState, build_app, register_sampler, sampler_path
 from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
 from rollout.stack.asgi import serving
 from rollout.stack.processes import free_port, wait_for_http
+from rollout_testing.tinker_service import FakeTinkerState, build_app, register_sampler, sampler_path
 from tests.gatewayutil import serve_gateway
 
 BASE_MODEL = "Qwen/Qwen3-8B"
@@ -174,8 +174,22 @@ async def test_engine_serve_kind_tinker_speaks_vllms_dialect(
 ) -> None:
     rollout = str(Path(sys.executable).parent / "rollout")
     port = free_port()
-    argv = [rollout, "engine", "serve", "--kind", "tinker", "--model", "tiny-qwen3", "--tinker-base-model",
-            BASE_MODEL, "--tinker-url", fake[0], "--port", str(port), f"models_dir={models_dir}"]  # fmt: skip
+    argv = [
+        rollout,
+        "engine",
+        "serve",
+        "--kind",
+        "tinker",
+        "--model",
+        "tiny-qwen3",
+        "--tinker-base-model",
+        BASE_MODEL,
+        "--tinker-url",
+        fake[0],
+        "--port",
+        str(port),
+        f"models_dir={models_dir}",
+    ]
     no_key = await asyncio.to_thread(
         subprocess.run, argv, capture_output=True, text=True, timeout=120, env=_without_tinker_key()
     )

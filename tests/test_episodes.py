@@ -78,9 +78,11 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
     client, queue = runner
     run = f"arith-{uuid.uuid4().hex[:6]}"
     status: RunStatus = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, "arithmetic.environment:environment", groups_in_flight=2, max_groups=2),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "arithmetic.environment:environment", groups_in_flight=2, max_groups=2),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     assert status.episodes_finished == 8 and status.episodes_failed == 0 and status.groups_started == 2
     finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
     assert sorted(e.key for e in finished) == sorted(
@@ -109,9 +111,11 @@ async def test_updates_change_the_runs_settings_in_the_ledger(
     client, queue = runner
     run = f"upd-{uuid.uuid4().hex[:6]}"
     handle = await client.start_workflow(
-        RunWorkflow.run, RunInput(run, "arithmetic.environment:environment", groups_in_flight=1),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "arithmetic.environment:environment", groups_in_flight=1),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     paused = await handle.execute_update(RunWorkflow.pause)
     assert paused.paused
     with pytest.raises(WorkflowUpdateFailedError):
@@ -134,8 +138,10 @@ async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
     runner: tuple[Client, str], ledger: Ledger
 ) -> None:
     client, queue = runner
-    for reference, expected in (("tests.example_envs:raises", "broke on purpose"),
-                                ("tests.example_envs:not_finite", "not a finite number")):  # fmt: skip
+    for reference, expected in (
+        ("tests.example_envs:raises", "broke on purpose"),
+        ("tests.example_envs:not_finite", "not a finite number"),
+    ):
         run = f"bad-{uuid.uuid4().hex[:6]}"
         status = await client.execute_workflow(
             RunWorkflow.run, RunInput(run, reference, max_groups=2), id=run_workflow_id(run), task_queue=queue
@@ -148,13 +154,16 @@ async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
 
 async def test_an_environment_that_does_not_load_fails_the_run_naming_it(runner: tuple[Client, str]) -> None:
     client, queue = runner
-    for reference, expected in (("tests.no_such_module:env", "does not import"),
-                                ("tests.example_envs:not_an_environment", "not a rollout.environment.Environment"),
-                                ("arithmetic", "package.module:attribute")):  # fmt: skip
+    for reference, expected in (
+        ("tests.no_such_module:env", "does not import"),
+        ("tests.example_envs:not_an_environment", "not a rollout.environment.Environment"),
+        ("arithmetic", "package.module:attribute"),
+    ):
         run = f"noenv-{uuid.uuid4().hex[:6]}"
         with pytest.raises(WorkflowFailureError) as failure:
-            await client.execute_workflow(RunWorkflow.run, RunInput(run, reference), id=run_workflow_id(run),
-                                          task_queue=queue)  # fmt: skip
+            await client.execute_workflow(
+                RunWorkflow.run, RunInput(run, reference), id=run_workflow_id(run), task_queue=queue
+            )
         assert expected in causes(failure.value)
 
 
@@ -165,9 +174,11 @@ async def test_episodes_claim_a_shell_sandbox_and_release_it(
     run = f"shell-{uuid.uuid4().hex[:6]}"
     async with hosted_sandbox(ledger, "shell#episodes-test", "box-0", seats=1, workdir=tmp_path / "box"):
         status = await client.execute_workflow(
-            RunWorkflow.run, RunInput(run, "tests.example_envs:shell_arithmetic", groups_in_flight=1, max_groups=2),
-            id=run_workflow_id(run), task_queue=queue,
-        )  # fmt: skip
+            RunWorkflow.run,
+            RunInput(run, "tests.example_envs:shell_arithmetic", groups_in_flight=1, max_groups=2),
+            id=run_workflow_id(run),
+            task_queue=queue,
+        )
         assert status.episodes_finished == 4 and status.episodes_failed == 0
         finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
         assert all(e.payload["rewards"] == {"solver": 1.0} for e in finished), (
@@ -188,9 +199,11 @@ async def test_an_episode_with_no_sandbox_free_waits_then_fails_saying_why(
     client, queue = runner
     run = f"nobox-{uuid.uuid4().hex[:6]}"
     status = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, "tests.example_envs:no_sandbox", groups_in_flight=1, max_groups=1),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "tests.example_envs:no_sandbox", groups_in_flight=1, max_groups=1),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     assert status.episodes_failed == 2 and status.episodes_finished == 0
     failed = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_ABANDONED]
     assert "no sandbox free after waiting 1s" in failed[0].payload["error"]
@@ -203,9 +216,11 @@ async def test_an_external_command_plays_its_seat_and_the_task_scores_it(
     client, queue = runner
     run = f"ext-{uuid.uuid4().hex[:6]}"
     status = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, "tests.example_envs:external_arithmetic", max_groups=1),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "tests.example_envs:external_arithmetic", max_groups=1),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     assert status.episodes_finished == 2, status
     finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
     for episode in finished:
@@ -222,9 +237,11 @@ async def test_each_training_step_consumes_whole_groups_once(
     client, queue = runner
     run = f"batch-{uuid.uuid4().hex[:6]}"
     status = await client.execute_workflow(
-        RunWorkflow.run, RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_groups=5),
-        id=run_workflow_id(run), task_queue=queue,
-    )  # fmt: skip
+        RunWorkflow.run,
+        RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_groups=5),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
     assert status.episodes_finished == 20
     trainer = TrainerActivities(ledger)
 

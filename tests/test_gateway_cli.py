@@ -20,8 +20,11 @@ pytestmark = pytest.mark.slow
 
 
 def overrides(settings: Settings, models_dir: Path) -> list[str]:
-    return [f"data_dir={settings.data_dir}", f"services.postgres.port={settings.services.postgres.port}",
-            f"models_dir={models_dir}"]  # fmt: skip
+    return [
+        f"data_dir={settings.data_dir}",
+        f"services.postgres.port={settings.services.postgres.port}",
+        f"models_dir={models_dir}",
+    ]
 
 
 @pytest.fixture
@@ -31,8 +34,19 @@ def services(stack_settings: Settings, models_dir: Path, tiny_qwen3: str) -> Ite
     engine = subprocess.Popen(
         [ROLLOUT, "engine", "serve", "--model", "tiny-qwen3", "--port", str(engine_port), *common]
     )
-    gateway = subprocess.Popen([ROLLOUT, "gateway", "--model", "tiny-qwen3", "--port", str(gateway_port),
-                                "--engine-url", f"http://127.0.0.1:{engine_port}", *common])  # fmt: skip
+    gateway = subprocess.Popen(
+        [
+            ROLLOUT,
+            "gateway",
+            "--model",
+            "tiny-qwen3",
+            "--port",
+            str(gateway_port),
+            "--engine-url",
+            f"http://127.0.0.1:{engine_port}",
+            *common,
+        ]
+    )
     try:
         wait_for_http(f"http://127.0.0.1:{engine_port}/health", engine)
         wait_for_http(f"http://127.0.0.1:{gateway_port}/health", gateway)
@@ -46,8 +60,22 @@ def services(stack_settings: Settings, models_dir: Path, tiny_qwen3: str) -> Ite
 def test_a_hand_made_seat_samples_through_gateway_and_local_engine(
     services: str, stack_settings: Settings, models_dir: Path
 ) -> None:
-    made = subprocess.run([ROLLOUT, "seat", "new", "--agent", "me", "--gateway-url", services, "--json",
-                           *overrides(stack_settings, models_dir)], capture_output=True, text=True, timeout=120)  # fmt: skip
+    made = subprocess.run(
+        [
+            ROLLOUT,
+            "seat",
+            "new",
+            "--agent",
+            "me",
+            "--gateway-url",
+            services,
+            "--json",
+            *overrides(stack_settings, models_dir),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert made.returncode == 0, made.stderr
     seat = json.loads(made.stdout)
     client = openai.OpenAI(base_url=seat["base_url"], api_key=seat["api_key"], max_retries=0)
@@ -55,13 +83,21 @@ def test_a_hand_made_seat_samples_through_gateway_and_local_engine(
         model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=5
     )
     assert reply.usage is not None and 0 < reply.usage.completion_tokens <= 5
-    tail = subprocess.run([ROLLOUT, "ledger", "tail", f"seat/{seat['seat']}", *overrides(stack_settings, models_dir)],
-                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    tail = subprocess.run(
+        [ROLLOUT, "ledger", "tail", f"seat/{seat['seat']}", *overrides(stack_settings, models_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     kinds = [json.loads(line)["kind"] for line in tail.stdout.splitlines()]
     assert kinds == ["SeatOpened", "TurnRecorded"]
 
 
 def test_the_gateway_without_an_engine_says_what_to_start(stack_settings: Settings, models_dir: Path) -> None:
-    done = subprocess.run([ROLLOUT, "gateway", *overrides(stack_settings, models_dir)], capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    done = subprocess.run(
+        [ROLLOUT, "gateway", *overrides(stack_settings, models_dir)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert done.returncode == 1 and "rollout engine serve" in done.stderr

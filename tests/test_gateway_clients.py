@@ -21,9 +21,18 @@ from rollout.gateway.seats import close_seat, load_secret, open_seat
 from rollout.ledger import Kind, Ledger, NewEvent
 from tests.gatewayutil import RunningGateway, serve_gateway, tool_loop_script
 
-BASH: Any = {"type": "function", "function": {"name": "bash", "description": "Run a shell command",
-                                         "parameters": {"type": "object", "properties": {"command": {"type": "string"}},
-                                                        "required": ["command"]}}}  # fmt: skip
+BASH: Any = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
 
 
 @pytest.fixture(scope="module")
@@ -71,8 +80,10 @@ async def test_openai_chat_tool_loop_records_one_token_exact_segment(
     assert isinstance(call, ChatCompletionMessageFunctionToolCall)
     assert first.choices[0].finish_reason == "tool_calls"
     assert call.function.name == "bash" and json.loads(call.function.arguments) == {"command": "ls"}
-    messages += [first.choices[0].message.model_dump(exclude_none=True),
-                 {"role": "tool", "tool_call_id": call.id, "content": "README.md\nsrc"}]  # fmt: skip
+    messages += [
+        first.choices[0].message.model_dump(exclude_none=True),
+        {"role": "tool", "tool_call_id": call.id, "content": "README.md\nsrc"},
+    ]
     second = await client.chat.completions.create(model="base", messages=messages, tools=[BASH])
     assert second.choices[0].message.content == "I ran 1 command(s). Done."
     assert second.usage is not None and first.usage is not None
@@ -109,19 +120,33 @@ async def test_openai_responses_tool_loop_streaming_and_not(
 ) -> None:
     seat_id, token = seat
     client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
-    tools: Any = [{"type": "function", "name": "bash", "description": "Run a shell command",
-                   "parameters": BASH["function"]["parameters"]}]  # fmt: skip
+    tools: Any = [
+        {
+            "type": "function",
+            "name": "bash",
+            "description": "Run a shell command",
+            "parameters": BASH["function"]["parameters"],
+        }
+    ]
     items: list[Any] = [
         {"role": "developer", "content": "Be brief."},
         {"role": "user", "content": "list the files"},
     ]
-    first = await client.responses.create(model="base", input=items, tools=tools, store=False,
-                                          reasoning={"effort": "low"}, include=["reasoning.encrypted_content"],
-                                          prompt_cache_key="k")  # fmt: skip
+    first = await client.responses.create(
+        model="base",
+        input=items,
+        tools=tools,
+        store=False,
+        reasoning={"effort": "low"},
+        include=["reasoning.encrypted_content"],
+        prompt_cache_key="k",
+    )
     calls = [item for item in first.output if item.type == "function_call"]
     assert len(calls) == 1 and calls[0].name == "bash"
-    items += [calls[0].model_dump(exclude_none=True),
-              {"type": "function_call_output", "call_id": calls[0].call_id, "output": "README.md"}]  # fmt: skip
+    items += [
+        calls[0].model_dump(exclude_none=True),
+        {"type": "function_call_output", "call_id": calls[0].call_id, "output": "README.md"},
+    ]
     async with client.responses.stream(model="base", input=items, tools=tools) as stream:
         final = await stream.get_final_response()
     assert final.output_text == "I ran 1 command(s). Done."
@@ -134,21 +159,40 @@ async def test_anthropic_messages_tool_loop_streaming_and_count_tokens(
 ) -> None:
     seat_id, token = seat
     client = anthropic.AsyncAnthropic(base_url=f"{running.url}/s/{token}", api_key="unused", max_retries=0)
-    tools: Any = [{"name": "bash", "description": "Run a shell command", "input_schema": BASH["function"]["parameters"]},
-                  {"type": "web_search_20250305", "name": "web_search"}]  # fmt: skip
-    messages: list[Any] = [{"role": "user", "content": [{"type": "text", "text": "list the files",
-                                                          "cache_control": {"type": "ephemeral"}}]}]  # fmt: skip
-    first = await client.messages.create(model="base", max_tokens=256, system=[{"type": "text", "text": "You code."}],
-                                         messages=messages, tools=tools, metadata={"user_id": "u"},
-                                         extra_body={"context_management": {}, "output_config": {}},
-                                         extra_query={"beta": "true"})  # fmt: skip
+    tools: Any = [
+        {
+            "name": "bash",
+            "description": "Run a shell command",
+            "input_schema": BASH["function"]["parameters"],
+        },
+        {"type": "web_search_20250305", "name": "web_search"},
+    ]
+    messages: list[Any] = [
+        {
+            "role": "user",
+            "content": [{"type": "text", "text": "list the files", "cache_control": {"type": "ephemeral"}}],
+        }
+    ]
+    first = await client.messages.create(
+        model="base",
+        max_tokens=256,
+        system=[{"type": "text", "text": "You code."}],
+        messages=messages,
+        tools=tools,
+        metadata={"user_id": "u"},
+        extra_body={"context_management": {}, "output_config": {}},
+        extra_query={"beta": "true"},
+    )
     assert first.stop_reason == "tool_use"
     use = next(block for block in first.content if block.type == "tool_use")
     assert use.name == "bash" and use.input == {"command": "ls"}
-    messages += [{"role": "assistant", "content": [b.model_dump() for b in first.content]},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "README.md"}]}]  # fmt: skip
-    async with client.messages.stream(model="base", max_tokens=256, system="You code.", messages=messages,
-                                      tools=tools) as stream:  # fmt: skip
+    messages += [
+        {"role": "assistant", "content": [b.model_dump() for b in first.content]},
+        {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id, "content": "README.md"}]},
+    ]
+    async with client.messages.stream(
+        model="base", max_tokens=256, system="You code.", messages=messages, tools=tools
+    ) as stream:
         final = await stream.get_final_message()
     assert final.stop_reason == "end_turn"
     assert [b.text for b in final.content if b.type == "text"] == ["I ran 1 command(s). Done."]
@@ -182,13 +226,18 @@ async def test_seat_errors_come_in_each_dialects_shape(
 ) -> None:
     seat_id, token = seat
     async with httpx.AsyncClient(base_url=running.url) as http:
-        unknown = await http.post("/v1/chat/completions", headers={"authorization": "Bearer nope"},
-                                  json={"messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        unknown = await http.post(
+            "/v1/chat/completions",
+            headers={"authorization": "Bearer nope"},
+            json={"messages": [{"role": "user", "content": "x"}]},
+        )
         assert unknown.status_code == 401 and unknown.json()["error"]["type"] == "authentication_error"
         missing = await http.post("/v1/messages", json={"messages": [], "max_tokens": 5})
         assert missing.status_code == 401 and missing.json()["type"] == "error"
-        bad = await http.post(f"/s/{token}/v1/chat/completions", json={"messages": [{"role": "user", "content": "x"}],
-                                                                       "temperature": "hot"})  # fmt: skip
+        bad = await http.post(
+            f"/s/{token}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "x"}], "temperature": "hot"},
+        )
         assert bad.status_code == 400 and bad.json()["error"]["param"] == "temperature"
         assert bad.json()["error"]["message"] == "'temperature' must be a number"
         no_max = await http.post(
@@ -213,8 +262,10 @@ async def test_a_prompt_over_the_context_is_a_400(
         serve_gateway(ledger, renderer, engine, max_context=16) as small,
         httpx.AsyncClient(base_url=small.url) as http,
     ):
-        response = await http.post(f"/s/{token}/v1/chat/completions",
-                                       json={"messages": [{"role": "user", "content": "a long question " * 10}]})  # fmt: skip
+        response = await http.post(
+            f"/s/{token}/v1/chat/completions",
+            json={"messages": [{"role": "user", "content": "a long question " * 10}]},
+        )
     assert response.status_code == 400 and "context is 16" in response.json()["error"]["message"]
 
 
@@ -222,22 +273,28 @@ async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
     ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
 ) -> None:
     run = f"run-{uuid.uuid4().hex[:8]}"
-    await ledger.append_one(f"run/{run}", NewEvent("created", Kind.RUN_CREATED,
-                                                   {"run": run, "environment": "e", "settings": {"paused": True}}))  # fmt: skip
+    await ledger.append_one(
+        f"run/{run}",
+        NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": {"paused": True}}),
+    )
     _, token = await open_seat(ledger, load_secret(tmp_path / "s"), seat_id=f"{run}/a", agent="a", run=run)
     engine = ScriptedEngine(renderer, tool_loop_script)
     async with (
         serve_gateway(ledger, renderer, engine, wait_s=0.5) as paused,
         httpx.AsyncClient(base_url=paused.url) as http,
     ):
-        held = await http.post(f"/s/{token}/v1/messages",
-                                   json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        held = await http.post(
+            f"/s/{token}/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+        )
         assert held.status_code == 503 and held.headers["retry-after"] == "1"
         assert "paused" in held.json()["error"]["message"]
-        await ledger.append_one(f"run/{run}", NewEvent("resume", Kind.SETTINGS_CHANGED,
-                                                           {"run": run, "changes": {"paused": False}}))  # fmt: skip
-        resumed = await http.post(f"/s/{token}/v1/messages",
-                                      json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]})  # fmt: skip
+        await ledger.append_one(
+            f"run/{run}",
+            NewEvent("resume", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"paused": False}}),
+        )
+        resumed = await http.post(
+            f"/s/{token}/v1/messages", json={"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+        )
         assert resumed.status_code == 200
 
 

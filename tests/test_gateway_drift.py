@@ -40,15 +40,23 @@ async def test_five_turn_tool_conversation_has_no_drift(ledger: Ledger, smollm2:
     renderer = ModelRenderer(engine.tokenizer, "chatml")
     seat_id = f"drift-{uuid.uuid4().hex[:8]}"
     _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="solver")
-    tools: Any = [{"type": "function", "function": {"name": "calc", "description": "Evaluate arithmetic",
-                                                    "parameters": {"type": "object",
-                                                                   "properties": {"expr": {"type": "string"}}}}}]  # fmt: skip
+    tools: Any = [
+        {
+            "type": "function",
+            "function": {
+                "name": "calc",
+                "description": "Evaluate arithmetic",
+                "parameters": {"type": "object", "properties": {"expr": {"type": "string"}}},
+            },
+        }
+    ]
     async with serve_gateway(ledger, renderer, engine) as running:
         client = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="x", max_retries=0)
         messages: list[Any] = [{"role": "user", "content": "What is 12 * 7? Use the calc tool."}]
         for turn in range(5):
-            reply = await client.chat.completions.create(model="base", messages=messages, tools=tools,
-                                                         max_tokens=24, temperature=1.0, seed=turn)  # fmt: skip
+            reply = await client.chat.completions.create(
+                model="base", messages=messages, tools=tools, max_tokens=24, temperature=1.0, seed=turn
+            )
             message = reply.choices[0].message
             messages.append(message.model_dump(exclude_none=True))
             if message.tool_calls:

@@ -41,15 +41,17 @@ async def test_an_external_judge_answers_and_is_never_trained(
         ledger, load_secret(tmp_path / "s"), seat_id=seat_id, agent="judge", policy="judge"
     )
     try:
-        async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, tool_loop_script),
-                                 externals={"judge": judge}) as running:  # fmt: skip
+        async with serve_gateway(
+            ledger, renderer, ScriptedEngine(renderer, tool_loop_script), externals={"judge": judge}
+        ) as running:
             chat = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="x", max_retries=0)
             messages: Any = [{"role": "user", "content": "Which answer is better, A or B?"}]
             first = await chat.chat.completions.create(model="judge", messages=messages)
             again = await chat.chat.completions.create(model="judge", messages=messages)  # a retry replays
             claude = anthropic.AsyncAnthropic(base_url=f"{running.url}/s/{token}", api_key="x", max_retries=0)
-            other = await claude.messages.create(model="judge", max_tokens=50,
-                                                 messages=[{"role": "user", "content": "And now, C or D?"}])  # fmt: skip
+            other = await claude.messages.create(
+                model="judge", max_tokens=50, messages=[{"role": "user", "content": "And now, C or D?"}]
+            )
     finally:
         backend.should_exit = True
         await serving

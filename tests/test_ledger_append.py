@@ -80,9 +80,13 @@ async def test_an_expired_lease_can_be_taken_and_epochs_never_repeat(ledger: Led
 async def test_projections_follow_events_in_the_same_transaction(ledger: Ledger, stream: str) -> None:
     run = stream.replace("/", "-")
     await ledger.append_one(
-        f"run/{run}", NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "arithmetic:env",
-                                                              "settings": {"max_lag": 2, "paused": False}})
-    )  # fmt: skip
+        f"run/{run}",
+        NewEvent(
+            "created",
+            Kind.RUN_CREATED,
+            {"run": run, "environment": "arithmetic:env", "settings": {"max_lag": 2, "paused": False}},
+        ),
+    )
     await ledger.append_one(
         f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
     )

@@ -87,7 +87,9 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
         if not epochs:
             return
         epoch = data.draw(st.sampled_from(epochs))
-        lease = Lease(self.resource(resource), holder, epoch, datetime.now(UTC))
+        lease = Lease(
+            resource=self.resource(resource), holder=holder, epoch=epoch, expires_at=datetime.now(UTC)
+        )
         current = self.world.leases[resource]
         if data.draw(st.booleans()):
             renewed = self.loop.run_until_complete(self.ledger.renew(lease, ttl_s=600))
@@ -107,7 +109,9 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
         epoch = data.draw(st.sampled_from(epochs), label="writer epoch")
         self.counter += 1
         key = f"{holder}-{self.counter}"
-        lease = Lease(self.resource(resource), holder, epoch, datetime.now(UTC))
+        lease = Lease(
+            resource=self.resource(resource), holder=holder, epoch=epoch, expires_at=datetime.now(UTC)
+        )
         expected_ok = self.world.leases[resource].epoch == epoch
         try:
             self.loop.run_until_complete(
@@ -127,7 +131,9 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
         if not committed:
             return
         key, epoch = data.draw(st.sampled_from(committed))
-        fence = Lease(self.resource(resource), "?", epoch, datetime.now(UTC)).fence
+        fence = Lease(
+            resource=self.resource(resource), holder="?", epoch=epoch, expires_at=datetime.now(UTC)
+        ).fence
         (again,) = self.loop.run_until_complete(
             self.ledger.append(self.stream(resource), [NewEvent(key, "Step", {"epoch": epoch})], fence=fence)
         )

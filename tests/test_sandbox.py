@@ -55,7 +55,9 @@ async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_pat
             with pytest.raises(SandboxSuperseded):
                 await zombie.open()
             with pytest.raises(SandboxActionError, match=re.escape("seats 0..1")):
-                await SandboxClient(SandboxSeat(box.address, "shell", name, 2, 5)).act({"command": "ls"})
+                await SandboxClient(
+                    SandboxSeat(address=box.address, kind="shell", name=name, epoch=2, seat=5)
+                ).act({"command": "ls"})
 
 
 async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(

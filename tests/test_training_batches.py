@@ -25,8 +25,15 @@ def turn(
     segment: str, prefix: int, delta: list[int], completion: list[int], version: int
 ) -> dict[str, object]:
     logprobs = [-0.1 * (i + 1) for i in range(len(completion))]
-    return {"segment_id": segment, "seat": "s", "prompt_prefix_len": prefix, "prompt_ids_delta": delta,
-            "completion_ids": completion, "completion_logprobs": logprobs, "checkpoint_version": version}  # fmt: skip
+    return {
+        "segment_id": segment,
+        "seat": "s",
+        "prompt_prefix_len": prefix,
+        "prompt_ids_delta": delta,
+        "completion_ids": completion,
+        "completion_logprobs": logprobs,
+        "checkpoint_version": version,
+    }
 
 
 def test_turns_chain_into_segments_with_masks_logprobs_and_versions() -> None:
@@ -53,16 +60,33 @@ def test_ids_a_later_turn_did_not_keep_are_not_trained() -> None:
 
 
 def segment(tokens: int) -> TrainingSegment:
-    return TrainingSegment("x", "s", tuple(range(tokens)), (1,) * tokens, (0.0,) * tokens, (0,) * tokens)
+    return TrainingSegment(
+        segment_id="x",
+        seat="s",
+        tokens_T=tuple(range(tokens)),
+        mask_T=(1,) * tokens,
+        behaviour_logprobs_T=(0.0,) * tokens,
+        versions_T=(0,) * tokens,
+    )
 
 
 def test_a_batch_gives_each_agent_its_group_advantage_and_skips_groups_without_signal() -> None:
     played = [
-        AgentEpisode("g0-0", 0, "A", "default", 1.0, (segment(3),)),
-        AgentEpisode("g0-1", 0, "A", "default", 0.0, (segment(2),)),
-        AgentEpisode("g0-0", 0, "B", "default", 0.5, (segment(4),)),  # B's group: all 0.5, no signal
-        AgentEpisode("g0-1", 0, "B", "default", 0.5, (segment(4),)),
-        AgentEpisode("g0-0", 0, "judge", "frozen", 1.0, (segment(9),)),  # another policy: not in this batch
+        AgentEpisode(
+            episode="g0-0", group=0, agent="A", policy="default", reward=1.0, segments=(segment(3),)
+        ),
+        AgentEpisode(
+            episode="g0-1", group=0, agent="A", policy="default", reward=0.0, segments=(segment(2),)
+        ),
+        AgentEpisode(
+            episode="g0-0", group=0, agent="B", policy="default", reward=0.5, segments=(segment(4),)
+        ),  # B's group: all 0.5, no signal
+        AgentEpisode(
+            episode="g0-1", group=0, agent="B", policy="default", reward=0.5, segments=(segment(4),)
+        ),
+        AgentEpisode(
+            episode="g0-0", group=0, agent="judge", policy="frozen", reward=1.0, segments=(segment(9),)
+        ),  # another policy: not in this batch
     ]
     batch = assemble_batch(played, "default", "leave_one_out")
     assert [(w.episode, w.agent, w.advantage) for w in batch.segments] == [
@@ -85,8 +109,12 @@ async def test_segments_rebuilt_from_a_real_multi_turn_episode_are_the_tokens_th
         token = seat_token(secret, seat)
         model = GatewayChat(f"{gateway.url}/s/{token}/v1", token)
         parameters = gridworld.source.parameters(0)
-        outcome = await play(gridworld.make_task(parameters, "solver"), RunContext("r", "e", seat, 1, parameters),
-                             model, max_turns=gridworld.max_turns)  # fmt: skip
+        outcome = await play(
+            gridworld.make_task(parameters, "solver"),
+            RunContext(run="r", episode="e", seat=seat, attempt=1, parameters=parameters),
+            model,
+            max_turns=gridworld.max_turns,
+        )
         await model.close()
     turns = [e.payload for e in await ledger.read(f"seat/{seat}") if e.kind == Kind.TURN_RECORDED]
     assert outcome.turns == len(turns) == 10

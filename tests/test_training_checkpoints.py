@@ -24,20 +24,53 @@ async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledge
     store = FileBlobStore(tmp_path / "blobs")
     first = await ledger.claim(f"trainer/{policy}", "trainer-a", ttl_s=30)
     assert first is not None
-    step_1 = await publish_checkpoint(ledger, store, first.fence, run="r", policy=policy, step=1, parent=None,
-                                      directory=checkpoint_dir(tmp_path / "a1", b"weights-1"), metrics={"loss": 0.5})  # fmt: skip
+    step_1 = await publish_checkpoint(
+        ledger,
+        store,
+        first.fence,
+        run="r",
+        policy=policy,
+        step=1,
+        parent=None,
+        directory=checkpoint_dir(tmp_path / "a1", b"weights-1"),
+        metrics={"loss": 0.5},
+    )
     assert (step_1.name, step_1.version, step_1.parent) == (f"{policy}-step000001", 1, None)
 
     await ledger.release(first)  # trainer-a stalls; trainer-b takes over the policy
     second = await ledger.claim(f"trainer/{policy}", "trainer-b", ttl_s=30)
     assert second is not None and second.epoch > first.epoch
     with pytest.raises(StaleFenceError):
-        await publish_checkpoint(ledger, store, first.fence, run="r", policy=policy, step=2, parent=step_1.name,
-                                 directory=checkpoint_dir(tmp_path / "zombie", b"zombie"))  # fmt: skip
-    step_2 = await publish_checkpoint(ledger, store, second.fence, run="r", policy=policy, step=2,
-                                      parent=step_1.name, directory=checkpoint_dir(tmp_path / "b2", b"weights-2"))  # fmt: skip
-    retried = await publish_checkpoint(ledger, store, second.fence, run="r", policy=policy, step=2,
-                                       parent=step_1.name, directory=checkpoint_dir(tmp_path / "b2-again", b"other"))  # fmt: skip
+        await publish_checkpoint(
+            ledger,
+            store,
+            first.fence,
+            run="r",
+            policy=policy,
+            step=2,
+            parent=step_1.name,
+            directory=checkpoint_dir(tmp_path / "zombie", b"zombie"),
+        )
+    step_2 = await publish_checkpoint(
+        ledger,
+        store,
+        second.fence,
+        run="r",
+        policy=policy,
+        step=2,
+        parent=step_1.name,
+        directory=checkpoint_dir(tmp_path / "b2", b"weights-2"),
+    )
+    retried = await publish_checkpoint(
+        ledger,
+        store,
+        second.fence,
+        run="r",
+        policy=policy,
+        step=2,
+        parent=step_1.name,
+        directory=checkpoint_dir(tmp_path / "b2-again", b"other"),
+    )
     assert retried == step_2, "a retried step returns the checkpoint already published"
     created = [e for e in await ledger.read(checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED]
     assert [e.key for e in created] == ["step/1", "step/2"]

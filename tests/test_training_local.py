@@ -21,7 +21,14 @@ CONFIG = LocalTrainerConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, max_g
 def segment(first: int, length: int = 12, sampled: int = 5) -> TrainingSegment:
     tokens = tuple(range(first, first + length))
     mask = (0,) * (length - sampled) + (1,) * sampled
-    return TrainingSegment(f"s{first}", "seat", tokens, mask, (0.0,) * length, (0,) * length)
+    return TrainingSegment(
+        segment_id=f"s{first}",
+        seat="seat",
+        tokens_T=tokens,
+        mask_T=mask,
+        behaviour_logprobs_T=(0.0,) * length,
+        versions_T=(0,) * length,
+    )
 
 
 def on_policy(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> Batch:
@@ -33,9 +40,31 @@ def on_policy(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> Batch:
         s = w.segment
         behaviour = (0.0, *logprobs[row, : len(s.tokens_T) - 1].tolist())
         behaviour = tuple(b if m else 0.0 for b, m in zip(behaviour, s.mask_T, strict=True))
-        rebuilt.append(WeightedSegment(w.episode, w.agent, w.advantage, TrainingSegment(s.segment_id, s.seat, s.tokens_T, s.mask_T, behaviour, s.versions_T)))  # fmt: skip
+        rebuilt.append(
+            WeightedSegment(
+                episode=w.episode,
+                agent=w.agent,
+                advantage=w.advantage,
+                segment=TrainingSegment(
+                    segment_id=s.segment_id,
+                    seat=s.seat,
+                    tokens_T=s.tokens_T,
+                    mask_T=s.mask_T,
+                    behaviour_logprobs_T=behaviour,
+                    versions_T=s.versions_T,
+                ),
+            )
+        )
     tokens = sum(w.segment.sampled_tokens for w in rebuilt)
-    return Batch("default", tuple(rebuilt), tuple(w.episode for w in rebuilt), 0, 0.0, 0.0, tokens)
+    return Batch(
+        policy="default",
+        segments=tuple(rebuilt),
+        episodes=tuple(w.episode for w in rebuilt),
+        skipped_groups=0,
+        reward_mean=0.0,
+        reward_std=0.0,
+        sampled_tokens=tokens,
+    )
 
 
 def sampled_logprob(trainer: LocalTrainer, weighted: WeightedSegment) -> float:
@@ -49,7 +78,7 @@ def test_a_step_moves_the_sampled_tokens_the_way_the_advantage_says(
     tiny_qwen3: str, advantage: float
 ) -> None:
     trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
-    weighted = WeightedSegment("e", "solver", advantage, segment(100))
+    weighted = WeightedSegment(episode="e", agent="solver", advantage=advantage, segment=segment(100))
     before = sampled_logprob(trainer, weighted)
     metrics = trainer.step(on_policy(trainer, [weighted]))
     after = sampled_logprob(trainer, weighted)
@@ -63,8 +92,11 @@ def test_micro_batches_do_not_change_the_step(tiny_qwen3: str) -> None:
     pieces = LocalTrainer(
         tiny_qwen3, LocalTrainerConfig(**{**CONFIG.__dict__, "micro_batch_tokens": 12}), LOSS
     )
-    segments = [WeightedSegment("a", "x", 1.0, segment(10)), WeightedSegment("b", "x", -0.5, segment(40, 9, 3)),
-                WeightedSegment("c", "x", 2.0, segment(70, 12, 7))]  # fmt: skip
+    segments = [
+        WeightedSegment(episode="a", agent="x", advantage=1.0, segment=segment(10)),
+        WeightedSegment(episode="b", agent="x", advantage=-0.5, segment=segment(40, 9, 3)),
+        WeightedSegment(episode="c", agent="x", advantage=2.0, segment=segment(70, 12, 7)),
+    ]
     batch = on_policy(whole, segments)
     whole.step(batch)
     pieces.step(batch)
@@ -74,7 +106,9 @@ def test_micro_batches_do_not_change_the_step(tiny_qwen3: str) -> None:
 
 def test_a_checkpoint_resumes_the_weights_and_the_optimiser_exactly(tiny_qwen3: str, tmp_path: Path) -> None:
     first = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
-    batch = on_policy(first, [WeightedSegment("e", "solver", 1.0, segment(200))])
+    batch = on_policy(
+        first, [WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(200))]
+    )
     first.step(batch)
     first.save(tmp_path / "ckpt-1")
     assert (tmp_path / "ckpt-1" / "adapter_config.json").exists(), "a peft adapter directory engines can load"
@@ -91,10 +125,27 @@ def test_a_checkpoint_resumes_the_weights_and_the_optimiser_exactly(tiny_qwen3: 
 def test_a_non_finite_loss_changes_no_weight(tiny_qwen3: str) -> None:
     trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
     s = segment(300)
-    poisoned = TrainingSegment(s.segment_id, s.seat, s.tokens_T, s.mask_T, tuple(math.nan if m else 0.0 for m in s.mask_T), s.versions_T)  # fmt: skip
+    poisoned = TrainingSegment(
+        segment_id=s.segment_id,
+        seat=s.seat,
+        tokens_T=s.tokens_T,
+        mask_T=s.mask_T,
+        behaviour_logprobs_T=tuple(math.nan if m else 0.0 for m in s.mask_T),
+        versions_T=s.versions_T,
+    )
     before = [p.detach().clone() for p in trainer.parameters]
     with pytest.raises(NonFiniteLoss, match="no weights were changed"):
-        trainer.step(Batch("default", (WeightedSegment("e", "x", 1.0, poisoned),), ("e",), 0, 0.0, 0.0, 5))
+        trainer.step(
+            Batch(
+                policy="default",
+                segments=(WeightedSegment(episode="e", agent="x", advantage=1.0, segment=poisoned),),
+                episodes=("e",),
+                skipped_groups=0,
+                reward_mean=0.0,
+                reward_std=0.0,
+                sampled_tokens=5,
+            )
+        )
     assert all(torch.equal(a, b) for a, b in zip(before, trainer.parameters, strict=True))
     assert trainer.steps == 0
 
@@ -102,7 +153,7 @@ def test_a_non_finite_loss_changes_no_weight(tiny_qwen3: str) -> None:
 def test_full_weights_train_too(tiny_qwen3: str, tmp_path: Path) -> None:
     full = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3)
     trainer = LocalTrainer(tiny_qwen3, full, LOSS)
-    weighted = WeightedSegment("e", "solver", 1.0, segment(500))
+    weighted = WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(500))
     before = sampled_logprob(trainer, weighted)
     trainer.step(on_policy(trainer, [weighted]))
     assert sampled_logprob(trainer, weighted) > before

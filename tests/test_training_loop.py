@@ -61,8 +61,13 @@ async def training_loop(
     store = FileBlobStore(scratch / "blobs")
     engine = LocalEngine(model, device="cpu")
     async with serving(build_engine_app(engine)) as engine_url:
-        follower = ServingFollower(ledger, engine, store, FollowerConfig("engine-a", engine_url, runs=(run,),
-                                   poll_s=0.1, grace_s=2.0), scratch / "engine-cache")  # fmt: skip
+        follower = ServingFollower(
+            ledger,
+            engine,
+            store,
+            FollowerConfig("engine-a", engine_url, runs=(run,), poll_s=0.1, grace_s=2.0),
+            scratch / "engine-cache",
+        )
         following = asyncio.create_task(follower.run())
         renderer = ModelRenderer(AutoTokenizer.from_pretrained(model), "qwen3")
         engine_client = VLLMEngine(engine_url, name="engine-a")
@@ -71,9 +76,14 @@ async def training_loop(
             ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=2048
         )
         training = LocalTrainingActivities(
-            ledger, store, model_path=model, holder="trainer-1", scratch=scratch / "trainer",
-            config=LocalTrainerConfig(lora_rank=4, learning_rate=learning_rate, device="cpu"), loss=LossConfig("ppo"),
-        )  # fmt: skip
+            ledger,
+            store,
+            model_path=model,
+            holder="trainer-1",
+            scratch=scratch / "trainer",
+            config=LocalTrainerConfig(lora_rank=4, learning_rate=learning_rate, device="cpu"),
+            loss=LossConfig("ppo"),
+        )
         bridges = BridgeActivities(ledger, store, base_model=model, scratch=scratch)
         try:
             async with serving(build_app(gateway, model_names=["base"])) as gateway_url:
@@ -81,24 +91,32 @@ async def training_loop(
                     client, ledger, gateway_url=gateway_url, seat_secret=b"s" * 32, task_queue=queue
                 )
                 async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
-                    yield Loop(client, run, queue, trainer_queue, engine)
+                    yield Loop(
+                        client=client, run=run, queue=queue, trainer_queue=trainer_queue, engine=engine
+                    )
         finally:
             following.cancel()
             await engine_client.close()
 
 
 def run_input(loop: Loop, steps: int, *, max_lag: int = 1) -> RunInput:
-    return RunInput(loop.run, "tests.example_envs:coin", groups_in_flight=2, max_lag=max_lag,
-                    settings={"max_tokens": 4},
-                    training=TrainingSpec(steps, groups_per_batch=1, wait_s=0.2, served_wait_s=60,
-                                          task_queue=loop.trainer_queue))  # fmt: skip
+    return RunInput(
+        loop.run,
+        "tests.example_envs:coin",
+        groups_in_flight=2,
+        max_lag=max_lag,
+        settings={"max_tokens": 4},
+        training=TrainingSpec(
+            steps, groups_per_batch=1, wait_s=0.2, served_wait_s=60, task_queue=loop.trainer_queue
+        ),
+    )
 
 
 async def turns_of_run(ledger: Ledger, run: str) -> list[dict[str, Any]]:
     rows = await ledger.fetch_all(
         "SELECT payload, recorded_at FROM event WHERE kind = 'TurnRecorded' AND payload->>'run' = %s ORDER BY recorded_at",
         run,
-    )  # fmt: skip
+    )
     return [{**row["payload"], "recorded_at": row["recorded_at"]} for row in rows]
 
 
@@ -107,10 +125,11 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
 ) -> None:
     async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
         status: RunStatus = await asyncio.wait_for(
-            loop.client.execute_workflow(RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run),
-                                         task_queue=loop.queue),
+            loop.client.execute_workflow(
+                RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run), task_queue=loop.queue
+            ),
             300,
-        )  # fmt: skip
+        )
         policy = run_policy(loop.run, "default")
         created = [
             e.payload
@@ -118,8 +137,10 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
         assert [(c["version"], c["parent"]) for c in created] == [
-            (1, None), (2, f"{policy}-step000001"), (3, f"{policy}-step000002")
-        ]  # fmt: skip
+            (1, None),
+            (2, f"{policy}-step000001"),
+            (3, f"{policy}-step000002"),
+        ]
         assert status.trained == {"default": f"{policy}-step000003"}
         assert all(math.isfinite(c["metrics"]["loss"]) and c["metrics"]["tokens"] > 0 for c in created)
         assert all("staleness_mean" in c["metrics"] for c in created)
@@ -144,8 +165,14 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
         # Staleness: no turn began on a checkpoint more than max_lag=1 behind the newest one at that moment.
         for turn in turns:
             assert turn["checkpoint_version"] >= turn["admitted_newest"] - 1
-            newest_before = max((c["version"] for c, e in zip(created, await _created_events(ledger, policy),
-                                  strict=True) if e < turn["recorded_at"]), default=0)  # fmt: skip
+            newest_before = max(
+                (
+                    c["version"]
+                    for c, e in zip(created, await _created_events(ledger, policy), strict=True)
+                    if e < turn["recorded_at"]
+                ),
+                default=0,
+            )
             # A checkpoint created while the turn was sampling may be newer by one more.
             assert turn["checkpoint_version"] >= newest_before - 2
 
@@ -165,8 +192,9 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
     async with training_loop(
         stack_settings, ledger, tiny_qwen3, tmp_path, learning_rate=learning_rate
     ) as loop:
-        handle = await loop.client.start_workflow(RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run),
-                                                  task_queue=loop.queue)  # fmt: skip
+        handle = await loop.client.start_workflow(
+            RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run), task_queue=loop.queue
+        )
         status: RunStatus | None = None
         for _ in range(600):
             status = await handle.query(RunWorkflow.status)
@@ -177,8 +205,11 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
         assert status.pause_reason is not None and "not published" in status.pause_reason
         assert "finite" in status.pause_reason
         policy = run_policy(loop.run, "default")
-        versions = [e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
-                    if e.kind == Kind.CHECKPOINT_CREATED]  # fmt: skip
+        versions = [
+            e.payload["version"]
+            for e in await ledger.read(checkpoints_stream(policy))
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
         bad_step = int(status.pause_reason.split()[1])
         assert bad_step not in versions, "the step with the non-finite loss published nothing"
         row = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", loop.run)
@@ -192,8 +223,11 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
 
 async def _wait_for_version(ledger: Ledger, policy: str, version: int, timeout_s: float) -> None:
     for _ in range(int(timeout_s / 0.2)):
-        if version in [e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
-                       if e.kind == Kind.CHECKPOINT_CREATED]:  # fmt: skip
+        if version in [
+            e.payload["version"]
+            for e in await ledger.read(checkpoints_stream(policy))
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]:
             return
         await asyncio.sleep(0.2)
     raise AssertionError(f"checkpoint {version} of {policy} was not created in {timeout_s} s")
@@ -203,8 +237,12 @@ async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the
     stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
 ) -> None:
     async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
-        handle = await loop.client.start_workflow(RunWorkflow.run, run_input(loop, 4, max_lag=0),
-                                                  id=run_workflow_id(loop.run), task_queue=loop.queue)  # fmt: skip
+        handle = await loop.client.start_workflow(
+            RunWorkflow.run,
+            run_input(loop, 4, max_lag=0),
+            id=run_workflow_id(loop.run),
+            task_queue=loop.queue,
+        )
         policy = run_policy(loop.run, "default")
         await _wait_for_version(ledger, policy, 2, 240)
         changed = await handle.execute_update(RunWorkflow.set_max_lag, 2)
@@ -212,11 +250,22 @@ async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the
         status: RunStatus = await asyncio.wait_for(handle.result(), 300)
         assert status.trained == {"default": f"{policy}-step000004"}
 
-        created_at = dict(zip([e.payload["version"] for e in await ledger.read(checkpoints_stream(policy))
-                               if e.kind == Kind.CHECKPOINT_CREATED], await _created_events(ledger, policy),
-                              strict=True))  # fmt: skip
-        (change,) = [e for e in await ledger.read(f"run/{loop.run}")
-                     if e.kind == Kind.SETTINGS_CHANGED and "max_lag" in e.payload["changes"]]  # fmt: skip
+        created_at = dict(
+            zip(
+                [
+                    e.payload["version"]
+                    for e in await ledger.read(checkpoints_stream(policy))
+                    if e.kind == Kind.CHECKPOINT_CREATED
+                ],
+                await _created_events(ledger, policy),
+                strict=True,
+            )
+        )
+        (change,) = [
+            e
+            for e in await ledger.read(f"run/{loop.run}")
+            if e.kind == Kind.SETTINGS_CHANGED and "max_lag" in e.payload["changes"]
+        ]
         assert change.payload["changes"]["max_lag"] == 2
         turns = await turns_of_run(ledger, loop.run)
         before = [t for t in turns if t["admitted_max_lag"] == 0]

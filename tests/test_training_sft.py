@@ -32,10 +32,19 @@ def _conversation(question: str, answer: str) -> dict[str, object]:
 
 def test_rows_must_be_conversations_ending_in_the_assistants_reply(tmp_path: Path) -> None:
     good = read_conversations(_write(tmp_path / "good.jsonl", [_conversation("What is 2 + 2?", "4")]))
-    assert good == [{"prompt": [{"role": "user", "content": "What is 2 + 2?"}],
-                     "completion": [{"role": "assistant", "content": "4"}]}]  # fmt: skip
+    assert good == [
+        {
+            "prompt": [{"role": "user", "content": "What is 2 + 2?"}],
+            "completion": [{"role": "assistant", "content": "4"}],
+        }
+    ]
     with pytest.raises(ConversationError, match=r"bad\.jsonl:2: the last message must be the assistant's"):
-        read_conversations(_write(tmp_path / "bad.jsonl", [_conversation("a", "b"), {"messages": [{"role": "user", "content": "a"}]}]))  # fmt: skip
+        read_conversations(
+            _write(
+                tmp_path / "bad.jsonl",
+                [_conversation("a", "b"), {"messages": [{"role": "user", "content": "a"}]}],
+            )
+        )
     with pytest.raises(ConversationError, match=r"worse\.jsonl:1: not a JSON object"):
         read_conversations(_write(tmp_path / "worse.jsonl", [["not", "an", "object"]]))
     done = rollout("sft", str(tmp_path / "bad.jsonl"))
@@ -45,14 +54,29 @@ def test_rows_must_be_conversations_ending_in_the_assistants_reply(tmp_path: Pat
 async def test_a_warm_start_is_published_once_and_resumes_as_a_checkpoint(
     ledger: Ledger, tiny_qwen3: str, tmp_path: Path
 ) -> None:
-    rows = read_conversations(_write(tmp_path / "arith.jsonl", [
-        _conversation(f"What is {a} + {b}? Answer with the number only.", str(a + b)) for a in range(4) for b in range(2)
-    ]))  # fmt: skip
+    rows = read_conversations(
+        _write(
+            tmp_path / "arith.jsonl",
+            [
+                _conversation(f"What is {a} + {b}? Answer with the number only.", str(a + b))
+                for a in range(4)
+                for b in range(2)
+            ],
+        )
+    )
     store = FileBlobStore(tmp_path / "blobs")
     name = f"arith-{uuid.uuid4().hex[:6]}"
     config = SftConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, epochs=3, batch_size=4)
-    record = await warm_start(ledger, store, name=name, model_path=tiny_qwen3, rows=rows, config=config,
-                              holder="sft-test", scratch=tmp_path)  # fmt: skip
+    record = await warm_start(
+        ledger,
+        store,
+        name=name,
+        model_path=tiny_qwen3,
+        rows=rows,
+        config=config,
+        holder="sft-test",
+        scratch=tmp_path,
+    )
     assert record.name == warm_start_name(name) == f"sft/{name}-step000001"
     assert {"adapter_config.json", "adapter_model.safetensors", "trainer.json"} <= set(record.files)
     assert record.metrics["sft_examples"] == 8 and record.metrics["sft_steps"] == 6

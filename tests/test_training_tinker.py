@@ -32,8 +32,6 @@ from rollout.engines.protocol import SampleRequest
 from rollout.engines.tinker import TinkerEngine
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app as build_engine_app
-from rollout.fakes.tinker_service import FakeTinkerState, build_app
-from rollout.fakes.tinker_training import FakeTinkerTraining
 from rollout.gateway.admission import Admission
 from rollout.gateway.app import build_app as build_gateway_app
 from rollout.gateway.rendering import ModelRenderer
@@ -51,6 +49,8 @@ from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
 from rollout.workflows.run import RunWorkflow, run_workflow_id
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+from rollout_testing.tinker_service import FakeTinkerState, build_app
+from rollout_testing.tinker_training import FakeTinkerTraining
 
 BASE_MODEL = "Qwen/Qwen3-8B"
 KEY = "tml-fake-key"
@@ -58,18 +58,39 @@ KEY = "tml-fake-key"
 
 def _batch(*segments: tuple[list[int], list[int], list[float], float]) -> Batch:
     weighted = tuple(
-        WeightedSegment(f"e{i}", "solver", advantage,
-                        TrainingSegment(f"s{i}", "seat", tuple(tokens), tuple(mask), tuple(logprobs), (0,) * len(tokens)))
+        WeightedSegment(
+            episode=f"e{i}",
+            agent="solver",
+            advantage=advantage,
+            segment=TrainingSegment(
+                segment_id=f"s{i}",
+                seat="seat",
+                tokens_T=tuple(tokens),
+                mask_T=tuple(mask),
+                behaviour_logprobs_T=tuple(logprobs),
+                versions_T=(0,) * len(tokens),
+            ),
+        )
         for i, (tokens, mask, logprobs, advantage) in enumerate(segments)
-    )  # fmt: skip
+    )
     sampled = sum(sum(mask) for _, mask, _, _ in segments)
-    return Batch("p", weighted, tuple(w.episode for w in weighted), 0, 0.5, 0.5, sampled)
+    return Batch(
+        policy="p",
+        segments=weighted,
+        episodes=tuple(w.episode for w in weighted),
+        skipped_groups=0,
+        reward_mean=0.5,
+        reward_std=0.5,
+        sampled_tokens=sampled,
+    )
 
 
 def test_a_segment_becomes_a_datum_shifted_by_one_with_loss_on_sampled_tokens_only() -> None:
-    batch = _batch(([10, 11, 12, 13, 14], [0, 0, 1, 1, 0], [0.0, 0.0, -0.5, -0.7, 0.0], 2.0),
-                   ([20, 21, 22], [0, 1, 1], [0.0, -0.1, -0.2], -1.0),
-                   ([30, 31], [0, 0], [0.0, 0.0], 1.0))  # fmt: skip
+    batch = _batch(
+        ([10, 11, 12, 13, 14], [0, 0, 1, 1, 0], [0.0, 0.0, -0.5, -0.7, 0.0], 2.0),
+        ([20, 21, 22], [0, 1, 1], [0.0, -0.1, -0.2], -1.0),
+        ([30, 31], [0, 0], [0.0, 0.0], 1.0),
+    )
     first, second = tinker_datums(batch)  # the third has nothing sampled: no datum
     assert first.model_input_T == (10, 11, 12, 13) and first.target_tokens_T == (11, 12, 13, 14)
     assert first.mask_T == (0, 1, 1, 0)
@@ -78,16 +99,21 @@ def test_a_segment_becomes_a_datum_shifted_by_one_with_loss_on_sampled_tokens_on
     assert first.advantages_T == (0.0, 0.5, 0.5, 0.0)
     assert second.advantages_T == (-0.25, -0.25)
     assert loss_function(LossConfig("ppo", clip_low=0.2, clip_high=0.28)) == (
-        "ppo", {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28}
-    )  # fmt: skip
+        "ppo",
+        {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
+    )
     assert loss_function(LossConfig("truncated_is")) == ("importance_sampling", {})
 
 
 @asynccontextmanager
 async def fake_tinker(tiny_qwen3: str, tmp_path: Path) -> AsyncIterator[tuple[str, FakeTinkerState]]:
     backing = LocalEngine(tiny_qwen3, device="cpu", batch_window_s=0.01)
-    state = FakeTinkerState(api_key=KEY, base_model=BASE_MODEL, engine=backing,
-                            training=FakeTinkerTraining(tiny_qwen3, tmp_path / "fake-tinker"))  # fmt: skip
+    state = FakeTinkerState(
+        api_key=KEY,
+        base_model=BASE_MODEL,
+        engine=backing,
+        training=FakeTinkerTraining(tiny_qwen3, tmp_path / "fake-tinker"),
+    )
     async with serving(build_app(state)) as url:
         yield url, state
     assert state.unknown_routes == [], "the SDK called routes the fake does not know"
@@ -109,11 +135,14 @@ async def test_the_sdk_trains_saves_resumes_and_samples_through_the_fake(
     tokens = [151644, 872, 198, 3838, 374, 220, 17, 10, 17, 30, 151645, 198, 19, 151645]
     sampling = [-1.0] * (len(tokens) - 1)
     advantages = [0.0] * 9 + [0.5, -0.25, 0.0, 0.5]
-    datum = tinker.Datum(model_input=tinker.ModelInput.from_ints(tokens[:-1]), loss_fn_inputs={
-        "target_tokens": tinker.TensorData(data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]),
-        "logprobs": tinker.TensorData(data=sampling, dtype="float32", shape=[len(sampling)]),
-        "advantages": tinker.TensorData(data=advantages, dtype="float32", shape=[len(advantages)]),
-    })  # fmt: skip
+    datum = tinker.Datum(
+        model_input=tinker.ModelInput.from_ints(tokens[:-1]),
+        loss_fn_inputs={
+            "target_tokens": tinker.TensorData(data=tokens[1:], dtype="int64", shape=[len(tokens) - 1]),
+            "logprobs": tinker.TensorData(data=sampling, dtype="float32", shape=[len(sampling)]),
+            "advantages": tinker.TensorData(data=advantages, dtype="float32", shape=[len(advantages)]),
+        },
+    )
     reference = _reference_logprobs(tiny_qwen3, tokens)
     async with fake_tinker(tiny_qwen3, tmp_path) as (url, state):
         service = await asyncio.to_thread(tinker.ServiceClient, base_url=url, api_key=KEY)
@@ -179,22 +208,50 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
     async with fake_tinker(tiny_qwen3, tmp_path) as (url, state):
         engine = TinkerEngine(BASE_MODEL, base_url=url, api_key=KEY, tokenizer=tokenizer)
         async with serving(build_engine_app(engine)) as engine_url:
-            follower = ServingFollower(ledger, engine, store, FollowerConfig("engine-tinker", engine_url,
-                                       formats=("tinker",), runs=(run,), poll_s=0.1, grace_s=2.0), tmp_path / "cache")  # fmt: skip
+            follower = ServingFollower(
+                ledger,
+                engine,
+                store,
+                FollowerConfig(
+                    "engine-tinker", engine_url, formats=("tinker",), runs=(run,), poll_s=0.1, grace_s=2.0
+                ),
+                tmp_path / "cache",
+            )
             following = asyncio.create_task(follower.run())
             engine_client = VLLMEngine(engine_url, name="engine-tinker")
             routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
-            gateway = Gateway(ledger, ModelRenderer(tokenizer, "qwen3"),
-                              Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=2048)  # fmt: skip
+            gateway = Gateway(
+                ledger,
+                ModelRenderer(tokenizer, "qwen3"),
+                Admission(ledger, routes, wait_s=60, poll_s=0.05),
+                max_context=2048,
+            )
             training = TinkerTrainingActivities(
-                ledger, store, config=TinkerTrainerConfig(BASE_MODEL, lora_rank=4, learning_rate=1e-3, base_url=url,
-                                                          api_key=KEY),
-                loss=LossConfig("ppo"), holder="tinker-trainer", scratch=tmp_path / "trainer",
-            )  # fmt: skip
+                ledger,
+                store,
+                config=TinkerTrainerConfig(
+                    BASE_MODEL, lora_rank=4, learning_rate=1e-3, base_url=url, api_key=KEY
+                ),
+                loss=LossConfig("ppo"),
+                holder="tinker-trainer",
+                scratch=tmp_path / "trainer",
+            )
             bridges = BridgeActivities(ledger, store, base_model=None, scratch=tmp_path)
-            given = RunInput(run, "tests.example_envs:coin", groups_in_flight=2, max_lag=1, settings={"max_tokens": 4},
-                             training=TrainingSpec(2, groups_per_batch=1, wait_s=0.2, served_wait_s=60,
-                                                   serve_formats=["tinker"], task_queue=trainer_queue))  # fmt: skip
+            given = RunInput(
+                run,
+                "tests.example_envs:coin",
+                groups_in_flight=2,
+                max_lag=1,
+                settings={"max_tokens": 4},
+                training=TrainingSpec(
+                    2,
+                    groups_per_batch=1,
+                    wait_s=0.2,
+                    served_wait_s=60,
+                    serve_formats=["tinker"],
+                    task_queue=trainer_queue,
+                ),
+            )
             try:
                 async with serving(build_gateway_app(gateway, model_names=["base"])) as gateway_url:
                     runner = runner_worker(
@@ -202,8 +259,11 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
                     )
                     async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
                         status: RunStatus = await asyncio.wait_for(
-                            client.execute_workflow(RunWorkflow.run, given, id=run_workflow_id(run), task_queue=queue), 300
-                        )  # fmt: skip
+                            client.execute_workflow(
+                                RunWorkflow.run, given, id=run_workflow_id(run), task_queue=queue
+                            ),
+                            300,
+                        )
             finally:
                 following.cancel()
                 await engine_client.close()
@@ -231,7 +291,7 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
     assert {s["checkpoint"] for ack in acks for s in ack["serving"]} == {c["name"] for c in created}
     turns = await ledger.fetch_all(
         "SELECT payload FROM event WHERE kind = 'TurnRecorded' AND payload->>'run' = %s", run
-    )  # fmt: skip
+    )
     assert f"{policy}-step000001" in {t["payload"]["checkpoint"] for t in turns}, (
         "a turn sampled checkpoint 1"
     )

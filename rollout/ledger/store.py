@@ -147,7 +147,15 @@ class Ledger:
         return (
             None
             if row is None
-            else RecordedEvent(stream, row[0], row[1], row[2], row[3], row[4], appended=False)
+            else RecordedEvent(
+                stream=stream,
+                seq=row[0],
+                key=row[1],
+                kind=row[2],
+                payload=row[3],
+                recorded_at=row[4],
+                appended=False,
+            )
         )
 
     async def read(self, stream: str, *, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
@@ -213,7 +221,7 @@ async def read_stream(
         (stream, after, limit),
     )
     return [
-        RecordedEvent(stream, seq, key, kind, payload, at)
+        RecordedEvent(stream=stream, seq=seq, key=key, kind=kind, payload=payload, recorded_at=at)
         for seq, key, kind, payload, at in await cursor.fetchall()
     ]
 
@@ -256,6 +264,14 @@ def _recorded(
         first = event.key not in seen
         seen.add(event.key)
         recorded.append(
-            RecordedEvent(stream, seq, event.key, event.kind, event.payload, recorded_at, appended and first)
+            RecordedEvent(
+                stream=stream,
+                seq=seq,
+                key=event.key,
+                kind=event.kind,
+                payload=event.payload,
+                recorded_at=recorded_at,
+                appended=appended and first,
+            )
         )
     return recorded

@@ -131,9 +131,14 @@ class SandboxPool:
             for event in batch:
                 if event.kind == Kind.SANDBOX_REGISTERED:
                     p = event.payload
-                    latest[p["name"]] = SandboxRegistration(kind, p["name"], p["address"], int(p["seats"]))
+                    latest[p["name"]] = SandboxRegistration(
+                        kind=kind, name=p["name"], address=p["address"], seats=int(p["seats"])
+                    )
             after = batch[-1].seq
-        hosted = {(row["resource"], row["holder"]) for row in await self.ledger.fetch_all(_LIVE_HOSTS, host_resource(kind, ""))}  # fmt: skip
+        hosted = {
+            (row["resource"], row["holder"])
+            for row in await self.ledger.fetch_all(_LIVE_HOSTS, host_resource(kind, ""))
+        }
         live = (s for s in latest.values() if (host_resource(kind, s.name), s.address) in hosted)
         return sorted(live, key=lambda s: s.name)
 
@@ -192,8 +197,12 @@ class SandboxPool:
 
 def _none_free(kind: str, seats: int, wait_s: float, *, registered: int) -> str:
     if registered == 0:
-        return (f"no sandbox free after waiting {wait_s:g}s: no {kind!r} sandbox with at least {seats} seat(s) is "
-                f"registered. Start one with `rollout sandbox serve --kind {kind} --seats {max(seats, 1)}`.")  # fmt: skip
-    return (f"no sandbox free after waiting {wait_s:g}s: all {registered} {kind!r} sandbox(es) with at least "
-            f"{seats} seat(s) are claimed by other episodes. Start more with `rollout sandbox serve --kind {kind}`, "
-            "or keep fewer episodes in flight.")  # fmt: skip
+        return (
+            f"no sandbox free after waiting {wait_s:g}s: no {kind!r} sandbox with at least {seats} seat(s) is "
+            f"registered. Start one with `rollout sandbox serve --kind {kind} --seats {max(seats, 1)}`."
+        )
+    return (
+        f"no sandbox free after waiting {wait_s:g}s: all {registered} {kind!r} sandbox(es) with at least "
+        f"{seats} seat(s) are claimed by other episodes. Start more with `rollout sandbox serve --kind {kind}`, "
+        "or keep fewer episodes in flight."
+    )

@@ -28,7 +28,9 @@ class SandboxActionError(ValueError):
 
 
 class SandboxClient:
-    def __init__(self, seat: SandboxSeat, *, timeout_s: float = 180, transport: httpx.AsyncBaseTransport | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, seat: SandboxSeat, *, timeout_s: float = 180, transport: httpx.AsyncBaseTransport | None = None
+    ) -> None:
         self.seat = seat
         self._http = httpx.AsyncClient(base_url=seat.address, timeout=timeout_s, transport=transport)
 

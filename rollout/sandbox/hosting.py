@@ -36,7 +36,7 @@ async def hosted_sandbox(
     world = load_kind(kind)(workdir, seats)
     try:
         async with serving(build_sandbox_app(world, kind=kind, name=name, seats=seats), host, port) as url:
-            registration = SandboxRegistration(kind, name, url, seats)
+            registration = SandboxRegistration(kind=kind, name=name, address=url, seats=seats)
             async with SandboxPool(ledger).hosting(registration, ttl_s=host_ttl_s):
                 yield registration
     finally:

@@ -80,5 +80,10 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
     async def health(request: Request) -> JSONResponse:
         return JSONResponse({"kind": kind, "name": name, "seats": seats, "epoch": claims.epoch})
 
-    return Starlette(routes=[Route("/open", open_claim, methods=["POST"]), Route("/act", act, methods=["POST"]),
-                             Route("/health", health)])  # fmt: skip
+    return Starlette(
+        routes=[
+            Route("/open", open_claim, methods=["POST"]),
+            Route("/act", act, methods=["POST"]),
+            Route("/health", health),
+        ]
+    )

@@ -68,11 +68,18 @@ class ShellWorld:
             raise ValueError("a shell action needs a non-empty 'command' string")
         timeout_s = min(float(action.get("timeout_s") or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
         done = await run_bounded(
-            ["bash", "-c", command], cwd=self.workdir, timeout_s=timeout_s, max_output_bytes=MAX_OUTPUT_BYTES,
+            ["bash", "-c", command],
+            cwd=self.workdir,
+            timeout_s=timeout_s,
+            max_output_bytes=MAX_OUTPUT_BYTES,
             env={"HOME": str(self.workdir), "ROLLOUT_SANDBOX_SEAT": str(seat)},
-        )  # fmt: skip
-        return {"exit_code": done.exit_code, "output": done.output, "truncated": done.truncated,
-                "timed_out": done.timed_out}  # fmt: skip
+        )
+        return {
+            "exit_code": done.exit_code,
+            "output": done.output,
+            "truncated": done.truncated,
+            "timed_out": done.timed_out,
+        }
 
     async def close(self) -> None:
         return None

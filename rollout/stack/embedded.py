@@ -69,40 +69,90 @@ class Stack:
             common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
             engine_url = f"http://{gateway.host}:{gateway.engine_port}"
             self.engine = ManagedProcess(
-                "Engine",
-                (*python, "engine", "serve", "--model", gateway.model, "--host", gateway.host,
-                 "--port", str(gateway.engine_port), *common, f"services.postgres.url={settings.ledger_url}"),
-                self.data_dir, gateway.host, ((gateway.engine_port, "services.gateway.engine_port"),),
-            )  # fmt: skip
+                name="Engine",
+                command=(
+                    *python,
+                    "engine",
+                    "serve",
+                    "--model",
+                    gateway.model,
+                    "--host",
+                    gateway.host,
+                    "--port",
+                    str(gateway.engine_port),
+                    *common,
+                    f"services.postgres.url={settings.ledger_url}",
+                ),
+                data_dir=self.data_dir,
+                host=gateway.host,
+                ports=((gateway.engine_port, "services.gateway.engine_port"),),
+            )
             self.gateway = ManagedProcess(
-                "Gateway",
-                (*python, "gateway", "--model", gateway.model, "--engine-url", engine_url, "--host", gateway.host,
-                 "--port", str(gateway.port), "--max-context", str(gateway.max_context), *common,
-                 f"services.postgres.url={settings.ledger_url}"),
-                self.data_dir, gateway.host, ((gateway.port, "services.gateway.port"),),
-            )  # fmt: skip
+                name="Gateway",
+                command=(
+                    *python,
+                    "gateway",
+                    "--model",
+                    gateway.model,
+                    "--engine-url",
+                    engine_url,
+                    "--host",
+                    gateway.host,
+                    "--port",
+                    str(gateway.port),
+                    "--max-context",
+                    str(gateway.max_context),
+                    *common,
+                    f"services.postgres.url={settings.ledger_url}",
+                ),
+                data_dir=self.data_dir,
+                host=gateway.host,
+                ports=((gateway.port, "services.gateway.port"),),
+            )
             # A runner plays episodes through this gateway; it listens on no port (it polls Temporal).
             self.runner = ManagedProcess(
-                "Runner",
-                (*python, "worker", "runner", "--gateway-url", f"http://{gateway.host}:{gateway.port}", *common,
-                 f"services.postgres.url={settings.ledger_url}", f"services.temporal.address={settings.temporal_address}"),
-                self.data_dir, gateway.host, (),
-            )  # fmt: skip
+                name="Runner",
+                command=(
+                    *python,
+                    "worker",
+                    "runner",
+                    "--gateway-url",
+                    f"http://{gateway.host}:{gateway.port}",
+                    *common,
+                    f"services.postgres.url={settings.ledger_url}",
+                    f"services.temporal.address={settings.temporal_address}",
+                ),
+                data_dir=self.data_dir,
+                host=gateway.host,
+                ports=(),
+            )
             # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it got.
             self.trainer = ManagedProcess(
-                "Trainer",
-                (*python, "worker", "trainer", *common, f"services.postgres.url={settings.ledger_url}",
-                 f"services.temporal.address={settings.temporal_address}", *trainer_overrides(settings)),
-                self.data_dir, gateway.host, (),
-            )  # fmt: skip
+                name="Trainer",
+                command=(
+                    *python,
+                    "worker",
+                    "trainer",
+                    *common,
+                    f"services.postgres.url={settings.ledger_url}",
+                    f"services.temporal.address={settings.temporal_address}",
+                    *trainer_overrides(settings),
+                ),
+                data_dir=self.data_dir,
+                host=gateway.host,
+                ports=(),
+            )
         self.temporal = (
             None
             if services.temporal.address
             else EmbeddedTemporal(
-                self.data_dir, services.temporal.host, services.temporal.port, services.temporal.ui_port,
-                services.temporal.namespace,
+                data_dir=self.data_dir,
+                host=services.temporal.host,
+                port=services.temporal.port,
+                ui_port=services.temporal.ui_port,
+                namespace=services.temporal.namespace,
             )
-        )  # fmt: skip
+        )
 
     def _check_data_dir(self) -> None:
         if self.data_dir.exists() and not self.data_dir.is_dir():
@@ -202,17 +252,45 @@ class Stack:
         services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
-            services.append(self._http_status("engine", self.engine, f"http://{gateway.host}:{gateway.engine_port}",
-                                              f"serving {gateway.model}"))  # fmt: skip
-            services.append(self._http_status("gateway", self.gateway, f"http://{gateway.host}:{gateway.port}",
-                                              "agents use /s/TOKEN/v1 (`rollout seat new`)"))  # fmt: skip
+            services.append(
+                self._http_status(
+                    "engine",
+                    self.engine,
+                    f"http://{gateway.host}:{gateway.engine_port}",
+                    f"serving {gateway.model}",
+                )
+            )
+            services.append(
+                self._http_status(
+                    "gateway",
+                    self.gateway,
+                    f"http://{gateway.host}:{gateway.port}",
+                    "agents use /s/TOKEN/v1 (`rollout seat new`)",
+                )
+            )
         if self.runner is not None:
             pid = self.runner.pid()
-            services.append(ServiceStatus("runner", "embedded", "queue rollout-runner", pid is not None,
-                                          "plays episodes (`rollout run start ENV`)" if pid else "not running", pid))  # fmt: skip
+            services.append(
+                ServiceStatus(
+                    name="runner",
+                    mode="embedded",
+                    address="queue rollout-runner",
+                    healthy=pid is not None,
+                    detail="plays episodes (`rollout run start ENV`)" if pid else "not running",
+                    pid=pid,
+                )
+            )
         if self.trainer is not None and (pid := self.trainer.pid()) is not None:
-            services.append(ServiceStatus("trainer", "embedded", "queue rollout-trainer", True,
-                                          f"trains {self.settings.trainer.model} (`rollout train`)", pid))  # fmt: skip
+            services.append(
+                ServiceStatus(
+                    name="trainer",
+                    mode="embedded",
+                    address="queue rollout-trainer",
+                    healthy=True,
+                    detail=f"trains {self.settings.trainer.model} (`rollout train`)",
+                    pid=pid,
+                )
+            )
         return services
 
     @staticmethod
@@ -232,7 +310,9 @@ class Stack:
             healthy = httpx.get(f"{url}/health", timeout=3).status_code == 200
         except httpx.HTTPError as error:
             healthy, detail = False, f"unreachable: {type(error).__name__}"
-        return ServiceStatus(name, "embedded", url, healthy, detail, process.pid())
+        return ServiceStatus(
+            name=name, mode="embedded", address=url, healthy=healthy, detail=detail, pid=process.pid()
+        )
 
     def _postgres_status(self) -> ServiceStatus:
         url = self.settings.ledger_url
@@ -247,10 +327,24 @@ class Stack:
                 ).fetchone()
             schema = f"schema {revision[0]}" if revision else "schema not migrated (run `rollout up`)"
             detail = f"PostgreSQL {version[0] if version else '?'}, {schema}"
-            return ServiceStatus("postgres", mode, redact(url), revision is not None, detail, pid)
+            return ServiceStatus(
+                name="postgres",
+                mode=mode,
+                address=redact(url),
+                healthy=revision is not None,
+                detail=detail,
+                pid=pid,
+            )
         except psycopg.Error as error:
             reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            return ServiceStatus("postgres", mode, redact(url), False, f"unreachable: {reason}", pid)
+            return ServiceStatus(
+                name="postgres",
+                mode=mode,
+                address=redact(url),
+                healthy=False,
+                detail=f"unreachable: {reason}",
+                pid=pid,
+            )
 
     def _temporal_status(self) -> ServiceStatus:
         address, ui_url = self.settings.temporal_address, self.settings.temporal_ui_url
@@ -264,7 +358,9 @@ class Stack:
                 ui_ok, detail = False, f"web UI unreachable at {ui_url}: {error}"
             if not ui_ok:
                 ok = False
-        return ServiceStatus("temporal", mode, address, ok, detail, pid, ui_url)
+        return ServiceStatus(
+            name="temporal", mode=mode, address=address, healthy=ok, detail=detail, pid=pid, ui_url=ui_url
+        )
 
     def _blobs_status(self) -> ServiceStatus:
         url = self.settings.blob_url
@@ -272,14 +368,21 @@ class Stack:
             root = Path(url.removeprefix("file://"))
             healthy = root.is_dir() and os.access(root, os.W_OK)
             detail = "writable directory" if healthy else "missing or not writable (run `rollout up`)"
-            return ServiceStatus("blobs", "embedded", url, healthy, detail)
+            return ServiceStatus(name="blobs", mode="embedded", address=url, healthy=healthy, detail=detail)
         try:
-            store = open_store(url, s3_endpoint=self.settings.services.blobs.s3_endpoint,
-                               s3_secure=self.settings.services.blobs.s3_secure)  # fmt: skip
+            store = open_store(
+                url,
+                s3_endpoint=self.settings.services.blobs.s3_endpoint,
+                s3_secure=self.settings.services.blobs.s3_secure,
+            )
             store.exists("__health__")
-            return ServiceStatus("blobs", "external", url, True, "bucket reachable")
+            return ServiceStatus(
+                name="blobs", mode="external", address=url, healthy=True, detail="bucket reachable"
+            )
         except Exception as error:  # any client or network failure is an unhealthy store, reported as such
-            return ServiceStatus("blobs", "external", url, False, f"unreachable: {error}")
+            return ServiceStatus(
+                name="blobs", mode="external", address=url, healthy=False, detail=f"unreachable: {error}"
+            )
 
 
 def trainer_overrides(settings: Settings) -> list[str]:

@@ -148,10 +148,19 @@ class EmbeddedPostgres:
         log = self.cluster_dir / "server.log"  # owned by the service user; copied into logs/ on failure
         options = f"-p {self.port} -h {self.host} -c unix_socket_directories='' -c max_connections=200"
         done = self._run(
-            "pg_ctl", "-D", str(self.cluster_dir), "-l", str(log), "-w", "-t", str(int(timeout_s)),
-            "-o", options, "start",
+            "pg_ctl",
+            "-D",
+            str(self.cluster_dir),
+            "-l",
+            str(log),
+            "-w",
+            "-t",
+            str(int(timeout_s)),
+            "-o",
+            options,
+            "start",
             timeout=timeout_s + 10,
-        )  # fmt: skip
+        )
         if done.returncode != 0:
             tail = log.read_text()[-2000:] if log.exists() else ""
             raise RuntimeError(

@@ -52,13 +52,27 @@ class EmbeddedTemporal:
     @property
     def process(self) -> ManagedProcess:
         command = (
-            str(temporal_binary()), "server", "start-dev",
-            "--ip", self.host, "--port", str(self.port), "--ui-port", str(self.ui_port),
-            "--db-filename", str(self.db_path), "--namespace", self.namespace,
-            "--log-level", "warn", "--ui-disable-news-fetch",
-        )  # fmt: skip
+            str(temporal_binary()),
+            "server",
+            "start-dev",
+            "--ip",
+            self.host,
+            "--port",
+            str(self.port),
+            "--ui-port",
+            str(self.ui_port),
+            "--db-filename",
+            str(self.db_path),
+            "--namespace",
+            self.namespace,
+            "--log-level",
+            "warn",
+            "--ui-disable-news-fetch",
+        )
         ports = ((self.port, "services.temporal.port"), (self.ui_port, "services.temporal.ui_port"))
-        return ManagedProcess("Temporal", command, self.data_dir, self.host, ports)
+        return ManagedProcess(
+            name="Temporal", command=command, data_dir=self.data_dir, host=self.host, ports=ports
+        )
 
     def pid(self) -> int | None:
         return self.process.pid()

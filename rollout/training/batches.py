@@ -69,7 +69,11 @@ def assemble_batch(
             skipped += 1
             continue
         for member, advantage in zip(members, advantages, strict=True):
-            weighted += [WeightedSegment(member.episode, member.agent, advantage, s) for s in member.segments if s.sampled_tokens]  # fmt: skip
+            weighted += [
+                WeightedSegment(episode=member.episode, agent=member.agent, advantage=advantage, segment=s)
+                for s in member.segments
+                if s.sampled_tokens
+            ]
     rewards = [p.reward for p in mine]
     tokens = sum(w.segment.sampled_tokens for w in weighted)
     return Batch(

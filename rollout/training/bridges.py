@@ -36,8 +36,13 @@ def is_lora(record: CheckpointRecord) -> bool:
     return all(name in record.files for name in ADAPTER_FILES)
 
 
-def bridge_files(record: CheckpointRecord, fmt: str, store: BlobStore, base_model: str | None = None,
-                 scratch: Path | None = None) -> dict[str, CheckpointFile]:  # fmt: skip
+def bridge_files(
+    record: CheckpointRecord,
+    fmt: str,
+    store: BlobStore,
+    base_model: str | None = None,
+    scratch: Path | None = None,
+) -> dict[str, CheckpointFile]:
     """The files of `record` in format `fmt` (relative path -> blob)."""
     if fmt == "tinker":
         if TINKER_FILE not in record.files:
@@ -70,7 +75,9 @@ def bridge_location(record: CheckpointRecord, fmt: str, store: BlobStore) -> str
     return str(json.loads(store.get(file.key, expected=file.ref))["sampler"])
 
 
-def _merged(record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None) -> dict[str, CheckpointFile]:  # fmt: skip
+def _merged(
+    record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None
+) -> dict[str, CheckpointFile]:
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 

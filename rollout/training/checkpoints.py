@@ -54,14 +54,30 @@ class CheckpointRecord:
             name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
             for name, f in payload["files"].items()
         }
-        return CheckpointRecord(payload["name"], payload["policy"], int(payload["version"]), payload["parent"],
-                                payload["run"], files, dict(payload.get("metrics", {})))  # fmt: skip
+        return CheckpointRecord(
+            name=payload["name"],
+            policy=payload["policy"],
+            version=int(payload["version"]),
+            parent=payload["parent"],
+            run=payload["run"],
+            files=files,
+            metrics=dict(payload.get("metrics", {})),
+        )
 
     def payload(self) -> dict[str, Any]:
-        files = {name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
-                 for name, f in self.files.items()}  # fmt: skip
-        return {"name": self.name, "policy": self.policy, "version": self.version, "parent": self.parent,
-                "run": self.run, "files": files, "metrics": self.metrics}  # fmt: skip
+        files = {
+            name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
+            for name, f in self.files.items()
+        }
+        return {
+            "name": self.name,
+            "policy": self.policy,
+            "version": self.version,
+            "parent": self.parent,
+            "run": self.run,
+            "files": files,
+            "metrics": self.metrics,
+        }
 
 
 def _key(record_name: str, policy: str, epoch: int, relative: str) -> str:
@@ -94,10 +110,20 @@ async def publish_checkpoint(
     published = await ledger.find(stream, key)
     if published is not None:
         return CheckpointRecord.from_payload(dict(published.payload))
-    files = await asyncio.to_thread(_upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative))  # fmt: skip
+    files = await asyncio.to_thread(
+        _upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative)
+    )
     if not files:
         raise ValueError(f"checkpoint directory {directory} is empty")
-    record = CheckpointRecord(name, policy, step, parent, run, files, dict(metrics or {}))
+    record = CheckpointRecord(
+        name=name,
+        policy=policy,
+        version=step,
+        parent=parent,
+        run=run,
+        files=files,
+        metrics=dict(metrics or {}),
+    )
     try:
         await ledger.append_one(stream, NewEvent(key, Kind.CHECKPOINT_CREATED, record.payload()), fence=fence)
     except KeyConflictError:
@@ -119,8 +145,9 @@ async def find_checkpoint(ledger: Ledger, policy: str, name: str) -> CheckpointR
     for stream in dict.fromkeys((checkpoints_stream(policy), checkpoints_stream(policy_of(name)))):
         row = await ledger.fetch_one(
             "SELECT payload FROM event WHERE stream_id = %s AND kind = 'CheckpointCreated' AND payload->>'name' = %s",
-            stream, name,
-        )  # fmt: skip
+            stream,
+            name,
+        )
         if row:
             return CheckpointRecord.from_payload(row["payload"])
     return None

@@ -65,7 +65,9 @@ def _micro_batches(segments: tuple[WeightedSegment, ...], budget: int) -> list[l
 
 
 class LocalTrainer:
-    def __init__(self, model_path: str, config: LocalTrainerConfig, loss: LossConfig, *, adapter: str | None = None) -> None:  # fmt: skip
+    def __init__(
+        self, model_path: str, config: LocalTrainerConfig, loss: LossConfig, *, adapter: str | None = None
+    ) -> None:
         from transformers import AutoModelForCausalLM
 
         torch.manual_seed(config.seed)
@@ -73,15 +75,21 @@ class LocalTrainer:
         self.model_path = model_path
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
-        model: Any = AutoModelForCausalLM.from_pretrained(adapter if adapter and config.lora_rank is None else model_path, dtype=dtype)  # fmt: skip
+        model: Any = AutoModelForCausalLM.from_pretrained(
+            adapter if adapter and config.lora_rank is None else model_path, dtype=dtype
+        )
         if config.lora_rank is not None:
             from peft import LoraConfig, PeftModel, get_peft_model
 
             if adapter is not None:
                 model = PeftModel.from_pretrained(model, adapter, is_trainable=True)
             else:
-                lora = LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                                  target_modules=list(config.target_modules), task_type="CAUSAL_LM")  # fmt: skip
+                lora = LoraConfig(
+                    r=config.lora_rank,
+                    lora_alpha=config.lora_alpha,
+                    target_modules=list(config.target_modules),
+                    task_type="CAUSAL_LM",
+                )
                 model = get_peft_model(model, lora)
         self.model: Any = model.to(self.device).train()
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
@@ -120,7 +128,9 @@ class LocalTrainer:
         total = 0.0
         for micro in _micro_batches(batch.segments, self.config.micro_batch_tokens):
             logprobs, aligned = self.token_logprobs(micro)
-            loss, metrics = policy_loss(logprobs, aligned["behaviour"], aligned["advantages"], aligned["mask"], self.loss)  # fmt: skip
+            loss, metrics = policy_loss(
+                logprobs, aligned["behaviour"], aligned["advantages"], aligned["mask"], self.loss
+            )
             share = metrics.tokens / batch.sampled_tokens
             scaled = loss * share
             if not math.isfinite(scaled.item()):
@@ -139,15 +149,21 @@ class LocalTrainer:
             )
         self.optimizer.step()
         self.steps += 1
-        return {"step": float(self.steps), "loss": total, "grad_norm": grad_norm, "tokens": float(batch.sampled_tokens),
-                **_combine(parts)}  # fmt: skip
+        return {
+            "step": float(self.steps),
+            "loss": total,
+            "grad_norm": grad_norm,
+            "tokens": float(batch.sampled_tokens),
+            **_combine(parts),
+        }
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)
         self.model.save_pretrained(directory)
         torch.save(self.optimizer.state_dict(), directory / OPTIMIZER_STATE)
-        (directory / TRAINER_STATE).write_text(json.dumps({"steps": self.steps, "model_path": self.model_path,
-                                                           "config": asdict(self.config)}))  # fmt: skip
+        (directory / TRAINER_STATE).write_text(
+            json.dumps({"steps": self.steps, "model_path": self.model_path, "config": asdict(self.config)})
+        )
 
     @classmethod
     def resume(cls, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> LocalTrainer:

@@ -93,10 +93,15 @@ def policy_loss(
         clipped = (ratio > 1.0 + config.clip_high).to(mask.dtype)
     else:
         r = torch.exp(torch.where(mask > 0, logprobs_BT - old_BT, torch.zeros_like(mask)))
-        behaviour_weight = torch.clamp(torch.exp(torch.where(mask > 0, old_BT - behaviour, torch.zeros_like(mask))), max=config.is_cap)  # fmt: skip
+        behaviour_weight = torch.clamp(
+            torch.exp(torch.where(mask > 0, old_BT - behaviour, torch.zeros_like(mask))), max=config.is_cap
+        )
         clipped_r = torch.clamp(r, 1.0 - config.clip_low, 1.0 + config.clip_high)
         per_token = behaviour_weight * torch.maximum(-advantages * r, -advantages * clipped_r)
-        clipped = (((advantages > 0) & (r > 1.0 + config.clip_high)) | ((advantages < 0) & (r < 1.0 - config.clip_low))).to(mask.dtype)  # fmt: skip
+        clipped = (
+            ((advantages > 0) & (r > 1.0 + config.clip_high))
+            | ((advantages < 0) & (r < 1.0 - config.clip_low))
+        ).to(mask.dtype)
     # Multiplying by the mask keeps masked tokens out of the graph's gradient, even where per_token is inf.
     loss = torch.where(kept > 0, per_token, torch.zeros_like(per_token)).sum() / denominator
 

@@ -70,8 +70,14 @@ class _Building:
         self.versions += [-1] * len(delta) + [version] * len(completion)
 
     def done(self) -> TrainingSegment:
-        return TrainingSegment(self.segment_id, self.seat, tuple(self.tokens), tuple(self.mask),
-                               tuple(self.logprobs), tuple(self.versions))  # fmt: skip
+        return TrainingSegment(
+            segment_id=self.segment_id,
+            seat=self.seat,
+            tokens_T=tuple(self.tokens),
+            mask_T=tuple(self.mask),
+            behaviour_logprobs_T=tuple(self.logprobs),
+            versions_T=tuple(self.versions),
+        )
 
 
 def segments_from_turns(turns: Iterable[Mapping[str, Any]]) -> list[TrainingSegment]:

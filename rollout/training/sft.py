@@ -76,16 +76,30 @@ def sft_warm_start(
     local = LocalTrainerConfig(lora_rank=config.lora_rank, lora_alpha=config.lora_alpha)
     model = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32)
     arguments = SFTConfig(
-        output_dir=str(directory / "work"), num_train_epochs=config.epochs, learning_rate=config.learning_rate,
-        per_device_train_batch_size=config.batch_size, max_length=config.max_length, completion_only_loss=True,
-        report_to=[], save_strategy="no", logging_steps=1, seed=config.seed, use_cpu=not torch.cuda.is_available(),
-    )  # fmt: skip
+        output_dir=str(directory / "work"),
+        num_train_epochs=config.epochs,
+        learning_rate=config.learning_rate,
+        per_device_train_batch_size=config.batch_size,
+        max_length=config.max_length,
+        completion_only_loss=True,
+        report_to=[],
+        save_strategy="no",
+        logging_steps=1,
+        seed=config.seed,
+        use_cpu=not torch.cuda.is_available(),
+    )
     trainer = SFTTrainer(
-        model=model, args=arguments, train_dataset=Dataset.from_list(rows),
+        model=model,
+        args=arguments,
+        train_dataset=Dataset.from_list(rows),
         processing_class=AutoTokenizer.from_pretrained(model_path),
-        peft_config=LoraConfig(r=config.lora_rank, lora_alpha=config.lora_alpha,
-                               target_modules=list(local.target_modules), task_type="CAUSAL_LM"),
-    )  # fmt: skip
+        peft_config=LoraConfig(
+            r=config.lora_rank,
+            lora_alpha=config.lora_alpha,
+            target_modules=list(local.target_modules),
+            task_type="CAUSAL_LM",
+        ),
+    )
     result = trainer.train()
     trained: Any = trainer.model  # the peft model
     trained.save_pretrained(directory)
@@ -93,5 +107,9 @@ def sft_warm_start(
         json.dumps({"steps": 0, "model_path": model_path, "config": asdict(local)})
     )
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    return {"sft_loss_first": float(losses[0]), "sft_loss_last": float(losses[-1]),
-            "sft_steps": float(result.global_step), "sft_examples": float(len(rows))}  # fmt: skip
+    return {
+        "sft_loss_first": float(losses[0]),
+        "sft_loss_last": float(losses[-1]),
+        "sft_steps": float(result.global_step),
+        "sft_examples": float(len(rows)),
+    }

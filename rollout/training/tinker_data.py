@@ -45,13 +45,17 @@ def tinker_datums(batch: Batch) -> list[TinkerDatum]:
             continue  # nothing sampled to predict
         mask = tuple(int(m) for m in s.mask_T[1:])
         advantage = weighted.advantage / normaliser
-        datums.append(TinkerDatum(
-            model_input_T=tuple(s.tokens_T[:-1]),
-            target_tokens_T=tuple(s.tokens_T[1:]),
-            logprobs_T=tuple(float(lp) if m else 0.0 for lp, m in zip(s.behaviour_logprobs_T[1:], mask, strict=True)),
-            advantages_T=tuple(advantage if m else 0.0 for m in mask),
-            mask_T=mask,
-        ))  # fmt: skip
+        datums.append(
+            TinkerDatum(
+                model_input_T=tuple(s.tokens_T[:-1]),
+                target_tokens_T=tuple(s.tokens_T[1:]),
+                logprobs_T=tuple(
+                    float(lp) if m else 0.0 for lp, m in zip(s.behaviour_logprobs_T[1:], mask, strict=True)
+                ),
+                advantages_T=tuple(advantage if m else 0.0 for m in mask),
+                mask_T=mask,
+            )
+        )
     return datums
 
 

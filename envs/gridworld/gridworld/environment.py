@@ -17,8 +17,10 @@ from rollout.environment import AgentSeatSpec, Environment, Generator, SandboxSp
 from rollout.harness import End, Observation, RunContext, Task
 
 WALLS = 1  # few walls: two agents with views a move or two old cross an open grid without a corridor standoff
-RULES = ("Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, left or "
-         "right, one cell at a time; walls (#) and other agents block the way.")  # fmt: skip
+RULES = (
+    "Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, left or "
+    "right, one cell at a time; walls (#) and other agents block the way."
+)
 
 
 def walled_layout(rng: random.Random, size: int, corners: list[tuple[int, int]], walls: int) -> Layout:
@@ -89,7 +91,13 @@ def two_walks(rng: random.Random) -> TaskParameters:
     # A goes top-left to bottom-right, B bottom-left to top-right: their paths cross mid-grid.
     corners = [(0, 0), (4, 4), (4, 0), (0, 4)]
     layout = walled_layout(rng, 5, corners, walls=WALLS)
-    return {"layout": layout.to_json(), "start_A": "[0, 0]", "goal_A": "[4, 4]", "start_B": "[4, 0]", "goal_B": "[0, 4]"}  # fmt: skip
+    return {
+        "layout": layout.to_json(),
+        "start_A": "[0, 0]",
+        "goal_A": "[4, 4]",
+        "start_B": "[4, 0]",
+        "goal_B": "[0, 4]",
+    }
 
 
 two_agents = Environment(

@@ -17,7 +17,9 @@ from gridworld import DIRECTIONS, Cell, Layout, shortest_step
 from rollout.contracts import Message, ToolCall, ToolSpec
 
 _MAP = re.compile(r"Map:\n((?:[#.A-Z]+\n?)+)")
-_HERE = re.compile(r"You \(([A-Z])\) are at \((\d+), (\d+)\)\. Your goal is at \((\d+), (\d+)\)\.((?: Agent [A-Z] is at \(\d+, \d+\)(?:, at its goal)?\.)*)")  # fmt: skip
+_HERE = re.compile(
+    r"You \(([A-Z])\) are at \((\d+), (\d+)\)\. Your goal is at \((\d+), (\d+)\)\.((?: Agent [A-Z] is at \(\d+, \d+\)(?:, at its goal)?\.)*)"
+)
 _OTHER = re.compile(r"Agent ([A-Z]) is at \((\d+), (\d+)\)(, at its goal)?")
 
 

@@ -48,8 +48,11 @@ class SharedGrid:
             agent, direction = self.agents[seat], str(action.get("direction", ""))
             moved = self.grid.move(agent, direction)
             row, column = self.grid.positions[agent]
-            self.news.append(f"Agent {agent} moved {direction} to ({row}, {column})." if moved
-                             else f"Agent {agent} tried {direction} and was blocked.")  # fmt: skip
+            self.news.append(
+                f"Agent {agent} moved {direction} to ({row}, {column})."
+                if moved
+                else f"Agent {agent} tried {direction} and was blocked."
+            )
             return self._view(seat, moved=moved)
         raise ValueError(f"op must be join, look or move, not {op!r}")
 
@@ -59,8 +62,13 @@ class SharedGrid:
         mine = f"Agent {agent} "
         news = [line for line in self.news[self.read_up_to.get(seat, 0) :] if not line.startswith(mine)]
         self.read_up_to[seat] = len(self.news)
-        return {"moved": moved, "arrived": self.grid.arrived(agent), "news": news,
-                "where": where(self.grid, agent), "picture": self.grid.picture(agent)}  # fmt: skip
+        return {
+            "moved": moved,
+            "arrived": self.grid.arrived(agent),
+            "news": news,
+            "where": where(self.grid, agent),
+            "picture": self.grid.picture(agent),
+        }
 
     async def close(self) -> None:
         return None
@@ -76,8 +84,13 @@ class SharedWalk(Task):
 
     def __init__(self, parameters: dict[str, str], agent: str) -> None:
         self.agent = agent
-        self.join = {"op": "join", "agent": agent, "layout": parameters["layout"],
-                     "start": json.loads(parameters[f"start_{agent}"]), "goal": json.loads(parameters[f"goal_{agent}"])}  # fmt: skip
+        self.join = {
+            "op": "join",
+            "agent": agent,
+            "layout": parameters["layout"],
+            "start": json.loads(parameters[f"start_{agent}"]),
+            "goal": json.loads(parameters[f"goal_{agent}"]),
+        }
         self.box: SandboxClient | None = None
         self.moves = self.bumps = self.seen = 0
 
@@ -86,9 +99,11 @@ class SharedWalk(Task):
             raise RuntimeError("SharedWalk needs a sandbox seat: its environment declares one")
         self.box = SandboxClient(run.sandbox)
         view = await self.box.act(self.join)
-        text = (f"You are agent {self.agent}. Walk to your goal G; another agent walks the same grid at the same "
-                f"time. Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, "
-                f"left or right; walls (#) and agents block the way.\nMap:\n{view['picture']}\n\n{view['where']}")  # fmt: skip
+        text = (
+            f"You are agent {self.agent}. Walk to your goal G; another agent walks the same grid at the same "
+            f"time. Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, "
+            f"left or right; walls (#) and agents block the way.\nMap:\n{view['picture']}\n\n{view['where']}"
+        )
         return Observation(text, tools=(MOVE_TOOL,))
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:

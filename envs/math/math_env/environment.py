@@ -16,8 +16,10 @@ from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.environment import Dataset, Environment, TaskParameters
 from rollout.harness import End, Observation, RunContext, Task
 
-INSTRUCTIONS = ("Solve the problem. Use the calculator tool for every computation, then reply with the final "
-                "line `Answer: N` and nothing after it.")  # fmt: skip
+INSTRUCTIONS = (
+    "Solve the problem. Use the calculator tool for every computation, then reply with the final "
+    "line `Answer: N` and nothing after it."
+)
 _ANSWER = re.compile(r"Answer:\s*(-?[\d,]*\.?\d+)")
 
 
@@ -71,7 +73,10 @@ class WordProblem(Task):
             return Observation(tuple(results))
         given = final_answer(reply.text)
         correct = given is not None and abs(given - self.answer) <= 1e-6 * max(1.0, abs(self.answer))
-        return End(reward=1.0 if correct else 0.0, metrics={"calculator_calls": self.calls, "answered": float(given is not None)})  # fmt: skip
+        return End(
+            reward=1.0 if correct else 0.0,
+            metrics={"calculator_calls": self.calls, "answered": float(given is not None)},
+        )
 
 
 def solve(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:

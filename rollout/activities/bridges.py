@@ -1,0 +1,116 @@
+"""Bridge and serving activities: a checkpoint converted for the engines, its serving target, waiting for acks.
+
+Contract:
+- `bridge_checkpoint` is idempotent per (checkpoint, format): the first attempt converts (rollout.training.bridges)
+  and records `CheckpointConverted` on `policy/{policy}/bridges` under `bridge/{version}/{format}` (not on the
+  checkpoint stream, which only the trainer's lease may write); a retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`).
+- `publish_serving` appends the `ServingTarget` for a converted checkpoint (once per checkpoint and serving
+  format); followers beside the engines load it.
+- `wait_served` waits (heartbeating) until some engine's newest ack serves the checkpoint, or the time is up
+  (False). Nothing here blocks turns: admission reads acks on its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from rollout.blobs import BlobStore
+from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
+from rollout.serving import TARGETS_STREAM, EngineStates, ServingTarget, files_from_payload
+from rollout.training.bridges import BridgeError, bridge_files, bridge_location
+from rollout.training.checkpoints import find_checkpoint
+from rollout.workflows.types import BridgeInput, BridgeResult, ServedWait
+
+SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
+
+
+def bridges_stream(policy: str) -> str:
+    return f"policy/{policy}/bridges"
+
+
+def _bridge_key(given: BridgeInput) -> str:
+    return f"bridge/{given.version}/{given.format}"
+
+
+class BridgeActivities:
+    def __init__(self, ledger: Ledger, store: BlobStore, *, base_model: str | None, scratch: Path) -> None:
+        self.ledger, self.store, self.base_model, self.scratch = ledger, store, base_model, scratch
+
+    @activity.defn(name="bridge_checkpoint")
+    async def bridge_checkpoint(self, given: BridgeInput) -> BridgeResult:
+        stream = bridges_stream(given.policy)
+        recorded = await self.ledger.find(stream, _bridge_key(given))
+        if recorded is None:
+            record = await find_checkpoint(self.ledger, given.policy, given.checkpoint)
+            if record is None:
+                raise ApplicationError(
+                    f"checkpoint {given.checkpoint!r} is not in the ledger", non_retryable=True
+                )
+            try:
+                files = await asyncio.to_thread(
+                    bridge_files, record, given.format, self.store, self.base_model, self.scratch
+                )
+                location = await asyncio.to_thread(bridge_location, record, given.format, self.store)
+            except BridgeError as error:
+                raise ApplicationError(str(error), type="BridgeError", non_retryable=True) from error
+            payload = {
+                "name": record.name,
+                "version": record.version,
+                "format": given.format,
+                "files": ServingTarget(
+                    policy=given.policy,
+                    checkpoint=record.name,
+                    version=record.version,
+                    run=given.run,
+                    format=given.format,
+                    files=files,
+                ).payload()["files"],
+                "location": location,
+            }
+            try:
+                recorded = await self.ledger.append_one(
+                    stream, NewEvent(_bridge_key(given), Kind.CHECKPOINT_CONVERTED, payload)
+                )
+            except KeyConflictError:  # a racing attempt recorded first; its files are the bridge
+                recorded = await self.ledger.find(stream, _bridge_key(given))
+                assert recorded is not None
+        return BridgeResult(given.format, SERVING_FORMAT[given.format], len(recorded.payload["files"]))
+
+    @activity.defn(name="publish_serving")
+    async def publish_serving(self, given: BridgeInput) -> None:
+        converted = await self.ledger.find(bridges_stream(given.policy), _bridge_key(given))
+        if converted is None:
+            raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)
+        target = ServingTarget(
+            policy=given.policy,
+            checkpoint=given.checkpoint,
+            version=given.version,
+            run=given.run,
+            format=SERVING_FORMAT[given.format],
+            files=files_from_payload(dict(converted.payload["files"])),
+            location=converted.payload.get("location"),
+        )
+        # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to it).
+        with contextlib.suppress(KeyConflictError):
+            await self.ledger.append_one(
+                TARGETS_STREAM, NewEvent(target.key, Kind.SERVING_TARGET, target.payload())
+            )
+
+    @activity.defn(name="wait_served")
+    async def wait_served(self, given: ServedWait) -> bool:
+        deadline = time.monotonic() + given.timeout_s
+        states = EngineStates()
+        while True:
+            await states.refresh(self.ledger)
+            if any(ack.serves(given.checkpoint) for ack in states.values()):
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            activity.heartbeat()
+            await asyncio.sleep(0.5)

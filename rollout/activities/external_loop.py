@@ -1,0 +1,95 @@
+"""External agent loops: a command (Claude Code, Codex, a script) plays a seat; the Task scores how it ended.
+
+Contract:
+- The Task's first observation is the prompt. The command's arguments may say `{prompt}` and `{workdir}`;
+  it also finds the prompt in `ROLLOUT_PROMPT`, and its seat in the usual variables of both dialects
+  (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) plus `ROLLOUT_BASE_URL`/
+  `ROLLOUT_API_KEY`; with a sandbox, `ROLLOUT_SANDBOX_URL`, `ROLLOUT_SANDBOX_EPOCH`, `ROLLOUT_SANDBOX_SEAT`.
+- It runs in a fresh working directory, in its own session, for at most `timeout_s`; on a timeout or a
+  cancelled activity its whole process group is killed. The last `OUTPUT_TAIL_BYTES` of its output are kept.
+- When it ends, `Task.finish(run, CommandOutcome)` gives the seat's `End` (its reward); the turns are what the
+  gateway recorded on the seat.
+- A command is not replayable: the workflow gives every attempt a fresh seat.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+
+from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward
+from rollout.bounded_process import run_bounded
+from rollout.harness import CommandOutcome, RunContext, Task
+
+OUTPUT_TAIL_BYTES = 64 * 1024
+
+
+def seat_environment(base_url: str, token: str, prompt: str, context: RunContext) -> dict[str, str]:
+    """The variables that point a command at its seat (and its sandbox), in every dialect's spelling."""
+    variables = {
+        "OPENAI_BASE_URL": f"{base_url}/s/{token}/v1",
+        "OPENAI_API_KEY": token,
+        "ANTHROPIC_BASE_URL": f"{base_url}/s/{token}",
+        "ANTHROPIC_API_KEY": token,
+        "ROLLOUT_BASE_URL": f"{base_url}/s/{token}/v1",
+        "ROLLOUT_API_KEY": token,
+        "ROLLOUT_PROMPT": prompt,
+        "ROLLOUT_RUN": context.run,
+        "ROLLOUT_EPISODE": context.episode,
+        "ROLLOUT_SEAT": context.seat,
+    }
+    if context.sandbox is not None:
+        variables |= {
+            "ROLLOUT_SANDBOX_URL": context.sandbox.address,
+            "ROLLOUT_SANDBOX_EPOCH": str(context.sandbox.epoch),
+            "ROLLOUT_SANDBOX_SEAT": str(context.sandbox.seat),
+        }
+    return variables
+
+
+async def play_external(
+    task: Task,
+    context: RunContext,
+    command: Sequence[str],
+    *,
+    base_url: str,
+    token: str,
+    timeout_s: float,
+    count_turns: Callable[[], Awaitable[int]],
+) -> LoopOutcome:
+    """Start the command on the seat, wait for it, and have the Task score it."""
+    try:
+        first = await task.start(context)
+    except Exception as error:
+        raise TaskFailed(f"the task's start raised:\n{traceback.format_exc()}") from error
+    prompt = "\n\n".join(m.text for m in first.messages() if m.text)
+    with tempfile.TemporaryDirectory(prefix="rollout-agent-") as workdir:
+        argv = [part.replace("{prompt}", prompt).replace("{workdir}", workdir) for part in command]
+        env = seat_environment(base_url, token, prompt, context)
+        try:
+            done = await run_bounded(
+                argv,
+                cwd=workdir,
+                env=env,
+                timeout_s=timeout_s,
+                max_output_bytes=OUTPUT_TAIL_BYTES,
+                keep="tail",
+            )
+        except OSError as error:
+            raise TaskFailed(f"the agent command {argv[0]!r} did not start: {error}") from error
+        turns = await count_turns()
+        try:
+            end = await task.finish(
+                context,
+                CommandOutcome(
+                    exit_code=done.exit_code,
+                    output=done.output,
+                    workdir=workdir,
+                    turns=turns,
+                    timed_out=done.timed_out,
+                ),
+            )
+        except Exception as error:
+            raise TaskFailed(f"the task's finish raised:\n{traceback.format_exc()}") from error
+    return LoopOutcome(checked_reward(end), turns, truncated=done.timed_out, metrics=dict(end.metrics))

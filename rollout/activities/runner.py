@@ -1,0 +1,323 @@
+"""The runner's activities: everything an episode does outside workflow code.
+
+Contract:
+- Each activity is idempotent by the business key it is given: seats are opened by seat id (the token is
+  derived from it), ledger events are appended under keys built from run, episode, agent and attempt, so a retry
+  after a crash writes nothing twice.
+- `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
+  the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
+- A seat with an external `command` is played by that command (rollout.activities.external_loop).
+- `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
+  it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
+- Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
+  (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
+- Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause from
+  their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import asdict
+from datetime import UTC, datetime
+
+import openai
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.activities.external_loop import play_external
+from rollout.environment import Environment, EnvironmentLoadError, load_environment
+from rollout.gateway.seats import close_seat, open_seat, seat_token
+from rollout.harness import RunContext, SandboxSeat
+from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
+from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
+from rollout.sandbox.claims import lease_resource
+from rollout.workflows.types import (
+    AbandonInput,
+    AgentAttempt,
+    AgentInfo,
+    AgentResult,
+    ClaimInput,
+    EnvironmentInfo,
+    EpisodeRecord,
+    RunInput,
+    SandboxGrant,
+    SandboxNeed,
+    SettingsChange,
+    run_policy,
+)
+
+HEARTBEAT_EVERY_S = 2.0
+
+
+def run_stream(run: str) -> str:
+    return f"run/{run}"
+
+
+def episodes_stream(run: str) -> str:
+    return f"run/{run}/episodes"
+
+
+class RunnerActivities:
+    def __init__(self, ledger: Ledger, *, gateway_url: str, seat_secret: bytes) -> None:
+        self.ledger = ledger
+        self.gateway_url = gateway_url.rstrip("/")
+        self.seat_secret = seat_secret
+        self._http: openai.DefaultAsyncHttpxClient | None = None
+
+    def http(self) -> openai.DefaultAsyncHttpxClient:
+        """The HTTP client every agent of this runner reaches the gateway with (made on the worker's loop)."""
+        if self._http is None:
+            self._http = openai.DefaultAsyncHttpxClient()
+        return self._http
+
+    @activity.defn(name="describe_environment")
+    async def describe_environment(self, reference: str) -> EnvironmentInfo:
+        environment = _load(reference)
+        agents = [
+            AgentInfo(name=a.name, policy=a.policy, checkpoint=a.checkpoint, external=bool(a.command))
+            for a in environment.agents
+        ]
+        box = environment.sandbox
+        need = (
+            SandboxNeed(kind=box.kind, seats=box.seats, wait_s=box.wait_s, ttl_s=box.ttl_s) if box else None
+        )
+        return EnvironmentInfo(
+            reference=reference,
+            name=environment.name,
+            agents=agents,
+            group_size=environment.group_size,
+            max_turns=environment.max_turns,
+            replayable=environment.replayable,
+            sandbox=need,
+        )
+
+    @activity.defn(name="create_run")
+    async def create_run(self, run: RunInput) -> None:
+        settings = {"max_lag": run.max_lag, "paused": False, **run.settings}
+        payload = {"run": run.run, "environment": run.environment, "settings": settings}
+        await self.ledger.append_one(run_stream(run.run), NewEvent("created", Kind.RUN_CREATED, payload))
+
+    @activity.defn(name="change_settings")
+    async def change_settings(self, change: SettingsChange) -> None:
+        payload = {"run": change.run, "changes": change.changes}
+        await self.ledger.append_one(
+            run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)
+        )
+
+    @activity.defn(name="play_agent")
+    async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
+        given = attempt.input
+        environment = _load(given.environment.reference)
+        parameters = environment.source.parameters(given.group)
+        agent = given.agent
+        await open_seat(
+            self.ledger,
+            self.seat_secret,
+            seat_id=attempt.seat,
+            agent=agent.name,
+            policy=run_policy(given.run, agent.policy),
+            run=given.run,
+            episode=given.episode,
+            checkpoint=agent.checkpoint,
+        )
+        token = seat_token(self.seat_secret, attempt.seat)
+        box = given.sandbox
+        sandbox = (
+            SandboxSeat(
+                address=box.address,
+                kind=box.kind,
+                name=box.name,
+                epoch=box.epoch,
+                seat=given.sandbox_seat,
+                holder=box.holder,
+            )
+            if box
+            else None
+        )
+        context = RunContext(
+            run=given.run,
+            episode=given.episode,
+            seat=attempt.seat,
+            attempt=attempt.attempt,
+            parameters=parameters,
+            sandbox=sandbox,
+        )
+        beating = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            outcome = await self._play(environment, context, token, given.environment.max_turns, agent.name)
+        except TaskFailed as error:
+            raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
+        except InvalidReward as error:
+            raise ApplicationError(str(error), type="InvalidReward", non_retryable=True) from error
+        finally:
+            beating.cancel()
+        return AgentResult(
+            agent=agent.name,
+            seat=attempt.seat,
+            reward=outcome.reward,
+            turns=outcome.turns,
+            attempts=attempt.attempt,
+            truncated=outcome.truncated,
+            metrics=outcome.metrics,
+        )
+
+    async def _play(
+        self, environment: Environment, context: RunContext, token: str, max_turns: int, agent: str
+    ) -> LoopOutcome:
+        try:
+            task = environment.make_task(context.parameters, agent)
+        except Exception as error:
+            raise TaskFailed(f"making the task raised {type(error).__name__}: {error}") from error
+        spec = environment.agent(agent)
+        if spec.command:
+            return await play_external(
+                task,
+                context,
+                spec.command,
+                base_url=self.gateway_url,
+                token=token,
+                timeout_s=spec.timeout_s,
+                count_turns=lambda: self._turns(context.seat),
+            )
+        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token, http_client=self.http())
+        try:
+            return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
+        finally:
+            await model.close()
+
+    async def _turns(self, seat: str) -> int:
+        row = await self.ledger.fetch_one(
+            "SELECT count(*) AS turns FROM event WHERE stream_id = %s AND kind = %s",
+            f"seat/{seat}",
+            str(Kind.TURN_RECORDED),
+        )
+        return int(row["turns"]) if row else 0
+
+    @activity.defn(name="claim_sandbox")
+    async def claim_sandbox(self, given: ClaimInput) -> SandboxGrant:
+        need = given.need
+        holder = f"{given.run}/{given.episode}"
+        beating = asyncio.create_task(_heartbeat_until_cancelled())
+        try:
+            claim = await SandboxPool(self.ledger).claim(
+                need.kind, need.seats, holder, ttl_s=need.ttl_s, wait_s=need.wait_s, open=_open
+            )
+        except NoSandboxFree as error:
+            raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
+        finally:
+            beating.cancel()
+        box = claim.sandbox
+        return SandboxGrant(
+            kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
+        )
+
+    @activity.defn(name="renew_sandbox")
+    async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
+        """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
+        return await SandboxPool(self.ledger).renew(_claim_of(grant), ttl_s) is not None
+
+    @activity.defn(name="release_sandbox")
+    async def release_sandbox(self, grant: SandboxGrant) -> None:
+        await SandboxPool(self.ledger).release(_claim_of(grant))
+
+    @activity.defn(name="abandon_attempt")
+    async def abandon_attempt(self, abandon: AbandonInput) -> None:
+        attempt = abandon.attempt
+        given = attempt.input
+        payload = {
+            "run": given.run,
+            "episode": given.episode,
+            "agent": given.agent.name,
+            "seat": attempt.seat,
+            "attempt": attempt.attempt,
+            "reason": abandon.reason,
+            "trainable": False,
+        }
+        key = f"{given.episode}/{given.agent.name}/attempt/{attempt.attempt}/abandoned"
+        await self.ledger.append_one(
+            episodes_stream(given.run), NewEvent(key, Kind.EPISODE_ABANDONED, payload)
+        )
+        await self._close(attempt.seat, "abandoned")
+
+    @activity.defn(name="record_episode")
+    async def record_episode(self, record: EpisodeRecord) -> None:
+        result = record.result
+        payload = {
+            **asdict(result),
+            "environment": record.environment,
+            "seats": record.seats,
+            "turns": record.turns,
+            "metrics": record.metrics,
+            "sandbox": record.sandbox,
+        }
+        if result.finished:
+            event = NewEvent(f"{result.episode}/finished", Kind.EPISODE_FINISHED, payload)
+        else:
+            event = NewEvent(
+                f"{result.episode}/failed", Kind.EPISODE_ABANDONED, {**payload, "trainable": False}
+            )
+        await self.ledger.append_one(episodes_stream(result.run), event)
+        for seat in record.seats.values():
+            await self._close(seat, "finished" if result.finished else "failed")
+
+    async def _close(self, seat: str, reason: str) -> None:
+        # A seat closes once; a later close (a retry that found it closed for another reason) changes nothing.
+        with contextlib.suppress(KeyConflictError):
+            await close_seat(self.ledger, seat, reason)
+
+    def all(self) -> list[Callable[..., Awaitable[object]]]:
+        return [
+            self.describe_environment,
+            self.create_run,
+            self.change_settings,
+            self.play_agent,
+            self.abandon_attempt,
+            self.record_episode,
+            self.claim_sandbox,
+            self.renew_sandbox,
+            self.release_sandbox,
+        ]
+
+
+def _load(reference: str) -> Environment:
+    try:
+        return load_environment(reference)
+    except EnvironmentLoadError as error:
+        raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
+
+
+async def _open(claim: SandboxClaim) -> None:
+    # Opening under the new epoch resets the world, and fences off whoever held the sandbox before.
+    box = claim.sandbox
+    async with SandboxClient(
+        SandboxSeat(
+            address=box.address,
+            kind=box.kind,
+            name=box.name,
+            epoch=claim.epoch,
+            seat=0,
+            holder=claim.lease.holder,
+        ),
+        timeout_s=60,
+    ) as client:
+        await client.open()
+
+
+def _claim_of(grant: SandboxGrant) -> SandboxClaim:
+    # Renewing and releasing match on (resource, holder, epoch); the seats and expiry play no part.
+    resource = lease_resource(grant.kind, grant.name)
+    lease = Lease(resource=resource, holder=grant.holder, epoch=grant.epoch, expires_at=datetime.now(UTC))
+    return SandboxClaim(
+        SandboxRegistration(kind=grant.kind, name=grant.name, address=grant.address, seats=0), lease
+    )
+
+
+async def _heartbeat_until_cancelled() -> None:
+    # Model calls can be long: keep the heartbeat going between turns too, so only a dead worker times out.
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY_S)
+        activity.heartbeat()

@@ -1,0 +1,125 @@
+"""The trainer's activities that read the ledger: assembling a step's batch, loading its training data.
+
+Contract:
+- `assemble_batch` is idempotent by (run, policy, step): the first attempt picks the oldest whole groups no
+  earlier step consumed (rollout.training.selection) and records `BatchAssembled` under `step/{step}` on
+  `run/{run}/batches/{policy}`, listing exactly the episodes it consumes; a retry returns that record, so a
+  retried step trains on the same data and no episode is used twice. Nothing ready → None (the step waits).
+- `load_batch` rebuilds the recorded batch's training data from the seats' recorded turns
+  (rollout.training.segments) and the episodes' rewards (rollout.training.batches): the same batch every time.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+from rollout.training.advantages import AdvantageMethod
+from rollout.training.batches import AgentEpisode, Batch, assemble_batch
+from rollout.training.segments import segments_from_turns
+from rollout.training.selection import EpisodeRecordView, ready_groups
+from rollout.workflows.types import AssembleInput, BatchInfo
+
+
+def batches_stream(run: str, policy: str) -> str:
+    return f"run/{run}/batches/{policy}"
+
+
+async def read_stream(ledger: Ledger, stream: str) -> list[RecordedEvent]:
+    events: list[RecordedEvent] = []
+    while batch := await ledger.read(stream, after=events[-1].seq if events else 0):
+        events += batch
+    return events
+
+
+def _episode_records(events: Sequence[RecordedEvent]) -> dict[str, dict[str, Any]]:
+    """The episodes recorded for good (finished, or failed as a whole), by episode id."""
+    records: dict[str, dict[str, Any]] = {}
+    for event in events:
+        if event.kind == Kind.EPISODE_FINISHED or (
+            event.kind == Kind.EPISODE_ABANDONED and "attempt" not in event.payload
+        ):
+            records[str(event.payload["episode"])] = dict(event.payload)
+    return records
+
+
+async def _agent_episodes(ledger: Ledger, records: Sequence[dict[str, Any]]) -> list[AgentEpisode]:
+    played = []
+    for record in records:
+        if not record.get("finished"):
+            continue  # consumed with its group, never trained
+        for agent, seat in sorted(record["seats"].items()):
+            turns = [
+                e.payload for e in await read_stream(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED
+            ]
+            policy = next((str(t["policy"]) for t in turns if t.get("policy")), "default")
+            played.append(
+                AgentEpisode(
+                    episode=str(record["episode"]),
+                    group=int(record["group"]),
+                    agent=agent,
+                    policy=policy,
+                    reward=float(record["rewards"][agent]),
+                    segments=tuple(segments_from_turns(turns)),
+                )
+            )
+    return played
+
+
+def _info(payload: dict[str, Any]) -> BatchInfo:
+    return BatchInfo(**{key: payload[key] for key in BatchInfo.__dataclass_fields__})
+
+
+class TrainerActivities:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+
+    async def assemble_batch(self, given: AssembleInput) -> BatchInfo | None:
+        stream = batches_stream(given.run, given.policy)
+        key = f"step/{given.step}"
+        recorded = await self.ledger.find(stream, key)
+        if recorded is not None:
+            return _info(dict(recorded.payload))
+        consumed = {
+            int(g)
+            for e in await read_stream(self.ledger, stream)
+            if e.kind == Kind.BATCH_ASSEMBLED
+            for g in e.payload["groups"]
+        }
+        records = _episode_records(await read_stream(self.ledger, f"run/{given.run}/episodes"))
+        views = [EpisodeRecordView(e, int(r["group"]), bool(r.get("finished"))) for e, r in records.items()]
+        groups = ready_groups(
+            views, group_size=given.group_size, consumed=consumed, groups_per_batch=given.groups_per_batch
+        )
+        if not groups:
+            return None
+        taken = [r for r in records.values() if int(r["group"]) in groups]
+        method: AdvantageMethod = "leave_one_out" if given.advantage == "leave_one_out" else "group_norm"
+        batch = assemble_batch(await _agent_episodes(self.ledger, taken), given.policy, method)
+        info = BatchInfo(
+            run=given.run,
+            policy=given.policy,
+            step=given.step,
+            groups=groups,
+            episodes=sorted(str(r["episode"]) for r in taken),
+            trained_episodes=sorted({w.episode for w in batch.segments}),
+            skipped_groups=batch.skipped_groups,
+            sampled_tokens=batch.sampled_tokens,
+            reward_mean=batch.reward_mean,
+            reward_std=batch.reward_std,
+        )
+        try:
+            await self.ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.__dict__))
+        except KeyConflictError:
+            # Another attempt recorded this step first (with what it saw then): that record is the step's batch.
+            existing = await self.ledger.find(stream, key)
+            assert existing is not None
+            return _info(dict(existing.payload))
+        return info
+
+    async def load_batch(self, info: BatchInfo, advantage: str = "group_norm") -> Batch:
+        records = _episode_records(await read_stream(self.ledger, f"run/{info.run}/episodes"))
+        taken = [records[e] for e in info.episodes]
+        method: AdvantageMethod = "leave_one_out" if advantage == "leave_one_out" else "group_norm"
+        return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, method)

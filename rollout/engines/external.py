@@ -1,0 +1,110 @@
+"""External models: a model the platform does not train (a frontier model as an opponent or a judge), reached
+through LiteLLM.
+
+Contract: `ExternalModel.complete` sends canonical messages and tools, in OpenAI's shape, to any model LiteLLM
+routes to and returns the canonical assistant message with token counts. Nothing here deals in token ids: the
+gateway records such turns as text, marked never to be trained.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
+from rollout.engines.protocol import EngineUnavailable
+
+
+@dataclass(frozen=True)
+class ExternalReply:
+    message: Message
+    finish_reason: str
+    prompt_tokens: int
+    completion_tokens: int
+
+
+def _openai_message(message: Message) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "role": message.role if message.role != "developer" else "system",
+        "content": message.text,
+    }
+    if message.tool_calls:
+        out["tool_calls"] = [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+            for c in message.tool_calls
+        ]
+    if message.tool_call_id:
+        out["tool_call_id"] = message.tool_call_id
+    return out
+
+
+@dataclass(frozen=True)
+class ExternalModel:
+    """`model` in LiteLLM's naming (`anthropic/claude-...`, `openai/gpt-...`, `openai/NAME` with `api_base`)."""
+
+    model: str
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout_s: float = 300
+
+    async def complete(
+        self, messages: list[Message], tools: list[ToolSpec], params: SamplingParams
+    ) -> ExternalReply:
+        try:
+            import litellm  # heavy: imported only where an external model is used
+        except ImportError:
+            raise EngineUnavailable("external models need LiteLLM: `uv sync --extra external`") from None
+
+        request: dict[str, Any] = {
+            "model": self.model,
+            "messages": [_openai_message(m) for m in messages],
+            "temperature": params.temperature,
+            "top_p": params.top_p,
+            "timeout": self.timeout_s,
+        }
+        if params.max_tokens:
+            request["max_tokens"] = params.max_tokens
+        if params.stop:
+            request["stop"] = list(params.stop)
+        if tools:
+            request["tools"] = [
+                {
+                    "type": "function",
+                    "function": {"name": t.name, "description": t.description, "parameters": t.parameters},
+                }
+                for t in tools
+            ]
+        if self.api_base:
+            request["api_base"] = self.api_base
+        if self.api_key:
+            request["api_key"] = self.api_key
+        try:
+            response: Any = await litellm.acompletion(**request)
+        except (
+            litellm.exceptions.APIConnectionError,
+            litellm.exceptions.ServiceUnavailableError,
+            litellm.exceptions.Timeout,
+            litellm.exceptions.RateLimitError,
+        ) as error:
+            raise EngineUnavailable(f"external model {self.model} is unavailable: {error}") from error
+        choice = response.choices[0]
+        calls = tuple(
+            ToolCall(id=c.id, name=c.function.name, arguments=c.function.arguments or "{}")
+            for c in (choice.message.tool_calls or [])
+        )
+        reasoning = getattr(choice.message, "reasoning_content", None)
+        message = Message(
+            role="assistant",
+            text=choice.message.content or "",
+            tool_calls=calls,
+            reasoning=reasoning if isinstance(reasoning, str) else None,
+        )
+        usage = getattr(response, "usage", None)
+        return ExternalReply(
+            message=message,
+            finish_reason="tool_calls"
+            if calls
+            else ("length" if choice.finish_reason == "length" else "stop"),
+            prompt_tokens=int(getattr(usage, "prompt_tokens", 0) or 0),
+            completion_tokens=int(getattr(usage, "completion_tokens", 0) or 0),
+        )

@@ -1,0 +1,96 @@
+"""Batched autoregressive sampling with a Hugging Face causal LM: pure compute, no I/O.
+
+Contract:
+- `sample_batch` runs several requests in one forward pass per step (left-padded, with a KV cache) and returns,
+  per request, the sampled ids and the log-probability of each under the model's raw distribution
+  (temperature 1), which is the behaviour logprob training needs.
+- Each request keeps its own temperature, top_p, stop ids, token budget and seed: a seeded request draws the
+  same tokens whatever else shares its batch.
+- Temperature 0 means greedy.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from rollout.engines.protocol import FinishReason, SampleRequest
+
+
+@dataclass(frozen=True)
+class Sampled:
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason
+
+
+def _pick(logits_V: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
+    if temperature <= 0:
+        return int(torch.argmax(logits_V).item())
+    probs_V = torch.softmax(logits_V / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_probs, order = torch.sort(probs_V, descending=True)
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p  # always keeps the top token
+        probs_V = torch.zeros_like(probs_V).scatter(0, order[keep], sorted_probs[keep])
+    return int(torch.multinomial(probs_V, 1, generator=generator).item())
+
+
+@torch.inference_mode()
+def sample_batch(model: Any, requests: list[SampleRequest], pad_id: int, eos_ids: set[int]) -> list[Sampled]:
+    device = next(model.parameters()).device
+    batch = len(requests)
+    longest = max(len(r.prompt_ids) for r in requests)
+    input_BT = torch.full((batch, longest), pad_id, dtype=torch.long)
+    mask_BT = torch.zeros((batch, longest), dtype=torch.long)
+    for row, request in enumerate(requests):
+        n = len(request.prompt_ids)
+        input_BT[row, longest - n :] = torch.tensor(request.prompt_ids, dtype=torch.long)
+        mask_BT[row, longest - n :] = 1
+    input_BT, mask_BT = input_BT.to(device), mask_BT.to(device)
+    generators = []
+    for request in requests:
+        generator = torch.Generator(device="cpu")
+        generator.manual_seed(
+            request.seed if request.seed is not None else int(torch.randint(0, 2**62, (1,)).item())
+        )
+        generators.append(generator)
+
+    ids: list[list[int]] = [[] for _ in requests]
+    logprobs: list[list[float]] = [[] for _ in requests]
+    finish: list[FinishReason | None] = [None] * batch
+    stops = [set(r.stop_token_ids) | eos_ids for r in requests]
+    past: Any = None
+    step_input_BT = input_BT
+    position_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+    for _ in range(max(r.max_tokens for r in requests)):
+        out = model(
+            input_ids=step_input_BT,
+            attention_mask=mask_BT,
+            position_ids=position_BT,
+            past_key_values=past,
+            use_cache=True,
+        )
+        past = out.past_key_values
+        logits_BV = out.logits[:, -1, :].float().cpu()
+        logprobs_BV = torch.log_softmax(logits_BV, dim=-1)
+        next_B = []
+        for row, request in enumerate(requests):
+            if finish[row] is not None:
+                next_B.append(pad_id)
+                continue
+            token = _pick(logits_BV[row], request.temperature, request.top_p, generators[row])
+            ids[row].append(token)
+            logprobs[row].append(float(logprobs_BV[row, token]))
+            if token in stops[row]:
+                finish[row] = "stop"
+            elif len(ids[row]) >= request.max_tokens:
+                finish[row] = "length"
+            next_B.append(token)
+        if all(f is not None for f in finish):
+            break
+        step_input_BT = torch.tensor(next_B, dtype=torch.long, device=device).unsqueeze(1)
+        mask_BT = torch.cat([mask_BT, torch.ones((batch, 1), dtype=torch.long, device=device)], dim=1)
+        position_BT = position_BT[:, -1:] + 1
+    return [Sampled(tuple(ids[row]), tuple(logprobs[row]), finish[row] or "length") for row in range(batch)]

@@ -1,0 +1,99 @@
+"""The scripted engine: deterministic replies (text and tool calls) from a script, for tutorials and tests.
+
+Contract: the script maps the decoded prompt to the assistant message to answer with; the engine turns that
+message into completion ids exactly as the model's renderer would emit it (so parsing it back gives the same
+message) and reports logprob 0 for every token: a scripted policy is deterministic. `think_s` makes every reply
+take that long (a stand-in for a model's sampling time, in chaos tests and benchmarks). `load_script` finds a
+script by reference (`rollout engine serve --kind scripted --script package.module:function`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING, cast
+
+from rollout.contracts import Message
+from rollout.engines.protocol import CheckpointRef, SampleRequest, SampleResult
+
+if TYPE_CHECKING:
+    from rollout.engines.vllm_server import Tokenizer
+    from rollout.gateway.rendering import ModelRenderer
+
+Script = Callable[[str], Message]
+
+
+class ScriptedEngine:
+    def __init__(
+        self, renderer: ModelRenderer, script: Script, *, served_name: str = "base", think_s: float = 0.0
+    ) -> None:
+        self.name = "scripted"
+        self.think_s = think_s
+        self.renderer = renderer
+        self.script = script
+        self.served_name = served_name
+        self.loaded = {served_name}
+        self.sleeping = False
+        self.calls = 0
+        self.model_path = "scripted"
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self.renderer.tokenizer
+
+    @property
+    def models(self) -> list[str]:
+        return sorted(self.loaded)
+
+    async def unload(self, name: str) -> None:
+        self.loaded.discard(name)
+
+    def completion_ids(self, reply: Message) -> list[int]:
+        """The ids a model would sample to say `reply`: its rendering after a generation prompt, to the stop."""
+        probe = [Message.user("·")]
+        prompt = self.renderer.prompt_ids(probe, [])
+        full = self.renderer.renderer.render_ids(
+            [*(self.renderer.renderer_message(m) for m in probe), self.renderer.renderer_message(reply)]
+        )
+        completion = full[len(prompt) :]
+        stops = set(self.renderer.stop_token_ids)
+        for index, token in enumerate(completion):
+            if token in stops:
+                return completion[: index + 1]
+        return completion
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        self.calls += 1
+        if self.think_s:
+            await asyncio.sleep(self.think_s)
+        reply = self.script(self.renderer.tokenizer.decode(list(request.prompt_ids)))
+        ids = self.completion_ids(reply)[: request.max_tokens]
+        finish = "stop" if ids and ids[-1] in self.renderer.stop_token_ids else "length"
+        return SampleResult(
+            completion_ids=tuple(ids),
+            logprobs=tuple(0.0 for _ in ids),
+            finish_reason=finish,
+            model=request.model,
+        )
+
+    async def load(self, checkpoint: CheckpointRef) -> None:
+        self.loaded.add(checkpoint.name)
+
+    async def sleep(self) -> None:
+        self.sleeping = True
+
+    async def wake(self) -> None:
+        self.sleeping = False
+
+    async def health(self) -> bool:
+        return True
+
+
+def load_script(reference: str) -> Script:
+    """The function at `package.module:function` (prompt text -> reply); ValueError naming what is wrong."""
+    from rollout.references import import_reference
+
+    script = import_reference(reference, "script reference")  # a ReferenceLoadError is a ValueError
+    if not callable(script):
+        raise ValueError(f"script {reference!r} is not a function (prompt text -> Message)")
+    return cast(Script, script)

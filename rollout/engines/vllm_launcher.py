@@ -1,0 +1,65 @@
+"""The `vllm serve` command line for an engine rollout drives: LoRA hot-loading and sleep mode switched on.
+
+Contract: `command(launch)` is a pure function from settings to argv and environment; the caller runs it.
+Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
+the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class VLLMLaunch:
+    model: str
+    host: str = "127.0.0.1"
+    port: int = 8100
+    served_name: str = "base"
+    max_model_len: int | None = None
+    gpu_memory_utilization: float = 0.85
+    lora: bool = True
+    max_lora_rank: int = 64
+    max_loras: int = 4
+    sleep_mode: bool = True
+    quantization: str | None = None
+    dtype: str = "auto"
+    extra_args: tuple[str, ...] = ()
+
+
+def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
+    argv = [
+        "vllm",
+        "serve",
+        launch.model,
+        "--host",
+        launch.host,
+        "--port",
+        str(launch.port),
+        "--served-model-name",
+        launch.served_name,
+        "--gpu-memory-utilization",
+        str(launch.gpu_memory_utilization),
+        "--dtype",
+        launch.dtype,
+        # Token-id prompts in, token ids out: the gateway never lets the engine re-tokenise.
+        "--return-tokens-as-token-ids",
+    ]
+    env: dict[str, str] = {}
+    if launch.max_model_len:
+        argv += ["--max-model-len", str(launch.max_model_len)]
+    if launch.lora:
+        argv += [
+            "--enable-lora",
+            "--max-lora-rank",
+            str(launch.max_lora_rank),
+            "--max-loras",
+            str(launch.max_loras),
+        ]
+        env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
+    if launch.sleep_mode:
+        argv.append("--enable-sleep-mode")
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up and /is_sleeping
+    if launch.quantization:
+        argv += ["--quantization", launch.quantization]
+    return [*argv, *launch.extra_args], env

@@ -1,0 +1,126 @@
+"""Admission: which engine may serve a turn, given the run's settings in the ledger.
+
+Contract:
+- A turn for a seat on policy P may begin only on an engine serving a checkpoint of version
+  `v >= newest(P) - max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection)
+  and `newest(P)` is P's newest checkpoint version. The base model is version 0 of every policy, so a policy
+  with no checkpoint yet (or within max_lag of version 0) is served by the base. Among eligible engines the
+  freshest checkpoint is tried first. Settings are re-read for every turn (a mid-run change takes
+  effect on the next turn); nothing here talks to Temporal.
+- A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not limited.
+- A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings).
+- Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
+- While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
+  `EngineUnavailable` (the gateway's 503 with Retry-After).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.engines.protocol import EngineUnavailable
+from rollout.gateway.routing import EngineSlot, Routes
+from rollout.gateway.seats import Seat
+from rollout.ledger import Ledger
+
+__all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "eligible"]
+
+DEFAULT_MAX_LAG = 1
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_lag: int = DEFAULT_MAX_LAG
+    paused: bool = False
+    max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
+
+
+@dataclass(frozen=True)
+class Admitted:
+    """The engines a turn may begin on, in the order to try them, and the bound they were chosen under."""
+
+    slots: list[EngineSlot]
+    newest: int
+    max_lag: int
+    max_tokens: int | None = None
+
+
+def eligible(slots: list[EngineSlot], seat: Seat, settings: RunSettings, newest: int) -> list[EngineSlot]:
+    """The slots a turn of `seat` may begin on, freshest first. The base model is every policy's version 0."""
+    if seat.checkpoint is not None:
+        return [s for s in slots if s.checkpoint == seat.checkpoint]
+    floor = newest - settings.max_lag
+    found = [
+        s
+        for s in slots
+        if (s.policy == seat.policy and s.version >= floor) or (s.policy is None and floor <= 0)
+    ]
+    return sorted(found, key=lambda s: -s.version)
+
+
+class Admission:
+    def __init__(
+        self,
+        ledger: Ledger,
+        routes: Routes | list[EngineSlot],
+        *,
+        wait_s: float = 30.0,
+        poll_s: float = 0.2,
+    ) -> None:
+        self.ledger = ledger
+        self.routes = routes if isinstance(routes, Routes) else Routes(ledger, routes)
+        self.wait_s, self.poll_s = wait_s, poll_s
+        self._turn = itertools.count()
+
+    async def run_settings(self, run: str | None) -> RunSettings:
+        if run is None:
+            return RunSettings(max_lag=1 << 30)
+        row = await self.ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
+        settings: dict[str, Any] = row["settings"] if row else {}
+        cap = settings.get("max_tokens")
+        return RunSettings(
+            int(settings.get("max_lag", DEFAULT_MAX_LAG)),
+            bool(settings.get("paused", False)),
+            int(cap) if cap else None,
+        )
+
+    async def newest_version(self, policy: str) -> int:
+        row = await self.ledger.fetch_one(
+            "SELECT max((payload->>'version')::bigint) AS newest FROM event"
+            " WHERE stream_id = %s AND kind = 'CheckpointCreated'",
+            f"policy/{policy}/checkpoints",
+        )
+        return int(row["newest"]) if row and row["newest"] is not None else 0
+
+    async def candidates(self, seat: Seat, *, fresh: bool = False, deadline: float | None = None) -> Admitted:
+        """Eligible engines in the order to try them: the freshest checkpoint first, rotating among engines that
+        serve it (so load spreads). Waits while the run is paused or nothing qualifies, up to the deadline."""
+        deadline = time.monotonic() + self.wait_s if deadline is None else deadline
+        while True:
+            settings = await self.run_settings(seat.run)
+            reason = "the run is paused"
+            if not settings.paused:
+                # A seat outside any run (or pinned to a checkpoint) has no staleness bound: skip the lookup.
+                unbounded = seat.run is None or seat.checkpoint is not None
+                newest = 0 if unbounded else await self.newest_version(seat.policy)
+                found = eligible(await self.routes.slots(fresh=fresh), seat, settings, newest)
+                if found:
+                    top = [s for s in found if s.version == found[0].version]
+                    start = next(self._turn) % len(top)
+                    ordered = top[start:] + top[:start] + found[len(top) :]
+                    return Admitted(
+                        slots=ordered, newest=newest, max_lag=settings.max_lag, max_tokens=settings.max_tokens
+                    )
+                reason = (
+                    f"no engine serves a checkpoint within max_lag={settings.max_lag} of version {newest}"
+                )
+            if time.monotonic() >= deadline:
+                raise EngineUnavailable(
+                    f"turn not admitted: {reason}", retry_after_s=max(self.poll_s * 5, 1.0)
+                )
+            fresh = True
+            await asyncio.sleep(self.poll_s)

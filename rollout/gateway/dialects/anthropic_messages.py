@@ -1,0 +1,235 @@
+"""Anthropic Messages: `POST /v1/messages` (and `/v1/messages/count_tokens`), streaming with Anthropic's events.
+
+Accepts what Claude Code sends: `?beta=true`, a system prompt as text blocks or as a `system` entry inside
+`messages`, `thinking`, `context_management`, `output_config`, `metadata`, `cache_control` on any block, and
+server tools (which have no `input_schema` and are skipped). Unknown fields are ignored.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
+from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
+from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+
+STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
+
+
+def _blocks(content: Any, field: str) -> list[dict[str, Any]]:
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}]
+    if not isinstance(content, list):
+        raise BadRequest(f"'{field}' must be a string or an array of content blocks", field=field)
+    return [obj(block, f"{field}[{i}]") for i, block in enumerate(content)]
+
+
+def _messages(raw_messages: list[Any]) -> list[Message]:
+    out: list[Message] = []
+    for index, raw in enumerate(raw_messages):
+        field = f"messages[{index}]"
+        item = obj(raw, field)
+        role = item.get("role")
+        blocks = _blocks(item.get("content", ""), f"{field}.content")
+        if role == "system":
+            out.append(Message.system(text_of(blocks, f"{field}.content")))
+        elif role == "user":
+            texts: list[str] = []
+            for k, block in enumerate(blocks):
+                kind = block.get("type")
+                if kind == "tool_result":
+                    result = block.get("content", "")
+                    text = text_of(result, f"{field}.content[{k}].content") if result else ""
+                    if block.get("is_error"):
+                        text = f"Error: {text}"
+                    call_id = block.get("tool_use_id")
+                    if not isinstance(call_id, str):
+                        raise BadRequest(
+                            f"'{field}.content[{k}].tool_use_id' is required",
+                            field=f"{field}.content[{k}].tool_use_id",
+                        )
+                    out.append(Message.tool(call_id, text))
+                elif kind == "text":
+                    texts.append(str(block.get("text", "")))
+                elif kind in ("image", "document"):
+                    raise BadRequest(
+                        f"'{field}.content[{k}]': {kind} blocks are not supported by this model",
+                        field=f"{field}.content[{k}]",
+                    )
+            if texts:
+                out.append(Message.user("".join(texts)))
+        elif role == "assistant":
+            text, reasoning, calls = "", None, []
+            for block in blocks:
+                kind = block.get("type")
+                if kind == "text":
+                    text += str(block.get("text", ""))
+                elif kind == "thinking":
+                    reasoning = str(block.get("thinking", ""))
+                elif kind == "tool_use":
+                    calls.append(
+                        ToolCall(
+                            id=str(block.get("id")),
+                            name=str(block.get("name")),
+                            arguments=json.dumps(block.get("input") or {}),
+                        )
+                    )
+            out.append(Message(role="assistant", text=text, reasoning=reasoning, tool_calls=tuple(calls)))
+        else:
+            raise BadRequest(f"'{field}.role' must be user or assistant", field=f"{field}.role")
+    return out
+
+
+def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
+    # Server tools (web search, ...) have no input_schema: Anthropic's platform runs them, not a model here.
+    tools = [(i, obj(tool, f"tools[{i}]")) for i, tool in enumerate(raw)]
+    return tuple(
+        function_tool(t, f"tools[{i}]", schema_key="input_schema") for i, t in tools if "input_schema" in t
+    )
+
+
+class AnthropicMessages:
+    name = "anthropic"
+
+    def parse(self, body: Any, *, count_only: bool = False) -> ChatRequest:
+        body = obj(body, "body")
+        raw_messages = get(body, "messages", list)
+        if not raw_messages:
+            raise BadRequest("'messages' must be a non-empty array", field="messages")
+        max_tokens = get(body, "max_tokens", int, None)
+        if max_tokens is None and not count_only:
+            raise BadRequest("'max_tokens' is required", field="max_tokens")
+        system = body.get("system")
+        messages = _messages(raw_messages)
+        if system:
+            messages.insert(0, Message.system(text_of(system, "system")))
+        stops = get(body, "stop_sequences", list, [])
+        params = SamplingParams(
+            max_tokens=max_tokens,
+            temperature=float(get(body, "temperature", (int, float), 1.0)),
+            top_p=float(get(body, "top_p", (int, float), 1.0)),
+            stop=tuple(str(s) for s in stops),
+        )
+        return ChatRequest(
+            model=get(body, "model", str, "base"),
+            messages=tuple(messages),
+            tools=_tools(get(body, "tools", list, [])),
+            params=params,
+            stream=bool(get(body, "stream", bool, False)),
+        )
+
+    def _content(self, turn: Turn) -> list[dict[str, Any]]:
+        content: list[dict[str, Any]] = []
+        if turn.reply.reasoning:
+            content.append({"type": "thinking", "thinking": turn.reply.reasoning, "signature": "rollout"})
+        if turn.reply.text or not turn.reply.tool_calls:
+            content.append({"type": "text", "text": turn.reply.text})
+        for call in turn.reply.tool_calls:
+            content.append(
+                {"type": "tool_use", "id": call.id, "name": call.name, "input": _input(call.arguments)}
+            )
+        return content
+
+    def _stop_reason(self, turn: Turn) -> str:
+        return "stop_sequence" if turn.stop_sequence else STOP_REASONS[turn.finish_reason]
+
+    def _usage(self, turn: Turn) -> dict[str, int]:
+        return {
+            "input_tokens": turn.prompt_tokens,
+            "output_tokens": turn.completion_tokens,
+            "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": 0,
+        }
+
+    def response(self, turn: Turn) -> dict[str, Any]:
+        return {
+            "id": new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": turn.model,
+            "content": self._content(turn),
+            "stop_reason": self._stop_reason(turn),
+            "stop_sequence": turn.stop_sequence,
+            "usage": self._usage(turn),
+        }
+
+    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        start = {
+            "id": new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": turn.model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {**self._usage(turn), "output_tokens": 1},
+        }
+        frames = [
+            sse({"type": "message_start", "message": start}, "message_start"),
+            sse({"type": "ping"}, "ping"),
+        ]
+        for index, block in enumerate(self._content(turn)):
+            kind = block["type"]
+            empty = {
+                "thinking": {"type": "thinking", "thinking": "", "signature": ""},
+                "text": {"type": "text", "text": ""},
+                "tool_use": {
+                    "type": "tool_use",
+                    "id": block.get("id"),
+                    "name": block.get("name"),
+                    "input": {},
+                },
+            }[kind]
+            frames.append(
+                sse(
+                    {"type": "content_block_start", "index": index, "content_block": empty},
+                    "content_block_start",
+                )
+            )
+            if kind == "thinking":
+                deltas = [{"type": "thinking_delta", "thinking": p} for p in chunks(block["thinking"])]
+                deltas.append({"type": "signature_delta", "signature": block["signature"]})
+            elif kind == "text":
+                deltas = [{"type": "text_delta", "text": p} for p in chunks(block["text"])]
+            else:
+                deltas = [
+                    {"type": "input_json_delta", "partial_json": p}
+                    for p in chunks(json.dumps(block["input"]))
+                ]
+            for delta in deltas:
+                frames.append(
+                    sse(
+                        {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
+                    )
+                )
+            frames.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
+        frames.append(
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {"stop_reason": self._stop_reason(turn), "stop_sequence": turn.stop_sequence},
+                    "usage": {"output_tokens": turn.completion_tokens},
+                },
+                "message_delta",
+            )
+        )
+        return frames, [sse({"type": "message_stop"}, "message_stop")]
+
+    def error(self, status: int, message: str, field: str | None) -> dict[str, Any]:
+        kinds = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            410: "permission_error",
+            503: "overloaded_error",
+        }
+        return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
+
+
+def _input(arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except json.JSONDecodeError:
+        return {"_raw": arguments}
+    return value if isinstance(value, dict) else {"value": value}

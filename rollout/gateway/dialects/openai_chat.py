@@ -1,0 +1,180 @@
+"""OpenAI Chat Completions: `POST /v1/chat/completions`, streaming as `chat.completion.chunk` events."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
+from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
+from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+
+
+def _message(raw: Any, index: int) -> Message:
+    field = f"messages[{index}]"
+    item = obj(raw, field)
+    role = item.get("role")
+    if role not in ("system", "developer", "user", "assistant", "tool"):
+        raise BadRequest(
+            f"'{field}.role' must be one of system, developer, user, assistant, tool", field=f"{field}.role"
+        )
+    text = text_of(item.get("content"), f"{field}.content")
+    if role == "developer":
+        role = "system"
+    calls: list[ToolCall] = []
+    for k, call in enumerate(get(item, "tool_calls", list, [], prefix=f"{field}.")):
+        call = obj(call, f"{field}.tool_calls[{k}]")
+        function = obj(call.get("function"), f"{field}.tool_calls[{k}].function")
+        calls.append(
+            ToolCall(
+                id=str(call.get("id") or new_id("call_")),
+                name=str(function.get("name", "")),
+                arguments=str(function.get("arguments") or "{}"),
+            )
+        )
+    reasoning = item.get("reasoning_content") or item.get("reasoning")
+    if role == "tool":
+        call_id = get(item, "tool_call_id", str, None, prefix=f"{field}.")
+        if not call_id:
+            raise BadRequest(
+                f"'{field}.tool_call_id' is required for tool messages", field=f"{field}.tool_call_id"
+            )
+        return Message(role="tool", text=text, tool_call_id=call_id)
+    return Message(
+        role=role,
+        text=text,
+        tool_calls=tuple(calls),
+        reasoning=reasoning if isinstance(reasoning, str) else None,
+    )
+
+
+def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
+    return tuple(
+        function_tool(
+            obj(obj(tool, f"tools[{i}]").get("function"), f"tools[{i}].function"), f"tools[{i}].function"
+        )
+        for i, tool in enumerate(raw)
+    )
+
+
+class OpenAIChat:
+    name = "openai-chat"
+
+    def parse(self, body: Any) -> ChatRequest:
+        body = obj(body, "body")
+        raw_messages = get(body, "messages", list)
+        if not raw_messages:
+            raise BadRequest("'messages' must be a non-empty array", field="messages")
+        stop = get(body, "stop", (str, list), None)
+        if get(body, "n", int, 1) != 1:
+            raise BadRequest("'n' must be 1", field="n")
+        params = SamplingParams(
+            max_tokens=get(body, "max_completion_tokens", int, None) or get(body, "max_tokens", int, None),
+            temperature=float(get(body, "temperature", (int, float), 1.0)),
+            top_p=float(get(body, "top_p", (int, float), 1.0)),
+            stop=(stop,) if isinstance(stop, str) else tuple(str(s) for s in stop or ()),
+            seed=get(body, "seed", int, None),
+        )
+        return ChatRequest(
+            model=get(body, "model", str, "base"),
+            messages=tuple(_message(m, i) for i, m in enumerate(raw_messages)),
+            tools=_tools(get(body, "tools", list, [])),
+            params=params,
+            stream=bool(get(body, "stream", bool, False)),
+        )
+
+    def _message_json(self, turn: Turn) -> dict[str, Any]:
+        message: dict[str, Any] = {"role": "assistant", "content": turn.reply.text or None, "refusal": None}
+        if turn.reply.reasoning:
+            message["reasoning_content"] = turn.reply.reasoning
+        if turn.reply.tool_calls:
+            message["tool_calls"] = [
+                {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
+                for c in turn.reply.tool_calls
+            ]
+        return message
+
+    def _usage(self, turn: Turn) -> dict[str, int]:
+        return {
+            "prompt_tokens": turn.prompt_tokens,
+            "completion_tokens": turn.completion_tokens,
+            "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+        }
+
+    def response(self, turn: Turn) -> dict[str, Any]:
+        return {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion",
+            "created": int(time.time()),
+            "model": turn.model,
+            "choices": [
+                {
+                    "index": 0,
+                    "message": self._message_json(turn),
+                    "finish_reason": turn.finish_reason,
+                    "logprobs": None,
+                }
+            ],
+            "usage": self._usage(turn),
+        }
+
+    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        base = {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": turn.model,
+        }
+
+        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
+            return sse(
+                {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+            )
+
+        frames = [chunk({"role": "assistant", "content": ""})]
+        for piece in chunks(turn.reply.reasoning or ""):
+            frames.append(chunk({"reasoning_content": piece}))
+        for piece in chunks(turn.reply.text):
+            frames.append(chunk({"content": piece}))
+        for index, call in enumerate(turn.reply.tool_calls):
+            frames.append(
+                chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            for piece in chunks(call.arguments):
+                frames.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
+        frames.append(chunk({}, turn.finish_reason))
+        usage = sse({**base, "choices": [], "usage": self._usage(turn)})
+        return frames, [usage, sse("[DONE]")]
+
+    def error(self, status: int, message: str, field: str | None) -> dict[str, Any]:
+        kinds = {
+            400: "invalid_request_error",
+            401: "authentication_error",
+            404: "not_found_error",
+            410: "invalid_request_error",
+            503: "service_unavailable",
+        }
+        return {
+            "error": {
+                "message": message,
+                "type": kinds.get(status, "api_error"),
+                "param": field,
+                "code": {401: "invalid_api_key", 410: "seat_finished"}.get(status),
+            }
+        }
+
+
+def arguments_json(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)

@@ -1,0 +1,87 @@
+"""Routes: the engine slots the gateway may send a turn to, from its configured engines and the engines' acks.
+
+Contract:
+- A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy until
+  an ack says more about it.
+- Each engine's newest `ServingAck` (stream `serving/acks`) is its state: one slot for its base model (any
+  policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping engine
+  has no slots. An engine known only by its ack is reached at the ack's URL.
+- Acks are read incrementally by cursor, at most every `refresh_s` unless a fresh read is asked for (the gateway
+  asks when no slot qualifies or every qualifying engine failed), so routing costs one indexed read per interval,
+  not one per turn.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from rollout.engines.protocol import Engine
+from rollout.ledger import Ledger
+from rollout.serving import BASE_CHECKPOINT, EngineStates
+
+
+@dataclass
+class EngineSlot:
+    """An engine and one thing it serves: a checkpoint (the name requests use), its version and its policy.
+    `policy=None` is the base model, which serves every policy as version 0."""
+
+    engine: Engine
+    checkpoint: str = BASE_CHECKPOINT
+    version: int = 0
+    policy: str | None = None
+
+
+def _engine_url(engine: Engine) -> str | None:
+    return getattr(engine, "base_url", None)
+
+
+class Routes:
+    def __init__(
+        self,
+        ledger: Ledger,
+        configured: list[EngineSlot],
+        *,
+        connect: Callable[[str, str], Engine] | None = None,
+        refresh_s: float = 0.5,
+    ) -> None:
+        self.ledger = ledger
+        self.configured = configured
+        self.refresh_s = refresh_s
+        self._connect = connect
+        self._read_at = float("-inf")
+        self.states = EngineStates()
+        self._engines: dict[str, Engine] = {}  # url -> engine, for engines reached through their acks
+
+    async def refresh(self) -> None:
+        await self.states.refresh(self.ledger)
+        self._read_at = time.monotonic()
+
+    async def slots(self, *, fresh: bool = False) -> list[EngineSlot]:
+        if fresh or time.monotonic() - self._read_at >= self.refresh_s:
+            await self.refresh()
+        acks = self.states.by_url
+        found = [slot for slot in self.configured if _engine_url(slot.engine) not in acks]
+        for url, ack in acks.items():
+            if ack.sleeping:
+                continue
+            engine = self._engine_for(url, ack.engine)
+            if engine is None:
+                continue
+            found.append(EngineSlot(engine, ack.base))
+            found.extend(
+                EngineSlot(engine=engine, checkpoint=s.checkpoint, version=s.version, policy=s.policy)
+                for s in ack.serving
+            )
+        return found
+
+    def _engine_for(self, url: str, name: str) -> Engine | None:
+        for slot in self.configured:
+            if _engine_url(slot.engine) == url:
+                return slot.engine
+        if url not in self._engines:
+            if self._connect is None:
+                return None
+            self._engines[url] = self._connect(url, name)
+        return self._engines[url]

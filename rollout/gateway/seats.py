@@ -1,0 +1,135 @@
+"""Seats: who is sampling. A seat names a run, an episode, an agent and the policy (or pinned checkpoint) it
+samples from, and carries a bearer token.
+
+Contract:
+- Opening a seat is idempotent by seat id: the token is derived from the seat id with the gateway's secret
+  (HMAC), so a retried open returns the same token and appends nothing new.
+- The ledger stores only the token's SHA-256; `resolve` looks a token up by that hash. `resolve_for_turn` does
+  the same and, in the same query (one round trip on every turn's path), finds the turn already recorded under
+  a key on the seat's stream, if any.
+- A closed seat resolves (so the gateway can answer 410) but `Seat.open` is False.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
+
+
+@dataclass(frozen=True)
+class Seat:
+    seat_id: str
+    agent: str
+    policy: str
+    run: str | None = None
+    episode: str | None = None
+    checkpoint: str | None = None
+    open: bool = True
+
+    @property
+    def stream(self) -> str:
+        return f"seat/{self.seat_id}"
+
+
+def load_secret(path: Path) -> bytes:
+    """The gateway's token secret, made once and kept in the data directory (mode 600)."""
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(secrets.token_bytes(32))
+        path.chmod(0o600)
+    return path.read_bytes()
+
+
+def seat_token(secret: bytes, seat_id: str) -> str:
+    return "rs-" + hmac.new(secret, seat_id.encode(), hashlib.sha256).hexdigest()[:40]
+
+
+def _sha(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+async def open_seat(
+    ledger: Ledger,
+    secret: bytes,
+    *,
+    seat_id: str,
+    agent: str,
+    policy: str = "default",
+    run: str | None = None,
+    episode: str | None = None,
+    checkpoint: str | None = None,
+) -> tuple[Seat, str]:
+    token = seat_token(secret, seat_id)
+    seat = Seat(seat_id=seat_id, agent=agent, policy=policy, run=run, episode=episode, checkpoint=checkpoint)
+    payload = {
+        "seat": seat_id,
+        "token_sha256": _sha(token),
+        "run": run,
+        "episode": episode,
+        "agent": agent,
+        "policy": policy,
+        "checkpoint": checkpoint,
+    }
+    await ledger.append_one(seat.stream, NewEvent("opened", Kind.SEAT_OPENED, payload))
+    return seat, token
+
+
+async def close_seat(ledger: Ledger, seat_id: str, reason: str = "finished") -> None:
+    await ledger.append_one(
+        f"seat/{seat_id}", NewEvent("closed", Kind.SEAT_CLOSED, {"seat": seat_id, "reason": reason})
+    )
+
+
+_SEAT_COLUMNS = "s.seat_id, s.agent, s.policy, s.run_id, s.episode_id, s.checkpoint, s.status"
+
+
+def _seat(row: dict[str, Any]) -> Seat:
+    return Seat(
+        seat_id=row["seat_id"],
+        agent=row["agent"],
+        policy=row["policy"],
+        run=row["run_id"],
+        episode=row["episode_id"],
+        checkpoint=row["checkpoint"],
+        open=row["status"] == "open",
+    )
+
+
+async def resolve(ledger: Ledger, token: str) -> Seat | None:
+    row = await ledger.fetch_one(
+        f"SELECT {_SEAT_COLUMNS} FROM seat s WHERE s.token_sha256 = decode(%s, 'hex')", _sha(token)
+    )
+    return None if row is None else _seat(row)
+
+
+async def resolve_for_turn(
+    ledger: Ledger, token: str, turn_key: str
+) -> tuple[Seat | None, RecordedEvent | None]:
+    """The token's seat, and the event recorded under `turn_key` on its stream (None when there is none)."""
+    row = await ledger.fetch_one(
+        f"SELECT {_SEAT_COLUMNS}, e.seq, e.kind, e.payload, e.recorded_at FROM seat s"
+        " LEFT JOIN event e ON e.stream_id = 'seat/' || s.seat_id AND e.idempotency_key = %s"
+        " WHERE s.token_sha256 = decode(%s, 'hex')",
+        turn_key,
+        _sha(token),
+    )
+    if row is None:
+        return None, None
+    seat = _seat(row)
+    if row["seq"] is None:
+        return seat, None
+    return seat, RecordedEvent(
+        stream=seat.stream,
+        seq=row["seq"],
+        key=turn_key,
+        kind=row["kind"],
+        payload=row["payload"],
+        recorded_at=row["recorded_at"],
+        appended=False,
+    )

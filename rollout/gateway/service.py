@@ -1,0 +1,378 @@
+"""The gateway's core: one turn, whatever the dialect — replay or render, admit, sample, parse, record.
+
+Contract:
+- Every turn served is recorded once on the seat's stream (`seat/{id}`) as `TurnRecorded`, keyed
+  `turn/{index}/{fingerprint}`, before the response completes. The record holds the exact prompt ids (as a delta
+  on the segment's earlier ids), the sampled ids, one behaviour logprob per sampled id, the checkpoint and engine
+  that sampled them, the segment id, the parsed reply, parse failures and timings.
+- The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
+  requests racing each other both get the one reply that was recorded first.
+- A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as text
+  with `external: true, trainable: false` (no token ids), and replays like any other.
+- A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
+  trained).
+- Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
+  context is a `BadRequest`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.contracts import Message
+from rollout.engines.external import ExternalModel
+from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
+from rollout.gateway.admission import Admission, Admitted, EngineSlot
+from rollout.gateway.rendering import ModelRenderer
+from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+from rollout.gateway.seats import Seat
+from rollout.gateway.segments import Head, advance, find_extension
+from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+
+
+class NotLookedUp:
+    """The caller has not looked for this turn's recorded event."""
+
+
+NOT_LOOKED_UP = NotLookedUp()
+
+
+@dataclass(frozen=True)
+class Sampled:
+    """A turn sampled but not yet recorded (the streaming path records it at the end of the stream)."""
+
+    request: ChatRequest
+    seat: Seat
+    turn: Turn
+    payload: dict[str, Any]
+    head: Head | None  # None for an external model's turn: it has no token ids to extend
+
+
+def _cut_at_stop_strings(
+    renderer: ModelRenderer, result: SampleResult, stops: tuple[str, ...]
+) -> tuple[SampleResult, str | None]:
+    """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on text)."""
+    if not stops:
+        return result, None
+    text = renderer.tokenizer.decode(list(result.completion_ids))
+    if not any(stop in text for stop in stops):
+        return result, None
+    for k in range(1, len(result.completion_ids) + 1):
+        prefix = renderer.tokenizer.decode(list(result.completion_ids[:k]))
+        hit = next((stop for stop in stops if stop in prefix), None)
+        if hit is not None:
+            return SampleResult(
+                completion_ids=result.completion_ids[:k],
+                logprobs=result.logprobs[:k],
+                finish_reason="stop",
+                model=result.model,
+                timings=result.timings,
+            ), hit
+    return result, None
+
+
+class Gateway:
+    def __init__(
+        self,
+        ledger: Ledger,
+        renderer: ModelRenderer,
+        admission: Admission,
+        *,
+        max_context: int = 8192,
+        externals: Mapping[str, ExternalModel] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.externals = dict(externals or {})
+        self.renderer = renderer
+        self.admission = admission
+        self.max_context = max_context
+        self._heads: dict[str, list[Head]] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    # ---- the turn -------------------------------------------------------------------------------------------
+
+    async def complete(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        *,
+        recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+    ) -> Turn:
+        """Serve a turn and record it before returning."""
+        outcome = await self.sample(seat, request, recorded=recorded)
+        if isinstance(outcome, Turn):
+            return outcome
+        return await self.record(outcome)
+
+    async def sample(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        *,
+        recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+    ) -> Turn | Sampled:
+        """A replayed `Turn`, or a fresh sample to `record` (or `record_aborted`).
+
+        `recorded` is the event already under this turn's key when the caller looked it up with the seat
+        (`resolve_for_turn`); otherwise the gateway looks it up itself.
+        """
+        if not request.messages:
+            raise BadRequest("at least one message is required", field="messages")
+        if isinstance(recorded, NotLookedUp):
+            recorded = await self.ledger.find(seat.stream, self.turn_key(request))
+        existing = recorded
+        if existing is not None:
+            return self.replayed(existing)
+        # A run trains its own lineage of a policy (`{run}/{policy}`); an external model is named by the policy.
+        external = self.externals.get(seat.policy) or self.externals.get(seat.policy.rpartition("/")[2])
+        if external is not None:
+            return await self._sample_external(seat, request, external)
+
+        started = time.perf_counter()
+        heads = await self.heads(seat)
+        extension = find_extension(request, heads)
+        tools = list(request.tools)
+        prompt: list[int] | None = None
+        if extension is not None:
+            head = extension.head
+            prompt = self.renderer.bridge(
+                list(head.prompt_ids), list(head.completion_ids), list(extension.new_messages), tools
+            )
+        if prompt is None or extension is None:
+            prompt = self.renderer.prompt_ids(list(request.messages), tools)
+            segment_id, prefix = f"{seat.seat_id}/{uuid.uuid4().hex[:12]}", 0
+        else:
+            segment_id = extension.head.segment_id
+            prior = extension.head.prompt_ids + extension.head.completion_ids
+            prefix = next(
+                (i for i, (a, b) in enumerate(zip(prior, prompt, strict=False)) if a != b),
+                min(len(prior), len(prompt)),
+            )
+        budget = self.max_context - len(prompt)
+        if budget <= 0:
+            raise BadRequest(
+                f"the prompt is {len(prompt)} tokens; the model's context is {self.max_context}",
+                field="messages",
+            )
+        max_tokens = min(request.params.max_tokens or budget, budget)
+        rendered_at = time.perf_counter()
+
+        result, slot, admitted = await self._sample_on_admitted_engine(seat, request, prompt, max_tokens)
+        result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
+        parsed = self.renderer.parse(list(result.completion_ids), tools, prompt)
+        finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
+        turn = Turn(
+            reply=parsed.message,
+            finish_reason=finish,
+            prompt_tokens=len(prompt),
+            completion_tokens=len(result.completion_ids),
+            turn_index=request.turn_index,
+            model=slot.checkpoint,
+            stop_sequence=stop_sequence,
+        )
+        done = time.perf_counter()
+        payload: dict[str, Any] = {
+            "seat": seat.seat_id,
+            "run": seat.run,
+            "episode": seat.episode,
+            "agent": seat.agent,
+            "policy": seat.policy,
+            "turn_index": request.turn_index,
+            "fingerprint": request.fingerprint,
+            "segment_id": segment_id,
+            "prompt_prefix_len": prefix,
+            "prompt_ids_delta": prompt[prefix:],
+            "completion_ids": list(result.completion_ids),
+            "completion_logprobs": list(result.logprobs),
+            "checkpoint": slot.checkpoint,
+            "checkpoint_version": slot.version,
+            "engine": slot.engine.name,
+            "admitted_newest": admitted.newest,
+            "admitted_max_lag": admitted.max_lag,
+            "finish_reason": finish,
+            "stop_sequence": stop_sequence,
+            "reply": parsed.message.model_dump(mode="json"),
+            "parse_failures": list(parsed.parse_failures),
+            "n_messages": len(request.messages),
+            "messages_sha": request.messages_sha,
+            "tools_sha": request.tools_sha,
+            "timings": {"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
+        }
+        head = Head(
+            segment_id=segment_id,
+            seq=0,
+            n_messages=len(request.messages),
+            messages_sha=payload["messages_sha"],
+            tools_sha=payload["tools_sha"],
+            reply=parsed.message,
+            prompt_ids=tuple(prompt),
+            completion_ids=result.completion_ids,
+        )
+        return Sampled(request, seat, turn, payload, head)
+
+    async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
+        """A turn of a model the platform does not train: recorded as text, marked never to be trained."""
+        started = time.perf_counter()
+        reply = await external.complete(list(request.messages), list(request.tools), request.params)
+        finish = (
+            "tool_calls"
+            if reply.message.tool_calls
+            else ("length" if reply.finish_reason == "length" else "stop")
+        )
+        turn = Turn(
+            reply=reply.message,
+            finish_reason=finish,
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            turn_index=request.turn_index,
+            model=external.model,
+        )
+        payload: dict[str, Any] = {
+            "seat": seat.seat_id,
+            "run": seat.run,
+            "episode": seat.episode,
+            "agent": seat.agent,
+            "policy": seat.policy,
+            "turn_index": request.turn_index,
+            "fingerprint": request.fingerprint,
+            "external": True,
+            "trainable": False,
+            "model": external.model,
+            "finish_reason": finish,
+            "reply": reply.message.model_dump(mode="json"),
+            "prompt_tokens": reply.prompt_tokens,
+            "completion_tokens": reply.completion_tokens,
+            "n_messages": len(request.messages),
+            "messages_sha": request.messages_sha,
+            "tools_sha": request.tools_sha,
+            "timings": {"sample_s": time.perf_counter() - started},
+        }
+        return Sampled(request, seat, turn, payload, None)
+
+    async def _sample_on_admitted_engine(
+        self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
+    ) -> tuple[SampleResult, EngineSlot, Admitted]:
+        """Sample on the first admitted engine that answers. While none answers (an engine restarting, a
+        checkpoint being reloaded) the turn is held and admission is asked again, up to its wait."""
+        deadline = time.monotonic() + self.admission.wait_s
+        last_error: EngineUnavailable | None = None
+        fresh = False
+        while True:
+            admitted = await self.admission.candidates(seat, fresh=fresh, deadline=deadline)
+            cap = min(max_tokens, admitted.max_tokens or max_tokens)
+            for slot in admitted.slots:
+                sample_request = SampleRequest(
+                    prompt_ids=tuple(prompt),
+                    max_tokens=cap,
+                    model=slot.checkpoint,
+                    temperature=request.params.temperature,
+                    top_p=request.params.top_p,
+                    stop_token_ids=self.renderer.stop_token_ids,
+                    seed=request.params.seed,
+                )
+                try:
+                    return await slot.engine.sample(sample_request), slot, admitted
+                except EngineUnavailable as error:
+                    last_error = error
+            if time.monotonic() >= deadline:
+                raise last_error or EngineUnavailable("no engine could take the turn")
+            fresh = True
+            await asyncio.sleep(self.admission.poll_s)
+
+    async def record(self, sampled: Sampled) -> Turn:
+        """Append the turn (acknowledged before the response completes); a racing twin's record wins."""
+        key = self.turn_key(sampled.request)
+        try:
+            event = await self.ledger.append_one(
+                sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, sampled.payload)
+            )
+        except KeyConflictError:
+            existing = await self.ledger.find(sampled.seat.stream, key)
+            assert existing is not None
+            return self.replayed(existing)
+        if sampled.head is not None:
+            head = Head(**{**sampled.head.__dict__, "seq": event.seq})
+            async with self._lock(sampled.seat.seat_id):
+                self._heads[sampled.seat.seat_id] = advance(self._heads.get(sampled.seat.seat_id, []), head)
+        return sampled.turn
+
+    async def record_aborted(self, sampled: Sampled, reason: str) -> None:
+        payload = {**sampled.payload, "aborted": reason}
+        key = f"{self.turn_key(sampled.request)}/aborted/{uuid.uuid4().hex[:8]}"
+        await self.ledger.append_one(sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, payload))
+
+    # ---- state ----------------------------------------------------------------------------------------------
+
+    @staticmethod
+    def turn_key(request: ChatRequest) -> str:
+        return f"turn/{request.turn_index}/{request.fingerprint[:32]}"
+
+    def replayed(self, event: RecordedEvent) -> Turn:
+        payload = event.payload
+        reply = Message.model_validate(payload["reply"])
+        if payload.get("external"):
+            return Turn(
+                reply=reply,
+                finish_reason=payload["finish_reason"],
+                prompt_tokens=payload["prompt_tokens"],
+                completion_tokens=payload["completion_tokens"],
+                turn_index=payload["turn_index"],
+                model=payload["model"],
+                replayed=True,
+            )
+        prompt_tokens = payload["prompt_prefix_len"] + len(payload["prompt_ids_delta"])
+        return Turn(
+            reply=reply,
+            finish_reason=payload["finish_reason"],
+            prompt_tokens=prompt_tokens,
+            completion_tokens=len(payload["completion_ids"]),
+            turn_index=payload["turn_index"],
+            model=payload["checkpoint"],
+            stop_sequence=payload.get("stop_sequence"),
+            replayed=True,
+        )
+
+    def _lock(self, seat_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(seat_id, asyncio.Lock())
+
+    async def heads(self, seat: Seat) -> list[Head]:
+        """The seat's open segments: from memory, or rebuilt from its stream after a restart."""
+        async with self._lock(seat.seat_id):
+            if seat.seat_id not in self._heads:
+                self._heads[seat.seat_id] = await self._load_heads(seat)
+            return list(self._heads[seat.seat_id])
+
+    async def _load_heads(self, seat: Seat) -> list[Head]:
+        full: dict[str, tuple[int, ...]] = {}  # segment id -> its ids so far (prompt + completion)
+        heads: list[Head] = []
+        after = 0
+        while events := await self.ledger.read(seat.stream, after=after):
+            after = events[-1].seq
+            for event in events:
+                p = event.payload
+                if event.kind != Kind.TURN_RECORDED or p.get("aborted") or p.get("external"):
+                    continue
+                prompt = full.get(p["segment_id"], ())[: p["prompt_prefix_len"]] + tuple(
+                    p["prompt_ids_delta"]
+                )
+                completion = tuple(p["completion_ids"])
+                full[p["segment_id"]] = prompt + completion
+                heads = advance(
+                    heads,
+                    Head(
+                        segment_id=p["segment_id"],
+                        seq=event.seq,
+                        n_messages=p["n_messages"],
+                        messages_sha=p["messages_sha"],
+                        tools_sha=p["tools_sha"],
+                        reply=Message.model_validate(p["reply"]),
+                        prompt_ids=prompt,
+                        completion_ids=completion,
+                    ),
+                )
+        return heads

@@ -1,0 +1,322 @@
+"""Episode workflows: one agent's play, one episode, and the supply that keeps episode groups in flight.
+
+Deterministic workflow code only: activities are called by name (nothing heavy is imported here), and every id
+is a business key built from run, episode, group, agent and attempt.
+
+Contract:
+- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a
+  one-seat episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold.
+  A replayable environment keeps one seat and lets Temporal retry the play activity on any runner (a dead
+  runner is noticed by its heartbeat); the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
+  recorded as abandoned (never trained) and a new one starts.
+- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) first claims the environment's sandbox, if it needs one (waiting
+  up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim every
+  third of its time to live while the agents play, and releases it at the end, however the episode ended. It
+  plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
+  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for good. It never
+  fails itself, so the run goes on.
+- A seat played by an external command is never replayed (the command's requests are not ours to repeat):
+  each attempt gets a fresh seat, like a non-replayable environment.
+- `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
+  running, from group index `next_group` on; while paused it starts none, nor group `allowance` and beyond (a
+  training run raises its allowance as steps are trained: `set_allowance`). It stops when told to, or after
+  `max_groups`, once the groups in flight have finished; it continues as new every `GROUPS_PER_HISTORY`
+  groups, when none are in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import replace
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
+
+from rollout.workflows.types import (
+    AbandonInput,
+    AgentAttempt,
+    AgentInput,
+    AgentResult,
+    ClaimInput,
+    EpisodeInput,
+    EpisodeRecord,
+    EpisodeResult,
+    SandboxGrant,
+    SupplyInput,
+)
+
+PLAY_HEARTBEAT = timedelta(seconds=10)
+PLAY_TIMEOUT = timedelta(hours=6)
+FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fails
+REPLAY_ATTEMPTS = 5
+CLAIM_HEARTBEAT = timedelta(seconds=30)
+GROUPS_PER_HISTORY = 100
+FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
+SHORT = {
+    "start_to_close_timeout": timedelta(seconds=60),
+    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
+}
+
+
+def agent_workflow_id(run: str, episode: str, agent: str) -> str:
+    return f"run/{run}/ep/{episode}/agent/{agent}"
+
+
+def episode_workflow_id(run: str, episode: str) -> str:
+    return f"run/{run}/ep/{episode}"
+
+
+def episode_id(group: int, member: int) -> str:
+    return f"g{group:06d}-{member}"
+
+
+def _reason(error: BaseException) -> str:
+    cause = error.__cause__ or error
+    while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return str(cause) or type(cause).__name__
+
+
+async def play_seat(given: AgentInput) -> AgentResult:
+    """One agent's play, with its attempts (workflow code: runs in `AgentWorkflow`, or inline in a one-seat
+    episode's `EpisodeWorkflow`)."""
+    seat = f"{given.run}/{given.episode}/{given.agent.name}"
+    replayable = given.environment.replayable and not given.agent.external
+    attempts = 1 if replayable else FRESH_ATTEMPTS
+    for attempt in range(1, attempts + 1):
+        try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
+        try:
+            return await workflow.execute_activity(
+                "play_agent",
+                try_,
+                result_type=AgentResult,
+                start_to_close_timeout=PLAY_TIMEOUT,
+                heartbeat_timeout=PLAY_HEARTBEAT,
+                retry_policy=RetryPolicy(
+                    maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
+                    non_retryable_error_types=FOR_GOOD,
+                ),
+            )
+        except ActivityError as error:
+            cause = error.cause
+            if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
+                raise
+            await workflow.execute_activity("abandon_attempt", AbandonInput(try_, _reason(error)), **SHORT)
+    raise ApplicationError(f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp")
+
+
+@workflow.defn(name="AgentWorkflow")
+class AgentWorkflow:
+    @workflow.run
+    async def run(self, given: AgentInput) -> AgentResult:
+        return await play_seat(given)
+
+
+@workflow.defn(name="EpisodeWorkflow")
+class EpisodeWorkflow:
+    @workflow.run
+    async def run(self, given: EpisodeInput) -> EpisodeResult:
+        need = given.environment.sandbox
+        grant: SandboxGrant | None = None
+        outcomes: list[AgentResult | BaseException] = []
+        if need is not None:
+            try:
+                grant = await workflow.execute_activity(
+                    "claim_sandbox",
+                    ClaimInput(given.run, given.episode, need),
+                    result_type=SandboxGrant,
+                    start_to_close_timeout=timedelta(seconds=need.wait_s + 120),
+                    heartbeat_timeout=CLAIM_HEARTBEAT,
+                    retry_policy=RetryPolicy(
+                        maximum_interval=timedelta(seconds=10), non_retryable_error_types=["NoSandboxFree"]
+                    ),
+                )
+            except ActivityError as error:
+                outcomes = [error]
+        if not outcomes:
+            keeper = asyncio.create_task(self._keep_claim(grant, need.ttl_s)) if grant and need else None
+            try:
+                outcomes = await self._play_agents(given, grant)
+            finally:
+                if keeper is not None:
+                    keeper.cancel()
+                    with contextlib.suppress(asyncio.CancelledError, ActivityError):
+                        await keeper
+                if grant is not None:
+                    await workflow.execute_activity("release_sandbox", grant, **SHORT)
+        results = [o for o in outcomes if isinstance(o, AgentResult)]
+        errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
+        result = EpisodeResult(
+            given.run,
+            given.episode,
+            given.group,
+            finished=not errors,
+            rewards={r.agent: r.reward for r in results},
+            error="; ".join(errors) or None,
+        )
+        record = EpisodeRecord(
+            result,
+            given.environment.reference,
+            seats={r.agent: r.seat for r in results},
+            turns={r.agent: r.turns for r in results},
+            metrics={r.agent: r.metrics for r in results},
+            sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
+        )
+        await workflow.execute_activity("record_episode", record, **SHORT)
+        return result
+
+    async def _play_agents(
+        self, given: EpisodeInput, grant: SandboxGrant | None
+    ) -> list[AgentResult | BaseException]:
+        inputs = [
+            AgentInput(
+                run=given.run,
+                episode=given.episode,
+                group=given.group,
+                environment=given.environment,
+                agent=agent,
+                sandbox=grant,
+                sandbox_seat=seat,
+            )
+            for seat, agent in enumerate(given.environment.agents)
+        ]
+        if len(inputs) == 1:
+            # One seat: play it here. A child workflow would cost a round trip through Temporal per episode
+            # (about a third of a one-turn episode's overhead, benchmarks/RESULTS.md) and buy nothing.
+            try:
+                return [await play_seat(inputs[0])]
+            except (ActivityError, ApplicationError) as error:
+                return [error]
+        plays = [
+            workflow.execute_child_workflow(
+                "AgentWorkflow",
+                agent,
+                id=agent_workflow_id(given.run, given.episode, agent.agent.name),
+                result_type=AgentResult,
+            )
+            for agent in inputs
+        ]
+        return list(await asyncio.gather(*plays, return_exceptions=True))
+
+    async def _keep_claim(self, grant: SandboxGrant, ttl_s: float) -> None:
+        # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused now).
+        while True:
+            await workflow.sleep(ttl_s / 3)
+            kept = await workflow.execute_activity(
+                "renew_sandbox", args=[grant, ttl_s], result_type=bool, **SHORT
+            )
+            if not kept:
+                workflow.logger.warning("sandbox claim %s/%s lost", grant.kind, grant.name)
+                return
+
+
+@workflow.defn(name="EpisodeSupplyWorkflow")
+class EpisodeSupplyWorkflow:
+    def __init__(self) -> None:
+        self.paused = False
+        self.stopping = False
+        self.in_flight: set[int] = set()
+        self._groups: set[asyncio.Task[None]] = set()
+        self.finished_groups = 0
+        self.episodes_finished = 0
+        self.episodes_failed = 0
+        self.allowance: int | None = None
+
+    @workflow.signal
+    def set_paused(self, paused: bool) -> None:
+        self.paused = paused
+
+    @workflow.signal
+    def stop(self) -> None:
+        self.stopping = True
+
+    @workflow.signal
+    def set_allowance(self, allowance: int) -> None:
+        self.allowance = allowance
+
+    @workflow.query
+    def counts(self) -> dict[str, int]:
+        return {
+            "finished_groups": self.finished_groups,
+            "episodes_finished": self.episodes_finished,
+            "episodes_failed": self.episodes_failed,
+            "in_flight": len(self.in_flight),
+        }
+
+    @workflow.run
+    async def run(self, given: SupplyInput) -> dict[str, int]:
+        self.paused = given.paused
+        if given.allowance is not None:  # a signal may have come before the run began: keep the larger
+            self.allowance = max(self.allowance or 0, given.allowance)
+        self.finished_groups = given.finished_groups
+        next_group = given.next_group
+        started_here = 0
+
+        def exhausted() -> bool:
+            return given.max_groups is not None and next_group >= given.max_groups
+
+        def history_full() -> bool:
+            return started_here >= GROUPS_PER_HISTORY
+
+        def may_start() -> bool:
+            allowed = self.allowance is None or next_group < self.allowance
+            return (
+                not self.paused
+                and allowed
+                and len(self.in_flight) < given.groups_in_flight
+                and not exhausted()
+                and not history_full()
+            )
+
+        while True:
+            await workflow.wait_condition(
+                lambda: (
+                    self.stopping or may_start() or (not self.in_flight and (exhausted() or history_full()))
+                )
+            )
+            if self.stopping or (exhausted() and not self.in_flight):
+                break
+            if history_full() and not self.in_flight:
+                workflow.continue_as_new(
+                    replace(
+                        given,
+                        next_group=next_group,
+                        paused=self.paused,
+                        finished_groups=self.finished_groups,
+                        allowance=self.allowance,
+                    )
+                )
+            self.in_flight.add(next_group)
+            group_task = asyncio.create_task(self._play_group(given, next_group))
+            self._groups.add(group_task)
+            group_task.add_done_callback(self._groups.discard)
+            next_group += 1
+            started_here += 1
+        await workflow.wait_condition(lambda: not self.in_flight)
+        return self.counts()
+
+    async def _play_group(self, given: SupplyInput, group: int) -> None:
+        episodes = [
+            workflow.execute_child_workflow(
+                "EpisodeWorkflow",
+                EpisodeInput(
+                    run=given.run,
+                    episode=episode_id(group, member),
+                    group=group,
+                    environment=given.environment,
+                ),
+                id=episode_workflow_id(given.run, episode_id(group, member)),
+                result_type=EpisodeResult,
+            )
+            for member in range(given.environment.group_size)
+        ]
+        for result in await asyncio.gather(*episodes):
+            if result.finished:
+                self.episodes_finished += 1
+            else:
+                self.episodes_failed += 1
+        self.finished_groups += 1
+        self.in_flight.discard(group)

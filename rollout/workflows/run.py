@@ -1,0 +1,266 @@
+"""`RunWorkflow` (`run/{run}`): owns a run. It checks the environment, records the run, starts the episode
+supply, and takes the run's updates.
+
+Contract:
+- Updates `pause`, `resume`, `set_max_lag(n)` and `stop` are validated, recorded in the ledger first
+  (`SettingsChanged` on `run/{run}`, keyed by the update's id, so a retried update records once), then applied:
+  the gateway reads max_lag and pause from the ledger on the next turn, and the supply starts no new group
+  while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
+- An update that arrives before the run is recorded waits for it, so `SettingsChanged` always follows
+  `RunCreated` in the ledger.
+- With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
+  neither pinned to a checkpoint nor external), on the trainer queue. When every one has trained its steps the
+  supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may have
+  started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained policy), so
+  no episode starts that would be trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a
+  synchronous loop. Each training workflow reports its steps (`training_progress`). A training step that cannot be published (a
+  non-finite loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
+- The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
+  finish, or when training is done. It returns its final status.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
+
+from rollout.training.selection import supply_allowance
+from rollout.workflows.episodes import SHORT
+from rollout.workflows.training import training_workflow_id
+from rollout.workflows.types import (
+    EnvironmentInfo,
+    RunInput,
+    RunStatus,
+    SettingsChange,
+    SupplyInput,
+    TrainingInput,
+    TrainingResult,
+    TrainingSpec,
+)
+
+
+def run_workflow_id(run: str) -> str:
+    return f"run/{run}"
+
+
+def supply_workflow_id(run: str) -> str:
+    return f"run/{run}/supply"
+
+
+@dataclass
+class _RunState:
+    run: str = ""
+    paused: bool = False
+    stopped: bool = False
+    max_lag: int = 0
+    supply_done: bool = False
+    counts: dict[str, int] | None = None
+    pause_reason: str | None = None
+    training_paused: bool = False
+    trained: dict[str, str | None] | None = None
+    training_policies: list[str] | None = None
+    groups_per_batch: int = 0
+    steps_trained: dict[str, int] | None = None
+
+
+def trained_policies(environment: EnvironmentInfo) -> list[str]:
+    """The policies a run trains: those of agents neither pinned to a checkpoint nor played by an external model."""
+    found: list[str] = []
+    for agent in environment.agents:
+        if agent.checkpoint is None and not agent.external and agent.policy not in found:
+            found.append(agent.policy)
+    return found
+
+
+@workflow.defn(name="RunWorkflow")
+class RunWorkflow:
+    def __init__(self) -> None:
+        self.state = _RunState()
+        self.lock = asyncio.Lock()
+        self.created = False
+        self.started = False
+
+    @workflow.run
+    async def run(self, given: RunInput) -> RunStatus:
+        self.state.run, self.state.max_lag = given.run, given.max_lag
+        environment: EnvironmentInfo = await workflow.execute_activity(
+            "describe_environment",
+            given.environment,
+            result_type=EnvironmentInfo,
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=RetryPolicy(maximum_attempts=3),
+        )
+        await workflow.execute_activity("create_run", given, **SHORT)
+        self.created = True
+        if given.training is not None:
+            self.state.training_policies = trained_policies(environment)
+            self.state.groups_per_batch = given.training.groups_per_batch
+            self.state.steps_trained = dict.fromkeys(self.state.training_policies, 0)
+        supply = await workflow.start_child_workflow(
+            "EpisodeSupplyWorkflow",
+            SupplyInput(
+                run=given.run,
+                environment=environment,
+                groups_in_flight=given.groups_in_flight,
+                max_groups=given.max_groups,
+                allowance=self._allowance(),
+            ),
+            id=supply_workflow_id(given.run),
+            result_type=dict[str, int],
+        )
+        self.started = True
+        if given.training is not None:
+            training = asyncio.ensure_future(self._train(given.run, environment, given.training))
+            done, _ = await workflow.wait([training, supply], return_when=asyncio.FIRST_COMPLETED)
+            if training in done:
+                training.result()  # a failed training fails the run
+                await self._signal_supply("stop")
+        self.state.counts = await supply
+        self.state.supply_done = True
+        return self.status()
+
+    async def _train(self, run: str, environment: EnvironmentInfo, spec: TrainingSpec) -> None:
+        policies = self.state.training_policies or []
+        handles = []
+        for policy in policies:
+            given = TrainingInput(
+                run=run,
+                policy=policy,
+                group_size=environment.group_size,
+                steps=spec.steps,
+                groups_per_batch=spec.groups_per_batch,
+                advantage=spec.advantage,
+                wait_s=spec.wait_s,
+                serve_formats=list(spec.serve_formats),
+                served_wait_s=spec.served_wait_s,
+                heartbeat_s=spec.heartbeat_s,
+                parent=spec.warm_start,
+            )
+            handle = await workflow.start_child_workflow(
+                "TrainingWorkflow",
+                given,
+                id=training_workflow_id(run, policy),
+                task_queue=spec.task_queue,
+                result_type=TrainingResult,
+            )
+            handles.append(handle)
+        results = await asyncio.gather(*handles)
+        self.state.trained = {result.policy: result.newest for result in results}
+
+    def _allowance(self) -> int | None:
+        """The supply's bound on groups started, from the fewest steps any trained policy has trained."""
+        if not self.state.steps_trained:
+            return None
+        fewest = min(self.state.steps_trained.values())
+        return supply_allowance(fewest, self.state.max_lag, self.state.groups_per_batch)
+
+    async def _send_allowance(self) -> None:
+        allowance = self._allowance()
+        if allowance is not None:
+            await self._signal_supply("set_allowance", allowance)
+
+    @workflow.signal
+    async def training_progress(self, policy: str, steps: int) -> None:
+        """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
+        # Under the lock, so allowances reach the supply in the order they were computed (never a stale one last).
+        async with self.lock:
+            trained = self.state.steps_trained
+            if trained is not None and steps > trained.get(policy, 0):
+                trained[policy] = steps
+                await self._send_allowance()
+
+    @workflow.signal
+    async def training_paused(self, reason: str) -> None:
+        async with self.lock:
+            self.state.training_paused = True
+            await self._pause(reason)
+
+    async def _pause(self, reason: str | None = None) -> None:
+        changes: dict[str, bool | int | float | str] = {"paused": True}
+        if reason is not None:
+            changes["pause_reason"] = reason
+        await self._change(changes)
+        self.state.paused, self.state.pause_reason = True, reason
+        await self._signal_supply("set_paused", True)
+
+    @workflow.query
+    def status(self) -> RunStatus:
+        counts = self.state.counts or {}
+        return RunStatus(
+            run=self.state.run,
+            paused=self.state.paused,
+            stopped=self.state.stopped,
+            max_lag=self.state.max_lag,
+            episodes_finished=counts.get("episodes_finished", 0),
+            episodes_failed=counts.get("episodes_failed", 0),
+            groups_started=counts.get("finished_groups", 0),
+            pause_reason=self.state.pause_reason,
+            trained=dict(self.state.trained or {}),
+        )
+
+    async def _change(self, changes: dict[str, bool | int | float | str]) -> None:
+        # An update that arrives with the run's start waits for RunCreated: a change must follow it in the ledger.
+        await workflow.wait_condition(lambda: self.created)
+        update = workflow.current_update_info()
+        key = update.id if update is not None else str(workflow.uuid4())
+        await workflow.execute_activity(
+            "change_settings", SettingsChange(self.state.run, key, changes), **SHORT
+        )
+
+    async def _signal_supply(self, name: str, *args: bool | int) -> None:
+        await workflow.wait_condition(lambda: self.started or self.state.supply_done)
+        if not self.state.supply_done:
+            await workflow.get_external_workflow_handle(supply_workflow_id(self.state.run)).signal(
+                name, args=list(args)
+            )
+
+    @workflow.update
+    async def pause(self) -> RunStatus:
+        async with self.lock:
+            await self._pause()
+            return self.status()
+
+    @workflow.update
+    async def resume(self) -> RunStatus:
+        async with self.lock:
+            changes: dict[str, bool | int | float | str] = {"paused": False}
+            if self.state.pause_reason:
+                changes["pause_reason"] = ""  # the reason no longer holds
+            await self._change(changes)
+            self.state.paused, self.state.pause_reason = False, None
+            await self._signal_supply("set_paused", False)
+            if self.state.training_paused:
+                self.state.training_paused = False
+                for policy in self.state.training_policies or []:
+                    await workflow.get_external_workflow_handle(
+                        training_workflow_id(self.state.run, policy)
+                    ).signal("resume_training")
+            return self.status()
+
+    @workflow.update
+    async def set_max_lag(self, max_lag: int) -> RunStatus:
+        async with self.lock:
+            await self._change({"max_lag": max_lag})
+            self.state.max_lag = max_lag
+            await self._send_allowance()
+            return self.status()
+
+    @set_max_lag.validator
+    def _check_max_lag(self, max_lag: int) -> None:
+        if not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 0:
+            raise ApplicationError(
+                f"max_lag must be a whole number of checkpoints, 0 or more, not {max_lag!r}"
+            )
+
+    @workflow.update
+    async def stop(self) -> RunStatus:
+        async with self.lock:
+            await self._change({"stopped": True})
+            self.state.stopped = True
+            await self._signal_supply("stop")
+            return self.status()

@@ -1,0 +1,203 @@
+"""The training loop as workflows: assemble a batch, train a step, bridge and serve its checkpoint, again.
+
+Deterministic workflow code only; activities are called by name on the trainer queue.
+
+Contract:
+- `TrainingWorkflow` (`run/{run}/train/{policy}`) trains the run's lineage of a policy (`{run}/{policy}` in the
+  ledger) for steps `next_step..steps`. Each step assembles its batch (`assemble_batch`, idempotent by (run,
+  policy, step)); while no whole group is ready it waits `wait_s` and looks again. A batch without a sampled
+  token (every group skipped for having no signal) is counted and the step number moves on without a checkpoint.
+  Otherwise `train_step` trains from the previous checkpoint (`parent`) and publishes exactly one
+  `CheckpointCreated` for the step (fenced by the trainer's lease).
+- Each checkpoint then goes through one `BridgeWorkflow` per serving format (`bridge/{policy}/{version}/{format}`,
+  idempotent): converted for the engines and published as a `ServingTarget`. Training does not wait for engines
+  to load it: admission (max_lag) is what holds sampling back.
+- A step whose loss is not finite publishes nothing: the workflow tells the run (`training_paused` signal with
+  the reason, which pauses the run) and waits for `resume_training`; then that batch is skipped and training
+  goes on from the same parent.
+- The next step always trains from the checkpoint the last one published, so the steps form a chain; a new
+  workflow started with an older `parent` branches the tree.
+- Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
+  run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
+- After the last step it waits (bounded) until an engine serves the last checkpoint, so a finished run has
+  served every checkpoint it made. It continues as new every `STEPS_PER_HISTORY` steps.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from rollout.workflows.types import (
+    AssembleInput,
+    BatchLookup,
+    BridgeInput,
+    BridgeResult,
+    CheckpointInfo,
+    ServedWait,
+    TrainingInput,
+    TrainingResult,
+    TrainStepInput,
+    run_policy,
+)
+
+STEPS_PER_HISTORY = 200
+TRAIN_TIMEOUT = timedelta(hours=2)
+NOT_RETRYABLE = ["NonFiniteLoss", "EmptyBatch"]
+
+
+def training_workflow_id(run: str, policy: str) -> str:
+    return f"run/{run}/train/{policy}"
+
+
+def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
+    return f"bridge/{policy}/{version}/{fmt}"
+
+
+def _non_finite(error: ActivityError) -> str | None:
+    cause = error.cause
+    if isinstance(cause, ApplicationError) and cause.type == "NonFiniteLoss":
+        return cause.message
+    return None
+
+
+@workflow.defn(name="TrainingWorkflow")
+class TrainingWorkflow:
+    def __init__(self) -> None:
+        self.resumed = False
+        self.step = 0
+        self.newest: str | None = None
+
+    @workflow.signal
+    def resume_training(self) -> None:
+        self.resumed = True
+
+    @workflow.query
+    def progress(self) -> dict[str, int | str | None]:
+        return {"step": self.step, "newest": self.newest}
+
+    @workflow.run
+    async def run(self, given: TrainingInput) -> TrainingResult:
+        step, parent, skipped = given.next_step, given.parent, given.skipped_steps
+        self.newest = parent
+        policy = run_policy(given.run, given.policy)
+        trained_here = 0
+        while step <= given.steps:
+            self.step = step
+            if trained_here >= STEPS_PER_HISTORY:
+                workflow.continue_as_new(replace(given, next_step=step, parent=parent, skipped_steps=skipped))
+            lookup: BatchLookup = await workflow.execute_activity(
+                "assemble_batch",
+                AssembleInput(
+                    run=given.run,
+                    policy=policy,
+                    step=step,
+                    group_size=given.group_size,
+                    groups_per_batch=given.groups_per_batch,
+                    advantage=given.advantage,
+                ),
+                result_type=BatchLookup,
+                start_to_close_timeout=timedelta(minutes=5),
+                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+            )
+            batch = lookup.batch
+            if batch is None:
+                await workflow.sleep(timedelta(seconds=given.wait_s))
+                continue
+            if batch.sampled_tokens == 0:
+                skipped += 1
+                step += 1
+                await self._report(given, step - 1)
+                continue
+            try:
+                checkpoint: CheckpointInfo = await workflow.execute_activity(
+                    "train_step",
+                    TrainStepInput(
+                        run=given.run,
+                        policy=policy,
+                        step=step,
+                        batch=batch,
+                        parent=parent,
+                        advantage=given.advantage,
+                    ),
+                    result_type=CheckpointInfo,
+                    start_to_close_timeout=TRAIN_TIMEOUT,
+                    heartbeat_timeout=timedelta(seconds=given.heartbeat_s),
+                    retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NOT_RETRYABLE),
+                )
+            except ActivityError as error:
+                reason = _non_finite(error)
+                if reason is None:
+                    raise
+                await self._pause_run(
+                    given.run, f"step {step} not published (its loss or gradient is not finite): {reason}"
+                )
+                skipped += 1
+                step += 1
+                await self._report(given, step - 1)
+                continue
+            for fmt in given.serve_formats:
+                await workflow.execute_child_workflow(
+                    "BridgeWorkflow",
+                    BridgeInput(
+                        run=given.run,
+                        policy=policy,
+                        checkpoint=checkpoint.name,
+                        version=checkpoint.version,
+                        format=fmt,
+                    ),
+                    id=bridge_workflow_id(policy, checkpoint.version, fmt),
+                    task_queue=workflow.info().task_queue,
+                    result_type=BridgeResult,
+                )
+            parent = self.newest = checkpoint.name
+            step += 1
+            trained_here += 1
+            await self._report(given, step - 1)
+        if parent is not None and given.served_wait_s > 0:
+            await workflow.execute_activity(
+                "wait_served",
+                ServedWait(parent, given.served_wait_s),
+                start_to_close_timeout=timedelta(seconds=given.served_wait_s + 60),
+                heartbeat_timeout=timedelta(seconds=30),
+                result_type=bool,
+            )
+        return TrainingResult(
+            run=given.run, policy=given.policy, steps=given.steps, newest=parent, skipped_steps=skipped
+        )
+
+    async def _report(self, given: TrainingInput, steps: int) -> None:
+        parent = workflow.info().parent
+        if parent is not None:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                "training_progress", args=[given.policy, steps]
+            )
+
+    async def _pause_run(self, run: str, reason: str) -> None:
+        """Pause the run with the reason and wait until it is resumed."""
+        self.resumed = False
+        parent = workflow.info().parent
+        if parent is not None:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal("training_paused", reason)
+        await workflow.wait_condition(lambda: self.resumed)
+
+
+@workflow.defn(name="BridgeWorkflow")
+class BridgeWorkflow:
+    """One checkpoint for one engine format: convert it (idempotent), then publish its serving target."""
+
+    @workflow.run
+    async def run(self, given: BridgeInput) -> BridgeResult:
+        options = {
+            "start_to_close_timeout": timedelta(minutes=30),
+            "retry_policy": RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"]),
+        }
+        result: BridgeResult = await workflow.execute_activity(
+            "bridge_checkpoint", given, result_type=BridgeResult, **options
+        )
+        await workflow.execute_activity("publish_serving", given, **options)
+        return result
