@@ -43,8 +43,9 @@ async def _train(
     client: Any, ledger: Any, queue: str, trainer_queue: str, max_lag: int, steps: int
 ) -> dict[str, Any]:
     from rollout.ledger import Kind
-    from rollout.training.checkpoints import checkpoints_stream
-    from rollout.workflows.run import RunWorkflow, run_workflow_id
+    from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
+    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.run import RunWorkflow
     from rollout.workflows.types import RunInput, TrainingSpec, run_policy
 
     run = f"async-lag{max_lag}-{uuid.uuid4().hex[:6]}"
@@ -61,17 +62,17 @@ async def _train(
     status = await client.execute_workflow(RunWorkflow.run, given, id=run_workflow_id(run), task_queue=queue)
     created = [
         e
-        for e in await ledger.read(checkpoints_stream(run_policy(run, "default")))
+        for e in await ledger.read(policy_checkpoints_stream(run_policy(run, "default")))
         if e.kind == Kind.CHECKPOINT_CREATED
     ]
-    began = next(e for e in await ledger.read(f"run/{run}") if e.kind == Kind.RUN_CREATED).recorded_at
+    began = next(e for e in await ledger.read(run_stream(run)) if e.kind == Kind.RUN_CREATED).recorded_at
     assert len(created) == steps, f"{run}: {len(created)} checkpoints for {steps} steps ({status})"
     wall_s = (created[-1].recorded_at - began).total_seconds()
     metrics = [e.payload["metrics"] for e in created]
     # Where a step's time goes: waiting for its batch (since the previous checkpoint) and training it.
     batched = {
         e.key: e.recorded_at
-        for e in await ledger.read(f"run/{run}/batches/{run_policy(run, 'default')}")
+        for e in await ledger.read(run_batches_stream(run, run_policy(run, "default")))
         if e.kind == Kind.BATCH_ASSEMBLED
     }
     trained_at = [began] + [e.recorded_at for e in created]

@@ -69,7 +69,8 @@ async def baseline_ms(environment: Environment, episodes: int) -> tuple[float, i
 async def _run(
     client: Any, queue: str, reference: str, groups_in_flight: int, max_groups: int
 ) -> tuple[Any, float]:
-    from rollout.workflows.run import RunWorkflow, run_workflow_id
+    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.run import RunWorkflow
     from rollout.workflows.types import RunInput
 
     run = f"bench-{uuid.uuid4().hex[:8]}"
@@ -84,7 +85,7 @@ async def _run(
 
 
 async def _episode_latencies_ms(client: Any, run: str, episodes: list[str]) -> list[float]:
-    from rollout.workflows.episodes import episode_workflow_id
+    from rollout.workflows.names import episode_workflow_id
 
     latencies = []
     for episode in episodes:
@@ -96,7 +97,7 @@ async def _episode_latencies_ms(client: Any, run: str, episodes: list[str]) -> l
 async def measure(settings: Any, queue: str, quick: bool) -> dict[str, Any]:
     from temporalio.client import Client
 
-    from rollout.workflows.episodes import episode_id
+    from rollout.workflows.names import episode_id
 
     client = await Client.connect(settings.temporal_address)
     results: dict[str, Any] = {}

@@ -26,7 +26,8 @@ from typing import Any
 
 import httpx
 
-from rollout.stack.processes import free_port, terminate, wait_for_http
+from rollout.net import free_port
+from rollout.stack.processes import terminate, wait_for_http
 
 CONCURRENCY = (1, 16, 64)
 ROLLOUT = str(Path(sys.executable).parent / "rollout")

@@ -70,14 +70,14 @@ def _train(
 
 async def _curve(ledger_url: str, run: str) -> list[dict[str, Any]]:
     from rollout.ledger import Kind, Ledger
-    from rollout.training.checkpoints import checkpoints_stream
+    from rollout.ledger.streams import policy_checkpoints_stream, run_stream
     from rollout.workflows.types import run_policy
 
     async with await Ledger.connect(ledger_url) as ledger:
-        began = next(e for e in await ledger.read(f"run/{run}") if e.kind == Kind.RUN_CREATED).recorded_at
+        began = next(e for e in await ledger.read(run_stream(run)) if e.kind == Kind.RUN_CREATED).recorded_at
         created = [
             e
-            for e in await ledger.read(checkpoints_stream(run_policy(run, "default")), limit=100000)
+            for e in await ledger.read(policy_checkpoints_stream(run_policy(run, "default")), limit=100000)
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
     return [

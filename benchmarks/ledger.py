@@ -5,7 +5,8 @@ round, so the ratio is fair on a noisy machine. Scenarios: one writer appending 
 transaction; one writer appending batches; eight concurrent writers appending batches (each to its own
 stream, as the gateway's seats do). The baseline computes seq and the payload hash in the client and
 inserts the same columns, with the same primary key and unique constraint, but no lock, no key lookup,
-no fence and no projection.
+no fence and no projection. That baseline is the one place outside `rollout.ledger` that writes SQL: it
+writes its own table (`plain_event`), never the ledger's, which it only appends to through `Ledger`.
 
 Targets (issue 2): >= 5,000 fenced events/s batched, and fenced >= 50% of plain.
 """
@@ -29,8 +30,8 @@ import psycopg
 from psycopg.types.json import Jsonb
 
 from rollout.ledger import Ledger, NewEvent, migrate
+from rollout.net import free_port
 from rollout.stack.postgres import EmbeddedPostgres
-from rollout.stack.processes import free_port
 
 PLAIN_TABLE = """
 CREATE TABLE IF NOT EXISTS plain_event (

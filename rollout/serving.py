@@ -1,5 +1,6 @@
 """Serving records: what the trainer asks engines to serve (`ServingTarget`) and what each engine serves
-(`ServingAck`). Pure data and stream names; the follower beside an engine writes acks, the gateway routes by them.
+(`ServingAck`). Pure data (the stream names are `rollout.ledger.streams`); the follower beside an engine writes
+acks, the gateway routes by them.
 
 Contract:
 - Targets are appended on one stream, `serving/targets`, keyed `{policy}/{version}/{format}`: one target per
@@ -20,21 +21,15 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rollout.blobs import BlobRef
+from rollout.ledger.streams import SERVING_ACKS
 from rollout.training.checkpoints import CheckpointFile
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
 
-TARGETS_STREAM = "serving/targets"
-ACKS_STREAM = "serving/acks"
 BASE_CHECKPOINT = "base"
 
 FORMATS = ("lora", "full", "tinker")
-
-
-def gpu_lease_resource(gpu: str) -> str:
-    """The ledger lease the trainer holds while it trains on `gpu` (one-GPU mode); engines on it sleep meanwhile."""
-    return f"gpu/{gpu}"
 
 
 def _files_payload(files: dict[str, CheckpointFile]) -> dict[str, dict[str, Any]]:
@@ -65,7 +60,7 @@ class ServingTarget:
     def key(self) -> str:
         return f"{self.policy}/{self.version}/{self.format}"
 
-    def payload(self) -> dict[str, Any]:
+    def to_payload(self) -> dict[str, Any]:
         return {
             "policy": self.policy,
             "checkpoint": self.checkpoint,
@@ -114,7 +109,7 @@ class ServingAck:
     def key(self) -> str:
         return f"{self.engine}/{self.incarnation}/{self.n}"
 
-    def payload(self) -> dict[str, Any]:
+    def to_payload(self) -> dict[str, Any]:
         return {
             "engine": self.engine,
             "url": self.url,
@@ -155,7 +150,7 @@ class EngineStates:
 
     async def refresh(self, ledger: Ledger) -> None:
         """Fold in the acks appended since the last refresh."""
-        while events := await ledger.read(ACKS_STREAM, after=self.cursor):
+        while events := await ledger.read(SERVING_ACKS, after=self.cursor):
             self.cursor = events[-1].seq
             for event in events:
                 ack = ServingAck.from_payload(dict(event.payload))

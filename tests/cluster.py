@@ -14,7 +14,8 @@ from pathlib import Path
 
 from rollout.config import Settings
 from rollout.gateway.seats import load_secret
-from rollout.stack.processes import free_port, terminate, wait_for_port
+from rollout.net import free_port
+from rollout.stack.processes import terminate, wait_for_port
 
 
 @dataclass

@@ -12,10 +12,10 @@ from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import build_app
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
-from rollout.stack.asgi import serving
+from rollout.net import serving
+from rollout.rendering import ModelRenderer
 
 
 def tool_loop_script(prompt: str) -> Message:

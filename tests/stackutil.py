@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rollout import config
-from rollout.stack.processes import free_port
+from rollout.net import free_port
 
 
 def isolated_overrides(data_dir: Path, *, gateway: bool = False) -> list[str]:

@@ -20,9 +20,10 @@ from transformers import AutoTokenizer
 from rollout.contracts import Message, ToolCall
 from rollout.engines.models import npm_package_dir
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.streams import seat_stream
+from rollout.rendering import ModelRenderer
 from tests.gatewayutil import serve_gateway
 
 pytestmark = pytest.mark.slow
@@ -80,7 +81,7 @@ async def run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[int, 
 
 
 async def recorded_turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:
-    return [dict(e.payload) for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    return [dict(e.payload) for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED]
 
 
 def assert_one_extended_segment(records: list[dict[str, Any]]) -> None:

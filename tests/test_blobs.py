@@ -7,7 +7,7 @@ import pytest
 from moto.server import ThreadedMotoServer
 
 from rollout.blobs import BlobIntegrityError, BlobNotFoundError, BlobStore, FileBlobStore, open_store
-from rollout.stack.processes import free_port
+from rollout.net import free_port
 
 
 @pytest.fixture(scope="module")

@@ -18,9 +18,10 @@ import pytest
 from temporalio.client import Client
 
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.streams import run_episodes_stream, run_stream, seat_stream
 from rollout.stack.embedded import Stack
-from rollout.workflows.episodes import agent_workflow_id, episode_workflow_id
-from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.names import agent_workflow_id, episode_workflow_id, run_workflow_id
+from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus
 from tests.cluster import Cluster
 from tests.stackutil import isolated_settings
@@ -29,7 +30,7 @@ pytestmark = pytest.mark.slow
 
 
 async def seat_turns(ledger: Ledger, seat: str) -> list[str]:
-    return [e.key for e in await ledger.read(f"seat/{seat}") if e.kind == Kind.TURN_RECORDED]
+    return [e.key for e in await ledger.read(seat_stream(seat)) if e.kind == Kind.TURN_RECORDED]
 
 
 async def wait_for[T](condition: Callable[[], Awaitable[T | None]], timeout_s: float, what: str) -> T:
@@ -81,7 +82,7 @@ async def test_a_runner_killed_mid_episode_is_replaced_and_each_turn_is_recorded
     cluster.runner("runner-2", gateway)
     status: RunStatus = await asyncio.wait_for(handle.result(), 180)
     assert status.episodes_finished == 4 and status.episodes_failed == 0
-    finished = [e for e in await ledger.read(f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    finished = [e for e in await ledger.read(run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED]
     assert {e.payload["episode"] for e in finished} == {f"g000000-{m}" for m in range(4)}
     for episode in finished:
         assert episode.payload["rewards"] == {"solver": 1.0} and episode.payload["turns"] == {"solver": 10}
@@ -112,7 +113,7 @@ async def test_two_agents_on_two_runner_processes_share_one_sandbox(cluster: Clu
         240,
     )
     assert status.episodes_finished == 2 and status.episodes_failed == 0
-    finished = [e for e in await ledger.read(f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    finished = [e for e in await ledger.read(run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED]
     assert len({e.payload["sandbox"] for e in finished}) == 2, "each episode claimed the sandbox anew"
     for episode in finished:
         payload = episode.payload
@@ -174,7 +175,7 @@ async def test_a_paused_run_survives_a_restart_of_every_process_and_finishes(
         assert status.episodes_finished == 8 and status.episodes_failed == 0 and not status.paused
         async with await Ledger.connect(settings.ledger_url) as ledger:
             finished = [
-                e for e in await ledger.read(f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED
+                e for e in await ledger.read(run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED
             ]
             assert len(finished) == 8 and all(e.payload["rewards"] == {"solver": 1.0} for e in finished)
             for episode in finished:
@@ -182,12 +183,12 @@ async def test_a_paused_run_survives_a_restart_of_every_process_and_finishes(
                 assert len(keys) == len(set(keys)) == 10, "each turn once, across the restart"
             changes = [
                 e.payload["changes"]
-                for e in await ledger.read(f"run/{run}")
+                for e in await ledger.read(run_stream(run))
                 if e.kind == Kind.SETTINGS_CHANGED
             ]
             assert changes == [{"paused": True}, {"paused": False}]
             resumed_at = max(
-                e.recorded_at for e in await ledger.read(f"run/{run}") if e.kind == Kind.SETTINGS_CHANGED
+                e.recorded_at for e in await ledger.read(run_stream(run)) if e.kind == Kind.SETTINGS_CHANGED
             )
             second_group = [e for e in finished if e.payload["group"] == 1]
             assert all(e.recorded_at > resumed_at for e in second_group), "no new group started while paused"

@@ -20,10 +20,12 @@ from temporalio.client import Client
 from rollout.blobs import FileBlobStore
 from rollout.config import Settings
 from rollout.ledger import Fence, Kind, Ledger, StaleFenceError
-from rollout.serving import ACKS_STREAM, ServingAck
-from rollout.training.checkpoints import checkpoints_stream, publish_checkpoint
-from rollout.workflows.run import RunWorkflow, run_workflow_id
-from rollout.workflows.training import training_workflow_id
+from rollout.ledger.queries import find_lease
+from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream, run_batches_stream, trainer_lease
+from rollout.serving import ServingAck
+from rollout.training.checkpoints import publish_checkpoint
+from rollout.workflows.names import run_workflow_id, training_workflow_id
+from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
 from tests.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
@@ -81,15 +83,19 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
     first.kill()  # mid-step: it was loading the model or training
     policy = run_policy(run, "default")
     assert not [
-        e for e in await ledger.read(checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
+        e for e in await ledger.read(policy_checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
     ], "the killed step published nothing"
     cluster.trainer("trainer-2", trainer_queue, "trainer.lease_ttl_s=4")
     status: RunStatus = await asyncio.wait_for(handle.result(), 300)
     assert status.trained == {"default": f"{policy}-step000002"} and status.episodes_failed == 0
 
-    created = [e for e in await ledger.read(checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED]
+    created = [
+        e for e in await ledger.read(policy_checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
+    ]
     assert [e.key for e in created] == ["step/1", "step/2"], "exactly one CheckpointCreated per step"
-    batches = [e for e in await ledger.read(f"run/{run}/batches/{policy}") if e.kind == Kind.BATCH_ASSEMBLED]
+    batches = [
+        e for e in await ledger.read(run_batches_stream(run, policy)) if e.kind == Kind.BATCH_ASSEMBLED
+    ]
     assert [e.key for e in batches] == ["step/1", "step/2"], (
         "the retried step trained on the batch recorded once"
     )
@@ -102,9 +108,9 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
     ]
     assert max(attempts) >= 2, "a train_step was retried after the kill"
     # The dead trainer's lease epoch is fenced out: a late write from it is refused.
-    lease = await ledger.fetch_one("SELECT epoch, holder FROM lease WHERE resource = %s", f"trainer/{policy}")
-    assert lease is not None and lease["holder"] == "trainer-2" and lease["epoch"] >= 2
-    stale = Fence(f"trainer/{policy}", 1)
+    lease = await find_lease(ledger, trainer_lease(policy))
+    assert lease is not None and lease.holder == "trainer-2" and lease.epoch >= 2
+    stale = Fence(trainer_lease(policy), 1)
     scratch = cluster.root / "zombie"
     scratch.mkdir()
     (scratch / "adapter_config.json").write_text("{}")
@@ -144,7 +150,7 @@ async def test_an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no
     async def engine_acks() -> list[ServingAck]:
         return [
             ServingAck.from_payload(dict(e.payload))
-            for e in await ledger.read(ACKS_STREAM, limit=100000)
+            for e in await ledger.read(SERVING_ACKS, limit=100000)
             if e.payload["engine"] == "engine-k"
         ]
 

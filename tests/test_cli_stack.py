@@ -181,35 +181,3 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(
     finally:
         stopped = rollout("down", *overrides, check=True)
     assert "stopped: runner, gateway, engine, temporal, postgres" in stopped.stdout
-
-
-def test_rollout_train_on_cpu_micro_serves_every_checkpoint_during_the_run(
-    tmp_path: Path, models_dir: Path
-) -> None:
-    """The README's first command, on a clean data directory: everything starts, trains, and serves."""
-    overrides = [*isolated_overrides(tmp_path / "data", gateway=True), f"models_dir={models_dir}"]
-    try:
-        done = subprocess.run(
-            [
-                ROLLOUT,
-                "train",
-                "arithmetic.environment:environment",
-                "--preset",
-                "cpu-micro",
-                "--json",
-                "trainer.steps=3",
-                *overrides,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=600,
-        )
-        assert done.returncode == 0, done.stderr[-3000:]
-        summary = json.loads(done.stdout.strip().splitlines()[-1])
-        assert summary["steps"] == 3 and len(summary["checkpoints"]) == 3
-        assert set(summary["served"]) == set(summary["checkpoints"]), (
-            "every checkpoint was served during the run"
-        )
-        assert summary["episodes"] > 0 and summary["episodes_failed"] == 0
-    finally:
-        rollout("down", *overrides)

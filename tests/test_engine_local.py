@@ -16,7 +16,7 @@ from rollout.engines.local import LocalEngine
 from rollout.engines.protocol import CheckpointNotServed, EngineUnavailable, SampleRequest
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
-from rollout.stack.processes import free_port
+from rollout.net import free_port
 
 
 @pytest.fixture(scope="module")

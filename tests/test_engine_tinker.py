@@ -21,11 +21,12 @@ from rollout.engines.local import LocalEngine
 from rollout.engines.protocol import CheckpointRef, EngineError, EngineUnavailable, SampleRequest
 from rollout.engines.tinker import TinkerEngine
 from rollout.engines.vllm_client import VLLMEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
-from rollout.stack.asgi import serving
-from rollout.stack.processes import free_port, wait_for_http
+from rollout.ledger.streams import seat_stream
+from rollout.net import free_port, serving
+from rollout.rendering import ModelRenderer
+from rollout.stack.processes import wait_for_http
 from rollout_testing.tinker_service import FakeTinkerState, build_app, register_sampler, sampler_path
 from tests.gatewayutil import serve_gateway
 
@@ -163,7 +164,9 @@ async def test_the_gateway_records_turns_sampled_on_tinker(
             model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=6
         )
     assert reply.usage is not None and reply.usage.completion_tokens == 6
-    records = [dict(e.payload) for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    records = [
+        dict(e.payload) for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED
+    ]
     assert len(records) == 1 and records[0]["engine"] == "tinker"
     assert len(records[0]["completion_ids"]) == len(records[0]["completion_logprobs"]) == 6
 

@@ -17,11 +17,21 @@ from rollout.activities.trainer import TrainerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.queries import find_lease, find_run, live_lease_holder
+from rollout.ledger.streams import (
+    run_batches_stream,
+    run_episodes_stream,
+    run_stream,
+    sandbox_lease,
+    seat_stream,
+)
+from rollout.rendering import ModelRenderer
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
-from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.client import run_handle, start_run
+from rollout.workflows.names import run_workflow_id
+from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import (
     AssembleInput,
     RunInput,
@@ -83,8 +93,8 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
         id=run_workflow_id(run),
         task_queue=queue,
     )
-    assert status.episodes_finished == 8 and status.episodes_failed == 0 and status.groups_started == 2
-    finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    assert status.episodes_finished == 8 and status.episodes_failed == 0 and status.groups_finished == 2
+    finished = [e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED]
     assert sorted(e.key for e in finished) == sorted(
         f"g{g:06d}-{m}/finished" for g in range(2) for m in range(4)
     )
@@ -93,16 +103,16 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
     )
     seats = [e.payload["seats"]["solver"] for e in finished]
     for seat in seats:
-        kinds = [e.kind for e in await events(ledger, f"seat/{seat}")]
+        kinds = [e.kind for e in await events(ledger, seat_stream(seat))]
         assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]
     # A group's episodes play the same task (group-relative advantages compare like with like).
     prompts = {}
     for seat in seats:
-        turn = next(e for e in await events(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED)
+        turn = next(e for e in await events(ledger, seat_stream(seat)) if e.kind == Kind.TURN_RECORDED)
         prompts.setdefault(seat.split("/")[1][:7], set()).add(tuple(turn.payload["prompt_ids_delta"]))
     assert [len(p) for p in prompts.values()] == [1, 1]
-    created = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
-    assert created is not None and created["settings"]["max_lag"] == 2
+    created = await find_run(ledger, run)
+    assert created is not None and created.settings["max_lag"] == 2
 
 
 async def test_updates_change_the_runs_settings_in_the_ledger(
@@ -110,26 +120,23 @@ async def test_updates_change_the_runs_settings_in_the_ledger(
 ) -> None:
     client, queue = runner
     run = f"upd-{uuid.uuid4().hex[:6]}"
-    handle = await client.start_workflow(
-        RunWorkflow.run,
-        RunInput(run, "arithmetic.environment:environment", groups_in_flight=1),
-        id=run_workflow_id(run),
-        task_queue=queue,
+    handle = await start_run(
+        client, RunInput(run, "arithmetic.environment:environment", groups_in_flight=1), task_queue=queue
     )
     paused = await handle.execute_update(RunWorkflow.pause)
     assert paused.paused
     with pytest.raises(WorkflowUpdateFailedError):
         await handle.execute_update(RunWorkflow.set_max_lag, -1)
     assert (await handle.execute_update(RunWorkflow.set_max_lag, 3)).max_lag == 3
-    row = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
-    assert row is not None and row["settings"]["paused"] is True and row["settings"]["max_lag"] == 3
-    assert (await handle.query(RunWorkflow.status)).paused
+    row = await find_run(ledger, run)
+    assert row is not None and row.settings["paused"] is True and row.settings["max_lag"] == 3
+    assert (await run_handle(client, run).query(RunWorkflow.status)).paused
     await handle.execute_update(RunWorkflow.resume)
     await handle.execute_update(RunWorkflow.stop)
     final = await handle.result()
     assert final.stopped and not final.paused
     changes = [
-        e.payload["changes"] for e in await events(ledger, f"run/{run}") if e.kind == Kind.SETTINGS_CHANGED
+        e.payload["changes"] for e in await events(ledger, run_stream(run)) if e.kind == Kind.SETTINGS_CHANGED
     ]
     assert changes == [{"paused": True}, {"max_lag": 3}, {"paused": False}, {"stopped": True}]
 
@@ -147,7 +154,9 @@ async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
             RunWorkflow.run, RunInput(run, reference, max_groups=2), id=run_workflow_id(run), task_queue=queue
         )
         assert status.episodes_failed == 2 and status.episodes_finished == 0
-        failed = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_ABANDONED]
+        failed = [
+            e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_ABANDONED
+        ]
         assert len(failed) == 2 and expected in failed[0].payload["error"]
         assert failed[0].payload["trainable"] is False
 
@@ -180,17 +189,17 @@ async def test_episodes_claim_a_shell_sandbox_and_release_it(
             task_queue=queue,
         )
         assert status.episodes_finished == 4 and status.episodes_failed == 0
-        finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+        finished = [
+            e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED
+        ]
         assert all(e.payload["rewards"] == {"solver": 1.0} for e in finished), (
             "each episode found its own question"
         )
         epochs = sorted(int(e.payload["sandbox"].rpartition("@")[2]) for e in finished)
         assert len(set(epochs)) == 4, "one sandbox, claimed by one episode at a time, each under a new epoch"
-        released = await ledger.fetch_one(
-            "SELECT expires_at <= now() AS free FROM lease WHERE resource = %s",
-            "sandbox/shell#episodes-test/box-0",
-        )
-        assert released is not None and released["free"], "the last episode released its claim"
+        claimed = await find_lease(ledger, sandbox_lease("shell#episodes-test", "box-0"))
+        holder = await live_lease_holder(ledger, sandbox_lease("shell#episodes-test", "box-0"))
+        assert claimed is not None and holder is None, "the last episode released its claim"
 
 
 async def test_an_episode_with_no_sandbox_free_waits_then_fails_saying_why(
@@ -205,7 +214,7 @@ async def test_an_episode_with_no_sandbox_free_waits_then_fails_saying_why(
         task_queue=queue,
     )
     assert status.episodes_failed == 2 and status.episodes_finished == 0
-    failed = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_ABANDONED]
+    failed = [e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_ABANDONED]
     assert "no sandbox free after waiting 1s" in failed[0].payload["error"]
     assert "rollout sandbox serve --kind shell#nobody-serves" in failed[0].payload["error"]
 
@@ -222,12 +231,12 @@ async def test_an_external_command_plays_its_seat_and_the_task_scores_it(
         task_queue=queue,
     )
     assert status.episodes_finished == 2, status
-    finished = [e for e in await events(ledger, f"run/{run}/episodes") if e.kind == Kind.EPISODE_FINISHED]
+    finished = [e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED]
     for episode in finished:
         assert episode.payload["rewards"] == {"solver": 1.0} and episode.payload["turns"] == {"solver": 2}
         seat = episode.payload["seats"]["solver"]
         assert seat.endswith("/a1"), "a command's seat is fresh per attempt (it is never replayed)"
-        kinds = [e.kind for e in await events(ledger, f"seat/{seat}")]
+        kinds = [e.kind for e in await events(ledger, seat_stream(seat))]
         assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]
 
 
@@ -261,6 +270,8 @@ async def test_each_training_step_consumes_whole_groups_once(
     assert sorted({w.episode for w in batch.segments}) == first.trained_episodes
     assert sorted(w.advantage for w in batch.segments) == pytest.approx([-1.0] * 4 + [1.0] * 4, rel=1e-5)
     recorded = [
-        e for e in await ledger.read(f"run/{run}/batches/{run}/default") if e.kind == Kind.BATCH_ASSEMBLED
+        e
+        for e in await ledger.read(run_batches_stream(run, run_policy(run, "default")))
+        if e.kind == Kind.BATCH_ASSEMBLED
     ]
     assert [e.key for e in recorded] == ["step/1", "step/2"]

@@ -5,8 +5,8 @@ from pathlib import Path
 
 from rollout.ledger import Ledger, NewEvent, RecordedEvent, migrate
 from rollout.ledger.follower import Follower
+from rollout.net import free_port
 from rollout.stack.postgres import EmbeddedPostgres
-from rollout.stack.processes import free_port
 
 
 async def collect(follower: Follower, into: list[RecordedEvent], until: int) -> None:

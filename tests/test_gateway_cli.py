@@ -12,7 +12,9 @@ import openai
 import pytest
 
 from rollout.config import Settings
-from rollout.stack.processes import free_port, wait_for_http
+from rollout.ledger.streams import seat_stream
+from rollout.net import free_port
+from rollout.stack.processes import wait_for_http
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 
@@ -84,7 +86,7 @@ def test_a_hand_made_seat_samples_through_gateway_and_local_engine(
     )
     assert reply.usage is not None and 0 < reply.usage.completion_tokens <= 5
     tail = subprocess.run(
-        [ROLLOUT, "ledger", "tail", f"seat/{seat['seat']}", *overrides(stack_settings, models_dir)],
+        [ROLLOUT, "ledger", "tail", seat_stream(seat["seat"]), *overrides(stack_settings, models_dir)],
         capture_output=True,
         text=True,
         timeout=120,

@@ -16,9 +16,10 @@ from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from transformers import AutoTokenizer
 
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import close_seat, load_secret, open_seat
 from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import run_stream, seat_stream
+from rollout.rendering import ModelRenderer
 from tests.gatewayutil import RunningGateway, serve_gateway, tool_loop_script
 
 BASH: Any = {
@@ -56,7 +57,7 @@ async def seat(ledger: Ledger, tmp_path: Any) -> tuple[str, str]:
 
 
 async def turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:
-    return [dict(e.payload) for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    return [dict(e.payload) for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED]
 
 
 def chained(records: list[dict[str, Any]]) -> list[int]:
@@ -274,7 +275,7 @@ async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
 ) -> None:
     run = f"run-{uuid.uuid4().hex[:8]}"
     await ledger.append_one(
-        f"run/{run}",
+        run_stream(run),
         NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": {"paused": True}}),
     )
     _, token = await open_seat(ledger, load_secret(tmp_path / "s"), seat_id=f"{run}/a", agent="a", run=run)
@@ -289,7 +290,7 @@ async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
         assert held.status_code == 503 and held.headers["retry-after"] == "1"
         assert "paused" in held.json()["error"]["message"]
         await ledger.append_one(
-            f"run/{run}",
+            run_stream(run),
             NewEvent("resume", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"paused": False}}),
         )
         resumed = await http.post(
@@ -308,7 +309,7 @@ async def test_an_engine_that_is_down_gives_503_then_recovers(
     from rollout.engines.local import LocalEngine
     from rollout.engines.vllm_client import VLLMEngine
     from rollout.engines.vllm_server import build_app
-    from rollout.stack.processes import free_port
+    from rollout.net import free_port
 
     _, token = seat
     port = free_port()

@@ -12,9 +12,10 @@ import pytest
 from rollout.engines.local import LocalEngine
 from rollout.engines.models import SMOLLM2, resolve
 from rollout.engines.protocol import SampleRequest, SampleResult
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.streams import seat_stream
+from rollout.rendering import ModelRenderer
 from tests.gatewayutil import serve_gateway
 
 
@@ -66,7 +67,7 @@ async def test_five_turn_tool_conversation_has_no_drift(ledger: Ledger, smollm2:
             else:
                 messages.append({"role": "user", "content": f"Check it once more ({turn})."})
 
-    records = [e.payload for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    records = [e.payload for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED]
     assert len(records) == 5 and len(engine.prompts) == 5
     assert len({r["segment_id"] for r in records}) == 1, "five turns of one conversation are one segment"
     sequence: list[int] = []

@@ -15,10 +15,11 @@ from transformers import AutoTokenizer
 from benchmarks.scripted_backend import REPLY, build
 from rollout.engines.external import ExternalModel
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
-from rollout.stack.processes import free_port
+from rollout.ledger.streams import seat_stream
+from rollout.net import free_port
+from rollout.rendering import ModelRenderer
 from tests.gatewayutil import serve_gateway, tool_loop_script
 
 
@@ -57,7 +58,7 @@ async def test_an_external_judge_answers_and_is_never_trained(
         await serving
     assert first.choices[0].message.content == again.choices[0].message.content == REPLY
     assert [b.text for b in other.content if b.type == "text"] == [REPLY]
-    records = [e.payload for e in await ledger.read(f"seat/{seat_id}") if e.kind == Kind.TURN_RECORDED]
+    records = [e.payload for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED]
     assert len(records) == 2, "the retry was answered from the record"
     assert all(r["external"] and r["trainable"] is False and "completion_ids" not in r for r in records)
     assert records[0]["model"] == "openai/judge-model"

@@ -4,6 +4,8 @@ import psycopg
 import pytest
 
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, StaleFenceError
+from rollout.ledger.queries import find_run
+from rollout.ledger.streams import run_stream
 
 
 def event(key: str, **payload: object) -> NewEvent:
@@ -80,7 +82,7 @@ async def test_an_expired_lease_can_be_taken_and_epochs_never_repeat(ledger: Led
 async def test_projections_follow_events_in_the_same_transaction(ledger: Ledger, stream: str) -> None:
     run = stream.replace("/", "-")
     await ledger.append_one(
-        f"run/{run}",
+        run_stream(run),
         NewEvent(
             "created",
             Kind.RUN_CREATED,
@@ -88,14 +90,14 @@ async def test_projections_follow_events_in_the_same_transaction(ledger: Ledger,
         ),
     )
     await ledger.append_one(
-        f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
+        run_stream(run), NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
     )
     # A retried settings change is not applied twice (and a failed append leaves the projection alone).
     await ledger.append_one(
-        f"run/{run}", NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
+        run_stream(run), NewEvent("lag-3", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"max_lag": 3}})
     )
-    row = await ledger.fetch_one("SELECT settings, updated_seq FROM run WHERE run_id = %s", run)
-    assert row == {"settings": {"max_lag": 3, "paused": False}, "updated_seq": 2}
+    row = await find_run(ledger, run)
+    assert row is not None and (row.settings, row.updated_seq) == ({"max_lag": 3, "paused": False}, 2)
 
 
 async def test_events_cannot_be_changed_or_removed(ledger_url: str, ledger: Ledger, stream: str) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import uuid
+from dataclasses import replace
 
 import pytest
 from transformers import AutoTokenizer
@@ -11,38 +12,54 @@ from gridworld.environment import environment as gridworld
 from gridworld.policy import reply_to_prompt
 from rollout.activities.agent_loop import GatewayChat, play
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.seats import open_seat, seat_token
 from rollout.harness import RunContext
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.payloads import SampledTurn
+from rollout.ledger.streams import seat_stream
+from rollout.rendering import ModelRenderer
 from rollout.training.batches import AgentEpisode, assemble_batch
 from rollout.training.segments import TrainingSegment, segments_from_turns
 from rollout.training.selection import EpisodeRecordView, ready_groups, supply_allowance
 from tests.gatewayutil import serve_gateway
 
 
-def turn(
-    segment: str, prefix: int, delta: list[int], completion: list[int], version: int
-) -> dict[str, object]:
-    logprobs = [-0.1 * (i + 1) for i in range(len(completion))]
-    return {
-        "segment_id": segment,
-        "seat": "s",
-        "prompt_prefix_len": prefix,
-        "prompt_ids_delta": delta,
-        "completion_ids": completion,
-        "completion_logprobs": logprobs,
-        "checkpoint_version": version,
-    }
+def turn(segment: str, prefix: int, delta: list[int], completion: list[int], version: int) -> SampledTurn:
+    """A recorded turn; only the fields segments are built from matter here."""
+    return SampledTurn(
+        seat="s",
+        run=None,
+        episode=None,
+        agent="a",
+        policy="default",
+        turn_index=0,
+        fingerprint="f",
+        segment_id=segment,
+        prompt_prefix_len=prefix,
+        prompt_ids_delta=tuple(delta),
+        completion_ids=tuple(completion),
+        completion_logprobs=tuple(-0.1 * (i + 1) for i in range(len(completion))),
+        checkpoint="base",
+        checkpoint_version=version,
+        engine="e",
+        admitted_newest=0,
+        admitted_max_lag=0,
+        finish_reason="stop",
+        stop_sequence=None,
+        reply={"role": "assistant", "content": ""},
+        parse_failures=(),
+        n_messages=1,
+        messages_sha="m",
+        tools_sha="t",
+    )
 
 
 def test_turns_chain_into_segments_with_masks_logprobs_and_versions() -> None:
     turns = [
         turn("one", 0, [1, 2, 3], [4, 5], version=0),
-        {**turn("one", 5, [99], [98], version=0), "aborted": "client went away"},
+        replace(turn("one", 5, [99], [98], version=0), aborted="client went away"),
         turn("one", 5, [6], [7], version=1),
         turn("two", 0, [9], [10], version=1),
-        {"segment_id": "ext", "external": True, "reply": {}},
     ]
     one, two = segments_from_turns(turns)
     assert one.tokens_T == (1, 2, 3, 4, 5, 6, 7)
@@ -116,9 +133,9 @@ async def test_segments_rebuilt_from_a_real_multi_turn_episode_are_the_tokens_th
             max_turns=gridworld.max_turns,
         )
         await model.close()
-    turns = [e.payload for e in await ledger.read(f"seat/{seat}") if e.kind == Kind.TURN_RECORDED]
+    turns = [e.payload for e in await ledger.read(seat_stream(seat)) if e.kind == Kind.TURN_RECORDED]
     assert outcome.turns == len(turns) == 10
-    (one,) = segments_from_turns(turns)  # the agent loop extends its conversation: one segment
+    (one,) = segments_from_turns(SampledTurn.from_payload(t) for t in turns)  # the loop extends one segment
     last = turns[-1]
     assert one.tokens_T[: len(one.tokens_T) - len(last["completion_ids"])][
         -len(last["prompt_ids_delta"]) :

@@ -9,7 +9,9 @@ import pytest
 
 from rollout.blobs import BlobIntegrityError, FileBlobStore
 from rollout.ledger import Kind, Ledger, StaleFenceError
-from rollout.training.checkpoints import checkpoints_stream, fetch_checkpoint, publish_checkpoint
+from rollout.ledger.queries import newest_checkpoint_version
+from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
+from rollout.training.checkpoints import fetch_checkpoint, publish_checkpoint
 
 
 def checkpoint_dir(root: Path, content: bytes) -> Path:
@@ -22,7 +24,7 @@ def checkpoint_dir(root: Path, content: bytes) -> Path:
 async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledger, tmp_path: Path) -> None:
     policy = f"pol-{uuid.uuid4().hex[:8]}"
     store = FileBlobStore(tmp_path / "blobs")
-    first = await ledger.claim(f"trainer/{policy}", "trainer-a", ttl_s=30)
+    first = await ledger.claim(trainer_lease(policy), "trainer-a", ttl_s=30)
     assert first is not None
     step_1 = await publish_checkpoint(
         ledger,
@@ -38,7 +40,7 @@ async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledge
     assert (step_1.name, step_1.version, step_1.parent) == (f"{policy}-step000001", 1, None)
 
     await ledger.release(first)  # trainer-a stalls; trainer-b takes over the policy
-    second = await ledger.claim(f"trainer/{policy}", "trainer-b", ttl_s=30)
+    second = await ledger.claim(trainer_lease(policy), "trainer-b", ttl_s=30)
     assert second is not None and second.epoch > first.epoch
     with pytest.raises(StaleFenceError):
         await publish_checkpoint(
@@ -72,14 +74,12 @@ async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledge
         directory=checkpoint_dir(tmp_path / "b2-again", b"other"),
     )
     assert retried == step_2, "a retried step returns the checkpoint already published"
-    created = [e for e in await ledger.read(checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED]
+    created = [
+        e for e in await ledger.read(policy_checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
+    ]
     assert [e.key for e in created] == ["step/1", "step/2"]
     assert created[1].payload["parent"] == step_1.name, "the checkpoint tree records each parent"
-    newest = await ledger.fetch_one(
-        "SELECT max((payload->>'version')::bigint) AS v FROM event WHERE stream_id = %s",
-        checkpoints_stream(policy),
-    )
-    assert newest is not None and newest["v"] == 2, "what the gateway's admission reads"
+    assert await newest_checkpoint_version(ledger, policy) == 2, "what the gateway's admission reads"
 
     fetched = fetch_checkpoint(store, step_2, tmp_path / "fetched")
     assert (fetched / "adapter_model.safetensors").read_bytes() == b"weights-2"

@@ -26,18 +26,19 @@ from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app as build_engine_app
 from rollout.gateway.admission import Admission
 from rollout.gateway.app import build_app
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.service import Gateway
 from rollout.ledger import Kind, Ledger
-from rollout.serving import ACKS_STREAM, TARGETS_STREAM
-from rollout.stack.asgi import serving
-from rollout.training.checkpoints import checkpoints_stream
+from rollout.ledger.queries import find_run, run_turns
+from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
+from rollout.net import serving
+from rollout.rendering import ModelRenderer
 from rollout.training.local import LocalTrainerConfig
 from rollout.training.losses import LossConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
-from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.names import run_workflow_id
+from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
 
 
@@ -113,11 +114,7 @@ def run_input(loop: Loop, steps: int, *, max_lag: int = 1) -> RunInput:
 
 
 async def turns_of_run(ledger: Ledger, run: str) -> list[dict[str, Any]]:
-    rows = await ledger.fetch_all(
-        "SELECT payload, recorded_at FROM event WHERE kind = 'TurnRecorded' AND payload->>'run' = %s ORDER BY recorded_at",
-        run,
-    )
-    return [{**row["payload"], "recorded_at": row["recorded_at"]} for row in rows]
+    return [{**e.payload, "recorded_at": e.recorded_at} for e in await run_turns(ledger, run)]
 
 
 async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episodes_play(
@@ -133,7 +130,7 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
         policy = run_policy(loop.run, "default")
         created = [
             e.payload
-            for e in await ledger.read(checkpoints_stream(policy))
+            for e in await ledger.read(policy_checkpoints_stream(policy))
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
         assert [(c["version"], c["parent"]) for c in created] == [
@@ -146,12 +143,14 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
         assert all("staleness_mean" in c["metrics"] for c in created)
 
         targets = [
-            e.payload for e in await ledger.read(TARGETS_STREAM, limit=100000) if e.payload["run"] == loop.run
+            e.payload
+            for e in await ledger.read(SERVING_TARGETS, limit=100000)
+            if e.payload["run"] == loop.run
         ]
         assert [(t["version"], t["format"]) for t in targets] == [(1, "lora"), (2, "lora"), (3, "lora")]
         acks = [
             e.payload
-            for e in await ledger.read(ACKS_STREAM, limit=100000)
+            for e in await ledger.read(SERVING_ACKS, limit=100000)
             if e.payload["engine"] == "engine-a"
         ]
         served = {s["checkpoint"] for ack in acks for s in ack["serving"]}
@@ -180,7 +179,7 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
 async def _created_events(ledger: Ledger, policy: str) -> list[Any]:
     return [
         e.recorded_at
-        for e in await ledger.read(checkpoints_stream(policy))
+        for e in await ledger.read(policy_checkpoints_stream(policy))
         if e.kind == Kind.CHECKPOINT_CREATED
     ]
 
@@ -207,17 +206,13 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
         policy = run_policy(loop.run, "default")
         versions = [
             e.payload["version"]
-            for e in await ledger.read(checkpoints_stream(policy))
+            for e in await ledger.read(policy_checkpoints_stream(policy))
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
         bad_step = int(status.pause_reason.split()[1])
         assert bad_step not in versions, "the step with the non-finite loss published nothing"
-        row = await ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", loop.run)
-        assert (
-            row is not None
-            and row["settings"]["paused"] is True
-            and "finite" in row["settings"]["pause_reason"]
-        )
+        row = await find_run(ledger, loop.run)
+        assert row is not None and row.settings["paused"] is True and "finite" in row.settings["pause_reason"]
         await handle.terminate("test over")
 
 
@@ -225,7 +220,7 @@ async def _wait_for_version(ledger: Ledger, policy: str, version: int, timeout_s
     for _ in range(int(timeout_s / 0.2)):
         if version in [
             e.payload["version"]
-            for e in await ledger.read(checkpoints_stream(policy))
+            for e in await ledger.read(policy_checkpoints_stream(policy))
             if e.kind == Kind.CHECKPOINT_CREATED
         ]:
             return
@@ -254,7 +249,7 @@ async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the
             zip(
                 [
                     e.payload["version"]
-                    for e in await ledger.read(checkpoints_stream(policy))
+                    for e in await ledger.read(policy_checkpoints_stream(policy))
                     if e.kind == Kind.CHECKPOINT_CREATED
                 ],
                 await _created_events(ledger, policy),
@@ -263,7 +258,7 @@ async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the
         )
         (change,) = [
             e
-            for e in await ledger.read(f"run/{loop.run}")
+            for e in await ledger.read(run_stream(loop.run))
             if e.kind == Kind.SETTINGS_CHANGED and "max_lag" in e.payload["changes"]
         ]
         assert change.payload["changes"]["max_lag"] == 2

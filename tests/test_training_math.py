@@ -1,4 +1,4 @@
-"""The training math against hand-computed values (RL_MATH.md): advantages, the three losses, their
+"""The training math against hand-computed values (docs/rl-math.md): advantages, the three losses, their
 gradients, token masks and diagnostics."""
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from rollout.blobs import FileBlobStore
+from rollout.cli.warm_start import WarmStartExists, warm_start, warm_start_name
 from rollout.ledger import Ledger
-from rollout.sft_command import WarmStartExists, warm_start, warm_start_name
 from rollout.training.checkpoints import fetch_checkpoint, find_checkpoint
 from rollout.training.local import LocalTrainer, LocalTrainerConfig
 from rollout.training.losses import LossConfig

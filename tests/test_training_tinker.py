@@ -34,20 +34,21 @@ from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app as build_engine_app
 from rollout.gateway.admission import Admission
 from rollout.gateway.app import build_app as build_gateway_app
-from rollout.gateway.rendering import ModelRenderer
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.service import Gateway
 from rollout.ledger import Kind, Ledger
-from rollout.serving import ACKS_STREAM, TARGETS_STREAM
-from rollout.stack.asgi import serving
+from rollout.ledger.queries import run_turns
+from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream
+from rollout.net import serving
+from rollout.rendering import ModelRenderer
 from rollout.training.batches import Batch, WeightedSegment
-from rollout.training.checkpoints import checkpoints_stream
 from rollout.training.losses import LossConfig
 from rollout.training.segments import TrainingSegment
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
-from rollout.workflows.run import RunWorkflow, run_workflow_id
+from rollout.workflows.names import run_workflow_id
+from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
 from rollout_testing.tinker_service import FakeTinkerState, build_app
 from rollout_testing.tinker_training import FakeTinkerTraining
@@ -272,29 +273,27 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
 
     policy = run_policy(run, "default")
     created = [
-        e.payload for e in await ledger.read(checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
+        e.payload
+        for e in await ledger.read(policy_checkpoints_stream(policy))
+        if e.kind == Kind.CHECKPOINT_CREATED
     ]
     assert [(c["version"], c["parent"]) for c in created] == [(1, None), (2, f"{policy}-step000001")]
     assert status.trained == {"default": f"{policy}-step000002"}
     assert all(set(c["files"]) == {"tinker.json"} and math.isfinite(c["metrics"]["loss"]) for c in created)
     assert all("kl_k3" in c["metrics"] and "staleness_mean" in c["metrics"] for c in created)
-    targets = [e.payload for e in await ledger.read(TARGETS_STREAM, limit=100000) if e.payload["run"] == run]
+    targets = [e.payload for e in await ledger.read(SERVING_TARGETS, limit=100000) if e.payload["run"] == run]
     assert [(t["version"], t["format"]) for t in targets] == [(1, "tinker"), (2, "tinker")]
     assert all(
         str(t["location"]).startswith("tinker://") and "/sampler_weights/" in t["location"] for t in targets
     )
     acks = [
         e.payload
-        for e in await ledger.read(ACKS_STREAM, limit=100000)
+        for e in await ledger.read(SERVING_ACKS, limit=100000)
         if e.payload["engine"] == "engine-tinker"
     ]
     assert {s["checkpoint"] for ack in acks for s in ack["serving"]} == {c["name"] for c in created}
-    turns = await ledger.fetch_all(
-        "SELECT payload FROM event WHERE kind = 'TurnRecorded' AND payload->>'run' = %s", run
-    )
-    assert f"{policy}-step000001" in {t["payload"]["checkpoint"] for t in turns}, (
-        "a turn sampled checkpoint 1"
-    )
+    turns = await run_turns(ledger, run)
+    assert f"{policy}-step000001" in {t.payload["checkpoint"] for t in turns}, "a turn sampled checkpoint 1"
 
 
 @pytest.mark.tinker_live

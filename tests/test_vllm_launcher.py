@@ -42,7 +42,7 @@ def _gpu() -> bool:
 async def test_real_vllm_samples_token_ids_with_logprobs(tiny_qwen3: str) -> None:
     from rollout.engines.protocol import SampleRequest
     from rollout.engines.vllm_client import VLLMEngine
-    from rollout.stack.processes import free_port
+    from rollout.net import free_port
 
     port = free_port()
     argv, env = command(VLLMLaunch(tiny_qwen3, port=port, gpu_memory_utilization=0.3, max_model_len=2048))

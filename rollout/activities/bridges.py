@@ -22,16 +22,14 @@ from temporalio.exceptions import ApplicationError
 
 from rollout.blobs import BlobStore
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
-from rollout.serving import TARGETS_STREAM, EngineStates, ServingTarget, files_from_payload
+from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
+from rollout.serving import EngineStates, ServingTarget, files_from_payload
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
 from rollout.training.checkpoints import find_checkpoint
+from rollout.workflows import trainer_stubs
 from rollout.workflows.types import BridgeInput, BridgeResult, ServedWait
 
 SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
-
-
-def bridges_stream(policy: str) -> str:
-    return f"policy/{policy}/bridges"
 
 
 def _bridge_key(given: BridgeInput) -> str:
@@ -42,9 +40,9 @@ class BridgeActivities:
     def __init__(self, ledger: Ledger, store: BlobStore, *, base_model: str | None, scratch: Path) -> None:
         self.ledger, self.store, self.base_model, self.scratch = ledger, store, base_model, scratch
 
-    @activity.defn(name="bridge_checkpoint")
+    @activity.defn(name=trainer_stubs.bridge_checkpoint.__name__)
     async def bridge_checkpoint(self, given: BridgeInput) -> BridgeResult:
-        stream = bridges_stream(given.policy)
+        stream = policy_bridges_stream(given.policy)
         recorded = await self.ledger.find(stream, _bridge_key(given))
         if recorded is None:
             record = await find_checkpoint(self.ledger, given.policy, given.checkpoint)
@@ -70,7 +68,7 @@ class BridgeActivities:
                     run=given.run,
                     format=given.format,
                     files=files,
-                ).payload()["files"],
+                ).to_payload()["files"],
                 "location": location,
             }
             try:
@@ -82,9 +80,9 @@ class BridgeActivities:
                 assert recorded is not None
         return BridgeResult(given.format, SERVING_FORMAT[given.format], len(recorded.payload["files"]))
 
-    @activity.defn(name="publish_serving")
+    @activity.defn(name=trainer_stubs.publish_serving.__name__)
     async def publish_serving(self, given: BridgeInput) -> None:
-        converted = await self.ledger.find(bridges_stream(given.policy), _bridge_key(given))
+        converted = await self.ledger.find(policy_bridges_stream(given.policy), _bridge_key(given))
         if converted is None:
             raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)
         target = ServingTarget(
@@ -99,10 +97,10 @@ class BridgeActivities:
         # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to it).
         with contextlib.suppress(KeyConflictError):
             await self.ledger.append_one(
-                TARGETS_STREAM, NewEvent(target.key, Kind.SERVING_TARGET, target.payload())
+                SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
             )
 
-    @activity.defn(name="wait_served")
+    @activity.defn(name=trainer_stubs.wait_served.__name__)
     async def wait_served(self, given: ServedWait) -> bool:
         deadline = time.monotonic() + given.timeout_s
         states = EngineStates()

@@ -1,7 +1,8 @@
 """The trainer worker's activities for the local provider: it keeps one `LocalTrainer` in memory per policy.
 
 Contract:
-- `assemble_batch` (by name, for `TrainingWorkflow`) wraps `TrainerActivities.assemble_batch` in a `BatchLookup`.
+- `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) wraps
+  `TrainerActivities.assemble_batch` in a `BatchLookup`.
 - `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
   holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
   the base model), trains on the recorded batch, saves, and publishes the checkpoint fenced by the lease, so
@@ -26,17 +27,18 @@ from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
 from rollout.ledger import Fence, Ledger
-from rollout.serving import EngineStates, gpu_lease_resource
+from rollout.ledger.streams import gpu_lease, policy_checkpoints_stream
+from rollout.serving import EngineStates
 from rollout.training.batches import Batch
 from rollout.training.checkpoints import (
     CheckpointRecord,
-    checkpoints_stream,
     fetch_checkpoint,
     find_checkpoint,
     publish_checkpoint,
 )
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
 from rollout.training.losses import LossConfig, staleness_histogram
+from rollout.workflows import trainer_stubs
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0
@@ -68,15 +70,15 @@ class LocalTrainingActivities:
         self.gpu_lease = gpu_lease
         self._torch_lock = threading.Lock()
 
-    @activity.defn(name="assemble_batch")
+    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
         return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
 
-    @activity.defn(name="train_step")
+    @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
-        published = await self.ledger.find(checkpoints_stream(given.policy), f"step/{given.step}")
+        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
         if published is not None:
-            return checkpoint_info(CheckpointRecord.from_payload(dict(published.payload)))
+            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
         if await self.leases.hold(given.policy):
             self.trainers.pop(given.policy, None)  # a new epoch: whatever we had in memory may be stale
         async with self.leases.kept(given.policy):
@@ -102,7 +104,7 @@ class LocalTrainingActivities:
         if self.gpu_lease is None:
             yield
             return
-        resource = gpu_lease_resource(self.gpu_lease)
+        resource = gpu_lease(self.gpu_lease)
         while (lease := await self.ledger.claim(resource, self.holder, GPU_LEASE_TTL_S)) is None:
             activity.heartbeat()
             await asyncio.sleep(1.0)

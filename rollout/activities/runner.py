@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict
 from datetime import UTC, datetime
 
 import openai
@@ -33,8 +32,11 @@ from rollout.environment import Environment, EnvironmentLoadError, load_environm
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
 from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
+from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded
+from rollout.ledger.queries import count_events
+from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
 from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
-from rollout.sandbox.claims import lease_resource
+from rollout.workflows import runner_stubs
 from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
@@ -53,14 +55,6 @@ from rollout.workflows.types import (
 HEARTBEAT_EVERY_S = 2.0
 
 
-def run_stream(run: str) -> str:
-    return f"run/{run}"
-
-
-def episodes_stream(run: str) -> str:
-    return f"run/{run}/episodes"
-
-
 class RunnerActivities:
     def __init__(self, ledger: Ledger, *, gateway_url: str, seat_secret: bytes) -> None:
         self.ledger = ledger
@@ -74,7 +68,7 @@ class RunnerActivities:
             self._http = openai.DefaultAsyncHttpxClient()
         return self._http
 
-    @activity.defn(name="describe_environment")
+    @activity.defn(name=runner_stubs.describe_environment.__name__)
     async def describe_environment(self, reference: str) -> EnvironmentInfo:
         environment = _load(reference)
         agents = [
@@ -95,20 +89,20 @@ class RunnerActivities:
             sandbox=need,
         )
 
-    @activity.defn(name="create_run")
+    @activity.defn(name=runner_stubs.create_run.__name__)
     async def create_run(self, run: RunInput) -> None:
         settings = {"max_lag": run.max_lag, "paused": False, **run.settings}
         payload = {"run": run.run, "environment": run.environment, "settings": settings}
         await self.ledger.append_one(run_stream(run.run), NewEvent("created", Kind.RUN_CREATED, payload))
 
-    @activity.defn(name="change_settings")
+    @activity.defn(name=runner_stubs.change_settings.__name__)
     async def change_settings(self, change: SettingsChange) -> None:
         payload = {"run": change.run, "changes": change.changes}
         await self.ledger.append_one(
             run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)
         )
 
-    @activity.defn(name="play_agent")
+    @activity.defn(name=runner_stubs.play_agent.__name__)
     async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
         given = attempt.input
         environment = _load(given.environment.reference)
@@ -190,14 +184,9 @@ class RunnerActivities:
             await model.close()
 
     async def _turns(self, seat: str) -> int:
-        row = await self.ledger.fetch_one(
-            "SELECT count(*) AS turns FROM event WHERE stream_id = %s AND kind = %s",
-            f"seat/{seat}",
-            str(Kind.TURN_RECORDED),
-        )
-        return int(row["turns"]) if row else 0
+        return await count_events(self.ledger, seat_stream(seat), Kind.TURN_RECORDED)
 
-    @activity.defn(name="claim_sandbox")
+    @activity.defn(name=runner_stubs.claim_sandbox.__name__)
     async def claim_sandbox(self, given: ClaimInput) -> SandboxGrant:
         need = given.need
         holder = f"{given.run}/{given.episode}"
@@ -215,52 +204,52 @@ class RunnerActivities:
             kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
         )
 
-    @activity.defn(name="renew_sandbox")
+    @activity.defn(name=runner_stubs.renew_sandbox.__name__)
     async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
         """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
         return await SandboxPool(self.ledger).renew(_claim_of(grant), ttl_s) is not None
 
-    @activity.defn(name="release_sandbox")
+    @activity.defn(name=runner_stubs.release_sandbox.__name__)
     async def release_sandbox(self, grant: SandboxGrant) -> None:
         await SandboxPool(self.ledger).release(_claim_of(grant))
 
-    @activity.defn(name="abandon_attempt")
+    @activity.defn(name=runner_stubs.abandon_attempt.__name__)
     async def abandon_attempt(self, abandon: AbandonInput) -> None:
         attempt = abandon.attempt
         given = attempt.input
-        payload = {
-            "run": given.run,
-            "episode": given.episode,
-            "agent": given.agent.name,
-            "seat": attempt.seat,
-            "attempt": attempt.attempt,
-            "reason": abandon.reason,
-            "trainable": False,
-        }
-        key = f"{given.episode}/{given.agent.name}/attempt/{attempt.attempt}/abandoned"
+        abandoned = AttemptAbandoned(
+            run=given.run,
+            episode=given.episode,
+            agent=given.agent.name,
+            seat=attempt.seat,
+            attempt=attempt.attempt,
+            reason=abandon.reason,
+        )
         await self.ledger.append_one(
-            episodes_stream(given.run), NewEvent(key, Kind.EPISODE_ABANDONED, payload)
+            run_episodes_stream(given.run),
+            NewEvent(abandoned.key, Kind.EPISODE_ABANDONED, abandoned.to_payload()),
         )
         await self._close(attempt.seat, "abandoned")
 
-    @activity.defn(name="record_episode")
+    @activity.defn(name=runner_stubs.record_episode.__name__)
     async def record_episode(self, record: EpisodeRecord) -> None:
         result = record.result
-        payload = {
-            **asdict(result),
-            "environment": record.environment,
-            "seats": record.seats,
-            "turns": record.turns,
-            "metrics": record.metrics,
-            "sandbox": record.sandbox,
-        }
-        if result.finished:
-            event = NewEvent(f"{result.episode}/finished", Kind.EPISODE_FINISHED, payload)
-        else:
-            event = NewEvent(
-                f"{result.episode}/failed", Kind.EPISODE_ABANDONED, {**payload, "trainable": False}
-            )
-        await self.ledger.append_one(episodes_stream(result.run), event)
+        ended = EpisodeEnded(
+            run=result.run,
+            episode=result.episode,
+            group=result.group,
+            finished=result.finished,
+            environment=record.environment,
+            rewards=result.rewards,
+            error=result.error,
+            seats=record.seats,
+            turns=record.turns,
+            metrics=record.metrics,
+            sandbox=record.sandbox,
+        )
+        await self.ledger.append_one(
+            run_episodes_stream(result.run), NewEvent(ended.key, ended.kind, ended.to_payload())
+        )
         for seat in record.seats.values():
             await self._close(seat, "finished" if result.finished else "failed")
 
@@ -309,7 +298,7 @@ async def _open(claim: SandboxClaim) -> None:
 
 def _claim_of(grant: SandboxGrant) -> SandboxClaim:
     # Renewing and releasing match on (resource, holder, epoch); the seats and expiry play no part.
-    resource = lease_resource(grant.kind, grant.name)
+    resource = sandbox_lease(grant.kind, grant.name)
     lease = Lease(resource=resource, holder=grant.holder, epoch=grant.epoch, expires_at=datetime.now(UTC))
     return SandboxClaim(
         SandboxRegistration(kind=grant.kind, name=grant.name, address=grant.address, seats=0), lease

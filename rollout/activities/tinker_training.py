@@ -36,16 +36,12 @@ from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
+from rollout.ledger.streams import policy_checkpoints_stream
 from rollout.training.batches import Batch
-from rollout.training.checkpoints import (
-    CheckpointRecord,
-    checkpoint_name,
-    checkpoints_stream,
-    fetch_checkpoint,
-    find_checkpoint,
-)
+from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint, find_checkpoint
 from rollout.training.losses import LossConfig, policy_loss
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
+from rollout.workflows import trainer_stubs
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 
 if TYPE_CHECKING:
@@ -97,15 +93,15 @@ class TinkerTrainingActivities:
             )
         return self._service
 
-    @activity.defn(name="assemble_batch")
+    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
         return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
 
-    @activity.defn(name="train_step")
+    @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
-        published = await self.ledger.find(checkpoints_stream(given.policy), f"step/{given.step}")
+        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
         if published is not None:
-            return checkpoint_info(CheckpointRecord.from_payload(dict(published.payload)))
+            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
         if await self.leases.hold(given.policy):
             self.clients.pop(given.policy, None)  # a new epoch: another holder may have moved on
         async with self.leases.kept(given.policy):

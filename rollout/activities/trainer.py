@@ -12,9 +12,11 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
 
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+from rollout.ledger.payloads import EpisodeEnded, SampledTurn, episode_ended, turn_recorded
+from rollout.ledger.queries import read_all
+from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
 from rollout.training.advantages import AdvantageMethod
 from rollout.training.batches import AgentEpisode, Batch, assemble_batch
 from rollout.training.segments import segments_from_turns
@@ -22,53 +24,35 @@ from rollout.training.selection import EpisodeRecordView, ready_groups
 from rollout.workflows.types import AssembleInput, BatchInfo
 
 
-def batches_stream(run: str, policy: str) -> str:
-    return f"run/{run}/batches/{policy}"
-
-
-async def read_stream(ledger: Ledger, stream: str) -> list[RecordedEvent]:
-    events: list[RecordedEvent] = []
-    while batch := await ledger.read(stream, after=events[-1].seq if events else 0):
-        events += batch
-    return events
-
-
-def _episode_records(events: Sequence[RecordedEvent]) -> dict[str, dict[str, Any]]:
+def _episode_records(events: Sequence[RecordedEvent]) -> dict[str, EpisodeEnded]:
     """The episodes recorded for good (finished, or failed as a whole), by episode id."""
-    records: dict[str, dict[str, Any]] = {}
-    for event in events:
-        if event.kind == Kind.EPISODE_FINISHED or (
-            event.kind == Kind.EPISODE_ABANDONED and "attempt" not in event.payload
-        ):
-            records[str(event.payload["episode"])] = dict(event.payload)
-    return records
+    return {ended.episode: ended for event in events if (ended := episode_ended(event)) is not None}
 
 
-async def _agent_episodes(ledger: Ledger, records: Sequence[dict[str, Any]]) -> list[AgentEpisode]:
+async def _agent_episodes(ledger: Ledger, records: Sequence[EpisodeEnded]) -> list[AgentEpisode]:
     played = []
     for record in records:
-        if not record.get("finished"):
+        if not record.finished:
             continue  # consumed with its group, never trained
-        for agent, seat in sorted(record["seats"].items()):
+        for agent, seat in sorted(record.seats.items()):
             turns = [
-                e.payload for e in await read_stream(ledger, f"seat/{seat}") if e.kind == Kind.TURN_RECORDED
+                turn_recorded(e.payload)
+                for e in await read_all(ledger, seat_stream(seat))
+                if e.kind == Kind.TURN_RECORDED
             ]
-            policy = next((str(t["policy"]) for t in turns if t.get("policy")), "default")
+            policy = next((t.policy for t in turns if t.policy), "default")
+            sampled = [t for t in turns if isinstance(t, SampledTurn)]
             played.append(
                 AgentEpisode(
-                    episode=str(record["episode"]),
-                    group=int(record["group"]),
+                    episode=record.episode,
+                    group=record.group,
                     agent=agent,
                     policy=policy,
-                    reward=float(record["rewards"][agent]),
-                    segments=tuple(segments_from_turns(turns)),
+                    reward=record.rewards[agent],
+                    segments=tuple(segments_from_turns(sampled)),
                 )
             )
     return played
-
-
-def _info(payload: dict[str, Any]) -> BatchInfo:
-    return BatchInfo(**{key: payload[key] for key in BatchInfo.__dataclass_fields__})
 
 
 class TrainerActivities:
@@ -76,25 +60,25 @@ class TrainerActivities:
         self.ledger = ledger
 
     async def assemble_batch(self, given: AssembleInput) -> BatchInfo | None:
-        stream = batches_stream(given.run, given.policy)
+        stream = run_batches_stream(given.run, given.policy)
         key = f"step/{given.step}"
         recorded = await self.ledger.find(stream, key)
         if recorded is not None:
-            return _info(dict(recorded.payload))
+            return BatchInfo.from_payload(recorded.payload)
         consumed = {
-            int(g)
-            for e in await read_stream(self.ledger, stream)
+            group
+            for e in await read_all(self.ledger, stream)
             if e.kind == Kind.BATCH_ASSEMBLED
-            for g in e.payload["groups"]
+            for group in BatchInfo.from_payload(e.payload).groups
         }
-        records = _episode_records(await read_stream(self.ledger, f"run/{given.run}/episodes"))
-        views = [EpisodeRecordView(e, int(r["group"]), bool(r.get("finished"))) for e, r in records.items()]
+        records = _episode_records(await read_all(self.ledger, run_episodes_stream(given.run)))
+        views = [EpisodeRecordView(e, r.group, r.finished) for e, r in records.items()]
         groups = ready_groups(
             views, group_size=given.group_size, consumed=consumed, groups_per_batch=given.groups_per_batch
         )
         if not groups:
             return None
-        taken = [r for r in records.values() if int(r["group"]) in groups]
+        taken = [r for r in records.values() if r.group in groups]
         method: AdvantageMethod = "leave_one_out" if given.advantage == "leave_one_out" else "group_norm"
         batch = assemble_batch(await _agent_episodes(self.ledger, taken), given.policy, method)
         info = BatchInfo(
@@ -102,7 +86,7 @@ class TrainerActivities:
             policy=given.policy,
             step=given.step,
             groups=groups,
-            episodes=sorted(str(r["episode"]) for r in taken),
+            episodes=sorted(r.episode for r in taken),
             trained_episodes=sorted({w.episode for w in batch.segments}),
             skipped_groups=batch.skipped_groups,
             sampled_tokens=batch.sampled_tokens,
@@ -110,16 +94,16 @@ class TrainerActivities:
             reward_std=batch.reward_std,
         )
         try:
-            await self.ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.__dict__))
+            await self.ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.to_payload()))
         except KeyConflictError:
             # Another attempt recorded this step first (with what it saw then): that record is the step's batch.
             existing = await self.ledger.find(stream, key)
             assert existing is not None
-            return _info(dict(existing.payload))
+            return BatchInfo.from_payload(existing.payload)
         return info
 
     async def load_batch(self, info: BatchInfo, advantage: str = "group_norm") -> Batch:
-        records = _episode_records(await read_stream(self.ledger, f"run/{info.run}/episodes"))
+        records = _episode_records(await read_all(self.ledger, run_episodes_stream(info.run)))
         taken = [records[e] for e in info.episodes]
         method: AdvantageMethod = "leave_one_out" if advantage == "leave_one_out" else "group_norm"
         return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, method)

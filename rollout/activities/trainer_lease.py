@@ -19,6 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from rollout.ledger import Fence, Lease, Ledger
+from rollout.ledger.streams import trainer_lease
 
 LEASE_TTL_S = 120.0
 
@@ -32,7 +33,7 @@ class PolicyLeases:
         """Hold `policy`'s lease; True when it is a new epoch for this worker."""
         held = self.held.get(policy)
         lease = (await self.ledger.renew(held, self.ttl_s) if held else None) or await self.ledger.claim(
-            f"trainer/{policy}", self.holder, self.ttl_s
+            trainer_lease(policy), self.holder, self.ttl_s
         )
         if lease is None:
             raise ApplicationError(f"another trainer holds policy {policy!r}; retrying when its lease lapses")

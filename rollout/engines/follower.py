@@ -29,16 +29,9 @@ from typing import Protocol
 from rollout.blobs import BlobStore
 from rollout.engines.protocol import CheckpointRef
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.serving import (
-    ACKS_STREAM,
-    BASE_CHECKPOINT,
-    TARGETS_STREAM,
-    Served,
-    ServingAck,
-    ServingTarget,
-    desired,
-    gpu_lease_resource,
-)
+from rollout.ledger.queries import live_lease_holder
+from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, gpu_lease
+from rollout.serving import BASE_CHECKPOINT, Served, ServingAck, ServingTarget, desired
 from rollout.training.checkpoints import download_files
 
 log = logging.getLogger(__name__)
@@ -109,7 +102,7 @@ class ServingFollower:
 
     async def _read_targets(self) -> bool:
         changed = False
-        while events := await self.ledger.read(TARGETS_STREAM, after=self._cursor):
+        while events := await self.ledger.read(SERVING_TARGETS, after=self._cursor):
             self._cursor = events[-1].seq
             for event in events:
                 if event.kind != Kind.SERVING_TARGET:
@@ -164,11 +157,8 @@ class ServingFollower:
 
     async def _follow_gpu(self) -> None:
         assert self.config.gpu is not None
-        row = await self.ledger.fetch_one(
-            "SELECT holder FROM lease WHERE resource = %s AND expires_at > now()",
-            gpu_lease_resource(self.config.gpu),
-        )
-        held_by_other = row is not None and row["holder"] != self.config.engine
+        holder = await live_lease_holder(self.ledger, gpu_lease(self.config.gpu))
+        held_by_other = holder is not None and holder != self.config.engine
         if held_by_other and not self.sleeping:
             await self.engine.sleep()
             self.sleeping = True
@@ -196,5 +186,5 @@ class ServingFollower:
     async def ack(self) -> ServingAck:
         self._acks += 1
         ack = replace(self.state(), n=self._acks)
-        await self.ledger.append_one(ACKS_STREAM, NewEvent(ack.key, Kind.SERVING_ACK, ack.payload()))
+        await self.ledger.append_one(SERVING_ACKS, NewEvent(ack.key, Kind.SERVING_ACK, ack.to_payload()))
         return ack

@@ -11,21 +11,34 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, Protocol, cast
 
-from rollout.contracts import Message
+from rollout.contracts import Message, ToolSpec
 from rollout.engines.protocol import CheckpointRef, SampleRequest, SampleResult
 
 if TYPE_CHECKING:
     from rollout.engines.vllm_server import Tokenizer
-    from rollout.gateway.rendering import ModelRenderer
 
 Script = Callable[[str], Message]
 
 
+class ReplyRenderer(Protocol):
+    """What the scripted engine needs of a chat template (the gateway's `ModelRenderer` is one)."""
+
+    @property
+    def tokenizer(self) -> Tokenizer: ...
+
+    @property
+    def stop_token_ids(self) -> tuple[int, ...]: ...
+
+    def prompt_ids(self, messages: list[Message], tools: list[ToolSpec]) -> list[int]: ...
+
+    def conversation_ids(self, messages: list[Message]) -> list[int]: ...
+
+
 class ScriptedEngine:
     def __init__(
-        self, renderer: ModelRenderer, script: Script, *, served_name: str = "base", think_s: float = 0.0
+        self, renderer: ReplyRenderer, script: Script, *, served_name: str = "base", think_s: float = 0.0
     ) -> None:
         self.name = "scripted"
         self.think_s = think_s
@@ -52,9 +65,7 @@ class ScriptedEngine:
         """The ids a model would sample to say `reply`: its rendering after a generation prompt, to the stop."""
         probe = [Message.user("·")]
         prompt = self.renderer.prompt_ids(probe, [])
-        full = self.renderer.renderer.render_ids(
-            [*(self.renderer.renderer_message(m) for m in probe), self.renderer.renderer_message(reply)]
-        )
+        full = self.renderer.conversation_ids([*probe, reply])
         completion = full[len(prompt) :]
         stops = set(self.renderer.stop_token_ids)
         for index, token in enumerate(completion):

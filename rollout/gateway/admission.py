@@ -26,6 +26,7 @@ from rollout.engines.protocol import EngineUnavailable
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
 from rollout.ledger import Ledger
+from rollout.ledger.queries import find_run, newest_checkpoint_version
 
 __all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "eligible"]
 
@@ -79,8 +80,8 @@ class Admission:
     async def run_settings(self, run: str | None) -> RunSettings:
         if run is None:
             return RunSettings(max_lag=1 << 30)
-        row = await self.ledger.fetch_one("SELECT settings FROM run WHERE run_id = %s", run)
-        settings: dict[str, Any] = row["settings"] if row else {}
+        found = await find_run(self.ledger, run)
+        settings: dict[str, Any] = found.settings if found else {}
         cap = settings.get("max_tokens")
         return RunSettings(
             int(settings.get("max_lag", DEFAULT_MAX_LAG)),
@@ -89,12 +90,7 @@ class Admission:
         )
 
     async def newest_version(self, policy: str) -> int:
-        row = await self.ledger.fetch_one(
-            "SELECT max((payload->>'version')::bigint) AS newest FROM event"
-            " WHERE stream_id = %s AND kind = 'CheckpointCreated'",
-            f"policy/{policy}/checkpoints",
-        )
-        return int(row["newest"]) if row and row["newest"] is not None else 0
+        return await newest_checkpoint_version(self.ledger, policy)
 
     async def candidates(self, seat: Seat, *, fresh: bool = False, deadline: float | None = None) -> Admitted:
         """Eligible engines in the order to try them: the freshest checkpoint first, rotating among engines that

@@ -17,9 +17,10 @@ import hmac
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
+from rollout.ledger.queries import SeatRow, seat_and_turn_by_token_hash, seat_by_token_hash
+from rollout.ledger.streams import seat_stream
 
 
 @dataclass(frozen=True)
@@ -34,7 +35,7 @@ class Seat:
 
     @property
     def stream(self) -> str:
-        return f"seat/{self.seat_id}"
+        return seat_stream(self.seat_id)
 
 
 def load_secret(path: Path) -> bytes:
@@ -82,29 +83,24 @@ async def open_seat(
 
 async def close_seat(ledger: Ledger, seat_id: str, reason: str = "finished") -> None:
     await ledger.append_one(
-        f"seat/{seat_id}", NewEvent("closed", Kind.SEAT_CLOSED, {"seat": seat_id, "reason": reason})
+        seat_stream(seat_id), NewEvent("closed", Kind.SEAT_CLOSED, {"seat": seat_id, "reason": reason})
     )
 
 
-_SEAT_COLUMNS = "s.seat_id, s.agent, s.policy, s.run_id, s.episode_id, s.checkpoint, s.status"
-
-
-def _seat(row: dict[str, Any]) -> Seat:
+def _seat(row: SeatRow) -> Seat:
     return Seat(
-        seat_id=row["seat_id"],
-        agent=row["agent"],
-        policy=row["policy"],
-        run=row["run_id"],
-        episode=row["episode_id"],
-        checkpoint=row["checkpoint"],
-        open=row["status"] == "open",
+        seat_id=row.seat,
+        agent=row.agent,
+        policy=row.policy,
+        run=row.run,
+        episode=row.episode,
+        checkpoint=row.checkpoint,
+        open=row.open,
     )
 
 
 async def resolve(ledger: Ledger, token: str) -> Seat | None:
-    row = await ledger.fetch_one(
-        f"SELECT {_SEAT_COLUMNS} FROM seat s WHERE s.token_sha256 = decode(%s, 'hex')", _sha(token)
-    )
+    row = await seat_by_token_hash(ledger, _sha(token))
     return None if row is None else _seat(row)
 
 
@@ -112,24 +108,5 @@ async def resolve_for_turn(
     ledger: Ledger, token: str, turn_key: str
 ) -> tuple[Seat | None, RecordedEvent | None]:
     """The token's seat, and the event recorded under `turn_key` on its stream (None when there is none)."""
-    row = await ledger.fetch_one(
-        f"SELECT {_SEAT_COLUMNS}, e.seq, e.kind, e.payload, e.recorded_at FROM seat s"
-        " LEFT JOIN event e ON e.stream_id = 'seat/' || s.seat_id AND e.idempotency_key = %s"
-        " WHERE s.token_sha256 = decode(%s, 'hex')",
-        turn_key,
-        _sha(token),
-    )
-    if row is None:
-        return None, None
-    seat = _seat(row)
-    if row["seq"] is None:
-        return seat, None
-    return seat, RecordedEvent(
-        stream=seat.stream,
-        seq=row["seq"],
-        key=turn_key,
-        kind=row["kind"],
-        payload=row["payload"],
-        recorded_at=row["recorded_at"],
-        appended=False,
-    )
+    row, recorded = await seat_and_turn_by_token_hash(ledger, _sha(token), turn_key)
+    return (None, None) if row is None else (_seat(row), recorded)

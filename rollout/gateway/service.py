@@ -21,18 +21,19 @@ import asyncio
 import time
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, replace
+from typing import cast
 
 from rollout.contracts import Message
 from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
-from rollout.gateway.rendering import ModelRenderer
-from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.seats import Seat
 from rollout.gateway.segments import Head, advance, find_extension
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+from rollout.ledger.payloads import ExternalTurn, RecordedTurn, SampledTurn, turn_recorded
+from rollout.rendering import ModelRenderer
 
 
 class NotLookedUp:
@@ -49,7 +50,7 @@ class Sampled:
     request: ChatRequest
     seat: Seat
     turn: Turn
-    payload: dict[str, Any]
+    record: RecordedTurn  # what `record` appends as the turn's `TurnRecorded`
     head: Head | None  # None for an external model's turn: it has no token ids to extend
 
 
@@ -176,44 +177,44 @@ class Gateway:
             stop_sequence=stop_sequence,
         )
         done = time.perf_counter()
-        payload: dict[str, Any] = {
-            "seat": seat.seat_id,
-            "run": seat.run,
-            "episode": seat.episode,
-            "agent": seat.agent,
-            "policy": seat.policy,
-            "turn_index": request.turn_index,
-            "fingerprint": request.fingerprint,
-            "segment_id": segment_id,
-            "prompt_prefix_len": prefix,
-            "prompt_ids_delta": prompt[prefix:],
-            "completion_ids": list(result.completion_ids),
-            "completion_logprobs": list(result.logprobs),
-            "checkpoint": slot.checkpoint,
-            "checkpoint_version": slot.version,
-            "engine": slot.engine.name,
-            "admitted_newest": admitted.newest,
-            "admitted_max_lag": admitted.max_lag,
-            "finish_reason": finish,
-            "stop_sequence": stop_sequence,
-            "reply": parsed.message.model_dump(mode="json"),
-            "parse_failures": list(parsed.parse_failures),
-            "n_messages": len(request.messages),
-            "messages_sha": request.messages_sha,
-            "tools_sha": request.tools_sha,
-            "timings": {"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
-        }
+        record = SampledTurn(
+            seat=seat.seat_id,
+            run=seat.run,
+            episode=seat.episode,
+            agent=seat.agent,
+            policy=seat.policy,
+            turn_index=request.turn_index,
+            fingerprint=request.fingerprint,
+            segment_id=segment_id,
+            prompt_prefix_len=prefix,
+            prompt_ids_delta=tuple(prompt[prefix:]),
+            completion_ids=tuple(result.completion_ids),
+            completion_logprobs=tuple(result.logprobs),
+            checkpoint=slot.checkpoint,
+            checkpoint_version=slot.version,
+            engine=slot.engine.name,
+            admitted_newest=admitted.newest,
+            admitted_max_lag=admitted.max_lag,
+            finish_reason=finish,
+            stop_sequence=stop_sequence,
+            reply=parsed.message.model_dump(mode="json"),
+            parse_failures=tuple(parsed.parse_failures),
+            n_messages=len(request.messages),
+            messages_sha=request.messages_sha,
+            tools_sha=request.tools_sha,
+            timings={"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
+        )
         head = Head(
             segment_id=segment_id,
             seq=0,
             n_messages=len(request.messages),
-            messages_sha=payload["messages_sha"],
-            tools_sha=payload["tools_sha"],
+            messages_sha=request.messages_sha,
+            tools_sha=request.tools_sha,
             reply=parsed.message,
             prompt_ids=tuple(prompt),
             completion_ids=result.completion_ids,
         )
-        return Sampled(request, seat, turn, payload, head)
+        return Sampled(request, seat, turn, record, head)
 
     async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
         """A turn of a model the platform does not train: recorded as text, marked never to be trained."""
@@ -232,27 +233,25 @@ class Gateway:
             turn_index=request.turn_index,
             model=external.model,
         )
-        payload: dict[str, Any] = {
-            "seat": seat.seat_id,
-            "run": seat.run,
-            "episode": seat.episode,
-            "agent": seat.agent,
-            "policy": seat.policy,
-            "turn_index": request.turn_index,
-            "fingerprint": request.fingerprint,
-            "external": True,
-            "trainable": False,
-            "model": external.model,
-            "finish_reason": finish,
-            "reply": reply.message.model_dump(mode="json"),
-            "prompt_tokens": reply.prompt_tokens,
-            "completion_tokens": reply.completion_tokens,
-            "n_messages": len(request.messages),
-            "messages_sha": request.messages_sha,
-            "tools_sha": request.tools_sha,
-            "timings": {"sample_s": time.perf_counter() - started},
-        }
-        return Sampled(request, seat, turn, payload, None)
+        record = ExternalTurn(
+            seat=seat.seat_id,
+            run=seat.run,
+            episode=seat.episode,
+            agent=seat.agent,
+            policy=seat.policy,
+            turn_index=request.turn_index,
+            fingerprint=request.fingerprint,
+            model=external.model,
+            finish_reason=finish,
+            reply=reply.message.model_dump(mode="json"),
+            prompt_tokens=reply.prompt_tokens,
+            completion_tokens=reply.completion_tokens,
+            n_messages=len(request.messages),
+            messages_sha=request.messages_sha,
+            tools_sha=request.tools_sha,
+            timings={"sample_s": time.perf_counter() - started},
+        )
+        return Sampled(request, seat, turn, record, None)
 
     async def _sample_on_admitted_engine(
         self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
@@ -289,7 +288,7 @@ class Gateway:
         key = self.turn_key(sampled.request)
         try:
             event = await self.ledger.append_one(
-                sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, sampled.payload)
+                sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, sampled.record.to_payload())
             )
         except KeyConflictError:
             existing = await self.ledger.find(sampled.seat.stream, key)
@@ -302,7 +301,7 @@ class Gateway:
         return sampled.turn
 
     async def record_aborted(self, sampled: Sampled, reason: str) -> None:
-        payload = {**sampled.payload, "aborted": reason}
+        payload = replace(sampled.record, aborted=reason).to_payload()
         key = f"{self.turn_key(sampled.request)}/aborted/{uuid.uuid4().hex[:8]}"
         await self.ledger.append_one(sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, payload))
 
@@ -313,27 +312,27 @@ class Gateway:
         return f"turn/{request.turn_index}/{request.fingerprint[:32]}"
 
     def replayed(self, event: RecordedEvent) -> Turn:
-        payload = event.payload
-        reply = Message.model_validate(payload["reply"])
-        if payload.get("external"):
+        record = turn_recorded(event.payload)
+        reply = Message.model_validate(record.reply)
+        finish = cast(FinishReason, record.finish_reason)  # recorded by this gateway, from a FinishReason
+        if isinstance(record, ExternalTurn):
             return Turn(
                 reply=reply,
-                finish_reason=payload["finish_reason"],
-                prompt_tokens=payload["prompt_tokens"],
-                completion_tokens=payload["completion_tokens"],
-                turn_index=payload["turn_index"],
-                model=payload["model"],
+                finish_reason=finish,
+                prompt_tokens=record.prompt_tokens,
+                completion_tokens=record.completion_tokens,
+                turn_index=record.turn_index,
+                model=record.model,
                 replayed=True,
             )
-        prompt_tokens = payload["prompt_prefix_len"] + len(payload["prompt_ids_delta"])
         return Turn(
             reply=reply,
-            finish_reason=payload["finish_reason"],
-            prompt_tokens=prompt_tokens,
-            completion_tokens=len(payload["completion_ids"]),
-            turn_index=payload["turn_index"],
-            model=payload["checkpoint"],
-            stop_sequence=payload.get("stop_sequence"),
+            finish_reason=finish,
+            prompt_tokens=record.prompt_prefix_len + len(record.prompt_ids_delta),
+            completion_tokens=len(record.completion_ids),
+            turn_index=record.turn_index,
+            model=record.checkpoint,
+            stop_sequence=record.stop_sequence,
             replayed=True,
         )
 
@@ -354,23 +353,23 @@ class Gateway:
         while events := await self.ledger.read(seat.stream, after=after):
             after = events[-1].seq
             for event in events:
-                p = event.payload
-                if event.kind != Kind.TURN_RECORDED or p.get("aborted") or p.get("external"):
+                if event.kind != Kind.TURN_RECORDED:
                     continue
-                prompt = full.get(p["segment_id"], ())[: p["prompt_prefix_len"]] + tuple(
-                    p["prompt_ids_delta"]
-                )
-                completion = tuple(p["completion_ids"])
-                full[p["segment_id"]] = prompt + completion
+                turn = turn_recorded(event.payload)
+                if not isinstance(turn, SampledTurn) or turn.aborted:
+                    continue
+                prompt = full.get(turn.segment_id, ())[: turn.prompt_prefix_len] + turn.prompt_ids_delta
+                completion = turn.completion_ids
+                full[turn.segment_id] = prompt + completion
                 heads = advance(
                     heads,
                     Head(
-                        segment_id=p["segment_id"],
+                        segment_id=turn.segment_id,
                         seq=event.seq,
-                        n_messages=p["n_messages"],
-                        messages_sha=p["messages_sha"],
-                        tools_sha=p["tools_sha"],
-                        reply=Message.model_validate(p["reply"]),
+                        n_messages=turn.n_messages,
+                        messages_sha=turn.messages_sha,
+                        tools_sha=turn.tools_sha,
+                        reply=Message.model_validate(turn.reply),
                         prompt_ids=prompt,
                         completion_ids=completion,
                     ),

@@ -40,6 +40,8 @@ UPDATE lease SET expires_at = now() + %(ttl)s
 RETURNING resource, holder, epoch, expires_at
 """
 
+type QueryParams = Sequence[Any] | Mapping[str, Any]
+
 _APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
@@ -199,14 +201,15 @@ class Ledger:
             row = await cursor.fetchone()
         return Lease(*row) if row else None
 
-    async def fetch_all(self, query: LiteralString, *params: Any) -> list[dict[str, Any]]:
-        """Every row of a read-only query, as dicts (for projections and tools)."""
+    # Read queries, for rollout.ledger.queries only: no SQL is sent to the ledger from outside this package.
+    async def _fetch_all(self, query: LiteralString, params: QueryParams = ()) -> list[dict[str, Any]]:
+        """Every row of a read-only query, as dicts."""
         async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(query, params)
             return await cursor.fetchall()
 
-    async def fetch_one(self, query: LiteralString, *params: Any) -> dict[str, Any] | None:
-        """One row of a read-only query, as a dict (for projections and tools)."""
+    async def _fetch_one(self, query: LiteralString, params: QueryParams = ()) -> dict[str, Any] | None:
+        """The first row of a read-only query, as a dict."""
         async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
             await cursor.execute(query, params)
             return await cursor.fetchone()

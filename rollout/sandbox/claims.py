@@ -31,6 +31,8 @@ from dataclasses import dataclass
 import httpx
 
 from rollout.ledger import Kind, Lease, Ledger, NewEvent
+from rollout.ledger.queries import held_sandbox, live_sandbox_hosts
+from rollout.ledger.streams import sandbox_host_lease, sandbox_lease, sandbox_pool_stream
 
 
 class NoSandboxFree(RuntimeError):
@@ -55,29 +57,8 @@ class SandboxClaim:
         return self.lease.epoch
 
 
-def pool_stream(kind: str) -> str:
-    return f"sandboxes/{kind}"
-
-
-def lease_resource(kind: str, name: str) -> str:
-    return f"sandbox/{kind}/{name}"
-
-
-def host_resource(kind: str, name: str) -> str:
-    return f"sandbox-host/{kind}/{name}"
-
-
 class SandboxNameTaken(RuntimeError):
     """Another live server already serves a sandbox of this kind under this name."""
-
-
-_LIVE_HOSTS = "SELECT resource, holder FROM lease WHERE starts_with(resource, %s) AND expires_at > now()"
-
-
-_HELD = """
-SELECT resource FROM lease WHERE holder = %s AND expires_at > now() AND starts_with(resource, %s)
-ORDER BY epoch DESC LIMIT 1
-"""
 
 
 class SandboxPool:
@@ -93,13 +74,13 @@ class SandboxPool:
         }
         key = f"{sandbox.name}@{sandbox.address}/{sandbox.seats}"
         await self.ledger.append_one(
-            pool_stream(sandbox.kind), NewEvent(key, Kind.SANDBOX_REGISTERED, payload)
+            sandbox_pool_stream(sandbox.kind), NewEvent(key, Kind.SANDBOX_REGISTERED, payload)
         )
 
     @asynccontextmanager
     async def hosting(self, sandbox: SandboxRegistration, *, ttl_s: float = 30) -> AsyncIterator[None]:
         """Register `sandbox` and keep it in the pool for the block (its server must be answering by then)."""
-        host = await self.ledger.claim(host_resource(sandbox.kind, sandbox.name), sandbox.address, ttl_s)
+        host = await self.ledger.claim(sandbox_host_lease(sandbox.kind, sandbox.name), sandbox.address, ttl_s)
         if host is None:
             raise SandboxNameTaken(
                 f"a {sandbox.kind!r} sandbox named {sandbox.name!r} is already serving: choose another --name"
@@ -127,7 +108,7 @@ class SandboxPool:
         """The sandboxes of `kind` in the pool now: registered, and their host lease live."""
         latest: dict[str, SandboxRegistration] = {}
         after = 0
-        while batch := await self.ledger.read(pool_stream(kind), after=after):
+        while batch := await self.ledger.read(sandbox_pool_stream(kind), after=after):
             for event in batch:
                 if event.kind == Kind.SANDBOX_REGISTERED:
                     p = event.payload
@@ -135,11 +116,8 @@ class SandboxPool:
                         kind=kind, name=p["name"], address=p["address"], seats=int(p["seats"])
                     )
             after = batch[-1].seq
-        hosted = {
-            (row["resource"], row["holder"])
-            for row in await self.ledger.fetch_all(_LIVE_HOSTS, host_resource(kind, ""))
-        }
-        live = (s for s in latest.values() if (host_resource(kind, s.name), s.address) in hosted)
+        hosted = await live_sandbox_hosts(self.ledger, kind)
+        live = (s for s in latest.values() if hosted.get(s.name) == s.address)
         return sorted(live, key=lambda s: s.name)
 
     async def claim(
@@ -157,7 +135,7 @@ class SandboxPool:
         while True:
             fitting = [s for s in await self.registered(kind) if s.seats >= seats]
             for sandbox in await self._claim_order(kind, fitting, holder):
-                lease = await self.ledger.claim(lease_resource(kind, sandbox.name), holder, ttl_s)
+                lease = await self.ledger.claim(sandbox_lease(kind, sandbox.name), holder, ttl_s)
                 if lease is None:
                     continue
                 claim = SandboxClaim(sandbox, lease)
@@ -177,9 +155,9 @@ class SandboxPool:
     ) -> list[SandboxRegistration]:
         if not fitting:
             return []
-        held = await self.ledger.fetch_one(_HELD, holder, lease_resource(kind, ""))
+        held = await held_sandbox(self.ledger, kind, holder)
         if held is not None:
-            mine = [s for s in fitting if lease_resource(kind, s.name) == held["resource"]]
+            mine = [s for s in fitting if s.name == held]
             if mine:
                 return mine
         # Spread holders over the pool, so claims do not all contend for the first sandbox.

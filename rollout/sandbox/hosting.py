@@ -11,10 +11,10 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rollout.ledger import Ledger
+from rollout.net import serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.world import load_kind
-from rollout.stack.asgi import serving
 
 
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:

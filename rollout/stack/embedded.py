@@ -31,6 +31,7 @@ from rollout.ledger.errors import redact
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.temporal import EmbeddedTemporal
+from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 Mode = Literal["embedded", "external"]
 
@@ -50,7 +51,11 @@ class ServiceStatus:
 
 
 class Stack:
-    def __init__(self, settings: Settings) -> None:
+    """The embedded stack of `settings`. `import_path` is where its runner imports environments from beyond the
+    installed packages (default: the caller's working directory and $PYTHONPATH, `rollout.references`); a runner
+    already running keeps the entries it has and is restarted by `up` when this one adds any."""
+
+    def __init__(self, settings: Settings, import_path: list[str] | None = None) -> None:
         self.settings = settings
         self.data_dir = settings.data_path
         services = settings.services
@@ -110,6 +115,7 @@ class Stack:
                 ports=((gateway.port, "services.gateway.port"),),
             )
             # A runner plays episodes through this gateway; it listens on no port (it polls Temporal).
+            runner_path = _runner_import_path(self.data_dir, import_path)
             self.runner = ManagedProcess(
                 name="Runner",
                 command=(
@@ -125,6 +131,7 @@ class Stack:
                 data_dir=self.data_dir,
                 host=gateway.host,
                 ports=(),
+                env=(("PYTHONPATH", os.pathsep.join(runner_path)),),
             )
             # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it got.
             self.trainer = ManagedProcess(
@@ -195,6 +202,11 @@ class Stack:
                 report("gateway: starting" if self.gateway.pid() is None else "gateway: already running")
                 self.gateway.start(timeout_s=120)
             if self.runner is not None:
+                if self.runner.pid() is not None and self.runner.started_env() != dict(self.runner.env):
+                    # Environments this caller imports would not load on it: restart it with the wider path (its
+                    # episodes in flight are retried by Temporal on the new runner).
+                    report("runner: restarting to import environments from here")
+                    self.runner.stop()
                 report("runner: starting" if self.runner.pid() is None else "runner: already running")
                 if self.runner.start():
                     self._check_stays_up(self.runner)
@@ -252,14 +264,8 @@ class Stack:
         services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
-            services.append(
-                self._http_status(
-                    "engine",
-                    self.engine,
-                    f"http://{gateway.host}:{gateway.engine_port}",
-                    f"serving {gateway.model}",
-                )
-            )
+            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            services.append(self._http_status("engine", self.engine, engine_url, _engine_serves(engine_url)))
             services.append(
                 self._http_status(
                     "gateway",
@@ -274,7 +280,7 @@ class Stack:
                 ServiceStatus(
                     name="runner",
                     mode="embedded",
-                    address="queue rollout-runner",
+                    address=f"queue {RUNNER_QUEUE}",
                     healthy=pid is not None,
                     detail="plays episodes (`rollout run start ENV`)" if pid else "not running",
                     pid=pid,
@@ -285,7 +291,7 @@ class Stack:
                 ServiceStatus(
                     name="trainer",
                     mode="embedded",
-                    address="queue rollout-trainer",
+                    address=f"queue {TRAINER_QUEUE}",
                     healthy=True,
                     detail=f"trains {self.settings.trainer.model} (`rollout train`)",
                     pid=pid,
@@ -383,6 +389,27 @@ class Stack:
             return ServiceStatus(
                 name="blobs", mode="external", address=url, healthy=False, detail=f"unreachable: {error}"
             )
+
+
+def _engine_serves(url: str) -> str:
+    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints loaded."""
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=3).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return "not answering /v1/models"
+    bases = sorted({Path(str(m.get("root", m["id"]))).name for m in models if m.get("parent") is None})
+    loaded = [str(m["id"]) for m in models if m.get("parent") is not None]
+    more = f" + {len(loaded)} checkpoint(s): {', '.join(loaded[:3])}{' …' if len(loaded) > 3 else ''}"
+    return f"serving {', '.join(bases) or '?'}{more if loaded else ''}"
+
+
+def _runner_import_path(data_dir: Path, wanted: list[str] | None) -> list[str]:
+    """What the runner is started with: the running runner's import path, then any new entries of `wanted`."""
+    from rollout.references import import_path
+
+    recorded = ManagedProcess(name="Runner", command=(), data_dir=data_dir, host="", ports=()).started_env()
+    running = [entry for entry in recorded.get("PYTHONPATH", "").split(os.pathsep) if entry]
+    return list(dict.fromkeys([*running, *(import_path() if wanted is None else wanted)]))
 
 
 def trainer_overrides(settings: Settings) -> list[str]:

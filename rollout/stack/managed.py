@@ -4,16 +4,19 @@ Contract:
 - `start` is idempotent: a live process named by the pid file is left alone; a stale file is ignored.
 - Ports are checked before starting, and a taken one is reported with the setting to change.
 - `start` returns once the process accepts connections on every port (or raises with the tail of its log).
+- The environment variables it was started with on top of ours (`env`) are recorded beside its pid file.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.net import port_is_free
 from rollout.stack.processes import (
     PortTakenError,
-    port_is_free,
     read_pid_file,
     start_detached,
     terminate,
@@ -29,10 +32,26 @@ class ManagedProcess:
     data_dir: Path
     host: str
     ports: tuple[tuple[int, str], ...]  # (port, the setting that chooses it)
+    # Environment variables set for the process on top of ours; recorded beside its pid file, so a later
+    # command can tell what the running process was started with (`started_env`).
+    env: tuple[tuple[str, str], ...] = ()
 
     @property
     def pid_path(self) -> Path:
         return self.data_dir / "run" / f"{self.name.lower()}.pid"
+
+    @property
+    def env_path(self) -> Path:
+        return self.data_dir / "run" / f"{self.name.lower()}.env.json"
+
+    def started_env(self) -> dict[str, str]:
+        """The `env` the running process was started with ({} when none is running or none was recorded)."""
+        if self.pid() is None:
+            return {}
+        try:
+            return dict(json.loads(self.env_path.read_text()))
+        except (FileNotFoundError, ValueError):
+            return {}
 
     @property
     def log_path(self) -> Path:
@@ -50,8 +69,9 @@ class ManagedProcess:
             if not port_is_free(self.host, port):
                 raise PortTakenError(self.name, self.host, port, setting)
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)
-        pid = start_detached(list(self.command), self.log_path)
+        pid = start_detached(list(self.command), self.log_path, env={**os.environ, **dict(self.env)})
         write_pid_file(self.pid_path, pid)
+        self.env_path.write_text(json.dumps(dict(self.env)))
         if not all(wait_for_port(self.host, port, timeout_s, pid) for port, _ in self.ports):
             terminate(pid)
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import psutil
 
-from rollout.stack.processes import PortTakenError, port_is_free
+from rollout.net import port_is_free
+from rollout.stack.processes import PortTakenError
 
 SERVICE_USER = "rollout-pg"
 

@@ -10,7 +10,6 @@ Contract:
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import os
 import signal
@@ -102,19 +101,6 @@ def terminate(pid: int, timeout_s: float = 10.0) -> None:
             process.wait(timeout_s)
 
 
-def port_is_free(host: str, port: int) -> bool:
-    """True when nothing listens on host:port (binding it briefly is the only reliable test)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            probe.bind((host, port))
-        except OSError as error:
-            if error.errno == errno.EADDRINUSE:
-                return False
-            raise
-    return True
-
-
 def wait_for_port(host: str, port: int, timeout_s: float, pid: int | None = None) -> bool:
     """Wait until something accepts connections on host:port; give up early if process `pid` dies."""
     deadline = time.monotonic() + timeout_s
@@ -127,13 +113,6 @@ def wait_for_port(host: str, port: int, timeout_s: float, pid: int | None = None
             return True
         time.sleep(0.1)
     return False
-
-
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (for tests and benchmarks that start their own stack)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
 
 
 def wait_for_http(url: str, process: subprocess.Popen[bytes], timeout_s: float = 120) -> None:

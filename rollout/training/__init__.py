@@ -1,1 +1,1 @@
-"""Training math: advantages, losses and their diagnostics. Pure functions, no I/O (see RL_MATH.md)."""
+"""Training math: advantages, losses and their diagnostics. Pure functions, no I/O (see docs/rl-math.md)."""

@@ -15,21 +15,19 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from rollout.blobs import BlobRef, BlobStore
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
+from rollout.ledger.queries import checkpoint_payload
+from rollout.ledger.streams import policy_checkpoints_stream
 
 
 def checkpoint_name(policy: str, step: int) -> str:
     return f"{policy}-step{step:06d}"
-
-
-def checkpoints_stream(policy: str) -> str:
-    return f"policy/{policy}/checkpoints"
 
 
 @dataclass(frozen=True)
@@ -40,6 +38,8 @@ class CheckpointFile:
 
 @dataclass(frozen=True)
 class CheckpointRecord:
+    """A `CheckpointCreated` (on `policy/{policy}/checkpoints`, keyed `step/{step}`)."""
+
     name: str
     policy: str
     version: int
@@ -49,7 +49,7 @@ class CheckpointRecord:
     metrics: dict[str, float]
 
     @staticmethod
-    def from_payload(payload: dict[str, Any]) -> CheckpointRecord:
+    def from_payload(payload: Mapping[str, Any]) -> CheckpointRecord:
         files = {
             name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
             for name, f in payload["files"].items()
@@ -64,7 +64,7 @@ class CheckpointRecord:
             metrics=dict(payload.get("metrics", {})),
         )
 
-    def payload(self) -> dict[str, Any]:
+    def to_payload(self) -> dict[str, Any]:
         files = {
             name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
             for name, f in self.files.items()
@@ -106,10 +106,10 @@ async def publish_checkpoint(
     metrics: dict[str, float] | None = None,
 ) -> CheckpointRecord:
     name = checkpoint_name(policy, step)
-    stream, key = checkpoints_stream(policy), f"step/{step}"
+    stream, key = policy_checkpoints_stream(policy), f"step/{step}"
     published = await ledger.find(stream, key)
     if published is not None:
-        return CheckpointRecord.from_payload(dict(published.payload))
+        return CheckpointRecord.from_payload(published.payload)
     files = await asyncio.to_thread(
         _upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative)
     )
@@ -125,12 +125,14 @@ async def publish_checkpoint(
         metrics=dict(metrics or {}),
     )
     try:
-        await ledger.append_one(stream, NewEvent(key, Kind.CHECKPOINT_CREATED, record.payload()), fence=fence)
+        await ledger.append_one(
+            stream, NewEvent(key, Kind.CHECKPOINT_CREATED, record.to_payload()), fence=fence
+        )
     except KeyConflictError:
         # An earlier attempt of this step published first: its checkpoint is the step's one.
         existing = await ledger.find(stream, key)
         assert existing is not None
-        return CheckpointRecord.from_payload(dict(existing.payload))
+        return CheckpointRecord.from_payload(existing.payload)
     return record
 
 
@@ -142,14 +144,10 @@ def policy_of(name: str) -> str:
 async def find_checkpoint(ledger: Ledger, policy: str, name: str) -> CheckpointRecord | None:
     """The checkpoint `name` of `policy`'s lineage, or of the lineage it names (a warm start trained elsewhere:
     an SFT checkpoint a run's first step trains from)."""
-    for stream in dict.fromkeys((checkpoints_stream(policy), checkpoints_stream(policy_of(name)))):
-        row = await ledger.fetch_one(
-            "SELECT payload FROM event WHERE stream_id = %s AND kind = 'CheckpointCreated' AND payload->>'name' = %s",
-            stream,
-            name,
-        )
-        if row:
-            return CheckpointRecord.from_payload(row["payload"])
+    for lineage in dict.fromkeys((policy, policy_of(name))):
+        payload = await checkpoint_payload(ledger, lineage, name)
+        if payload is not None:
+            return CheckpointRecord.from_payload(payload)
     return None
 
 

@@ -1,4 +1,4 @@
-"""Policy losses for off-policy RL on token sequences, with their diagnostics (RL_MATH.md). Pure: tensors in,
+"""Policy losses for off-policy RL on token sequences, with their diagnostics (docs/rl-math.md). Pure: tensors in,
 a scalar loss and numbers out; no I/O, no model.
 
 Shapes: every tensor is `[B, T]` (segments × tokens), float. `mask_BT` is 1 on sampled tokens (the only ones

@@ -1,14 +1,14 @@
 """Training sequences from recorded turns: one per segment, with the loss mask on sampled tokens. Pure.
 
-A seat's `TurnRecorded` payloads (rollout.gateway.service) carry, per turn, the segment it extends, how many
-of the segment's ids its prompt reuses (`prompt_prefix_len`), the new prompt ids, the sampled ids with one
-behaviour logprob each, and the version of the checkpoint that sampled them.
+A seat's `TurnRecorded`s (`rollout.ledger.payloads.SampledTurn`, written by the gateway) carry, per turn, the
+segment it extends, how many of the segment's ids its prompt reuses (`prompt_prefix_len`), the new prompt ids,
+the sampled ids with one behaviour logprob each, and the version of the checkpoint that sampled them.
 
 Contract:
 - Turns are applied in recording order. A turn keeps the first `prompt_prefix_len` ids of its segment, appends
   its new prompt ids (mask 0) and its sampled ids (mask 1, with their logprobs and checkpoint version). Ids a
   later turn did not keep were never seen again by the model and are not trained on.
-- Aborted turns and turns of external models (text only, no ids) are skipped.
+- Aborted turns are skipped (turns of external models, text only with no ids, are not `SampledTurn`s).
 - Every token of a segment has its own behaviour logprob and sampling version, so the loss corrects each
   token against the checkpoint that sampled it, including early turns that waited through training steps.
 - Non-sampled positions hold logprob 0.0 and version -1.
@@ -16,9 +16,10 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+
+from rollout.ledger.payloads import SampledTurn
 
 
 @dataclass(frozen=True)
@@ -47,23 +48,23 @@ class _Building:
         self.logprobs: list[float] = []
         self.versions: list[int] = []
 
-    def apply(self, turn: Mapping[str, Any]) -> None:
-        keep = int(turn["prompt_prefix_len"])
+    def apply(self, turn: SampledTurn) -> None:
+        keep = turn.prompt_prefix_len
         if keep > len(self.tokens):
             raise ValueError(
-                f"turn {turn.get('turn_index')} of segment {self.segment_id} reuses {keep} ids, but the segment has "
+                f"turn {turn.turn_index} of segment {self.segment_id} reuses {keep} ids, but the segment has "
                 f"{len(self.tokens)}: turns must be applied in recording order"
             )
         for column in (self.tokens, self.mask, self.logprobs, self.versions):
             del column[keep:]
-        delta = [int(i) for i in turn["prompt_ids_delta"]]
-        completion = [int(i) for i in turn["completion_ids"]]
-        logprobs = [float(x) for x in turn["completion_logprobs"]]
+        delta = list(turn.prompt_ids_delta)
+        completion = list(turn.completion_ids)
+        logprobs = list(turn.completion_logprobs)
         if len(logprobs) != len(completion):
             raise ValueError(
                 f"segment {self.segment_id}: a turn has {len(completion)} ids but {len(logprobs)} logprobs"
             )
-        version = int(turn.get("checkpoint_version") or 0)
+        version = turn.checkpoint_version
         self.tokens += delta + completion
         self.mask += [0] * len(delta) + [1] * len(completion)
         self.logprobs += [0.0] * len(delta) + logprobs
@@ -80,14 +81,13 @@ class _Building:
         )
 
 
-def segments_from_turns(turns: Iterable[Mapping[str, Any]]) -> list[TrainingSegment]:
-    """The training segments of a seat's turns (payloads in recording order), in order of first appearance."""
+def segments_from_turns(turns: Iterable[SampledTurn]) -> list[TrainingSegment]:
+    """The training segments of a seat's turns (in recording order), in order of first appearance."""
     building: dict[str, _Building] = {}
     for turn in turns:
-        if turn.get("aborted") or turn.get("external"):
+        if turn.aborted:
             continue
-        segment_id = str(turn["segment_id"])
-        if segment_id not in building:
-            building[segment_id] = _Building(segment_id, str(turn.get("seat", "")))
-        building[segment_id].apply(turn)
+        if turn.segment_id not in building:
+            building[turn.segment_id] = _Building(turn.segment_id, turn.seat)
+        building[turn.segment_id].apply(turn)
     return [b.done() for b in building.values()]

@@ -1,10 +1,12 @@
 """The runner worker: plays episodes. Several may run, on several machines, all on one task queue.
 
-Contract: `runner_worker` registers the episode and run workflows and the runner's activities on the runner
-queue. Workflows run without Temporal's sandbox: their determinism rests on the rules in
-rollout.workflows.episodes (no I/O, no clocks, no randomness outside `workflow.*`, activities called by name). Activities get the ledger, the gateway's base URL and the seat secret (the gateway's, shared by
-file) from the caller; a runner holds no state of its own, so killing one loses nothing: its activities are
-retried elsewhere once their heartbeats stop.
+Contract: `runner_worker` registers the episode and run workflows and the runner's activities (one
+implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()`) on the runner queue.
+Workflows run without Temporal's sandbox: their determinism rests on the rules in rollout.workflows.episodes
+(no I/O, no clocks, no randomness outside `workflow.*`, activities called through their stubs). Activities get
+the ledger, the gateway's base URL and the seat secret (the gateway's, shared by file) from the caller; a
+runner holds no state of its own, so killing one loses nothing: its activities are retried elsewhere once
+their heartbeats stop.
 """
 
 from __future__ import annotations
@@ -15,10 +17,11 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from rollout.activities.runner import RunnerActivities
 from rollout.ledger import Ledger
 from rollout.workflows.episodes import AgentWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow
+from rollout.workflows.names import RUNNER_QUEUE
+from rollout.workflows.preflight import EnvironmentCheckWorkflow
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RUNNER_QUEUE
 
-WORKFLOWS = [RunWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow, AgentWorkflow]
+WORKFLOWS = [RunWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow, AgentWorkflow, EnvironmentCheckWorkflow]
 
 
 def runner_worker(
@@ -37,7 +40,7 @@ def runner_worker(
         workflows=WORKFLOWS,
         activities=activities.all(),
         max_concurrent_activities=max_concurrent_activities,
-        # The workflow modules import only the standard library, temporalio and rollout.workflows.types, and are
+        # The workflow modules import only the standard library, temporalio and rollout.workflows, and are
         # deterministic by construction; the sandbox's per-run module reloads cost ~25 ms of CPU per workflow
         # task on a 2-core machine, a third of a one-turn episode's overhead (benchmarks/RESULTS.md).
         workflow_runner=UnsandboxedWorkflowRunner(),

@@ -1,7 +1,8 @@
 """Episode workflows: one agent's play, one episode, and the supply that keeps episode groups in flight.
 
-Deterministic workflow code only: activities are called by name (nothing heavy is imported here), and every id
-is a business key built from run, episode, group, agent and attempt.
+Deterministic workflow code only: activities are called through their typed stubs
+(rollout.workflows.runner_stubs: nothing heavy is imported here), child workflows by their run methods, and
+every id is a business key built from run, episode, group, agent and attempt (rollout.workflows.names).
 
 Contract:
 - `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a
@@ -19,9 +20,10 @@ Contract:
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
   running, from group index `next_group` on; while paused it starts none, nor group `allowance` and beyond (a
-  training run raises its allowance as steps are trained: `set_allowance`). It stops when told to, or after
-  `max_groups`, once the groups in flight have finished; it continues as new every `GROUPS_PER_HISTORY`
-  groups, when none are in flight.
+  training run raises its allowance as steps are trained: `set_allowance`). It stops when told to (`stop`),
+  or after `max_groups`, once the groups in flight have finished, and returns what it played (`SupplyCounts`,
+  also its `counts` query); it continues as new every `GROUPS_PER_HISTORY` groups, when none are in flight,
+  carrying its counts.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
+from rollout.workflows import runner_stubs
+from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
 from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
@@ -45,6 +49,7 @@ from rollout.workflows.types import (
     EpisodeRecord,
     EpisodeResult,
     SandboxGrant,
+    SupplyCounts,
     SupplyInput,
 )
 
@@ -59,18 +64,6 @@ SHORT = {
     "start_to_close_timeout": timedelta(seconds=60),
     "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
 }
-
-
-def agent_workflow_id(run: str, episode: str, agent: str) -> str:
-    return f"run/{run}/ep/{episode}/agent/{agent}"
-
-
-def episode_workflow_id(run: str, episode: str) -> str:
-    return f"run/{run}/ep/{episode}"
-
-
-def episode_id(group: int, member: int) -> str:
-    return f"g{group:06d}-{member}"
 
 
 def _reason(error: BaseException) -> str:
@@ -90,9 +83,8 @@ async def play_seat(given: AgentInput) -> AgentResult:
         try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
         try:
             return await workflow.execute_activity(
-                "play_agent",
+                runner_stubs.play_agent,
                 try_,
-                result_type=AgentResult,
                 start_to_close_timeout=PLAY_TIMEOUT,
                 heartbeat_timeout=PLAY_HEARTBEAT,
                 retry_policy=RetryPolicy(
@@ -104,7 +96,9 @@ async def play_seat(given: AgentInput) -> AgentResult:
             cause = error.cause
             if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
                 raise
-            await workflow.execute_activity("abandon_attempt", AbandonInput(try_, _reason(error)), **SHORT)
+            await workflow.execute_activity(
+                runner_stubs.abandon_attempt, AbandonInput(try_, _reason(error)), **SHORT
+            )
     raise ApplicationError(f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp")
 
 
@@ -125,9 +119,8 @@ class EpisodeWorkflow:
         if need is not None:
             try:
                 grant = await workflow.execute_activity(
-                    "claim_sandbox",
+                    runner_stubs.claim_sandbox,
                     ClaimInput(given.run, given.episode, need),
-                    result_type=SandboxGrant,
                     start_to_close_timeout=timedelta(seconds=need.wait_s + 120),
                     heartbeat_timeout=CLAIM_HEARTBEAT,
                     retry_policy=RetryPolicy(
@@ -146,7 +139,7 @@ class EpisodeWorkflow:
                     with contextlib.suppress(asyncio.CancelledError, ActivityError):
                         await keeper
                 if grant is not None:
-                    await workflow.execute_activity("release_sandbox", grant, **SHORT)
+                    await workflow.execute_activity(runner_stubs.release_sandbox, grant, **SHORT)
         results = [o for o in outcomes if isinstance(o, AgentResult)]
         errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
         result = EpisodeResult(
@@ -165,7 +158,7 @@ class EpisodeWorkflow:
             metrics={r.agent: r.metrics for r in results},
             sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
         )
-        await workflow.execute_activity("record_episode", record, **SHORT)
+        await workflow.execute_activity(runner_stubs.record_episode, record, **SHORT)
         return result
 
     async def _play_agents(
@@ -192,10 +185,7 @@ class EpisodeWorkflow:
                 return [error]
         plays = [
             workflow.execute_child_workflow(
-                "AgentWorkflow",
-                agent,
-                id=agent_workflow_id(given.run, given.episode, agent.agent.name),
-                result_type=AgentResult,
+                AgentWorkflow.run, agent, id=agent_workflow_id(given.run, given.episode, agent.agent.name)
             )
             for agent in inputs
         ]
@@ -205,9 +195,7 @@ class EpisodeWorkflow:
         # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused now).
         while True:
             await workflow.sleep(ttl_s / 3)
-            kept = await workflow.execute_activity(
-                "renew_sandbox", args=[grant, ttl_s], result_type=bool, **SHORT
-            )
+            kept = await workflow.execute_activity(runner_stubs.renew_sandbox, args=[grant, ttl_s], **SHORT)
             if not kept:
                 workflow.logger.warning("sandbox claim %s/%s lost", grant.kind, grant.name)
                 return
@@ -220,7 +208,7 @@ class EpisodeSupplyWorkflow:
         self.stopping = False
         self.in_flight: set[int] = set()
         self._groups: set[asyncio.Task[None]] = set()
-        self.finished_groups = 0
+        self.groups_finished = 0
         self.episodes_finished = 0
         self.episodes_failed = 0
         self.allowance: int | None = None
@@ -238,20 +226,22 @@ class EpisodeSupplyWorkflow:
         self.allowance = allowance
 
     @workflow.query
-    def counts(self) -> dict[str, int]:
-        return {
-            "finished_groups": self.finished_groups,
-            "episodes_finished": self.episodes_finished,
-            "episodes_failed": self.episodes_failed,
-            "in_flight": len(self.in_flight),
-        }
+    def counts(self) -> SupplyCounts:
+        return SupplyCounts(
+            groups_finished=self.groups_finished,
+            episodes_finished=self.episodes_finished,
+            episodes_failed=self.episodes_failed,
+            groups_in_flight=len(self.in_flight),
+        )
 
     @workflow.run
-    async def run(self, given: SupplyInput) -> dict[str, int]:
+    async def run(self, given: SupplyInput) -> SupplyCounts:
         self.paused = given.paused
         if given.allowance is not None:  # a signal may have come before the run began: keep the larger
             self.allowance = max(self.allowance or 0, given.allowance)
-        self.finished_groups = given.finished_groups
+        self.groups_finished = given.played.groups_finished
+        self.episodes_finished = given.played.episodes_finished
+        self.episodes_failed = given.played.episodes_failed
         next_group = given.next_group
         started_here = 0
 
@@ -285,8 +275,8 @@ class EpisodeSupplyWorkflow:
                         given,
                         next_group=next_group,
                         paused=self.paused,
-                        finished_groups=self.finished_groups,
                         allowance=self.allowance,
+                        played=self.counts(),
                     )
                 )
             self.in_flight.add(next_group)
@@ -301,7 +291,7 @@ class EpisodeSupplyWorkflow:
     async def _play_group(self, given: SupplyInput, group: int) -> None:
         episodes = [
             workflow.execute_child_workflow(
-                "EpisodeWorkflow",
+                EpisodeWorkflow.run,
                 EpisodeInput(
                     run=given.run,
                     episode=episode_id(group, member),
@@ -309,7 +299,6 @@ class EpisodeSupplyWorkflow:
                     environment=given.environment,
                 ),
                 id=episode_workflow_id(given.run, episode_id(group, member)),
-                result_type=EpisodeResult,
             )
             for member in range(given.environment.group_size)
         ]
@@ -318,5 +307,5 @@ class EpisodeSupplyWorkflow:
                 self.episodes_finished += 1
             else:
                 self.episodes_failed += 1
-        self.finished_groups += 1
+        self.groups_finished += 1
         self.in_flight.discard(group)

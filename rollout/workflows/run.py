@@ -16,13 +16,17 @@ Contract:
   synchronous loop. Each training workflow reports its steps (`training_progress`). A training step that cannot be published (a
   non-finite loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
-  finish, or when training is done. It returns its final status.
+  finish, or when training is done. It returns its final status. The status counts the supply's groups and
+  episodes (`SupplyCounts`) once the supply has ended: 0 until then.
+- Clients start and find it through rollout.workflows.client (`start_run`, `run_handle`) and call its updates
+  and query by reference (`handle.execute_update(RunWorkflow.pause)`); `TrainingWorkflow` signals it by the
+  names in rollout.workflows.names, since it cannot import this module.
 """
 
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 
 from temporalio import workflow
@@ -30,26 +34,25 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from rollout.training.selection import supply_allowance
-from rollout.workflows.episodes import SHORT
-from rollout.workflows.training import training_workflow_id
+from rollout.workflows import runner_stubs
+from rollout.workflows.episodes import SHORT, EpisodeSupplyWorkflow
+from rollout.workflows.names import (
+    TRAINING_PAUSED,
+    TRAINING_PROGRESS,
+    supply_workflow_id,
+    training_workflow_id,
+)
+from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.types import (
     EnvironmentInfo,
     RunInput,
     RunStatus,
     SettingsChange,
+    SupplyCounts,
     SupplyInput,
     TrainingInput,
-    TrainingResult,
     TrainingSpec,
 )
-
-
-def run_workflow_id(run: str) -> str:
-    return f"run/{run}"
-
-
-def supply_workflow_id(run: str) -> str:
-    return f"run/{run}/supply"
 
 
 @dataclass
@@ -59,7 +62,7 @@ class _RunState:
     stopped: bool = False
     max_lag: int = 0
     supply_done: bool = False
-    counts: dict[str, int] | None = None
+    counts: SupplyCounts = field(default_factory=SupplyCounts)  # the supply's, once it has ended
     pause_reason: str | None = None
     training_paused: bool = False
     trained: dict[str, str | None] | None = None
@@ -88,21 +91,20 @@ class RunWorkflow:
     @workflow.run
     async def run(self, given: RunInput) -> RunStatus:
         self.state.run, self.state.max_lag = given.run, given.max_lag
-        environment: EnvironmentInfo = await workflow.execute_activity(
-            "describe_environment",
+        environment = await workflow.execute_activity(
+            runner_stubs.describe_environment,
             given.environment,
-            result_type=EnvironmentInfo,
             start_to_close_timeout=timedelta(minutes=2),
             retry_policy=RetryPolicy(maximum_attempts=3),
         )
-        await workflow.execute_activity("create_run", given, **SHORT)
+        await workflow.execute_activity(runner_stubs.create_run, given, **SHORT)
         self.created = True
         if given.training is not None:
             self.state.training_policies = trained_policies(environment)
             self.state.groups_per_batch = given.training.groups_per_batch
             self.state.steps_trained = dict.fromkeys(self.state.training_policies, 0)
         supply = await workflow.start_child_workflow(
-            "EpisodeSupplyWorkflow",
+            EpisodeSupplyWorkflow.run,
             SupplyInput(
                 run=given.run,
                 environment=environment,
@@ -111,7 +113,6 @@ class RunWorkflow:
                 allowance=self._allowance(),
             ),
             id=supply_workflow_id(given.run),
-            result_type=dict[str, int],
         )
         self.started = True
         if given.training is not None:
@@ -119,7 +120,7 @@ class RunWorkflow:
             done, _ = await workflow.wait([training, supply], return_when=asyncio.FIRST_COMPLETED)
             if training in done:
                 training.result()  # a failed training fails the run
-                await self._signal_supply("stop")
+                await self._stop_supply()
         self.state.counts = await supply
         self.state.supply_done = True
         return self.status()
@@ -142,11 +143,7 @@ class RunWorkflow:
                 parent=spec.warm_start,
             )
             handle = await workflow.start_child_workflow(
-                "TrainingWorkflow",
-                given,
-                id=training_workflow_id(run, policy),
-                task_queue=spec.task_queue,
-                result_type=TrainingResult,
+                TrainingWorkflow.run, given, id=training_workflow_id(run, policy), task_queue=spec.task_queue
             )
             handles.append(handle)
         results = await asyncio.gather(*handles)
@@ -161,10 +158,10 @@ class RunWorkflow:
 
     async def _send_allowance(self) -> None:
         allowance = self._allowance()
-        if allowance is not None:
-            await self._signal_supply("set_allowance", allowance)
+        if allowance is not None and (supply := await self._supply()) is not None:
+            await supply.signal(EpisodeSupplyWorkflow.set_allowance, allowance)
 
-    @workflow.signal
+    @workflow.signal(name=TRAINING_PROGRESS)
     async def training_progress(self, policy: str, steps: int) -> None:
         """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
         # Under the lock, so allowances reach the supply in the order they were computed (never a stale one last).
@@ -174,8 +171,9 @@ class RunWorkflow:
                 trained[policy] = steps
                 await self._send_allowance()
 
-    @workflow.signal
+    @workflow.signal(name=TRAINING_PAUSED)
     async def training_paused(self, reason: str) -> None:
+        """A training step could not be published (`reason`): pause the run until `resume`."""
         async with self.lock:
             self.state.training_paused = True
             await self._pause(reason)
@@ -186,19 +184,19 @@ class RunWorkflow:
             changes["pause_reason"] = reason
         await self._change(changes)
         self.state.paused, self.state.pause_reason = True, reason
-        await self._signal_supply("set_paused", True)
+        await self._pause_supply(True)
 
     @workflow.query
     def status(self) -> RunStatus:
-        counts = self.state.counts or {}
+        counts = self.state.counts
         return RunStatus(
             run=self.state.run,
             paused=self.state.paused,
             stopped=self.state.stopped,
             max_lag=self.state.max_lag,
-            episodes_finished=counts.get("episodes_finished", 0),
-            episodes_failed=counts.get("episodes_failed", 0),
-            groups_started=counts.get("finished_groups", 0),
+            episodes_finished=counts.episodes_finished,
+            episodes_failed=counts.episodes_failed,
+            groups_finished=counts.groups_finished,
             pause_reason=self.state.pause_reason,
             trained=dict(self.state.trained or {}),
         )
@@ -209,15 +207,26 @@ class RunWorkflow:
         update = workflow.current_update_info()
         key = update.id if update is not None else str(workflow.uuid4())
         await workflow.execute_activity(
-            "change_settings", SettingsChange(self.state.run, key, changes), **SHORT
+            runner_stubs.change_settings, SettingsChange(self.state.run, key, changes), **SHORT
         )
 
-    async def _signal_supply(self, name: str, *args: bool | int) -> None:
+    async def _supply(self) -> workflow.ExternalWorkflowHandle[EpisodeSupplyWorkflow] | None:
+        """The supply, to signal once it has started; None once it has ended (nothing is left to tell it)."""
         await workflow.wait_condition(lambda: self.started or self.state.supply_done)
-        if not self.state.supply_done:
-            await workflow.get_external_workflow_handle(supply_workflow_id(self.state.run)).signal(
-                name, args=list(args)
-            )
+        if self.state.supply_done:
+            return None
+        # By id alone (no run id): the supply continues as new, and this reaches whichever run is current.
+        return workflow.get_external_workflow_handle_for(
+            EpisodeSupplyWorkflow.run, supply_workflow_id(self.state.run)
+        )
+
+    async def _pause_supply(self, paused: bool) -> None:
+        if (supply := await self._supply()) is not None:
+            await supply.signal(EpisodeSupplyWorkflow.set_paused, paused)
+
+    async def _stop_supply(self) -> None:
+        if (supply := await self._supply()) is not None:
+            await supply.signal(EpisodeSupplyWorkflow.stop)
 
     @workflow.update
     async def pause(self) -> RunStatus:
@@ -233,13 +242,14 @@ class RunWorkflow:
                 changes["pause_reason"] = ""  # the reason no longer holds
             await self._change(changes)
             self.state.paused, self.state.pause_reason = False, None
-            await self._signal_supply("set_paused", False)
+            await self._pause_supply(False)
             if self.state.training_paused:
                 self.state.training_paused = False
                 for policy in self.state.training_policies or []:
-                    await workflow.get_external_workflow_handle(
-                        training_workflow_id(self.state.run, policy)
-                    ).signal("resume_training")
+                    training = workflow.get_external_workflow_handle_for(
+                        TrainingWorkflow.run, training_workflow_id(self.state.run, policy)
+                    )
+                    await training.signal(TrainingWorkflow.resume_training)
             return self.status()
 
     @workflow.update
@@ -262,5 +272,5 @@ class RunWorkflow:
         async with self.lock:
             await self._change({"stopped": True})
             self.state.stopped = True
-            await self._signal_supply("stop")
+            await self._stop_supply()
             return self.status()

@@ -1,6 +1,7 @@
 """The training loop as workflows: assemble a batch, train a step, bridge and serve its checkpoint, again.
 
-Deterministic workflow code only; activities are called by name on the trainer queue.
+Deterministic workflow code only; activities are called through their typed stubs
+(rollout.workflows.trainer_stubs) on the trainer queue.
 
 Contract:
 - `TrainingWorkflow` (`run/{run}/train/{policy}`) trains the run's lineage of a policy (`{run}/{policy}` in the
@@ -32,12 +33,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError
 
+from rollout.workflows import trainer_stubs
+from rollout.workflows.names import TRAINING_PAUSED, TRAINING_PROGRESS, bridge_workflow_id
 from rollout.workflows.types import (
     AssembleInput,
-    BatchLookup,
     BridgeInput,
     BridgeResult,
-    CheckpointInfo,
     ServedWait,
     TrainingInput,
     TrainingResult,
@@ -48,14 +49,6 @@ from rollout.workflows.types import (
 STEPS_PER_HISTORY = 200
 TRAIN_TIMEOUT = timedelta(hours=2)
 NOT_RETRYABLE = ["NonFiniteLoss", "EmptyBatch"]
-
-
-def training_workflow_id(run: str, policy: str) -> str:
-    return f"run/{run}/train/{policy}"
-
-
-def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
-    return f"bridge/{policy}/{version}/{fmt}"
 
 
 def _non_finite(error: ActivityError) -> str | None:
@@ -90,8 +83,8 @@ class TrainingWorkflow:
             self.step = step
             if trained_here >= STEPS_PER_HISTORY:
                 workflow.continue_as_new(replace(given, next_step=step, parent=parent, skipped_steps=skipped))
-            lookup: BatchLookup = await workflow.execute_activity(
-                "assemble_batch",
+            lookup = await workflow.execute_activity(
+                trainer_stubs.assemble_batch,
                 AssembleInput(
                     run=given.run,
                     policy=policy,
@@ -100,7 +93,6 @@ class TrainingWorkflow:
                     groups_per_batch=given.groups_per_batch,
                     advantage=given.advantage,
                 ),
-                result_type=BatchLookup,
                 start_to_close_timeout=timedelta(minutes=5),
                 retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
             )
@@ -114,8 +106,8 @@ class TrainingWorkflow:
                 await self._report(given, step - 1)
                 continue
             try:
-                checkpoint: CheckpointInfo = await workflow.execute_activity(
-                    "train_step",
+                checkpoint = await workflow.execute_activity(
+                    trainer_stubs.train_step,
                     TrainStepInput(
                         run=given.run,
                         policy=policy,
@@ -124,7 +116,6 @@ class TrainingWorkflow:
                         parent=parent,
                         advantage=given.advantage,
                     ),
-                    result_type=CheckpointInfo,
                     start_to_close_timeout=TRAIN_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=given.heartbeat_s),
                     retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NOT_RETRYABLE),
@@ -142,7 +133,7 @@ class TrainingWorkflow:
                 continue
             for fmt in given.serve_formats:
                 await workflow.execute_child_workflow(
-                    "BridgeWorkflow",
+                    BridgeWorkflow.run,
                     BridgeInput(
                         run=given.run,
                         policy=policy,
@@ -152,7 +143,6 @@ class TrainingWorkflow:
                     ),
                     id=bridge_workflow_id(policy, checkpoint.version, fmt),
                     task_queue=workflow.info().task_queue,
-                    result_type=BridgeResult,
                 )
             parent = self.newest = checkpoint.name
             step += 1
@@ -160,11 +150,10 @@ class TrainingWorkflow:
             await self._report(given, step - 1)
         if parent is not None and given.served_wait_s > 0:
             await workflow.execute_activity(
-                "wait_served",
+                trainer_stubs.wait_served,
                 ServedWait(parent, given.served_wait_s),
                 start_to_close_timeout=timedelta(seconds=given.served_wait_s + 60),
                 heartbeat_timeout=timedelta(seconds=30),
-                result_type=bool,
             )
         return TrainingResult(
             run=given.run, policy=given.policy, steps=given.steps, newest=parent, skipped_steps=skipped
@@ -174,7 +163,7 @@ class TrainingWorkflow:
         parent = workflow.info().parent
         if parent is not None:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
-                "training_progress", args=[given.policy, steps]
+                TRAINING_PROGRESS, args=[given.policy, steps]
             )
 
     async def _pause_run(self, run: str, reason: str) -> None:
@@ -182,7 +171,7 @@ class TrainingWorkflow:
         self.resumed = False
         parent = workflow.info().parent
         if parent is not None:
-            await workflow.get_external_workflow_handle(parent.workflow_id).signal("training_paused", reason)
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(TRAINING_PAUSED, reason)
         await workflow.wait_condition(lambda: self.resumed)
 
 
@@ -196,8 +185,6 @@ class BridgeWorkflow:
             "start_to_close_timeout": timedelta(minutes=30),
             "retry_policy": RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"]),
         }
-        result: BridgeResult = await workflow.execute_activity(
-            "bridge_checkpoint", given, result_type=BridgeResult, **options
-        )
-        await workflow.execute_activity("publish_serving", given, **options)
+        result = await workflow.execute_activity(trainer_stubs.bridge_checkpoint, given, **options)
+        await workflow.execute_activity(trainer_stubs.publish_serving, given, **options)
         return result

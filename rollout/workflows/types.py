@@ -6,9 +6,11 @@ retried by Temporal writes the same ledger keys as the attempt before it.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
-RUNNER_QUEUE = "rollout-runner"
+from rollout.workflows.names import TRAINER_QUEUE
 
 
 def run_policy(run: str, policy: str) -> str:
@@ -116,17 +118,29 @@ class EpisodeResult:
 
 
 @dataclass
+class SupplyCounts:
+    """What an `EpisodeSupplyWorkflow` has played since the run began (its result, and its `counts` query)."""
+
+    groups_finished: int = 0  # groups every episode of which has ended (finished or failed)
+    episodes_finished: int = 0
+    episodes_failed: int = 0
+    groups_in_flight: int = 0  # groups started and not yet finished (0 in its result: it waits for them)
+
+
+@dataclass
 class SupplyInput:
+    """An `EpisodeSupplyWorkflow`'s start; when it continues as new, `next_group`, `paused`, `allowance` and
+    `played` carry its state over."""
+
     run: str
     environment: EnvironmentInfo
     groups_in_flight: int = 2
     max_groups: int | None = None  # None: until the run stops
     next_group: int = 0
     paused: bool = False
-    finished_groups: int = 0
-    allowance: int | None = (
-        None  # groups it may have started in all (a training run's staleness bound); None: no bound
-    )
+    # groups it may have started in all (a training run's staleness bound); None: no bound
+    allowance: int | None = None
+    played: SupplyCounts = field(default_factory=SupplyCounts)  # what it played before this history
 
 
 @dataclass
@@ -142,13 +156,16 @@ class RunInput:
 
 @dataclass
 class RunStatus:
+    """A run's state (`RunWorkflow.status`, and its result). The episode and group counts are the supply's
+    (`SupplyCounts`), known once it has ended: 0 while it plays."""
+
     run: str
     paused: bool
     stopped: bool
     max_lag: int
     episodes_finished: int
     episodes_failed: int
-    groups_started: int
+    groups_finished: int
     pause_reason: str | None = None
     trained: dict[str, str | None] = field(
         default_factory=dict[str, str | None]
@@ -201,9 +218,39 @@ class BatchInfo:
     episodes: list[str]
     trained_episodes: list[str]
     skipped_groups: int
-    sampled_tokens: int
+    sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
     reward_mean: float
     reward_std: float
+
+    def to_payload(self) -> dict[str, Any]:
+        """The `BatchAssembled` payload (on `run/{run}/batches/{policy}`, keyed `step/{step}`)."""
+        return {
+            "run": self.run,
+            "policy": self.policy,
+            "step": self.step,
+            "groups": list(self.groups),
+            "episodes": list(self.episodes),
+            "trained_episodes": list(self.trained_episodes),
+            "skipped_groups": self.skipped_groups,
+            "sampled_tokens": self.sampled_tokens,
+            "reward_mean": self.reward_mean,
+            "reward_std": self.reward_std,
+        }
+
+    @staticmethod
+    def from_payload(payload: Mapping[str, Any]) -> BatchInfo:
+        return BatchInfo(
+            run=str(payload["run"]),
+            policy=str(payload["policy"]),
+            step=int(payload["step"]),
+            groups=[int(g) for g in payload["groups"]],
+            episodes=[str(e) for e in payload["episodes"]],
+            trained_episodes=[str(e) for e in payload["trained_episodes"]],
+            skipped_groups=int(payload["skipped_groups"]),
+            sampled_tokens=int(payload["sampled_tokens"]),
+            reward_mean=float(payload["reward_mean"]),
+            reward_std=float(payload["reward_std"]),
+        )
 
 
 @dataclass
@@ -211,9 +258,6 @@ class BatchLookup:
     """What `assemble_batch` found for a step: its batch, or None while no whole group is ready."""
 
     batch: BatchInfo | None = None
-
-
-TRAINER_QUEUE = "rollout-trainer"
 
 
 @dataclass

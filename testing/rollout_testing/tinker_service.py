@@ -399,7 +399,7 @@ def serving(state: FakeTinkerState, *, host: str = "127.0.0.1") -> Iterator[str]
     """Run the fake on a free port, on a thread of its own, for the block; yields its base URL."""
     import uvicorn
 
-    from rollout.stack.processes import free_port
+    from rollout.net import free_port
 
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(build_app(state), host=host, port=port, log_level="warning"))

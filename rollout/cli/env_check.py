@@ -25,9 +25,9 @@ from rollout.activities.agent_loop import InvalidReward, LoopOutcome, TaskFailed
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
 from rollout.harness import RunContext, SandboxSeat
+from rollout.net import serving
 from rollout.sandbox import SandboxClient, load_kind
 from rollout.sandbox.server import build_sandbox_app
-from rollout.stack.asgi import serving
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
 ScriptedReply = Callable[[list[Message], tuple[ToolSpec, ...]], Message]

@@ -36,7 +36,7 @@ RENDERER_NAMES = ("auto", "chatml", "qwen3")
 
 def renderer_config(name: str) -> RendererConfig | CustomRendererConfig:
     if name == "chatml":
-        return CustomRendererConfig(import_path="rollout.gateway.chatml.ChatMLRenderer")
+        return CustomRendererConfig(import_path="rollout.rendering.chatml.ChatMLRenderer")
     if name == "qwen3":
         return Qwen3RendererConfig()
     if name == "auto":
@@ -96,6 +96,10 @@ class ModelRenderer:
     def prompt_ids(self, messages: list[Message], tools: list[ToolSpec]) -> list[int]:
         rendered = [to_renderer_message(m) for m in messages]
         return self.renderer.render_ids(rendered, tools=self._tools(tools), add_generation_prompt=True)
+
+    def conversation_ids(self, messages: list[Message]) -> list[int]:
+        """The ids of a whole conversation as the template writes it (no generation prompt after it)."""
+        return self.renderer.render_ids([to_renderer_message(m) for m in messages])
 
     def bridge(
         self,

@@ -19,10 +19,10 @@ from typing import Any
 
 from rollout.blobs import BlobStore
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
 from rollout.training.checkpoints import (
     CheckpointRecord,
     checkpoint_name,
-    checkpoints_stream,
     publish_checkpoint,
 )
 from rollout.training.sft import SftConfig, sft_warm_start
@@ -39,7 +39,7 @@ def warm_start_policy(name: str) -> str:
 
 
 async def published(ledger: Ledger, name: str) -> CheckpointRecord | None:
-    for event in await ledger.read(checkpoints_stream(warm_start_policy(name))):
+    for event in await ledger.read(policy_checkpoints_stream(warm_start_policy(name))):
         if event.kind == Kind.CHECKPOINT_CREATED:
             return CheckpointRecord.from_payload(dict(event.payload))
     return None
@@ -63,7 +63,7 @@ async def warm_start(
     with tempfile.TemporaryDirectory(prefix="rollout-sft-", dir=scratch) as work:
         directory = Path(work) / "adapter"
         metrics = await asyncio.to_thread(sft_warm_start, model_path, rows, directory, config)
-        lease = await ledger.claim(f"trainer/{policy}", holder, 600.0)
+        lease = await ledger.claim(trainer_lease(policy), holder, 600.0)
         if lease is None:
             raise WarmStartExists(f"another process is publishing the warm start {name!r}")
         try:

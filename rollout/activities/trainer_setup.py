@@ -1,0 +1,104 @@
+"""Trainer activities from `trainer.*` settings: the local provider (torch + peft) or Tinker's API, with the
+bridges that convert and publish each checkpoint.
+
+Contract: `trainer_activities` checks the settings before it builds anything heavy and raises
+`TrainerSetupError` with a message that says what to set (Tinker needs its model name and a LoRA rank). The
+model of the local provider is resolved (converted or built once) into `models_dir`. Each trainer process keeps
+its scratch files under `scratch`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from rollout.activities.bridges import BridgeActivities
+from rollout.activities.local_training import LocalTrainingActivities
+from rollout.activities.tinker_training import TinkerTrainerConfig, TinkerTrainingActivities
+from rollout.blobs import BlobStore
+from rollout.config import TrainerProvider, TrainerSettings
+from rollout.ledger import Ledger
+from rollout.training.losses import LossConfig
+
+
+class TrainerSetupError(ValueError):
+    """The trainer settings cannot train; the message says what to set."""
+
+
+@dataclass(frozen=True)
+class TrainerWorkerActivities:
+    training: LocalTrainingActivities | TinkerTrainingActivities
+    bridges: BridgeActivities
+    describe: str  # what it trains, for the worker's start line
+
+
+def check_trainer_settings(spec: TrainerSettings) -> None:
+    if spec.provider == TrainerProvider.tinker and (not spec.tinker_base_model or not spec.lora_rank):
+        raise TrainerSetupError(
+            "trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
+            "Qwen/Qwen3-8B) and a LoRA rank (trainer.lora_rank=32): Tinker trains LoRA adapters"
+        )
+
+
+def trainer_activities(
+    spec: TrainerSettings,
+    ledger: Ledger,
+    store: BlobStore,
+    *,
+    model_path: str | None,
+    holder: str,
+    scratch: Path,
+) -> TrainerWorkerActivities:
+    """The activities a trainer worker registers. `model_path` is the resolved `spec.model` (local provider)."""
+    check_trainer_settings(spec)
+    if spec.provider == TrainerProvider.tinker:
+        assert spec.tinker_base_model is not None  # checked above
+        config = TinkerTrainerConfig(
+            base_model=spec.tinker_base_model,
+            lora_rank=spec.lora_rank,
+            learning_rate=spec.learning_rate,
+            max_grad_norm=spec.max_grad_norm,
+            base_url=spec.tinker_url,
+        )
+        training = TinkerTrainingActivities(
+            ledger,
+            store,
+            config=config,
+            loss=LossConfig(spec.loss.value),
+            holder=holder,
+            scratch=scratch,
+            lease_ttl_s=spec.lease_ttl_s,
+        )
+        return TrainerWorkerActivities(
+            training=training,
+            bridges=BridgeActivities(ledger, store, base_model=None, scratch=scratch),
+            describe=f"{spec.tinker_base_model} on Tinker ({spec.loss.value})",
+        )
+    if model_path is None:
+        raise TrainerSetupError("the local trainer needs the model's path (resolve trainer.model first)")
+    from rollout.training.local import LocalTrainerConfig
+
+    local = LocalTrainerConfig(
+        lora_rank=spec.lora_rank or None,
+        lora_alpha=spec.lora_alpha,
+        learning_rate=spec.learning_rate,
+        max_grad_norm=spec.max_grad_norm,
+        micro_batch_tokens=spec.micro_batch_tokens,
+        device=spec.device,
+    )
+    training = LocalTrainingActivities(
+        ledger,
+        store,
+        model_path=model_path,
+        config=local,
+        loss=LossConfig(spec.loss.value, is_cap=spec.is_cap),
+        holder=holder,
+        scratch=scratch,
+        gpu_lease=spec.gpu_lease,
+        lease_ttl_s=spec.lease_ttl_s,
+    )
+    return TrainerWorkerActivities(
+        training=training,
+        bridges=BridgeActivities(ledger, store, base_model=model_path, scratch=scratch),
+        describe=f"{spec.model} ({spec.loss.value})",
+    )

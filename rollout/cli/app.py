@@ -1,0 +1,32 @@
+"""The `rollout` command: every command group, each from its own module, on one Typer app."""
+
+from __future__ import annotations
+
+import typer
+
+from rollout.cli import config, engine, env, gateway, ledger, run, sandbox, seat, sft, stack, train, worker
+
+app = typer.Typer(
+    name="rollout",
+    help="rollout: reinforcement learning for language-model agents. `rollout train ENV` trains on the embedded "
+    "stack; `rollout up` starts the stack alone.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+stack.register(app)
+train.register(app)
+app.command()(sft.sft)
+gateway.register(app)
+app.add_typer(run.app, name="run")
+app.add_typer(env.app, name="env")
+app.add_typer(seat.app, name="seat")
+app.add_typer(engine.app, name="engine")
+app.add_typer(worker.app, name="worker")
+app.add_typer(sandbox.app, name="sandbox")
+app.add_typer(config.app, name="config")
+app.add_typer(ledger.app, name="ledger")
+
+
+def main() -> None:
+    app(prog_name="rollout")

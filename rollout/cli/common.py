@@ -1,0 +1,78 @@
+"""What every command shares: the consoles, the one-paragraph error, settings from overrides, and the few
+connections a command opens (Temporal, the blob store).
+
+Contract: a command that cannot go on calls `fail(message)`, which prints one paragraph saying what to do next
+and exits non-zero (2 for a configuration error, 1 for anything else); no command lets a traceback reach the
+user for an error they can fix.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Annotated, NoReturn
+
+import typer
+from rich.console import Console
+
+from rollout import config
+from rollout.ledger.errors import LedgerError
+from rollout.stack.postgres import CorruptDataDirError
+from rollout.stack.processes import PortTakenError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from rollout.blobs import BlobStore
+
+out = Console()
+err = Console(stderr=True, soft_wrap=True)
+
+Overrides = Annotated[
+    list[str] | None,
+    typer.Argument(
+        help="Config overrides, KEY=VALUE (e.g. services.postgres.port=5433 data_dir=/tmp/r).",
+        show_default=False,
+    ),
+]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+def load_settings(overrides: list[str] | None) -> config.Settings:
+    try:
+        return config.load(overrides or [])
+    except config.ConfigError as error:
+        fail(f"{error}\nSee every setting with `rollout config show`.", code=2)
+
+
+async def connect_temporal(settings: config.Settings) -> Client:
+    """A Temporal client, or a clear error saying how to start Temporal."""
+    from temporalio.client import Client
+
+    try:
+        return await Client.connect(settings.temporal_address)
+    except RuntimeError as error:
+        fail(
+            f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+        )
+
+
+def blob_store(settings: config.Settings) -> BlobStore:
+    from rollout.blobs import open_store
+
+    blobs = settings.services.blobs
+    return open_store(settings.blob_url, s3_endpoint=blobs.s3_endpoint, s3_secure=blobs.s3_secure)
+
+
+def guarded[T](action: Callable[[], T]) -> T:
+    """Run a stack action, turning the errors users can fix into one clear message."""
+    try:
+        return action()
+    except (PortTakenError, CorruptDataDirError, LedgerError) as error:
+        fail(str(error))
+    except RuntimeError as error:
+        fail(f"{error}\nLogs are under the data directory's logs/ folder; `rollout status` shows what runs.")

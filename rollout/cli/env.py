@@ -1,0 +1,57 @@
+"""`rollout env check`: does an environment load, declare valid tools and play to a reward? Needs no services."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import JsonFlag, err, out
+
+app = typer.Typer(help="Environments: check one before a run plays it.", no_args_is_help=True)
+
+
+@app.command("check")
+def check(
+    reference: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    as_json: JsonFlag = False,
+) -> None:
+    """Import an environment, check its tools, and play one episode per agent against a scripted model.
+
+    Exits non-zero, naming what is wrong and where, when anything fails. Needs no services.
+    """
+    from dataclasses import asdict
+
+    from rich.table import Table
+
+    from rollout.cli.env_check import check_environment
+
+    report = asyncio.run(check_environment(reference))
+    if as_json:
+        print(json.dumps({"ok": report.ok, **asdict(report)}))
+    else:
+        table = Table("agent", "turns", "reward", "tools", title=f"{reference} ({report.environment or '?'})")
+        for played in report.plays:
+            reward = (
+                "—"
+                if played.reward is None
+                else f"{played.reward:g}" + (" (truncated)" if played.truncated else "")
+            )
+            table.add_row(played.agent, str(played.turns), reward, ", ".join(played.tools) or "—")
+        if report.plays:
+            out.print(table)
+        for finding in report.findings:
+            err.print(
+                f"[bold red]✗[/] {finding.where}: {finding.problem}",
+                highlight=False,
+                emoji=False,
+                markup=True,
+            )
+        if report.ok:
+            out.print(
+                "[bold green]✓[/] the environment loads, its tools are valid and every agent played to a reward"
+            )
+    if not report.ok:
+        raise typer.Exit(1)

@@ -1,0 +1,50 @@
+"""`rollout ledger tail`: a stream's events as JSON lines, once or following."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import Overrides, fail, load_settings
+from rollout.ledger.errors import LedgerError
+
+app = typer.Typer(help="Look into the ledger: streams and their events.", no_args_is_help=True)
+
+
+def _print_event(seq: int, key: str, kind: str, payload: dict[str, object]) -> None:
+    print(json.dumps({"seq": seq, "key": key, "kind": kind, "payload": payload}), flush=True)
+
+
+@app.command("tail")
+def tail(
+    stream: Annotated[str, typer.Argument(help="The stream to read, e.g. run/my-run.")],
+    overrides: Overrides = None,
+    after: Annotated[int, typer.Option(help="Start after this seq.")] = 0,
+    follow: Annotated[
+        bool, typer.Option("--follow", "-f", help="Keep printing new events as they arrive.")
+    ] = False,
+) -> None:
+    """Print a stream's events as JSON lines (seq, key, kind, payload)."""
+    from rollout.ledger import Ledger
+    from rollout.ledger.follower import Follower
+
+    url = load_settings(overrides).ledger_url
+
+    async def run() -> None:
+        if follow:  # runs until interrupted
+            async for event in Follower(url, [stream], after={stream: after}).events():
+                _print_event(event.seq, event.key, event.kind, dict(event.payload))
+            return
+        async with await Ledger.connect(url) as ledger:
+            for event in await ledger.read(stream, after=after, limit=1_000_000):
+                _print_event(event.seq, event.key, event.kind, dict(event.payload))
+
+    try:
+        asyncio.run(run())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass

@@ -1,0 +1,67 @@
+"""Before a run starts: a runner must be able to load its environment.
+
+Contract: `confirm_runner_loads` starts `EnvironmentCheckWorkflow` on the runner queue and returns what the
+runner found; it raises `PreflightFailed` with one paragraph (what failed, where it looked, what to do) when the
+runner cannot import the environment or when no runner picks the check up in time. Nothing is recorded either
+way: a failed preflight leaves no run behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from typing import TYPE_CHECKING
+
+from rollout.workflows.names import RUNNER_QUEUE, preflight_workflow_id
+from rollout.workflows.preflight import EnvironmentCheckWorkflow
+from rollout.workflows.types import EnvironmentInfo
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+PICKUP_TIMEOUT_S = 60.0  # a runner just (re)started by the stack needs a few seconds to poll
+
+
+class PreflightFailed(RuntimeError):
+    pass
+
+
+async def confirm_runner_loads(
+    client: Client, run: str, environment: str, *, timeout_s: float = PICKUP_TIMEOUT_S
+) -> EnvironmentInfo:
+    from temporalio.client import WorkflowFailureError
+    from temporalio.common import WorkflowIDReusePolicy
+    from temporalio.exceptions import FailureError
+
+    handle = await client.start_workflow(
+        EnvironmentCheckWorkflow.run,
+        environment,
+        id=preflight_workflow_id(run),
+        task_queue=RUNNER_QUEUE,
+        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+    )
+    try:
+        async with asyncio.timeout(timeout_s):
+            return await handle.result()
+    except TimeoutError:
+        with contextlib.suppress(Exception):
+            await handle.terminate("no runner picked up the environment check")
+        raise PreflightFailed(
+            f"no runner picked up the check of {environment} within {timeout_s:.0f} s on queue {RUNNER_QUEUE!r}: "
+            "start the embedded stack's runner with `rollout up`, or your own with `rollout worker runner`, "
+            "then start the run again."
+        ) from None
+    except WorkflowFailureError as error:
+        cause: BaseException = error
+        while (
+            cause.__cause__ is not None
+        ):  # workflow failure ← activity error ← the runner's ApplicationError
+            cause = cause.__cause__
+        reason = cause.message if isinstance(cause, FailureError) else str(cause)
+        raise PreflightFailed(
+            f"a runner cannot load {environment}: {reason}\nA runner imports environments from the installed "
+            "packages, the folder it was started in and its $PYTHONPATH. Run this command from the folder that "
+            "holds the module (the embedded stack's runner restarts to import from there), or start a runner "
+            f"there yourself with `rollout worker runner`. `rollout env check {environment}` shows what is "
+            "wrong with the environment itself. No run was started."
+        ) from None

@@ -1,0 +1,73 @@
+"""`rollout sandbox serve`: one sandbox served and registered in its pool, for episodes to claim."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import Overrides, err, fail, load_settings
+from rollout.ledger.errors import LedgerError
+
+app = typer.Typer(
+    help="Sandboxes: worlds that episodes claim (a computer, a shared grid, a kind of your own).",
+    no_args_is_help=True,
+)
+
+
+@app.command("serve")
+def serve(
+    overrides: Overrides = None,
+    kind: Annotated[
+        str, typer.Option(help="shell, or package.module:attribute of an environment's kind.")
+    ] = "shell",
+    name: Annotated[
+        str, typer.Option(help="This sandbox's name in its pool (unique per kind).")
+    ] = "sandbox-0",
+    seats: Annotated[int, typer.Option(help="How many agents can play in it at once.")] = 4,
+    host: Annotated[
+        str, typer.Option(help="Address to listen on (agents on other machines reach it here).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 0,
+) -> None:
+    """Serve one sandbox and register it in its pool, so episodes that need its kind can claim it."""
+    import signal
+
+    from rollout.ledger import Ledger
+    from rollout.net import free_port, port_is_free
+    from rollout.sandbox import load_kind
+    from rollout.sandbox.claims import SandboxNameTaken
+    from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir
+    from rollout.sandbox.world import UnknownSandboxKind
+
+    settings = load_settings(overrides)
+    if seats < 1:
+        fail("--seats must be at least 1", code=2)
+    try:
+        load_kind(kind)
+    except UnknownSandboxKind as error:
+        fail(str(error), code=2)
+    port = port or free_port()
+    if not port_is_free(host, port):
+        fail(f"port {port} on {host} is taken: choose another with `--port PORT` (or 0 for a free one)")
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            workdir = sandbox_workdir(settings.data_path, kind, name)
+            async with hosted_sandbox(
+                ledger, kind, name, seats=seats, workdir=workdir, host=host, port=port
+            ) as box:
+                err.print(
+                    f"sandbox {name!r} ({kind}, {seats} seats) on {box.address}, in the pool until stopped"
+                )
+                await stop.wait()
+
+    try:
+        asyncio.run(serve())
+    except (LedgerError, SandboxNameTaken) as error:
+        fail(str(error))

@@ -1,0 +1,68 @@
+"""`rollout up`, `status` and `down`: the embedded stack, started, reported and stopped."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+from rich.table import Table
+
+from rollout.cli.common import JsonFlag, Overrides, err, guarded, load_settings, out
+from rollout.stack.embedded import ServiceStatus, Stack
+
+
+def print_status(services: list[ServiceStatus], as_json: bool) -> None:
+    if as_json:
+        healthy = all(service.healthy for service in services)
+        print(json.dumps({"healthy": healthy, "services": [s.as_json() for s in services]}, indent=2))
+        return
+    table = Table(title="rollout services")
+    for column in ("service", "mode", "address", "health", "detail"):
+        table.add_column(column, overflow="fold")
+    for service in services:
+        health = "[green]healthy[/]" if service.healthy else "[red]down[/]"
+        table.add_row(service.name, service.mode, service.address, health, service.detail)
+    out.print(table)
+    for service in services:
+        if service.ui_url:
+            out.print(f"Temporal web UI: {service.ui_url}")
+
+
+def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+    """Start the embedded stack (Postgres, Temporal with its web UI, the blob directory, an engine, the gateway
+    and a runner) and migrate the ledger.
+
+    Services with a URL configured are used as they are; nothing is started for them.
+    Running `up` again is harmless. The runner imports environments from the directory `up` runs in and from
+    $PYTHONPATH.
+    """
+    stack = Stack(load_settings(overrides))
+    if as_json:
+        services = guarded(stack.up)
+    else:
+        with err.status("starting the embedded stack…") as spinner:
+            services = guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
+    print_status(services, as_json)
+    if not all(service.healthy for service in services):
+        raise typer.Exit(1)
+
+
+def status(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+    """Report every service: address, health, what each engine serves, and the Temporal web UI URL. Exits 1
+    when one is down."""
+    services = guarded(Stack(load_settings(overrides)).status)
+    print_status(services, as_json)
+    if not all(service.healthy for service in services):
+        raise typer.Exit(1)
+
+
+def down(overrides: Overrides = None) -> None:
+    """Stop what `rollout up` started. External services are left alone; state stays in the data directory."""
+    stopped = guarded(Stack(load_settings(overrides)).down)
+    out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(up)
+    app.command()(status)
+    app.command()(down)

@@ -1,0 +1,139 @@
+"""`rollout train`: start what is missing, start a run that trains, and show it live until it is done."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, load_settings
+from rollout.config import Settings
+from rollout.stack.postgres import CorruptDataDirError
+from rollout.stack.processes import PortTakenError
+
+if TYPE_CHECKING:
+    from rollout.cli.training_view import TrainingProgress
+    from rollout.workflows.types import RunStatus
+
+
+def train(
+    environment: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    overrides: Overrides = None,
+    preset: Annotated[
+        str,
+        typer.Option(help="cpu-micro (a tiny random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU)."),
+    ] = "none",
+    run: Annotated[str | None, typer.Option("--run", help="The run's id (default: a new one).")] = None,
+    as_json: JsonFlag = False,
+) -> None:
+    """Train a policy on ENVIRONMENT: starts what is missing (stack, engine, gateway, runner, trainer), starts a
+    run that trains `trainer.steps` steps while episodes keep playing, and shows it live.
+
+    ENVIRONMENT is found as `rollout env check` finds it: installed packages, the folder you run from, and
+    $PYTHONPATH; the stack's runner imports from the same places. Overrides after the environment:
+    `trainer.steps=5 trainer.learning_rate=1e-4 run.max_lag=2`. Ctrl-C pauses the run (it stays paused across
+    restarts); `rollout run attach RUN` resumes it and shows it again.
+    """
+    from rollout.cli.preflight import PreflightFailed, confirm_runner_loads
+    from rollout.cli.training_view import run_input
+    from rollout.engines.models import resolve
+    from rollout.environment import EnvironmentLoadError, load_environment
+    from rollout.references import import_path
+    from rollout.stack.embedded import Stack
+    from rollout.workflows.client import start_run
+
+    settings = load_settings([f"preset={preset}", *(overrides or [])])
+    try:
+        loaded = load_environment(environment)
+    except EnvironmentLoadError as error:
+        fail(f"{error}\nCheck it with `rollout env check {environment}`.", code=2)
+    if settings.trainer.model != settings.services.gateway.model:
+        fail(
+            f"trainer.model={settings.trainer.model} but the engines serve services.gateway.model="
+            f"{settings.services.gateway.model}: set both to the same model"
+        )
+    stack = Stack(settings)
+    try:
+        with err.status("starting the stack…") as spinner:
+            stack.up(report=lambda line: spinner.update(line))
+            _check_engine_model(
+                settings, resolve(settings.services.gateway.model, Path(settings.models_dir).expanduser())
+            )
+            spinner.update("trainer: starting")
+            stack.start_trainer()
+    except (RuntimeError, PortTakenError, CorruptDataDirError) as error:
+        fail(str(error))
+    run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
+    given = run_input(settings, environment, run_id, import_path=":".join(import_path()))
+    policies = [a.policy for a in loaded.agents if a.checkpoint is None and not a.command] or ["default"]
+
+    async def begin() -> None:
+        client = await connect_temporal(settings)
+        try:
+            await confirm_runner_loads(client, run_id, environment)
+        except PreflightFailed as error:
+            fail(str(error), code=2)
+        await start_run(client, given)
+
+    with err.status("a runner loads the environment…"):
+        asyncio.run(begin())
+    err.print(
+        f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
+    )
+    follow_to_the_end(settings, run_id, policies[0], as_json=as_json)
+
+
+def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool) -> None:
+    """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back."""
+    from rollout.cli.live import follow_training, print_summary
+    from rollout.cli.run import update_run
+    from rollout.cli.training_view import TrainingProgress
+    from rollout.ledger import Ledger
+    from rollout.workflows.client import run_handle
+
+    progress = TrainingProgress(run, policy)
+
+    async def follow() -> tuple[RunStatus, TrainingProgress]:
+        client = await connect_temporal(settings)
+        handle = run_handle(client, run)
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            return await follow_training(ledger, handle, progress), progress
+
+    try:
+        status, progress = asyncio.run(follow())
+    except KeyboardInterrupt:
+        update_run(settings, run, "pause")
+        err.print(
+            f"\npaused run {run}. Come back to it with `rollout run attach {run}` (it resumes the run and restarts "
+            "its trainer); the stack keeps running."
+        )
+        raise typer.Exit(130) from None
+    if as_json:
+        print(json.dumps(progress.summary() | {"episodes_failed": status.episodes_failed}))
+        return
+    print_summary(progress, status)
+
+
+def _check_engine_model(settings: Settings, model_path: str) -> None:
+    """The running engine must serve the model being trained (a stack started earlier may serve another)."""
+    import httpx
+
+    gateway = settings.services.gateway
+    try:
+        models = httpx.get(f"http://{gateway.host}:{gateway.engine_port}/v1/models", timeout=5).json()["data"]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return  # unreachable: `up` reported it
+    roots = {entry.get("root") for entry in models}
+    if model_path not in roots and "scripted" not in roots:
+        fail(
+            f"the running engine serves {', '.join(str(r) for r in roots)}, not {gateway.model}: stop the stack "
+            "with `rollout down` (or choose another data_dir=) and train again"
+        )
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(train)

@@ -1,0 +1,157 @@
+"""Where a training run is, read from the ledger alone: the live line of `rollout train` and `rollout run
+attach`, and the summary they end with.
+
+Contract:
+- `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in flight,
+  max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch, advantages) and
+  the launch record (`trainer.*` as overrides, and where environments are imported from), so `rollout run
+  attach` can restart the run's trainer with the settings the run was started with.
+- `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
+  assembled (and which were skipped: every group's rewards equal, so no signal), and episodes finished. It shows
+  only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
+- Nothing here decides anything a workflow decides: stopping at `trainer.steps` is `RunWorkflow`'s job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.config import Settings
+from rollout.ledger import Kind, Ledger
+from rollout.ledger.queries import count_events
+from rollout.ledger.streams import (
+    SERVING_ACKS,
+    policy_checkpoints_stream,
+    run_batches_stream,
+    run_episodes_stream,
+)
+from rollout.serving import ServingAck
+from rollout.stack.embedded import trainer_overrides
+from rollout.workflows.types import RunInput, TrainingSpec, run_policy
+
+TRAINER_PREFIX = "trainer."
+IMPORT_PATH = "launch.import_path"
+
+
+def run_input(settings: Settings, environment: str, run: str, *, import_path: str = "") -> RunInput:
+    trainer = settings.trainer
+    formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
+    training = TrainingSpec(
+        steps=trainer.steps,
+        groups_per_batch=trainer.groups_per_batch,
+        advantage=trainer.advantage.value,
+        serve_formats=formats,
+        warm_start=trainer.warm_start,
+    )
+    recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
+    for override in trainer_overrides(settings):
+        key, _, value = override.partition("=")
+        recorded[key] = value
+    if import_path:
+        recorded[IMPORT_PATH] = import_path
+    return RunInput(
+        run=run,
+        environment=environment,
+        groups_in_flight=settings.run.groups_in_flight,
+        max_lag=settings.run.max_lag,
+        settings=recorded,
+        training=training,
+    )
+
+
+def recorded_trainer_overrides(run_settings: dict[str, Any]) -> list[str]:
+    """The `trainer.*` overrides a run was started with, from its recorded settings."""
+    return [f"{key}={value}" for key, value in sorted(run_settings.items()) if key.startswith(TRAINER_PREFIX)]
+
+
+@dataclass
+class Step:
+    version: int
+    name: str
+    metrics: dict[str, float]
+
+
+@dataclass
+class TrainingProgress:
+    run: str
+    policy: str
+    steps: list[Step] = field(default_factory=list[Step])
+    served: set[str] = field(default_factory=set[str])
+    episodes: int = 0
+    batches: int = 0
+    batches_skipped: int = 0  # every group of the batch had equal rewards: nothing to learn from, no step
+    groups_skipped: int = 0  # groups without signal, in skipped and trained batches alike
+    _acks_cursor: int = 0
+
+    @property
+    def ledger_policy(self) -> str:
+        return run_policy(self.run, self.policy)
+
+    async def refresh(self, ledger: Ledger) -> None:
+        created = await ledger.read(policy_checkpoints_stream(self.ledger_policy), limit=100000)
+        self.steps = [
+            Step(
+                version=int(e.payload["version"]),
+                name=str(e.payload["name"]),
+                metrics=dict(e.payload.get("metrics", {})),
+            )
+            for e in created
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
+        batches = [
+            e.payload
+            for e in await ledger.read(run_batches_stream(self.run, self.ledger_policy), limit=100000)
+            if e.kind == Kind.BATCH_ASSEMBLED
+        ]
+        self.batches = len(batches)
+        self.batches_skipped = sum(1 for b in batches if int(b["sampled_tokens"]) == 0)
+        self.groups_skipped = sum(int(b["skipped_groups"]) for b in batches)
+        while events := await ledger.read(SERVING_ACKS, after=self._acks_cursor):
+            self._acks_cursor = events[-1].seq
+            for event in events:
+                ack = ServingAck.from_payload(dict(event.payload))
+                self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
+        self.episodes = await count_events(ledger, run_episodes_stream(self.run), Kind.EPISODE_FINISHED)
+
+    @property
+    def newest(self) -> Step | None:
+        return self.steps[-1] if self.steps else None
+
+    def line(self) -> str:
+        """One line for the live display: step, reward, staleness, KL, served, skipped batches."""
+        newest = self.newest
+        skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
+        if newest is None:
+            return f"waiting for the first batch · {self.episodes} episodes played{skipped}"
+        m = newest.metrics
+        return (
+            f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
+            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
+            f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes{skipped}"
+        )
+
+    def skipped_reason(self) -> str | None:
+        """Why batches were skipped, in a sentence; None when none were."""
+        if not self.batches_skipped:
+            return None
+        return (
+            f"{self.batches_skipped} of {self.batches} batches were skipped: in each, every group's episodes got "
+            "the same reward, so there was no signal to learn from. Make the task easier (or the reward less "
+            "sparse: partial credit), sample more diversely (a higher temperature), or use larger groups."
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "run": self.run,
+            "policy": self.ledger_policy,
+            "steps": len(self.steps),
+            "checkpoints": [s.name for s in self.steps],
+            "served": sorted(self.served),
+            "episodes": self.episodes,
+            "batches": self.batches,
+            "batches_skipped": self.batches_skipped,
+            "groups_skipped": self.groups_skipped,
+            "skipped_reason": self.skipped_reason(),
+            "reward_by_step": [round(s.metrics.get("reward_mean", float("nan")), 4) for s in self.steps],
+        }

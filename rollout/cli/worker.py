@@ -1,0 +1,123 @@
+"""`rollout worker runner|trainer`: worker processes (several may run, on several machines)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from rollout.cli.common import Overrides, blob_store, connect_temporal, err, fail, load_settings
+from rollout.config import Settings
+from rollout.ledger.errors import LedgerError
+from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from rollout.ledger import Ledger
+
+app = typer.Typer(help="Worker processes (several may run, on several machines).", no_args_is_help=True)
+
+
+def _serve_worker(settings: Settings, build: Callable[[Client, Ledger], Awaitable[Worker]]) -> None:
+    """Connect to Temporal and the ledger, build the worker, and run it until interrupted."""
+    from rollout.ledger import Ledger
+
+    async def serve() -> None:
+        client = await connect_temporal(settings)
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            await (await build(client, ledger)).run()
+
+    try:
+        asyncio.run(serve())
+    except LedgerError as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        pass
+
+
+@app.command("runner")
+def runner(
+    overrides: Overrides = None,
+    gateway_url: Annotated[
+        str | None, typer.Option(help="The gateway agents sample through (default: services.gateway).")
+    ] = None,
+    task_queue: Annotated[str, typer.Option(help="The Temporal task queue to poll.")] = RUNNER_QUEUE,
+    max_activities: Annotated[
+        int, typer.Option(help="How many agents (and other activities) this runner plays at once.")
+    ] = 64,
+) -> None:
+    """Run a runner worker: it plays episodes (the built-in agent loop and external agent commands).
+
+    It imports environments from the directory it runs in and from $PYTHONPATH, as `rollout env check` does.
+    """
+    from rollout.gateway.seats import load_secret
+    from rollout.workers.runner import runner_worker
+
+    settings = load_settings(overrides)
+    gateway = settings.services.gateway
+    url = gateway_url or f"http://{gateway.host}:{gateway.port}"
+
+    async def build(client: Client, ledger: Ledger) -> Worker:
+        worker = runner_worker(
+            client,
+            ledger,
+            gateway_url=url,
+            seat_secret=load_secret(settings.data_path / "gateway.secret"),
+            task_queue=task_queue,
+            max_concurrent_activities=max_activities,
+        )
+        err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
+        return worker
+
+    _serve_worker(settings, build)
+
+
+@app.command("trainer")
+def trainer(
+    overrides: Overrides = None,
+    task_queue: Annotated[str, typer.Option(help="The Temporal task queue to poll.")] = TRAINER_QUEUE,
+    holder: Annotated[
+        str | None, typer.Option(help="This trainer's name in its leases (default: trainer-HOST-PID).")
+    ] = None,
+) -> None:
+    """Run a trainer worker: it trains steps (`trainer.*` settings; `trainer.provider=tinker` trains through
+    Tinker's API, with `trainer.tinker_base_model=` and TINKER_API_KEY), bridges each checkpoint for the engines
+    and publishes it for serving. Runs started with training (`rollout train`) need one."""
+    from rollout.activities.trainer_setup import TrainerSetupError, check_trainer_settings, trainer_activities
+    from rollout.config import TrainerProvider
+    from rollout.engines.models import resolve
+    from rollout.workers.trainer import trainer_worker
+
+    settings = load_settings(overrides)
+    spec = settings.trainer
+    try:
+        check_trainer_settings(spec)
+    except TrainerSetupError as error:
+        fail(str(error), code=2)
+    model_path = None
+    if spec.provider == TrainerProvider.local:
+        with err.status(f"preparing {spec.model}…"):
+            model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
+    store = blob_store(settings)
+    name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
+
+    async def build(client: Client, ledger: Ledger) -> Worker:
+        built = trainer_activities(
+            spec,
+            ledger,
+            store,
+            model_path=model_path,
+            holder=name,
+            scratch=settings.data_path / "trainer" / name,
+        )
+        err.print(f"trainer worker {name} on queue {task_queue!r}, training {built.describe}")
+        return trainer_worker(client, built.training, built.bridges, task_queue=task_queue)
+
+    _serve_worker(settings, build)

@@ -1,0 +1,60 @@
+"""The gateway as a service: everything `rollout gateway` wires together, from a model and engine URLs.
+
+Contract:
+- `parse_externals` reads `POLICY=MODEL[@API_BASE]` specs into the LiteLLM models seats of POLICY use; a
+  malformed spec raises `ValueError` saying how to write it.
+- `serve_gateway` connects to the ledger, routes to the configured engines and to every engine that acks what
+  it serves (at its acked URL), and serves the three dialects on host:port until cancelled. It closes the ledger
+  connection when it stops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from rollout.engines.external import ExternalModel
+from rollout.engines.vllm_client import VLLMEngine
+from rollout.gateway.admission import Admission, EngineSlot
+from rollout.gateway.app import build_app
+from rollout.gateway.routing import Routes
+from rollout.gateway.service import Gateway
+from rollout.ledger import Ledger
+from rollout.rendering import ModelRenderer
+
+
+def parse_externals(specs: Sequence[str]) -> dict[str, ExternalModel]:
+    externals: dict[str, ExternalModel] = {}
+    for spec in specs:
+        policy, _, target = spec.partition("=")
+        name, _, api_base = target.partition("@")
+        if not policy or not name:
+            raise ValueError(
+                f"--external {spec!r}: write POLICY=MODEL or POLICY=MODEL@API_BASE "
+                "(e.g. judge=anthropic/claude-sonnet-4-5)"
+            )
+        externals[policy] = ExternalModel(name, api_base=api_base or None)
+    return externals
+
+
+async def serve_gateway(
+    *,
+    ledger_url: str,
+    renderer: ModelRenderer,
+    engine_urls: Sequence[str],
+    host: str,
+    port: int,
+    max_context: int,
+    externals: dict[str, ExternalModel],
+) -> None:
+    import uvicorn
+
+    ledger = await Ledger.connect(ledger_url)
+    slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_urls)]
+    # Engines that ack what they serve are routed to at their acked URL, configured or not.
+    routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name))
+    core = Gateway(ledger, renderer, Admission(ledger, routes), max_context=max_context, externals=externals)
+    config = uvicorn.Config(build_app(core, model_names=["base"]), host=host, port=port, log_level="warning")
+    try:
+        await uvicorn.Server(config).serve()
+    finally:
+        await ledger.close()

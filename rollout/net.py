@@ -1,0 +1,54 @@
+"""Ports and in-process HTTP serving: a free port, whether a port is free, an ASGI app served for as long as a
+block lasts (env check, sandboxes, tests, benchmarks). No service of rollout's own is started here."""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import uvicorn
+from starlette.types import ASGIApp
+
+
+def port_is_free(host: str, port: int) -> bool:
+    """True when nothing listens on host:port (binding it briefly is the only reliable test)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as error:
+            if error.errno == errno.EADDRINUSE:
+                return False
+            raise
+    return True
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port nothing listens on right now (for tests and benchmarks that start their own stack)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind((host, 0))
+        return probe.getsockname()[1]
+
+
+@asynccontextmanager
+async def serving(app: ASGIApp, host: str = "127.0.0.1", port: int | None = None) -> AsyncIterator[str]:
+    """Serve `app` on `port` (a free one by default); yields its base URL once it accepts connections."""
+    port = port or free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    task = asyncio.create_task(server.serve())
+    for _ in range(1000):  # up to 20 s
+        if server.started or task.done():
+            break
+        await asyncio.sleep(0.02)
+    if not server.started:
+        server.should_exit = True
+        await task
+        raise RuntimeError(f"could not serve on {host}:{port}")
+    try:
+        yield f"http://{host}:{port}"
+    finally:
+        server.should_exit = True
+        await task

@@ -1,0 +1,60 @@
+"""The names the rollout workflows are found by: task queues, workflow ids, and the messages sent by name.
+
+Contract:
+- Every workflow id is a business key built here from run, policy, episode, group and agent, so a retried
+  start finds the workflow the first attempt started, and anyone (a test, the CLI, another workflow) can
+  address a workflow from the run's id alone.
+- Workflows, activities and messages are otherwise called by reference (`RunWorkflow.run`,
+  `runner_stubs.play_agent`, `EpisodeSupplyWorkflow.set_paused`), which carries their names and types. A
+  message whose sender cannot import the receiving workflow's class (a child signalling its parent:
+  `TrainingWorkflow` → `RunWorkflow`) is named here, and the receiving handler's decorator uses the constant.
+"""
+
+from __future__ import annotations
+
+RUNNER_QUEUE = "rollout-runner"  # run, supply, episode and agent workflows and the runner's activities
+TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the trainer's activities
+
+# Signals `TrainingWorkflow` sends its parent `RunWorkflow` (training.py cannot import run.py, which starts it).
+TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
+TRAINING_PAUSED = "training_paused"  # (reason)
+
+
+def run_workflow_id(run: str) -> str:
+    """`RunWorkflow`: the run's owner."""
+    return f"run/{run}"
+
+
+def supply_workflow_id(run: str) -> str:
+    """`EpisodeSupplyWorkflow`: the run's episode groups."""
+    return f"run/{run}/supply"
+
+
+def episode_id(group: int, member: int) -> str:
+    """An episode's id within its run: its group and its place in the group."""
+    return f"g{group:06d}-{member}"
+
+
+def episode_workflow_id(run: str, episode: str) -> str:
+    """`EpisodeWorkflow`: one episode of a run."""
+    return f"run/{run}/ep/{episode}"
+
+
+def agent_workflow_id(run: str, episode: str, agent: str) -> str:
+    """`AgentWorkflow`: one agent's seat of a multi-agent episode."""
+    return f"run/{run}/ep/{episode}/agent/{agent}"
+
+
+def preflight_workflow_id(run: str) -> str:
+    """`EnvironmentCheckWorkflow`: a runner loads the run's environment before the run starts."""
+    return f"preflight/{run}"
+
+
+def training_workflow_id(run: str, policy: str) -> str:
+    """`TrainingWorkflow`: the run's lineage of one policy."""
+    return f"run/{run}/train/{policy}"
+
+
+def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
+    """`BridgeWorkflow`: one checkpoint (by version) of a policy, converted for one serving format."""
+    return f"bridge/{policy}/{version}/{fmt}"

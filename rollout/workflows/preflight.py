@@ -1,0 +1,29 @@
+"""`EnvironmentCheckWorkflow`: before a run starts, a runner confirms it can load the run's environment.
+
+Contract: it runs `describe_environment` once (no retry) on the runner queue and returns what it found, or
+fails with the runner's `EnvironmentLoadError` (naming the module and why it does not import). It records
+nothing: a failed check leaves no run behind. Its id is `names.preflight_workflow_id(run)`; the caller bounds how long it waits
+for a runner to pick it up (none polling is its own error).
+"""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from rollout.workflows import runner_stubs
+from rollout.workflows.types import EnvironmentInfo
+
+
+@workflow.defn
+class EnvironmentCheckWorkflow:
+    @workflow.run
+    async def run(self, reference: str) -> EnvironmentInfo:
+        return await workflow.execute_activity(
+            runner_stubs.describe_environment,
+            reference,
+            start_to_close_timeout=timedelta(minutes=2),
+            retry_policy=RetryPolicy(maximum_attempts=1),
+        )

@@ -1,0 +1,91 @@
+"""The runner's activities as workflow code sees them: typed stubs, called by reference, never run.
+
+Workflow modules cannot import `rollout.activities.runner` (it imports psycopg, openai, the environments),
+so they call these: `workflow.execute_activity(runner_stubs.create_run, given, ...)` takes the activity's name
+and its argument and result types from the stub.
+
+Contract:
+- Each stub's function name is its activity's name on the wire (`@activity.defn` without a name), so renaming
+  a stub renames the activity. `RunnerActivities` (rollout.activities.runner) implements every stub under the
+  stub's name (`@activity.defn(name=runner_stubs.play_agent.__name__)`) with the same parameter and return
+  types, and the runner worker (rollout.workers.runner) registers each exactly once on `RUNNER_QUEUE`;
+  tests/test_temporal_stubs.py checks both.
+- A stub's body never runs: it raises `NotImplementedError`. Its docstring is the activity's contract.
+"""
+
+from __future__ import annotations
+
+from temporalio import activity
+
+from rollout.workflows.types import (
+    AbandonInput,
+    AgentAttempt,
+    AgentResult,
+    ClaimInput,
+    EnvironmentInfo,
+    EpisodeRecord,
+    RunInput,
+    SandboxGrant,
+    SettingsChange,
+)
+
+
+@activity.defn
+async def describe_environment(reference: str) -> EnvironmentInfo:
+    """Load the environment `reference` (package.module:attribute) and describe what workflow code needs: its
+    agents, group size, turns, replayability and sandbox need. A reference that does not load fails for good
+    (`EnvironmentLoadError`)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def create_run(run: RunInput) -> None:
+    """Record `RunCreated` on `run/{run}` with the run's settings (max_lag, paused and the given ones), once."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def change_settings(change: SettingsChange) -> None:
+    """Record `SettingsChanged` on `run/{run}` under the change's key (its update's id): a retry records once."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def play_agent(attempt: AgentAttempt) -> AgentResult:
+    """Open the attempt's seat and play the agent's task through the gateway (or its external command),
+    heartbeating; return its reward and turns. A retry of a replayable seat resumes by replay. Fails for good
+    with `TaskFailed`, `InvalidReward` or `EnvironmentLoadError`."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def abandon_attempt(abandon: AbandonInput) -> None:
+    """Record a failed attempt as `EpisodeAbandoned` (never trained) and close its seat; once per attempt."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def record_episode(record: EpisodeRecord) -> None:
+    """Record the episode's end (`EpisodeFinished`, or `EpisodeAbandoned` with its error) on
+    `run/{run}/episodes` and close its seats; once per episode."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def claim_sandbox(given: ClaimInput) -> SandboxGrant:
+    """Claim a sandbox of the need's kind for the episode (holder `{run}/{episode}`, idempotent by holder),
+    waiting up to the need's `wait_s`, and open it under the claim's epoch. None free in time fails for good
+    (`NoSandboxFree`)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def renew_sandbox(grant: SandboxGrant, ttl_s: float) -> bool:
+    """Extend the claim by `ttl_s`; False when it was lost (it expired and another episode claimed it)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def release_sandbox(grant: SandboxGrant) -> None:
+    """Free the claimed sandbox (a claim already released or lost changes nothing)."""
+    raise NotImplementedError
