@@ -20,6 +20,8 @@ from hydra.errors import HydraException
 from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
+from rollout import defaults
+
 
 class LogLevel(StrEnum):
     DEBUG = "DEBUG"
@@ -118,9 +120,9 @@ class TrainerSettings:
 class RunDefaults:
     """How `rollout train` runs episodes: the run's settings (max_lag and max_tokens change mid-run)."""
 
-    groups_in_flight: int = 4
-    max_lag: int = 1
-    max_tokens: int = 256  # sampled tokens per turn, at most
+    groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
+    max_lag: int = defaults.MAX_LAG  # change mid-run: `rollout run set RUN max_lag=3`
+    max_tokens: int = defaults.MAX_TOKENS  # sampled tokens per turn, at most
 
 
 @dataclass

@@ -13,6 +13,7 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.worker import Worker
 from transformers import AutoTokenizer
 
+from rollout import defaults
 from rollout.activities.trainer import TrainerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
@@ -112,7 +113,7 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
         prompts.setdefault(seat.split("/")[1][:7], set()).add(tuple(turn.payload["prompt_ids_delta"]))
     assert [len(p) for p in prompts.values()] == [1, 1]
     created = await find_run(ledger, run)
-    assert created is not None and created.settings["max_lag"] == 2
+    assert created is not None and created.settings["max_lag"] == defaults.MAX_LAG  # the one default
 
 
 async def test_updates_change_the_runs_settings_in_the_ledger(

@@ -11,7 +11,7 @@ from rollout.blobs import BlobIntegrityError, FileBlobStore
 from rollout.ledger import Kind, Ledger, StaleFenceError
 from rollout.ledger.queries import newest_checkpoint_version
 from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
-from rollout.training.checkpoints import fetch_checkpoint, publish_checkpoint
+from rollout.training.checkpoints import fetch_checkpoint, lineage_version, publish_checkpoint
 
 
 def checkpoint_dir(root: Path, content: bytes) -> Path:
@@ -87,3 +87,11 @@ async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledge
     (tmp_path / "blobs" / step_2.files["adapter_model.safetensors"].key).write_bytes(b"tampered")
     with pytest.raises(BlobIntegrityError):
         fetch_checkpoint(store, step_2, tmp_path / "again")
+
+
+def test_staleness_counts_from_the_parent_in_its_own_lineage() -> None:
+    # A step after one skipped for no signal trains from an older parent: staleness counts from that parent.
+    assert lineage_version("r/default", "r/default-step000003") == 3
+    assert lineage_version("r/default", None) == 0  # the base model
+    assert lineage_version("r/default", "sft/warm-step000001") == 0  # a warm start: agents sampled version 0
+    assert lineage_version("r/default", "r/default-other") == 0

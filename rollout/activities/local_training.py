@@ -34,6 +34,7 @@ from rollout.training.checkpoints import (
     CheckpointRecord,
     fetch_checkpoint,
     find_checkpoint,
+    lineage_version,
     publish_checkpoint,
 )
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
@@ -171,7 +172,9 @@ async def publish_step(
         "reward_mean": given.batch.reward_mean,
         "reward_std": given.batch.reward_std,
         "skipped_groups": float(given.batch.skipped_groups),
-        **staleness_metrics(given.step - 1, batch),
+        # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
+        # skipped for no signal publishes nothing).
+        **staleness_metrics(lineage_version(given.policy, given.parent), batch),
     }
     return await publish_checkpoint(
         ledger,

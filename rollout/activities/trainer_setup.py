@@ -64,7 +64,7 @@ def trainer_activities(
             ledger,
             store,
             config=config,
-            loss=LossConfig(spec.loss.value),
+            loss=LossConfig(spec.loss.value, is_cap=spec.is_cap),
             holder=holder,
             scratch=scratch,
             lease_ttl_s=spec.lease_ttl_s,

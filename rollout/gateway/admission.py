@@ -22,6 +22,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from rollout import defaults
 from rollout.engines.protocol import EngineUnavailable
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
@@ -30,12 +31,10 @@ from rollout.ledger.queries import find_run, newest_checkpoint_version
 
 __all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "eligible"]
 
-DEFAULT_MAX_LAG = 1
-
 
 @dataclass(frozen=True)
 class RunSettings:
-    max_lag: int = DEFAULT_MAX_LAG
+    max_lag: int = defaults.MAX_LAG
     paused: bool = False
     max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
 
@@ -84,7 +83,7 @@ class Admission:
         settings: dict[str, Any] = found.settings if found else {}
         cap = settings.get("max_tokens")
         return RunSettings(
-            int(settings.get("max_lag", DEFAULT_MAX_LAG)),
+            int(settings.get("max_lag", defaults.MAX_LAG)),
             bool(settings.get("paused", False)),
             int(cap) if cap else None,
         )

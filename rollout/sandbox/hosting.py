@@ -1,7 +1,7 @@
 """Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block runs.
 
 `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
-closed when hosting ends (a Minecraft kind stops its server process there).
+closed when hosting ends (a kind that runs a server process stops it there).
 """
 
 from __future__ import annotations

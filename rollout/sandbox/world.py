@@ -7,7 +7,7 @@ Contract:
 - `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
 - `act(seat, action)` takes and returns JSON objects. Seats act concurrently; a world that has shared state
   keeps it consistent itself (the server does not serialise acts, so a long shell command blocks no one).
-- A world owns whatever it runs (a process per sandbox for Minecraft) and stops it in `close()`.
+- A world owns whatever it runs (a server process of its own, say) and stops it in `close()`.
 """
 
 from __future__ import annotations

@@ -30,6 +30,16 @@ def checkpoint_name(policy: str, step: int) -> str:
     return f"{policy}-step{step:06d}"
 
 
+def lineage_version(policy: str, checkpoint: str | None) -> int:
+    """The version `checkpoint` has in `policy`'s lineage: its step when it is one of the lineage's own, else 0
+    (the base model, or a checkpoint of another lineage such as a warm start, which the lineage's agents never
+    sampled from: they sample version 0 until the lineage's first step is served)."""
+    prefix = f"{policy}-step"
+    if checkpoint is None or not checkpoint.startswith(prefix) or not checkpoint[len(prefix) :].isdigit():
+        return 0
+    return int(checkpoint[len(prefix) :])
+
+
 @dataclass(frozen=True)
 class CheckpointFile:
     key: str  # the blob store key

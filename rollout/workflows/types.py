@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout import defaults
 from rollout.workflows.names import TRAINER_QUEUE
 
 
@@ -134,7 +135,7 @@ class SupplyInput:
 
     run: str
     environment: EnvironmentInfo
-    groups_in_flight: int = 2
+    groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
     max_groups: int | None = None  # None: until the run stops
     next_group: int = 0
     paused: bool = False
@@ -147,9 +148,9 @@ class SupplyInput:
 class RunInput:
     run: str
     environment: str
-    groups_in_flight: int = 2
+    groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
     max_groups: int | None = None
-    max_lag: int = 2
+    max_lag: int = defaults.MAX_LAG
     settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
     training: TrainingSpec | None = None
 

@@ -1,0 +1,10 @@
+"""One default per run setting: what a run uses when nobody chose another value.
+
+The configuration (`run.*`, `rollout config show`), the workflows' inputs (`RunInput`, `SupplyInput`) and the
+gateway's admission (a seat whose run recorded no max_lag) all take their defaults from here, so `rollout
+train`, `rollout run start` and a run started from code agree. Pure constants, no imports.
+"""
+
+MAX_LAG = 1  # checkpoints behind the newest a turn may sample (0: on-policy); changes mid-run
+GROUPS_IN_FLIGHT = 4  # episode groups the supply keeps playing at once
+MAX_TOKENS = 256  # sampled tokens per turn, at most
