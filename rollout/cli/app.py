@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import sys
+
 import typer
 
 from rollout.cli import config, engine, env, gateway, ledger, run, sandbox, seat, sft, stack, train, worker
@@ -29,4 +32,18 @@ app.add_typer(ledger.app, name="ledger")
 
 
 def main() -> None:
-    app(prog_name="rollout")
+    """Run the command, then leave without interpreter finalization: a Temporal client's Rust threads can crash
+    CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
+    temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's."""
+    try:
+        app(prog_name="rollout")
+        code = 0
+    except SystemExit as done:
+        if isinstance(done.code, int) or done.code is None:
+            code = done.code or 0
+        else:
+            print(done.code, file=sys.stderr)
+            code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
