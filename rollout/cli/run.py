@@ -196,7 +196,8 @@ async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
 @app.command("list")
 def list_(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
     """Every run the ledger holds, newest first: its environment, state, episodes and steps."""
-    rows: list[dict[str, Any]] = _ledger_call(load_settings(overrides), _rows(load_settings(overrides), None))
+    settings = load_settings(overrides)
+    rows: list[dict[str, Any]] = _ledger_call(settings, _rows(settings, None))
     if as_json:
         print(json.dumps(rows))
         return

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
@@ -68,7 +69,7 @@ def train(
     except (RuntimeError, PortTakenError, CorruptDataDirError) as error:
         fail(str(error))
     run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
-    given = run_input(settings, environment, run_id, import_path=":".join(import_path()))
+    given = run_input(settings, environment, run_id, import_path=os.pathsep.join(import_path()))
     policies = [a.policy for a in loaded.agents if a.checkpoint is None and not a.command] or ["default"]
 
     async def begin() -> None:
