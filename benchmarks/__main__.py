@@ -12,6 +12,7 @@ BENCHMARKS = {
     "episodes": "benchmarks.episodes",
     "async": "benchmarks.asynchrony",
     "learning": "benchmarks.learning",
+    "chaos": "benchmarks.chaos",
 }
 
 

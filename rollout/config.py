@@ -56,6 +56,9 @@ class GatewaySettings:
     model: str = "smollm2"
     engine_port: int = 8100
     max_context: int = 8192
+    # How long an agent's turn keeps retrying while the gateway or its engine is unreachable (a restart, an
+    # outage) before the attempt fails; a replayable episode then rides out the outage instead of being abandoned.
+    outage_window_s: float = 600.0
 
 
 @dataclass
@@ -107,7 +110,7 @@ class TrainerSettings:
     advantage: AdvantageKind = AdvantageKind.group_norm
     device: str | None = None  # cpu or cuda; default cuda when there is one
     gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
-    lease_ttl_s: float = 120.0  # a dead trainer's policy is free for another after this long
+    lease_ttl_s: float = 60.0  # a dead trainer's policy is free for another after this long
     provider: TrainerProvider = TrainerProvider.local
     tinker_base_model: str | None = (
         None  # Tinker's name of the base model (provider tinker), e.g. Qwen/Qwen3-8B

@@ -127,14 +127,20 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
             assert time.monotonic() < deadline, "no episode within 5 minutes"
             time.sleep(1)
 
-        # Mid-run (paused, so the numbers hold still), `run list` and `run status` say what the ledger holds.
+        # Mid-run (paused), `run list` and `run status` say what the ledger holds. A pause stops new groups, not
+        # the trainer: a step on groups already played may still land, so they are read until they hold still.
         rollout("run", "pause", "mine", *overrides, cwd=elsewhere)
-        time.sleep(3)  # turns admitted before the pause finish their episodes
-        status = json.loads(rollout("run", "status", "mine", "--json", *overrides, cwd=elsewhere).stdout)
+        deadline = time.monotonic() + 120
+        while True:
+            time.sleep(3)  # turns admitted before the pause finish their episodes
+            status = json.loads(rollout("run", "status", "mine", "--json", *overrides, cwd=elsewhere).stdout)
+            listed = runs(overrides, elsewhere)["mine"]
+            again = json.loads(rollout("run", "status", "mine", "--json", *overrides, cwd=elsewhere).stdout)
+            if again == status or time.monotonic() > deadline:
+                break
         assert status["state"] == "paused" and status["environment"] == "my_env:environment"
         assert status["episodes_finished"] == episodes_in_ledger(settings, "mine") > 0
         assert status["max_lag"] == 1 and status["steps"] < 3
-        listed = runs(overrides, elsewhere)["mine"]
         assert listed["episodes_finished"] == status["episodes_finished"]
         assert listed["steps"] == status["steps"]
 

@@ -171,3 +171,34 @@ def test_every_stub_is_called_by_a_workflow() -> None:
 def test_the_signals_sent_by_name_are_the_run_workflows_handlers() -> None:
     handlers = workflow._Definition.must_from_class(RunWorkflow).signals
     assert {names.TRAINING_PROGRESS, names.TRAINING_PAUSED} <= set(handlers)
+
+
+def test_no_activity_can_wait_on_a_dead_worker_for_long() -> None:
+    """Every activity call heartbeats (`heartbeating(...)` options, or a heartbeat timeout of its own) or is a
+    quick ledger write (`QUICK`): so an attempt on a dead worker times out within ~30 s and is retried elsewhere
+    (rollout.workflows.options)."""
+    unfitted: list[str] = []
+    for path in sorted(ROOT.glob("rollout/workflows/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)):
+                continue
+            if node.func.attr not in {"execute_activity", "start_activity"}:
+                continue
+            fitted = any(
+                (keyword.arg == "heartbeat_timeout")
+                or (
+                    keyword.arg is None
+                    and isinstance(keyword.value, ast.Name)
+                    and keyword.value.id == "QUICK"
+                )
+                or (
+                    keyword.arg is None
+                    and isinstance(keyword.value, ast.Call)
+                    and isinstance(keyword.value.func, ast.Name)
+                    and keyword.value.func.id == "heartbeating"
+                )
+                for keyword in node.keywords
+            )
+            if not fitted:
+                unfitted.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert not unfitted, f"activity calls with neither a heartbeat nor QUICK options: {unfitted}"

@@ -14,7 +14,9 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import math
+import time
 import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -77,18 +79,28 @@ def chat_tool(tool: ToolSpec) -> dict[str, Any]:
 
 
 class GatewayChat:
-    """The model behind a seat, reached with the OpenAI SDK (which retries 503s, honouring Retry-After)."""
+    """The model behind a seat, reached with the OpenAI SDK.
+
+    A turn rides out an outage of the gateway or its engine: an unreachable gateway, a 5xx, or a 503 while no
+    engine serves (honouring Retry-After) are retried with backoff until `outage_window_s` has passed since the
+    first failure, then the last error propagates. A repeated request is safe: the gateway answers a turn it
+    already recorded from the ledger."""
 
     def __init__(
         self,
         base_url: str,
         api_key: str,
         *,
-        max_retries: int = 8,
+        max_retries: int = 2,
         timeout_s: float = 600,
+        outage_window_s: float = 600,
         http_client: openai.DefaultAsyncHttpxClient | None = None,
+        on_wait: Callable[[str], None] = lambda why: None,
     ) -> None:
         import openai
+
+        self.outage_window_s = outage_window_s
+        self._on_wait = on_wait
 
         # A runner passes one shared HTTP client: a new one per episode costs a TLS context and a connection pool.
         self._owns_http = http_client is None
@@ -104,7 +116,7 @@ class GatewayChat:
         request: dict[str, Any] = {"model": "default", "messages": [chat_message(m) for m in messages]}
         if tools:
             request["tools"] = [chat_tool(t) for t in tools]
-        response = await self._client.chat.completions.create(**request)
+        response = await self._outlasting(lambda: self._client.chat.completions.create(**request))
         choice = response.choices[0].message
         calls = tuple(
             ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments or "{}")
@@ -112,6 +124,24 @@ class GatewayChat:
             if call.type == "function"
         )
         return Message(role="assistant", text=choice.content or "", tool_calls=calls)
+
+    async def _outlasting[T](self, call: Callable[[], Awaitable[T]]) -> T:
+        import openai
+
+        deadline: float | None = None
+        backoff = 0.5
+        while True:
+            try:
+                return await call()
+            except (openai.APIConnectionError, openai.InternalServerError) as error:
+                # APIConnectionError covers refused connections and timeouts; InternalServerError every 5xx.
+                now = time.monotonic()
+                deadline = deadline or now + self.outage_window_s
+                if now + backoff > deadline:
+                    raise
+                self._on_wait(f"{type(error).__name__}: {error}")
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 10.0)
 
     async def close(self) -> None:
         if self._owns_http:

@@ -20,6 +20,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from rollout.activities.heartbeat import heartbeating
 from rollout.blobs import BlobStore
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
@@ -42,6 +43,10 @@ class BridgeActivities:
 
     @activity.defn(name=trainer_stubs.bridge_checkpoint.__name__)
     async def bridge_checkpoint(self, given: BridgeInput) -> BridgeResult:
+        async with heartbeating():  # a conversion can take minutes; only a dead worker stops the heartbeat
+            return await self._bridge(given)
+
+    async def _bridge(self, given: BridgeInput) -> BridgeResult:
         stream = policy_bridges_stream(given.policy)
         recorded = await self.ledger.find(stream, _bridge_key(given))
         if recorded is None:
@@ -82,6 +87,10 @@ class BridgeActivities:
 
     @activity.defn(name=trainer_stubs.publish_serving.__name__)
     async def publish_serving(self, given: BridgeInput) -> None:
+        async with heartbeating():
+            await self._publish(given)
+
+    async def _publish(self, given: BridgeInput) -> None:
         converted = await self.ledger.find(policy_bridges_stream(given.policy), _bridge_key(given))
         if converted is None:
             raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)

@@ -23,6 +23,7 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from rollout.activities.heartbeat import heartbeating
 from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
@@ -73,7 +74,8 @@ class LocalTrainingActivities:
 
     @activity.defn(name=trainer_stubs.assemble_batch.__name__)
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
-        return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
+        async with heartbeating():
+            return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
 
     @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
 
@@ -28,6 +29,7 @@ from temporalio.exceptions import ApplicationError
 
 from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcome, TaskFailed, play
 from rollout.activities.external_loop import play_external
+from rollout.activities.heartbeat import heartbeating
 from rollout.environment import Environment, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
@@ -52,12 +54,15 @@ from rollout.workflows.types import (
     run_policy,
 )
 
-HEARTBEAT_EVERY_S = 2.0
+log = logging.getLogger(__name__)
 
 
 class RunnerActivities:
-    def __init__(self, ledger: Ledger, *, gateway_url: str, seat_secret: bytes) -> None:
+    def __init__(
+        self, ledger: Ledger, *, gateway_url: str, seat_secret: bytes, outage_window_s: float = 600.0
+    ) -> None:
         self.ledger = ledger
+        self.outage_window_s = outage_window_s
         self.gateway_url = gateway_url.rstrip("/")
         self.seat_secret = seat_secret
         self._http: openai.DefaultAsyncHttpxClient | None = None
@@ -70,7 +75,8 @@ class RunnerActivities:
 
     @activity.defn(name=runner_stubs.describe_environment.__name__)
     async def describe_environment(self, reference: str) -> EnvironmentInfo:
-        environment = _load(reference)
+        async with heartbeating():
+            environment = await asyncio.to_thread(_load, reference)
         agents = [
             AgentInfo(name=a.name, policy=a.policy, checkpoint=a.checkpoint, external=bool(a.command))
             for a in environment.agents
@@ -140,15 +146,16 @@ class RunnerActivities:
             parameters=parameters,
             sandbox=sandbox,
         )
-        beating = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            outcome = await self._play(environment, context, token, given.environment.max_turns, agent.name)
+            # Model calls can be long: heartbeat between turns too, so only a dead worker times out.
+            async with heartbeating():
+                outcome = await self._play(
+                    environment, context, token, given.environment.max_turns, agent.name
+                )
         except TaskFailed as error:
             raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
         except InvalidReward as error:
             raise ApplicationError(str(error), type="InvalidReward", non_retryable=True) from error
-        finally:
-            beating.cancel()
         return AgentResult(
             agent=agent.name,
             seat=attempt.seat,
@@ -177,7 +184,15 @@ class RunnerActivities:
                 timeout_s=spec.timeout_s,
                 count_turns=lambda: self._turns(context.seat),
             )
-        model = GatewayChat(f"{self.gateway_url}/s/{token}/v1", token, http_client=self.http())
+        model = GatewayChat(
+            f"{self.gateway_url}/s/{token}/v1",
+            token,
+            http_client=self.http(),
+            outage_window_s=self.outage_window_s,
+            on_wait=lambda why: log.info(
+                "seat %s: the gateway is unreachable (%s); retrying", context.seat, why
+            ),
+        )
         try:
             return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
         finally:
@@ -190,15 +205,13 @@ class RunnerActivities:
     async def claim_sandbox(self, given: ClaimInput) -> SandboxGrant:
         need = given.need
         holder = f"{given.run}/{given.episode}"
-        beating = asyncio.create_task(_heartbeat_until_cancelled())
         try:
-            claim = await SandboxPool(self.ledger).claim(
-                need.kind, need.seats, holder, ttl_s=need.ttl_s, wait_s=need.wait_s, open=_open
-            )
+            async with heartbeating():
+                claim = await SandboxPool(self.ledger).claim(
+                    need.kind, need.seats, holder, ttl_s=need.ttl_s, wait_s=need.wait_s, open=_open
+                )
         except NoSandboxFree as error:
             raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
-        finally:
-            beating.cancel()
         box = claim.sandbox
         return SandboxGrant(
             kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
@@ -303,10 +316,3 @@ def _claim_of(grant: SandboxGrant) -> SandboxClaim:
     return SandboxClaim(
         SandboxRegistration(kind=grant.kind, name=grant.name, address=grant.address, seats=0), lease
     )
-
-
-async def _heartbeat_until_cancelled() -> None:
-    # Model calls can be long: keep the heartbeat going between turns too, so only a dead worker times out.
-    while True:
-        await asyncio.sleep(HEARTBEAT_EVERY_S)
-        activity.heartbeat()

@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
+from rollout.activities.heartbeat import heartbeating
 from rollout.activities.local_training import checkpoint_info, publish_step
 from rollout.activities.trainer import TrainerActivities
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
@@ -95,7 +96,8 @@ class TinkerTrainingActivities:
 
     @activity.defn(name=trainer_stubs.assemble_batch.__name__)
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
-        return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
+        async with heartbeating():
+            return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
 
     @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:

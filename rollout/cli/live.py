@@ -4,17 +4,23 @@
 Contract: `follow_training` returns when the run's workflow is no longer running (its final status), and exits
 the command with the pause reason and how to resume when the run pauses itself (a non-finite loss). It reads
 progress from the ledger only, so following can stop and start again at any time (`rollout run attach`).
+A service that dies meanwhile (Postgres, Temporal: the supervisor restarts it) does not end the command: the
+line says what it waits for, and following resumes when the service is back.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
+
+from temporalio.service import RPCError
 
 from rollout.cli.common import err, fail
 from rollout.cli.training_view import TrainingProgress
 from rollout.ledger import Ledger
+from rollout.ledger.errors import LedgerUnreachableError
 
 if TYPE_CHECKING:
     from temporalio.client import WorkflowHandle
@@ -35,34 +41,61 @@ async def follow_training(
     run = progress.run
     started = time.monotonic()
 
+    outage: list[str] = []  # what the last tick could not reach, shown on the line until it answers again
+
     async def tick() -> bool:
         """Refresh; False once the run's workflow has ended."""
-        await progress.refresh(ledger)
-        description = await handle.describe()
-        if description.status is not None and description.status.name != "RUNNING":
-            return False
-        status = await handle.query(RunWorkflow.status)
+        try:
+            await progress.refresh(ledger)
+            description = await handle.describe()
+            if description.status is not None and description.status.name != "RUNNING":
+                return False
+            status = await handle.query(RunWorkflow.status)
+        except LedgerUnreachableError:
+            outage[:] = ["waiting for Postgres to come back (the stack's supervisor restarts it)"]
+            return True
+        except RPCError as error:
+            outage[:] = [
+                f"waiting for Temporal to come back ({error.status.name.lower()}; the supervisor restarts it)"
+            ]
+            return True
+        outage.clear()
         if status.pause_reason:
             fail(f"run {run} paused: {status.pause_reason}\nFix the cause, then `rollout run resume {run}`.")
         return True
 
+    def line() -> str:
+        return progress.line() + (f" · {outage[0]}" if outage else "")
+
     if err.is_terminal:
         with Live(console=err, refresh_per_second=2) as live:
             while await tick():
-                live.update(f"[{time.monotonic() - started:5.0f}s] {progress.line()}")
+                live.update(f"[{time.monotonic() - started:5.0f}s] {line()}")
                 await asyncio.sleep(1.0)
     else:
         last_line, last_at = "", 0.0
         while await tick():
-            line, now = progress.line(), time.monotonic()
-            steps_changed = line.split(" · ")[0] != last_line.split(" · ")[0]
-            if line != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S):
-                err.print(f"[{now - started:5.0f}s] {line}", highlight=False, markup=False)
-                last_line, last_at = line, now
+            text, now = line(), time.monotonic()
+            steps_changed = text.split(" · ")[0] != last_line.split(" · ")[0]
+            if text != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S or outage):
+                err.print(f"[{now - started:5.0f}s] {text}", highlight=False, markup=False)
+                last_line, last_at = text, now
             await asyncio.sleep(1.0)
-    final = await handle.result()
-    await progress.refresh(ledger)
+    final = await _outlasting(handle.result)
+    await _outlasting(lambda: progress.refresh(ledger))
     return final
+
+
+async def _outlasting[T](call: Callable[[], Awaitable[T]], window_s: float = 600.0) -> T:
+    """`call()`, repeated while Temporal or the ledger is away, for at most `window_s`."""
+    deadline = time.monotonic() + window_s
+    while True:
+        try:
+            return await call()
+        except (LedgerUnreachableError, RPCError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(1.0)
 
 
 def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, Any]:

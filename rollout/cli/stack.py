@@ -17,11 +17,14 @@ def print_status(services: list[ServiceStatus], as_json: bool) -> None:
         print(json.dumps({"healthy": healthy, "services": [s.as_json() for s in services]}, indent=2))
         return
     table = Table(title="rollout services")
-    for column in ("service", "mode", "address", "health", "detail"):
+    for column in ("service", "mode", "address", "health", "restarts", "detail"):
         table.add_column(column, overflow="fold")
     for service in services:
         health = "[green]healthy[/]" if service.healthy else "[red]down[/]"
-        table.add_row(service.name, service.mode, service.address, health, service.detail)
+        restarts = str(service.restarts) if service.restarts else ""
+        if service.last_exit:
+            restarts += f" (last: {service.last_exit})"
+        table.add_row(service.name, service.mode, service.address, health, restarts, service.detail)
     out.print(table)
     for service in services:
         if service.ui_url:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
 import uuid
 from pathlib import Path
@@ -97,11 +98,14 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
     from rollout.workflows.client import run_handle
 
     progress = TrainingProgress(run, policy)
+    # The pool's own warnings about a lost server would break the progress line, which says it better.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
     async def follow() -> tuple[RunStatus, TrainingProgress]:
         client = await connect_temporal(settings)
         handle = run_handle(client, run)
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
+        async with await Ledger.connect(settings.ledger_url, reconnect_window_s=3) as ledger:
             return await follow_training(ledger, handle, progress), progress
 
     try:

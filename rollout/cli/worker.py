@@ -72,6 +72,7 @@ def runner(
             seat_secret=load_secret(settings.data_path / "gateway.secret"),
             task_queue=task_queue,
             max_concurrent_activities=max_activities,
+            outage_window_s=gateway.outage_window_s,
         )
         err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
         return worker

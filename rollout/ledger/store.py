@@ -9,11 +9,16 @@ Contract (see docs/ledger.md):
 - Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
 - Projections are updated in the append's transaction, by triggers (see the first migration).
 - Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat.
+- A lost connection is not an error the caller sees while the server comes back within `reconnect_window_s`:
+  the call is repeated on a fresh connection (safe: see `_using`); after that, `LedgerUnreachableError`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
 from types import TracebackType
 from typing import Any, LiteralString, Self
@@ -40,6 +45,12 @@ UPDATE lease SET expires_at = now() + %(ttl)s
 RETURNING resource, holder, epoch, expires_at
 """
 
+log = logging.getLogger(__name__)
+
+# How long a call waits for a lost database to come back (an embedded Postgres restarts in seconds).
+RECONNECT_WINDOW_S = 120.0
+
+type Connection = psycopg.AsyncConnection[TupleRow]
 type QueryParams = Sequence[Any] | Mapping[str, Any]
 
 _APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)"
@@ -54,13 +65,26 @@ UPDATE lease SET expires_at = now()
 class Ledger:
     """A pool of connections to the ledger database."""
 
-    def __init__(self, url: str, pool: AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]]) -> None:
+    def __init__(
+        self,
+        url: str,
+        pool: AsyncConnectionPool[psycopg.AsyncConnection[TupleRow]],
+        *,
+        reconnect_window_s: float = RECONNECT_WINDOW_S,
+    ) -> None:
         self.url = url
         self._pool = pool
+        self.reconnect_window_s = reconnect_window_s
 
     @classmethod
     async def connect(
-        cls, url: str, *, min_size: int = 1, max_size: int = 10, timeout_s: float = 10
+        cls,
+        url: str,
+        *,
+        min_size: int = 1,
+        max_size: int = 10,
+        timeout_s: float = 10,
+        reconnect_window_s: float = RECONNECT_WINDOW_S,
     ) -> Ledger:
         """Open a pool; a server that cannot be reached raises `LedgerUnreachableError` naming the URL."""
         # One direct connection first: it fails fast with the server's own reason, where a pool only times out.
@@ -82,10 +106,30 @@ class Ledger:
         except PoolTimeout as error:
             await pool.close()
             raise LedgerUnreachableError(url, "the connection pool timed out") from error
-        return cls(url, pool)
+        return cls(url, pool, reconnect_window_s=reconnect_window_s)
 
     async def close(self) -> None:
         await self._pool.close()
+
+    async def _using[T](self, work: Callable[[Connection], Awaitable[T]]) -> T:
+        """Run `work` on a pooled connection; a lost connection (a restarted server, `AdminShutdown`, a refused
+        connect) is retried on a fresh one with backoff until `reconnect_window_s` has passed, then raises
+        `LedgerUnreachableError`. Every statement the ledger sends is safe to repeat: appends are idempotent by
+        key, reads and lease updates by their arguments."""
+        deadline = time.monotonic() + self.reconnect_window_s
+        backoff = 0.1
+        while True:
+            try:
+                async with self._pool.connection(timeout=max(1.0, deadline - time.monotonic())) as conn:
+                    return await work(conn)
+            except (psycopg.OperationalError, PoolTimeout) as error:
+                if time.monotonic() + backoff > deadline:
+                    raise LedgerUnreachableError(
+                        self.url, str(error).strip() or type(error).__name__
+                    ) from error
+                log.info("ledger connection lost (%s); retrying in %.1fs", type(error).__name__, backoff)
+                await asyncio.sleep(backoff)
+                backoff = min(backoff * 2, 5.0)
 
     async def __aenter__(self) -> Self:
         return self
@@ -103,13 +147,16 @@ class Ledger:
             return []
         params = _append_params(stream, _fold_repeated_keys(stream, events), fence)
         # One statement, one round trip: ledger_append locks, checks, inserts and projects in its transaction.
-        async with self._pool.connection() as conn:
+
+        async def work(conn: Connection) -> list[Any]:
             try:
-                cursor = await conn.execute(_APPEND, params)
-                rows = await cursor.fetchall()
+                return await (await conn.execute(_APPEND, params)).fetchall()
+            except psycopg.OperationalError:
+                raise  # the connection, not the append: retried
             except psycopg.Error as error:
                 raise translate(error) from error
-        return _recorded(stream, events, rows)
+
+        return _recorded(stream, events, await self._using(work))
 
     async def append_many(
         self, batches: Mapping[str, Sequence[NewEvent]], *, fence: Fence | None = None
@@ -120,17 +167,22 @@ class Ledger:
         """
         streams = sorted(stream for stream, events in batches.items() if events)
         plans = {stream: _fold_repeated_keys(stream, batches[stream]) for stream in streams}
-        async with self._pool.connection() as conn:
+
+        async def work(conn: Connection) -> dict[str, list[Any]]:
             try:
                 async with conn.pipeline(), conn.transaction():
                     cursors = [
                         await conn.execute(_APPEND, _append_params(s, plans[s], fence)) for s in streams
                     ]
-                rows = {
+                return {
                     stream: await cursor.fetchall() for stream, cursor in zip(streams, cursors, strict=True)
                 }
+            except psycopg.OperationalError:
+                raise  # the connection, not the append: retried (a batch that committed is found by its keys)
             except psycopg.Error as error:
                 raise translate(error) from error
+
+        rows = await self._using(work)
         return {stream: _recorded(stream, batches[stream], rows[stream]) for stream in streams}
 
     async def append_one(self, stream: str, event: NewEvent, *, fence: Fence | None = None) -> RecordedEvent:
@@ -139,13 +191,16 @@ class Ledger:
 
     async def find(self, stream: str, key: str) -> RecordedEvent | None:
         """The event recorded under `key` on `stream`, if any."""
-        async with self._pool.connection() as conn:
+
+        async def work(conn: Connection) -> Any:
             cursor = await conn.execute(
                 "SELECT seq, idempotency_key, kind, payload, recorded_at FROM event"
                 " WHERE stream_id = %s AND idempotency_key = %s",
                 (stream, key),
             )
-            row = await cursor.fetchone()
+            return await cursor.fetchone()
+
+        row = await self._using(work)
         return (
             None
             if row is None
@@ -162,14 +217,17 @@ class Ledger:
 
     async def read(self, stream: str, *, after: int = 0, limit: int = 1000) -> list[RecordedEvent]:
         """Events of `stream` with `seq > after`, in order, at most `limit`."""
-        async with self._pool.connection() as conn:
-            return await read_stream(conn, stream, after=after, limit=limit)
+        return await self._using(lambda conn: read_stream(conn, stream, after=after, limit=limit))
 
     async def head(self, stream: str) -> int:
         """The stream's last seq (0 for a stream with no events)."""
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute("SELECT head_seq FROM stream WHERE stream_id = %s", (stream,))
-            row = await cursor.fetchone()
+
+        async def work(conn: Connection) -> Any:
+            return await (
+                await conn.execute("SELECT head_seq FROM stream WHERE stream_id = %s", (stream,))
+            ).fetchone()
+
+        row = await self._using(work)
         return row[0] if row else 0
 
     async def claim(self, resource: str, holder: str, ttl_s: float) -> Lease | None:
@@ -190,29 +248,37 @@ class Ledger:
 
     async def release(self, lease: Lease) -> None:
         """Let the lease go now (it stays at its epoch; the next grant bumps it)."""
-        async with self._pool.connection() as conn:
-            await conn.execute(
-                _RELEASE, {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch}
-            )
+        params = {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch}
+        await self._using(lambda conn: conn.execute(_RELEASE, params))
 
     async def _lease_query(self, query: LiteralString, params: dict[str, Any]) -> Lease | None:
-        async with self._pool.connection() as conn:
-            cursor = await conn.execute(query, params)
-            row = await cursor.fetchone()
+
+        async def work(conn: Connection) -> Any:
+            return await (await conn.execute(query, params)).fetchone()
+
+        row = await self._using(work)
         return Lease(*row) if row else None
 
     # Read queries, for rollout.ledger.queries only: no SQL is sent to the ledger from outside this package.
     async def _fetch_all(self, query: LiteralString, params: QueryParams = ()) -> list[dict[str, Any]]:
         """Every row of a read-only query, as dicts."""
-        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query, params)
-            return await cursor.fetchall()
+
+        async def work(conn: Connection) -> list[dict[str, Any]]:
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(query, params)
+                return await cursor.fetchall()
+
+        return await self._using(work)
 
     async def _fetch_one(self, query: LiteralString, params: QueryParams = ()) -> dict[str, Any] | None:
         """The first row of a read-only query, as a dict."""
-        async with self._pool.connection() as conn, conn.cursor(row_factory=dict_row) as cursor:
-            await cursor.execute(query, params)
-            return await cursor.fetchone()
+
+        async def work(conn: Connection) -> dict[str, Any] | None:
+            async with conn.cursor(row_factory=dict_row) as cursor:
+                await cursor.execute(query, params)
+                return await cursor.fetchone()
+
+        return await self._using(work)
 
 
 async def read_stream(

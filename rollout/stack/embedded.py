@@ -17,7 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -30,6 +30,18 @@ from rollout.ledger import migrate
 from rollout.ledger.errors import redact
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
+from rollout.stack.supervisor import (
+    ServiceSpec,
+    ServiceState,
+    read_state,
+    running_pid,
+    state_path,
+    supervisor_process,
+    unwant,
+    unwant_all,
+    want,
+    wanted,
+)
 from rollout.stack.temporal import EmbeddedTemporal
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
@@ -45,6 +57,8 @@ class ServiceStatus:
     detail: str
     pid: int | None = None
     ui_url: str | None = None
+    restarts: int = 0  # times the supervisor started it again after it died
+    last_exit: str | None = None  # how it last ended, e.g. "killed by SIGKILL"
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -180,36 +194,35 @@ class Stack:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def up(self, report: Callable[[str], None] = lambda _: None) -> list[ServiceStatus]:
-        """Start every embedded service that is not running, migrate the ledger, return the status."""
+        """Start the supervisor and, through it, every embedded service that is not running; migrate the ledger;
+        return the status. On a half-dead stack this restarts what is missing, the trainer included when one was
+        started for a run."""
         self._check_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
+            self._ensure_supervisor(report)
             if self.postgres is not None:
-                report("Postgres: starting" if self.postgres.pid() is None else "Postgres: already running")
-                self.postgres.start()
+                self.postgres.ensure_cluster()
+                self._keep(ServiceSpec.postgres(self.postgres), report)
             report("ledger: migrating to the newest schema")
             migrate.upgrade(self.settings.ledger_url)
             if self.temporal is not None:
-                report("Temporal: starting" if self.temporal.pid() is None else "Temporal: already running")
-                self.temporal.start()
+                self.temporal.db_path.parent.mkdir(parents=True, exist_ok=True)
+                self._keep(ServiceSpec.of(self.temporal.process, 60), report)
                 # Open ports are not readiness: the frontend answers health checks a little later.
                 report("Temporal: waiting until it answers")
                 self._wait_until_healthy(self._temporal_status, timeout_s=90)
             if self.engine is not None and self.gateway is not None:
                 # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU).
-                report("engine: starting" if self.engine.pid() is None else "engine: already running")
-                self.engine.start(timeout_s=600)
-                report("gateway: starting" if self.gateway.pid() is None else "gateway: already running")
-                self.gateway.start(timeout_s=120)
+                self._keep(ServiceSpec.of(self.engine, 600), report)
+                self._keep(ServiceSpec.of(self.gateway, 120), report)
             if self.runner is not None:
-                if self.runner.pid() is not None and self.runner.started_env() != dict(self.runner.env):
-                    # Environments this caller imports would not load on it: restart it with the wider path (its
-                    # episodes in flight are retried by Temporal on the new runner).
-                    report("runner: restarting to import environments from here")
-                    self.runner.stop()
-                report("runner: starting" if self.runner.pid() is None else "runner: already running")
-                if self.runner.start():
-                    self._check_stays_up(self.runner)
+                # A runner started with a narrower import path is restarted with this one (its episodes in
+                # flight are retried by Temporal on the new runner).
+                self._keep(ServiceSpec.of(self.runner, 60), report)
+            if self.trainer is not None and any(s.name == "Trainer" for s in wanted(self.data_dir)):
+                trainer = next(s for s in wanted(self.data_dir) if s.name == "Trainer")
+                self._keep(trainer, report)  # the one `rollout train` asked for, with its settings
             open_store(
                 self.settings.blob_url,
                 s3_endpoint=self.settings.services.blobs.s3_endpoint,
@@ -217,18 +230,63 @@ class Stack:
             )
         return self.status()
 
+    def _ensure_supervisor(self, report: Callable[[str], None]) -> None:
+        supervisor = supervisor_process(self.data_dir)
+        if supervisor.pid() is None:
+            report("supervisor: starting")
+            supervisor.start()
+
+    def _keep(self, spec: ServiceSpec, report: Callable[[str], None]) -> None:
+        """Have the supervisor keep `spec` running and wait until it runs; raise with its reason (and stop
+        keeping it) when it cannot start."""
+        state = read_state(self.data_dir).get(spec.name)
+        label = spec.name if spec.name in ("Postgres", "Temporal") else spec.name.lower()
+        running = _runs(self.data_dir, spec, state)
+        report(f"{label}: already running" if running else f"{label}: starting")
+        asked = time.time()
+        want(self.data_dir, spec)
+        deadline = time.monotonic() + spec.start_timeout_s + 30
+        settled_at: float | None = None
+        while True:
+            state = read_state(self.data_dir).get(spec.name)
+            if state is not None and _failed_since(state, asked):
+                unwant(self.data_dir, spec.name)
+                log = self.data_dir / "logs" / f"{spec.name.lower()}.log"
+                tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
+                reason = state.last_error or state.last_exit
+                raise RuntimeError(f"{spec.name} did not start ({reason}):\n{tail}")
+            if _runs(self.data_dir, spec, state):
+                if spec.ports or running:
+                    return
+                # A process with no port is ready when it has not died on start (a bad setting, an unreachable
+                # service): watch it a few seconds.
+                settled_at = settled_at or time.monotonic() + 5.0
+                if time.monotonic() > settled_at:
+                    return
+            if supervisor_process(self.data_dir).pid() is None:
+                raise RuntimeError(
+                    "the stack's supervisor is not running: see "
+                    f"{self.data_dir / 'logs' / 'supervisor.log'}, then run `rollout up` again"
+                )
+            if time.monotonic() > deadline:
+                unwant(self.data_dir, spec.name)
+                raise RuntimeError(f"{spec.name} did not come up within {spec.start_timeout_s:.0f}s")
+            time.sleep(0.2)
+
     def start_trainer(self, *, restart: bool = True) -> None:
-        """Start the trainer worker with these settings (restarting one that runs with others: a step it was
-        training is retried by Temporal on the same batch, from the last published checkpoint)."""
+        """Have the supervisor run the trainer worker with these settings (restarting one that runs with others:
+        a step it was training is retried by Temporal on the same batch, from the last published checkpoint).
+        `restart=False` keeps a trainer that already runs, whatever its settings."""
         if self.trainer is None:
             raise RuntimeError(
                 "the embedded stack runs no gateway (services.gateway.enabled=false): no trainer"
             )
         with self._lock():
-            if restart:
-                self.trainer.stop()
-            if self.trainer.start():
-                self._check_stays_up(self.trainer)
+            self._ensure_supervisor(lambda _: None)
+            current = next((s for s in wanted(self.data_dir) if s.name == "Trainer"), None)
+            if not restart and current is not None and self.trainer.pid() is not None:
+                return
+            self._keep(ServiceSpec.of(self.trainer, 120), lambda _: None)
 
     @staticmethod
     def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
@@ -240,11 +298,17 @@ class Stack:
             time.sleep(0.5)
 
     def down(self, report: Callable[[str], None] = lambda _: None) -> list[str]:
-        """Stop the embedded services; return the names of those that were running."""
+        """Stop the supervisor, then the embedded services; return the names of those that were running."""
         stopped: list[str] = []
         if not self.data_dir.is_dir():
             return stopped
         with self._lock():
+            supervisor = supervisor_process(self.data_dir)
+            if supervisor.pid() is not None:
+                report("supervisor: stopping")
+                supervisor.stop()
+            unwant_all(self.data_dir)
+            state_path(self.data_dir).unlink(missing_ok=True)
             for process in (self.trainer, self.runner, self.gateway, self.engine):
                 if process is not None and process.pid() is not None:
                     report(f"{process.name}: stopping")
@@ -261,6 +325,32 @@ class Stack:
         return stopped
 
     def status(self) -> list[ServiceStatus]:
+        services = self._service_status()
+        kept = read_state(self.data_dir)
+        names = {"Postgres": "postgres", "Temporal": "temporal"}
+        for name, state in kept.items():
+            for index, service in enumerate(services):
+                if service.name == names.get(name, name.lower()) and service.mode == "embedded":
+                    services[index] = replace(service, restarts=state.restarts, last_exit=state.last_exit)
+        supervisor = supervisor_process(self.data_dir)
+        if (pid := supervisor.pid()) is not None or kept or any(s.pid for s in services):
+            restarts = sum(state.restarts for state in kept.values())
+            services.insert(
+                0,
+                ServiceStatus(
+                    name="supervisor",
+                    mode="embedded",
+                    address=str(self.data_dir / "logs" / "supervisor.log"),
+                    healthy=pid is not None,
+                    detail=f"restarts what dies ({restarts} restart(s) so far)"
+                    if pid is not None
+                    else "not running: nothing restarts a service that dies (run `rollout up`)",
+                    pid=pid,
+                ),
+            )
+        return services
+
+    def _service_status(self) -> list[ServiceStatus]:
         services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
@@ -286,30 +376,22 @@ class Stack:
                     pid=pid,
                 )
             )
-        if self.trainer is not None and (pid := self.trainer.pid()) is not None:
-            services.append(
-                ServiceStatus(
-                    name="trainer",
-                    mode="embedded",
-                    address=f"queue {TRAINER_QUEUE}",
-                    healthy=True,
-                    detail=f"trains {self.settings.trainer.model} (`rollout train`)",
-                    pid=pid,
+        if self.trainer is not None:
+            pid = self.trainer.pid()
+            if pid is not None or any(spec.name == "Trainer" for spec in wanted(self.data_dir)):
+                services.append(
+                    ServiceStatus(
+                        name="trainer",
+                        mode="embedded",
+                        address=f"queue {TRAINER_QUEUE}",
+                        healthy=pid is not None,
+                        detail=f"trains {self.settings.trainer.model} (`rollout train`)"
+                        if pid
+                        else "not running",
+                        pid=pid,
+                    )
                 )
-            )
         return services
-
-    @staticmethod
-    def _check_stays_up(process: ManagedProcess, settle_s: float = 5.0) -> None:
-        """A process with no port is ready when it has not died on start (a bad setting, an unreachable service)."""
-        deadline = time.monotonic() + settle_s
-        while time.monotonic() < deadline:
-            if process.pid() is None:
-                tail = (
-                    process.log_path.read_text(errors="replace")[-2000:] if process.log_path.exists() else ""
-                )
-                raise RuntimeError(f"{process.name} exited as it started:\n{tail}")
-            time.sleep(0.25)
 
     def _http_status(self, name: str, process: ManagedProcess, url: str, detail: str) -> ServiceStatus:
         try:
@@ -389,6 +471,28 @@ class Stack:
             return ServiceStatus(
                 name="blobs", mode="external", address=url, healthy=False, detail=f"unreachable: {error}"
             )
+
+
+def _failed_since(state: ServiceState, asked: float) -> bool:
+    """Whether a start the supervisor began after `asked` has failed (the end of an older process is not)."""
+    return (
+        state.started_at is not None
+        and state.started_at >= asked
+        and state.last_exit_at is not None
+        and state.last_exit_at >= state.started_at
+    )
+
+
+def _runs(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool:
+    """Whether the supervisor runs `spec` as asked, and its process is alive (the supervisor may be a tick
+    behind a process that just died)."""
+    return (
+        state is not None
+        and state.state == "running"
+        and state.spec == spec.as_json()
+        and state.pid is not None
+        and running_pid(data_dir, spec) == state.pid
+    )
 
 
 def _engine_serves(url: str) -> str:

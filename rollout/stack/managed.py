@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,17 +62,26 @@ class ManagedProcess:
         record = read_pid_file(self.pid_path)
         return record.pid if record else None
 
-    def start(self, timeout_s: float = 60) -> bool:
-        """Start the process; False when ours was already running."""
-        if self.pid() is not None:
-            return False
+    def launch(self) -> subprocess.Popen[bytes]:
+        """Start the process and record it, without waiting for its ports (`ports_ready` tells)."""
         for port, setting in self.ports:
             if not port_is_free(self.host, port):
                 raise PortTakenError(self.name, self.host, port, setting)
         self.pid_path.parent.mkdir(parents=True, exist_ok=True)
-        pid = start_detached(list(self.command), self.log_path, env={**os.environ, **dict(self.env)})
-        write_pid_file(self.pid_path, pid)
+        child = start_detached(list(self.command), self.log_path, env={**os.environ, **dict(self.env)})
+        write_pid_file(self.pid_path, child.pid)
         self.env_path.write_text(json.dumps(dict(self.env)))
+        return child
+
+    def ports_ready(self) -> bool:
+        """Whether something accepts connections on each of its ports right now."""
+        return all(wait_for_port(self.host, port, timeout_s=0.2) for port, _ in self.ports)
+
+    def start(self, timeout_s: float = 60) -> bool:
+        """Start the process and wait for its ports; False when ours was already running."""
+        if self.pid() is not None:
+            return False
+        pid = self.launch().pid
         if not all(wait_for_port(self.host, port, timeout_s, pid) for port, _ in self.ports):
             terminate(pid)
             tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""

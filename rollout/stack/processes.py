@@ -68,11 +68,14 @@ def write_pid_file(path: Path, pid: int) -> PidRecord:
     return record
 
 
-def start_detached(command: list[str], log_path: Path, env: dict[str, str] | None = None) -> int:
-    """Start `command` in a new session with output appended to `log_path`; return its pid."""
+def start_detached(
+    command: list[str], log_path: Path, env: dict[str, str] | None = None
+) -> subprocess.Popen[bytes]:
+    """Start `command` in a new session with output appended to `log_path`. Whoever keeps the returned Popen
+    decides who reaps the process; a dropped one is reaped by `subprocess` (or by init once we exit)."""
     log_path.parent.mkdir(parents=True, exist_ok=True)
     with log_path.open("ab") as log:
-        process = subprocess.Popen(
+        return subprocess.Popen(
             command,
             stdin=subprocess.DEVNULL,
             stdout=log,
@@ -80,7 +83,6 @@ def start_detached(command: list[str], log_path: Path, env: dict[str, str] | Non
             start_new_session=True,
             env=env,
         )
-    return process.pid
 
 
 def terminate(pid: int, timeout_s: float = 10.0) -> None:

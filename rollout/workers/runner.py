@@ -32,8 +32,11 @@ def runner_worker(
     seat_secret: bytes,
     task_queue: str = RUNNER_QUEUE,
     max_concurrent_activities: int = 64,
+    outage_window_s: float = 600.0,
 ) -> Worker:
-    activities = RunnerActivities(ledger, gateway_url=gateway_url, seat_secret=seat_secret)
+    activities = RunnerActivities(
+        ledger, gateway_url=gateway_url, seat_secret=seat_secret, outage_window_s=outage_window_s
+    )
     return Worker(
         client,
         task_queue=task_queue,

@@ -39,6 +39,7 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 
 from rollout.workflows import runner_stubs
 from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
+from rollout.workflows.options import QUICK, heartbeating
 from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
@@ -56,14 +57,11 @@ from rollout.workflows.types import (
 PLAY_HEARTBEAT = timedelta(seconds=10)
 PLAY_TIMEOUT = timedelta(hours=6)
 FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fails
-REPLAY_ATTEMPTS = 5
-CLAIM_HEARTBEAT = timedelta(seconds=30)
+# A replayable agent's attempts: each dead runner costs one (an outage of the gateway or the ledger is ridden out
+# inside an attempt), so these outlast a runner restarted several times during one episode.
+REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
 FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
-SHORT = {
-    "start_to_close_timeout": timedelta(seconds=60),
-    "retry_policy": RetryPolicy(maximum_interval=timedelta(seconds=10)),
-}
 
 
 def _reason(error: BaseException) -> str:
@@ -88,6 +86,7 @@ async def play_seat(given: AgentInput) -> AgentResult:
                 start_to_close_timeout=PLAY_TIMEOUT,
                 heartbeat_timeout=PLAY_HEARTBEAT,
                 retry_policy=RetryPolicy(
+                    maximum_interval=timedelta(seconds=10),
                     maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
                     non_retryable_error_types=FOR_GOOD,
                 ),
@@ -97,7 +96,7 @@ async def play_seat(given: AgentInput) -> AgentResult:
             if replayable or (isinstance(cause, ApplicationError) and cause.type in FOR_GOOD):
                 raise
             await workflow.execute_activity(
-                runner_stubs.abandon_attempt, AbandonInput(try_, _reason(error)), **SHORT
+                runner_stubs.abandon_attempt, AbandonInput(try_, _reason(error)), **QUICK
             )
     raise ApplicationError(f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp")
 
@@ -121,10 +120,12 @@ class EpisodeWorkflow:
                 grant = await workflow.execute_activity(
                     runner_stubs.claim_sandbox,
                     ClaimInput(given.run, given.episode, need),
-                    start_to_close_timeout=timedelta(seconds=need.wait_s + 120),
-                    heartbeat_timeout=CLAIM_HEARTBEAT,
-                    retry_policy=RetryPolicy(
-                        maximum_interval=timedelta(seconds=10), non_retryable_error_types=["NoSandboxFree"]
+                    **heartbeating(
+                        timedelta(seconds=need.wait_s + 120),
+                        RetryPolicy(
+                            maximum_interval=timedelta(seconds=10),
+                            non_retryable_error_types=["NoSandboxFree"],
+                        ),
                     ),
                 )
             except ActivityError as error:
@@ -139,7 +140,7 @@ class EpisodeWorkflow:
                     with contextlib.suppress(asyncio.CancelledError, ActivityError):
                         await keeper
                 if grant is not None:
-                    await workflow.execute_activity(runner_stubs.release_sandbox, grant, **SHORT)
+                    await workflow.execute_activity(runner_stubs.release_sandbox, grant, **QUICK)
         results = [o for o in outcomes if isinstance(o, AgentResult)]
         errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
         result = EpisodeResult(
@@ -158,7 +159,7 @@ class EpisodeWorkflow:
             metrics={r.agent: r.metrics for r in results},
             sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
         )
-        await workflow.execute_activity(runner_stubs.record_episode, record, **SHORT)
+        await workflow.execute_activity(runner_stubs.record_episode, record, **QUICK)
         return result
 
     async def _play_agents(
@@ -195,7 +196,7 @@ class EpisodeWorkflow:
         # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused now).
         while True:
             await workflow.sleep(ttl_s / 3)
-            kept = await workflow.execute_activity(runner_stubs.renew_sandbox, args=[grant, ttl_s], **SHORT)
+            kept = await workflow.execute_activity(runner_stubs.renew_sandbox, args=[grant, ttl_s], **QUICK)
             if not kept:
                 workflow.logger.warning("sandbox claim %s/%s lost", grant.kind, grant.name)
                 return

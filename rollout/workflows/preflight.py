@@ -14,6 +14,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from rollout.workflows import runner_stubs
+from rollout.workflows.options import heartbeating
 from rollout.workflows.types import EnvironmentInfo
 
 
@@ -24,6 +25,5 @@ class EnvironmentCheckWorkflow:
         return await workflow.execute_activity(
             runner_stubs.describe_environment,
             reference,
-            start_to_close_timeout=timedelta(minutes=2),
-            retry_policy=RetryPolicy(maximum_attempts=1),
+            **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=1)),
         )

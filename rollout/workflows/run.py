@@ -35,13 +35,14 @@ from temporalio.exceptions import ApplicationError
 
 from rollout.training.selection import supply_allowance
 from rollout.workflows import runner_stubs
-from rollout.workflows.episodes import SHORT, EpisodeSupplyWorkflow
+from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     supply_workflow_id,
     training_workflow_id,
 )
+from rollout.workflows.options import QUICK, heartbeating
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.types import (
     EnvironmentInfo,
@@ -94,10 +95,9 @@ class RunWorkflow:
         environment = await workflow.execute_activity(
             runner_stubs.describe_environment,
             given.environment,
-            start_to_close_timeout=timedelta(minutes=2),
-            retry_policy=RetryPolicy(maximum_attempts=3),
+            **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
-        await workflow.execute_activity(runner_stubs.create_run, given, **SHORT)
+        await workflow.execute_activity(runner_stubs.create_run, given, **QUICK)
         self.created = True
         if given.training is not None:
             self.state.training_policies = trained_policies(environment)
@@ -207,7 +207,7 @@ class RunWorkflow:
         update = workflow.current_update_info()
         key = update.id if update is not None else str(workflow.uuid4())
         await workflow.execute_activity(
-            runner_stubs.change_settings, SettingsChange(self.state.run, key, changes), **SHORT
+            runner_stubs.change_settings, SettingsChange(self.state.run, key, changes), **QUICK
         )
 
     async def _supply(self) -> workflow.ExternalWorkflowHandle[EpisodeSupplyWorkflow] | None:

@@ -35,6 +35,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 
 from rollout.workflows import trainer_stubs
 from rollout.workflows.names import TRAINING_PAUSED, TRAINING_PROGRESS, bridge_workflow_id
+from rollout.workflows.options import heartbeating
 from rollout.workflows.types import (
     AssembleInput,
     BridgeInput,
@@ -93,8 +94,7 @@ class TrainingWorkflow:
                     groups_per_batch=given.groups_per_batch,
                     advantage=given.advantage,
                 ),
-                start_to_close_timeout=timedelta(minutes=5),
-                retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                **heartbeating(timedelta(minutes=5)),
             )
             batch = lookup.batch
             if batch is None:
@@ -118,7 +118,11 @@ class TrainingWorkflow:
                     ),
                     start_to_close_timeout=TRAIN_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=given.heartbeat_s),
-                    retry_policy=RetryPolicy(maximum_attempts=5, non_retryable_error_types=NOT_RETRYABLE),
+                    retry_policy=RetryPolicy(
+                        maximum_interval=timedelta(seconds=10),
+                        maximum_attempts=10,
+                        non_retryable_error_types=NOT_RETRYABLE,
+                    ),
                 )
             except ActivityError as error:
                 reason = _non_finite(error)
@@ -152,8 +156,7 @@ class TrainingWorkflow:
             await workflow.execute_activity(
                 trainer_stubs.wait_served,
                 ServedWait(parent, given.served_wait_s),
-                start_to_close_timeout=timedelta(seconds=given.served_wait_s + 60),
-                heartbeat_timeout=timedelta(seconds=30),
+                **heartbeating(timedelta(seconds=given.served_wait_s + 60)),
             )
         return TrainingResult(
             run=given.run, policy=given.policy, steps=given.steps, newest=parent, skipped_steps=skipped
@@ -175,16 +178,19 @@ class TrainingWorkflow:
         await workflow.wait_condition(lambda: self.resumed)
 
 
+BRIDGE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"])
+
+
 @workflow.defn(name="BridgeWorkflow")
 class BridgeWorkflow:
     """One checkpoint for one engine format: convert it (idempotent), then publish its serving target."""
 
     @workflow.run
     async def run(self, given: BridgeInput) -> BridgeResult:
-        options = {
-            "start_to_close_timeout": timedelta(minutes=30),
-            "retry_policy": RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"]),
-        }
-        result = await workflow.execute_activity(trainer_stubs.bridge_checkpoint, given, **options)
-        await workflow.execute_activity(trainer_stubs.publish_serving, given, **options)
+        result = await workflow.execute_activity(
+            trainer_stubs.bridge_checkpoint, given, **heartbeating(timedelta(minutes=30), BRIDGE_RETRY)
+        )
+        await workflow.execute_activity(
+            trainer_stubs.publish_serving, given, **heartbeating(timedelta(minutes=30), BRIDGE_RETRY)
+        )
         return result

@@ -290,7 +290,7 @@ class TrainingInput:
     wait_s: float = 1.0  # between looks for ready groups
     serve_formats: list[str] = field(default_factory=lambda: ["lora"])
     served_wait_s: float = 300.0
-    heartbeat_s: float = 120.0
+    heartbeat_s: float = 30.0
     next_step: int = 1
     parent: str | None = None
     skipped_steps: int = 0
@@ -316,7 +316,7 @@ class TrainingSpec:
     wait_s: float = 1.0
     served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
     task_queue: str = TRAINER_QUEUE
-    heartbeat_s: float = 120.0  # a trainer silent this long is taken for dead: its step is retried elsewhere
+    heartbeat_s: float = 30.0  # a trainer silent this long is taken for dead: its step is retried elsewhere
     warm_start: str | None = None  # a checkpoint the first step trains from (an SFT adapter); None: the base
 
 

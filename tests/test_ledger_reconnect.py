@@ -1,0 +1,81 @@
+"""A ledger client rides out a lost database: Postgres SIGKILLed under a stream of appends, or shut down by an
+administrator, comes back and every append lands exactly once; past the reconnect window, the caller gets
+`LedgerUnreachableError` naming the URL."""
+
+import asyncio
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from rollout.ledger import Ledger, NewEvent, migrate
+from rollout.ledger.errors import LedgerUnreachableError
+from rollout.net import free_port
+from rollout.stack.postgres import EmbeddedPostgres
+
+
+async def start_again(postgres: EmbeddedPostgres) -> None:
+    """What the supervisor does after a crash: start it, retrying while the dead server's backends exit."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            await asyncio.to_thread(postgres.start)
+            return
+        except RuntimeError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.5)
+
+
+async def test_appends_ride_out_a_crash_and_an_admin_shutdown_exactly_once(tmp_path: Path) -> None:
+    postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
+    await asyncio.to_thread(postgres.start)
+    url = postgres.url("rollout")
+    try:
+        await asyncio.to_thread(migrate.upgrade, url)
+        async with await Ledger.connect(url, max_size=4) as ledger:
+            written: list[int] = []
+
+            async def writer() -> None:
+                for n in range(80):
+                    recorded = await ledger.append_one("chaos", NewEvent(f"k{n}", "T", {"n": n}))
+                    written.append(recorded.seq)
+                    await asyncio.sleep(0.05)
+
+            appending = asyncio.create_task(writer())
+            await asyncio.sleep(0.5)
+            pid = postgres.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)  # a crash: no shutdown, connections simply die
+            await asyncio.sleep(1.0)
+            assert not appending.done(), "the writer waits for the server instead of failing"
+            await start_again(postgres)
+            await asyncio.sleep(0.5)
+            # A fast shutdown by an administrator: connections get AdminShutdown mid-session.
+            await asyncio.to_thread(postgres.restart)
+            await asyncio.wait_for(appending, 120)
+
+            events = await ledger.read("chaos")
+            assert [e.key for e in events] == [f"k{n}" for n in range(80)], "each append once, in order"
+            assert written == list(range(1, 81))
+    finally:
+        await asyncio.to_thread(postgres.remove)
+
+
+async def test_past_the_reconnect_window_the_caller_gets_a_clear_error(tmp_path: Path) -> None:
+    postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
+    await asyncio.to_thread(postgres.start)
+    url = postgres.url("rollout")
+    try:
+        await asyncio.to_thread(migrate.upgrade, url)
+        async with await Ledger.connect(url, reconnect_window_s=2) as ledger:
+            await asyncio.to_thread(postgres.stop)
+            started = time.monotonic()
+            with pytest.raises(LedgerUnreachableError) as raised:
+                await ledger.find("chaos", "k0")
+            assert time.monotonic() - started < 10
+            assert f"{postgres.port}" in str(raised.value) and "rollout up" in str(raised.value)
+    finally:
+        await asyncio.to_thread(postgres.remove)
