@@ -56,6 +56,7 @@ class GatewaySettings:
     model: str = "smollm2"
     engine_port: int = 8100
     max_context: int = 8192
+    max_request_bytes: int = 4 * 1024 * 1024  # a larger request body is refused (413) before it is parsed
 
 
 @dataclass
