@@ -59,6 +59,7 @@ class GatewaySettings:
     # How long an agent's turn keeps retrying while the gateway or its engine is unreachable (a restart, an
     # outage) before the attempt fails; a replayable episode then rides out the outage instead of being abandoned.
     outage_window_s: float = 600.0
+    max_request_bytes: int = 4 * 1024 * 1024  # a larger request body is refused (413) before it is parsed
 
 
 @dataclass

@@ -11,7 +11,7 @@ from rollout.contracts import Message, ToolCall
 from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
-from rollout.gateway.app import build_app
+from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
 from rollout.net import serving
@@ -46,8 +46,10 @@ async def serve_gateway(
     wait_s: float = 5.0,
     max_context: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
+    max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> AsyncIterator[RunningGateway]:
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
-    async with serving(build_app(gateway, model_names=["base"])) as url:
+    app = build_app(gateway, model_names=["base"], max_request_bytes=max_request_bytes)
+    async with serving(app) as url:
         yield RunningGateway(url, gateway, engine)

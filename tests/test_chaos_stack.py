@@ -17,6 +17,7 @@ from benchmarks.chaos import SERVICES, Case, matrix, run_matrix
 pytestmark = pytest.mark.slow
 
 
+@pytest.mark.timeout(1800)  # eight training runs, each interrupted, on 2 cores
 def test_every_service_killed_mid_run_loses_nothing_and_doubles_nothing(
     tmp_path: Path, models_dir: Path, tiny_qwen3: str
 ) -> None:

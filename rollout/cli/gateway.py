@@ -33,7 +33,8 @@ def gateway(
 ) -> None:
     """Serve the gateway: OpenAI Chat, OpenAI Responses and Anthropic Messages, recording every turn.
 
-    Point agents at a seat's base URL (`rollout seat new` prints one).
+    Point agents at a seat's base URL (`rollout seat new` prints one). A request body over
+    `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted.
     """
     from transformers import AutoTokenizer
 
@@ -68,6 +69,7 @@ def gateway(
                 port=port,
                 max_context=max_context,
                 externals=externals,
+                max_request_bytes=settings.services.gateway.max_request_bytes,
             )
         )
     except LedgerError as error:

@@ -6,7 +6,7 @@ Contract:
   (temperature 1), which is the behaviour logprob training needs.
 - Each request keeps its own temperature, top_p, stop ids, token budget and seed: a seeded request draws the
   same tokens whatever else shares its batch.
-- Temperature 0 means greedy.
+- Temperature 0 (or one so small that the scaled logits overflow) and top_p 0 mean greedy.
 """
 
 from __future__ import annotations
@@ -27,12 +27,15 @@ class Sampled:
 
 
 def _pick(logits_V: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None) -> int:
-    if temperature <= 0:
+    scaled_V = logits_V / temperature if temperature > 0 else None
+    # A temperature so small that the logits overflow is greedy too (softmax of inf is NaN).
+    if scaled_V is None or not bool(torch.isfinite(scaled_V).all()):
         return int(torch.argmax(logits_V).item())
-    probs_V = torch.softmax(logits_V / temperature, dim=-1)
+    probs_V = torch.softmax(scaled_V, dim=-1)
     if top_p < 1.0:
         sorted_probs, order = torch.sort(probs_V, descending=True)
-        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p  # always keeps the top token
+        keep = torch.cumsum(sorted_probs, dim=-1) - sorted_probs < top_p
+        keep[0] = True  # the top token always stays: top_p 0 is greedy
         probs_V = torch.zeros_like(probs_V).scatter(0, order[keep], sorted_probs[keep])
     return int(torch.multinomial(probs_V, 1, generator=generator).item())
 

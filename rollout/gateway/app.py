@@ -2,13 +2,19 @@
 
 Routes, each under `/v1` and under `/s/{token}/v1` (the seat's base URL):
 `POST chat/completions` (OpenAI Chat), `POST responses` (OpenAI Responses), `POST messages` and
-`POST messages/count_tokens` (Anthropic), `GET models`.
+`POST messages/count_tokens` (Anthropic), `GET models`; and `GET /openapi.json`, `GET /health`.
 
 Contract:
 - A request names its seat by the base URL's token, `x-api-key`, or `Authorization: Bearer`. No token or an
   unknown one → 401; a closed seat → 410; each in the route's own error shape.
-- Malformed input → 400 naming the field; a prompt over the context → 400; no admitted engine → 503 with
-  `Retry-After`. Nothing here crashes on a model's output: unparseable tool calls come back as text.
+- A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any of
+  it is parsed or tokenised. A body that is not UTF-8 JSON (NaN and lone surrogates included) → 400.
+- Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
+  naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
+  context → 400; no admitted engine → 503 with `Retry-After`. Nothing here crashes on a model's output:
+  unparseable tool calls come back as text.
+- `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
+  (`rollout.gateway.openapi`).
 - A streamed turn is recorded after its last content frame and before its terminating frame; if the client went
   away before that, the turn is recorded as aborted.
 """
@@ -16,7 +22,6 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -32,11 +37,14 @@ from rollout.gateway.dialects.anthropic_messages import AnthropicMessages
 from rollout.gateway.dialects.common import Dialect
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
-from rollout.gateway.requests import BadRequest, Turn
+from rollout.gateway.openapi import document
+from rollout.gateway.requests import BadRequest, Turn, decode_json
 from rollout.gateway.seats import Seat, resolve, resolve_for_turn
 from rollout.gateway.service import Gateway, Sampled
 
 log = logging.getLogger(__name__)
+
+MAX_REQUEST_BYTES = 4 * 1024 * 1024  # services.gateway.max_request_bytes
 
 
 class _Refused(Exception):
@@ -107,8 +115,12 @@ class SSEResponse:
             watcher.cancel()
 
 
-def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
+def build_app(
+    gateway: Gateway, *, model_names: list[str], max_request_bytes: int = MAX_REQUEST_BYTES
+) -> Starlette:
     chat, responses, messages = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
+    openapi = document(max_context=gateway.max_context)
+    too_large = f"the request body is over the gateway's limit of {max_request_bytes} bytes"
 
     async def seat_of(request: Request) -> Seat:
         token = _token(request)
@@ -127,10 +139,16 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
         return seat
 
     async def body_of(request: Request) -> Any:
-        try:
-            return await request.json()
-        except (json.JSONDecodeError, UnicodeDecodeError):
-            raise _Refused(400, "the request body is not valid JSON") from None
+        # Refused before anything is parsed: by the declared length, or once the streamed bytes pass the limit.
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_request_bytes:
+            raise _Refused(413, too_large)
+        raw = bytearray()
+        async for chunk in request.stream():
+            raw += chunk
+            if len(raw) > max_request_bytes:
+                raise _Refused(413, too_large)
+        return decode_json(bytes(raw))
 
     def endpoint(dialect: Dialect, action: Callable[[Request, Dialect], Awaitable[Response | SSEResponse]]):
         async def handle(request: Request) -> Response | SSEResponse:
@@ -152,7 +170,7 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
 
     async def complete(request: Request, dialect: Dialect) -> Response | SSEResponse:
         try:
-            parsed = dialect.parse(await body_of(request))
+            parsed = dialect.parse(await body_of(request), max_context=gateway.max_context)
         except (BadRequest, _Refused):
             await seat_of(request)  # a bad seat is answered before a bad body
             raise
@@ -205,4 +223,14 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[*routes(""), *routes("/s/{token}"), Route("/health", health)])
+    async def openapi_json(request: Request) -> Response:
+        return JSONResponse(openapi)
+
+    return Starlette(
+        routes=[
+            *routes(""),
+            *routes("/s/{token}"),
+            Route("/health", health),
+            Route("/openapi.json", openapi_json, methods=["GET"]),
+        ]
+    )

@@ -1,8 +1,11 @@
 """The dialect-neutral request and outcome every dialect maps to and from.
 
-Contract: a `ChatRequest` carries canonical messages, tools and sampling parameters; its `fingerprint` is a
-stable hash of exactly those (so the same request from a retried episode attempt has the same fingerprint);
-its `turn_index` is the number of assistant messages in its history (the k-th model call of a conversation).
+Contract:
+- `decode_json` reads a request body as strict UTF-8 JSON (no NaN or Infinity, no lone surrogates) or raises
+  `BadRequest`.
+- A `ChatRequest` carries canonical messages, tools and sampling parameters; its `fingerprint` is a stable hash
+  of exactly those (so the same request from a retried episode attempt has the same fingerprint); its
+  `turn_index` is the number of assistant messages in its history (the k-th model call of a conversation).
 """
 
 from __future__ import annotations
@@ -25,6 +28,23 @@ class BadRequest(ValueError):
         super().__init__(message)
         self.field = field
         self.status = status
+
+
+def _no_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
+def decode_json(raw: bytes) -> Any:
+    """A request body as JSON: UTF-8 only, no NaN or Infinity, no lone surrogates (none of which could be
+    tokenised or stored); anything else is a `BadRequest`."""
+    try:
+        body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        # An escaped lone surrogate ("\\ud800") decodes, but no UTF-8 text holds one.
+        if b"\\u" in raw:
+            json.dumps(body, ensure_ascii=False).encode("utf-8")
+    except (ValueError, RecursionError):
+        raise BadRequest("the request body is not valid JSON") from None
+    return body
 
 
 def canonical_arguments(arguments: str) -> str:

@@ -12,7 +12,7 @@ Contract:
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained).
 - Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
-  context is a `BadRequest`.
+  context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
 """
 
 from __future__ import annotations
@@ -259,6 +259,10 @@ class Gateway:
         """Sample on the first admitted engine that answers. While none answers (an engine restarting, a
         checkpoint being reloaded) the turn is held and admission is asked again, up to its wait."""
         deadline = time.monotonic() + self.admission.wait_s
+        # top_p 0 keeps only the likeliest token: that is greedy, which every engine takes (vLLM refuses top_p 0).
+        greedy = request.params.top_p <= 0
+        temperature = 0.0 if greedy else request.params.temperature
+        top_p = 1.0 if greedy else request.params.top_p
         last_error: EngineUnavailable | None = None
         fresh = False
         while True:
@@ -269,8 +273,8 @@ class Gateway:
                     prompt_ids=tuple(prompt),
                     max_tokens=cap,
                     model=slot.checkpoint,
-                    temperature=request.params.temperature,
-                    top_p=request.params.top_p,
+                    temperature=temperature,
+                    top_p=top_p,
                     stop_token_ids=self.renderer.stop_token_ids,
                     seed=request.params.seed,
                 )

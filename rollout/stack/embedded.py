@@ -122,6 +122,7 @@ class Stack:
                     "--max-context",
                     str(gateway.max_context),
                     *common,
+                    f"services.gateway.max_request_bytes={gateway.max_request_bytes}",
                     f"services.postgres.url={settings.ledger_url}",
                 ),
                 data_dir=self.data_dir,

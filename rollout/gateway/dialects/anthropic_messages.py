@@ -1,8 +1,10 @@
 """Anthropic Messages: `POST /v1/messages` (and `/v1/messages/count_tokens`), streaming with Anthropic's events.
 
-Accepts what Claude Code sends: `?beta=true`, a system prompt as text blocks or as a `system` entry inside
-`messages`, `thinking`, `context_management`, `output_config`, `metadata`, `cache_control` on any block, and
-server tools (which have no `input_schema` and are skipped). Unknown fields are ignored.
+A request is first validated against `rollout.gateway.schemas.anthropic_messages` (what Anthropic publishes),
+then mapped. Accepts what Claude Code sends: `?beta=true`, a system prompt as text blocks or as a `system` entry
+inside `messages`, `thinking`, `context_management`, `output_config`, `metadata`, `cache_control` on any block,
+and server tools (which have no `input_schema` and are skipped). Unknown fields are ignored. A request whose
+messages hold nothing the model can read (only thinking blocks in user messages, say) is a 400.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from typing import Any
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+from rollout.gateway.schemas.anthropic_messages import CountTokensRequest, MessagesRequest
+from rollout.gateway.schemas.errors import AnthropicError, AnthropicErrorDetail
+from rollout.gateway.schemas.validation import check
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 
@@ -92,18 +97,21 @@ def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
 class AnthropicMessages:
     name = "anthropic"
 
-    def parse(self, body: Any, *, count_only: bool = False) -> ChatRequest:
+    def parse(self, body: Any, *, count_only: bool = False, max_context: int | None = None) -> ChatRequest:
+        check(CountTokensRequest if count_only else MessagesRequest, body, max_context=max_context)
         body = obj(body, "body")
         raw_messages = get(body, "messages", list)
-        if not raw_messages:
-            raise BadRequest("'messages' must be a non-empty array", field="messages")
-        max_tokens = get(body, "max_tokens", int, None)
-        if max_tokens is None and not count_only:
-            raise BadRequest("'max_tokens' is required", field="max_tokens")
+        # count_tokens takes no max_tokens (a client's stray one is ignored, whatever it holds)
+        max_tokens = None if count_only else get(body, "max_tokens", int, None)
         system = body.get("system")
         messages = _messages(raw_messages)
         if system:
             messages.insert(0, Message.system(text_of(system, "system")))
+        if not messages:  # e.g. only thinking blocks in user messages, which the model never sees
+            raise BadRequest(
+                "'messages' must hold at least one text, tool call or tool result the model can read",
+                field="messages",
+            )
         stops = get(body, "stop_sequences", list, [])
         params = SamplingParams(
             max_tokens=max_tokens,
@@ -222,9 +230,11 @@ class AnthropicMessages:
             401: "authentication_error",
             404: "not_found_error",
             410: "permission_error",
+            413: "request_too_large",
             503: "overloaded_error",
         }
-        return {"type": "error", "error": {"type": kinds.get(status, "api_error"), "message": message}}
+        detail = AnthropicErrorDetail(type=kinds.get(status, "api_error"), message=message)
+        return AnthropicError(error=detail).model_dump()
 
 
 def _input(arguments: str) -> dict[str, Any]:

@@ -15,7 +15,11 @@ TEXT_CHUNK = 24  # characters per streamed text delta
 class Dialect(Protocol):
     name: str
 
-    def parse(self, body: Any) -> ChatRequest: ...
+    def parse(self, body: Any, *, max_context: int | None = None) -> ChatRequest:
+        """Validate `body` against the dialect's schema (a token budget over `max_context` is refused too),
+        then map it; a `BadRequest` names the offending field."""
+        ...
+
     def response(self, turn: Turn) -> dict[str, Any]: ...
     def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
         """The SSE frames of a streamed turn: (all but the last, the last) — the last is sent after recording."""

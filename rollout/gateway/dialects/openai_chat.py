@@ -1,4 +1,9 @@
-"""OpenAI Chat Completions: `POST /v1/chat/completions`, streaming as `chat.completion.chunk` events."""
+"""OpenAI Chat Completions: `POST /v1/chat/completions`, streaming as `chat.completion.chunk` events.
+
+A request is first validated against `rollout.gateway.schemas.openai_chat` (what OpenAI publishes), then mapped.
+An assistant reply without tool calls always has string `content`, so a client that echoes it back sends a valid
+message.
+"""
 
 from __future__ import annotations
 
@@ -9,16 +14,15 @@ from typing import Any
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+from rollout.gateway.schemas.errors import OpenAIError, OpenAIErrorDetail
+from rollout.gateway.schemas.openai_chat import ChatCompletionRequest
+from rollout.gateway.schemas.validation import check
 
 
 def _message(raw: Any, index: int) -> Message:
     field = f"messages[{index}]"
     item = obj(raw, field)
-    role = item.get("role")
-    if role not in ("system", "developer", "user", "assistant", "tool"):
-        raise BadRequest(
-            f"'{field}.role' must be one of system, developer, user, assistant, tool", field=f"{field}.role"
-        )
+    role = item["role"]  # one of the schema's roles
     text = text_of(item.get("content"), f"{field}.content")
     if role == "developer":
         role = "system"
@@ -61,14 +65,11 @@ def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
 class OpenAIChat:
     name = "openai-chat"
 
-    def parse(self, body: Any) -> ChatRequest:
+    def parse(self, body: Any, *, max_context: int | None = None) -> ChatRequest:
+        check(ChatCompletionRequest, body, max_context=max_context)
         body = obj(body, "body")
         raw_messages = get(body, "messages", list)
-        if not raw_messages:
-            raise BadRequest("'messages' must be a non-empty array", field="messages")
         stop = get(body, "stop", (str, list), None)
-        if get(body, "n", int, 1) != 1:
-            raise BadRequest("'n' must be 1", field="n")
         params = SamplingParams(
             max_tokens=get(body, "max_completion_tokens", int, None) or get(body, "max_tokens", int, None),
             temperature=float(get(body, "temperature", (int, float), 1.0)),
@@ -85,7 +86,8 @@ class OpenAIChat:
         )
 
     def _message_json(self, turn: Turn) -> dict[str, Any]:
-        message: dict[str, Any] = {"role": "assistant", "content": turn.reply.text or None, "refusal": None}
+        text = turn.reply.text or (None if turn.reply.tool_calls else "")
+        message: dict[str, Any] = {"role": "assistant", "content": text, "refusal": None}
         if turn.reply.reasoning:
             message["reasoning_content"] = turn.reply.reasoning
         if turn.reply.tool_calls:
@@ -164,16 +166,16 @@ class OpenAIChat:
             401: "authentication_error",
             404: "not_found_error",
             410: "invalid_request_error",
+            413: "invalid_request_error",
             503: "service_unavailable",
         }
-        return {
-            "error": {
-                "message": message,
-                "type": kinds.get(status, "api_error"),
-                "param": field,
-                "code": {401: "invalid_api_key", 410: "seat_finished"}.get(status),
-            }
-        }
+        detail = OpenAIErrorDetail(
+            message=message,
+            type=kinds.get(status, "api_error"),
+            param=field,
+            code={401: "invalid_api_key", 410: "seat_finished", 413: "request_too_large"}.get(status),
+        )
+        return OpenAIError(error=detail).model_dump()
 
 
 def arguments_json(arguments: Any) -> str:

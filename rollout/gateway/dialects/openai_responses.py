@@ -1,8 +1,10 @@
 """OpenAI Responses: `POST /v1/responses`, streaming as `response.*` events with sequence numbers.
 
-Accepts what Codex sends: `developer` messages, `instructions`, `reasoning`, `include`, `store: false`,
+A request is first validated against `rollout.gateway.schemas.openai_responses` (what OpenAI publishes), then
+mapped. Accepts what Codex sends: `developer` messages, `instructions`, `reasoning`, `include`, `store: false`,
 `prompt_cache_key`, `parallel_tool_calls`, function tools and custom tools; reasoning items in the input attach
-to the assistant turn that follows them. Unknown fields and unknown tool types are ignored.
+to the assistant turn that follows them. Unknown fields, tool types and item types are ignored; an unknown
+content part type is refused.
 """
 
 from __future__ import annotations
@@ -14,6 +16,8 @@ from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
+from rollout.gateway.schemas.openai_responses import ResponsesRequest
+from rollout.gateway.schemas.validation import check
 
 TEXT_PARTS = ("input_text", "output_text", "text", "summary_text", "reasoning_text")
 
@@ -30,11 +34,7 @@ def _items(raw: Any) -> list[Message]:
         item = obj(item, field)
         kind = item.get("type", "message")
         if kind == "message":
-            role = item.get("role")
-            if role not in ("user", "assistant", "system", "developer"):
-                raise BadRequest(
-                    f"'{field}.role' must be user, assistant, system or developer", field=f"{field}.role"
-                )
+            role = item["role"]  # one of the schema's roles
             text = text_of(item.get("content"), f"{field}.content", TEXT_PARTS)
             if role == "assistant":
                 out.append(Message(role="assistant", text=text, reasoning=reasoning))
@@ -78,10 +78,9 @@ def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
 class OpenAIResponses:
     name = "openai-responses"
 
-    def parse(self, body: Any) -> ChatRequest:
+    def parse(self, body: Any, *, max_context: int | None = None) -> ChatRequest:
+        check(ResponsesRequest, body, max_context=max_context)
         body = obj(body, "body")
-        if body.get("input") is None:
-            raise BadRequest("'input' is required", field="input")
         messages = _items(body["input"])
         instructions = get(body, "instructions", str, None)
         if instructions:
