@@ -201,35 +201,44 @@ class Stack:
         self._check_data_dir()
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
-            self._ensure_supervisor(report)
             if self.postgres is not None:
-                self.postgres.ensure_cluster()
-                self._keep(ServiceSpec.postgres(self.postgres), report)
-            report("ledger: migrating to the newest schema")
-            migrate.upgrade(self.settings.ledger_url)
-            if self.temporal is not None:
-                self.temporal.db_path.parent.mkdir(parents=True, exist_ok=True)
-                self._keep(ServiceSpec.of(self.temporal.process, 60), report)
-                # Open ports are not readiness: the frontend answers health checks a little later.
-                report("Temporal: waiting until it answers")
-                self._wait_until_healthy(self._temporal_status, timeout_s=90)
-            if self.engine is not None and self.gateway is not None:
-                # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU).
-                self._keep(ServiceSpec.of(self.engine, 600), report)
-                self._keep(ServiceSpec.of(self.gateway, 120), report)
-            if self.runner is not None:
-                # A runner started with a narrower import path is restarted with this one (its episodes in
-                # flight are retried by Temporal on the new runner).
-                self._keep(ServiceSpec.of(self.runner, 60), report)
-            if self.trainer is not None and any(s.name == "Trainer" for s in wanted(self.data_dir)):
-                trainer = next(s for s in wanted(self.data_dir) if s.name == "Trainer")
-                self._keep(trainer, report)  # the one `rollout train` asked for, with its settings
-            open_store(
-                self.settings.blob_url,
-                s3_endpoint=self.settings.services.blobs.s3_endpoint,
-                s3_secure=self.settings.services.blobs.s3_secure,
-            )
+                self.postgres.ensure_cluster()  # a data directory that is not ours stops here, before anything runs
+            self._ensure_supervisor(report)
+            try:
+                self._start_services(report)
+            except BaseException:
+                if not wanted(self.data_dir):
+                    supervisor_process(self.data_dir).stop()  # nothing to keep: leave no process behind
+                raise
         return self.status()
+
+    def _start_services(self, report: Callable[[str], None]) -> None:
+        if self.postgres is not None:
+            self._keep(ServiceSpec.postgres(self.postgres), report)
+        report("ledger: migrating to the newest schema")
+        migrate.upgrade(self.settings.ledger_url)
+        if self.temporal is not None:
+            self.temporal.db_path.parent.mkdir(parents=True, exist_ok=True)
+            self._keep(ServiceSpec.of(self.temporal.process, 60), report)
+            # Open ports are not readiness: the frontend answers health checks a little later.
+            report("Temporal: waiting until it answers")
+            self._wait_until_healthy(self._temporal_status, timeout_s=90)
+        if self.engine is not None and self.gateway is not None:
+            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU).
+            self._keep(ServiceSpec.of(self.engine, 600), report)
+            self._keep(ServiceSpec.of(self.gateway, 120), report)
+        if self.runner is not None:
+            # A runner started with a narrower import path is restarted with this one (its episodes in
+            # flight are retried by Temporal on the new runner).
+            self._keep(ServiceSpec.of(self.runner, 60), report)
+        if self.trainer is not None and any(s.name == "Trainer" for s in wanted(self.data_dir)):
+            trainer = next(s for s in wanted(self.data_dir) if s.name == "Trainer")
+            self._keep(trainer, report)  # the one `rollout train` asked for, with its settings
+        open_store(
+            self.settings.blob_url,
+            s3_endpoint=self.settings.services.blobs.s3_endpoint,
+            s3_secure=self.settings.services.blobs.s3_secure,
+        )
 
     def _ensure_supervisor(self, report: Callable[[str], None]) -> None:
         supervisor = supervisor_process(self.data_dir)
