@@ -246,7 +246,12 @@ def play(
 
     if case.service is not None and sleep_while_training(rng.uniform(1.0, max(2.0, 0.8 * base_s))):
         kill(case.service)
-    if case.everything and sleep_while_training(rng.uniform(0.3 * base_s, 0.6 * base_s)):
+    # Everything dies once the run exists (while `rollout train` is still starting the stack, it would stop with
+    # "run `rollout up`": nothing to recover yet).
+    while case.everything and f"run {run}: training" not in log.read_text(errors="replace"):
+        if not sleep_while_training(0.2):
+            break
+    if case.everything and sleep_while_training(rng.uniform(0.1 * base_s, 0.5 * base_s)):
         kill_all(stack, killed, started)
         up = stack.rollout("up", "preset=cpu-micro", "--json")
         killed.append(

@@ -81,12 +81,12 @@ async def follow_training(
                 err.print(f"[{now - started:5.0f}s] {text}", highlight=False, markup=False)
                 last_line, last_at = text, now
             await asyncio.sleep(1.0)
-    final = await _outlasting(handle.result)
-    await _outlasting(lambda: progress.refresh(ledger))
+    final = await outlasting(handle.result)
+    await outlasting(lambda: progress.refresh(ledger))
     return final
 
 
-async def _outlasting[T](call: Callable[[], Awaitable[T]], window_s: float = 600.0) -> T:
+async def outlasting[T](call: Callable[[], Awaitable[T]], window_s: float = 600.0) -> T:
     """`call()`, repeated while Temporal or the ledger is away, for at most `window_s`."""
     deadline = time.monotonic() + window_s
     while True:

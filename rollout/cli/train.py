@@ -91,7 +91,7 @@ def train(
 
 def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool) -> None:
     """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back."""
-    from rollout.cli.live import follow_training, print_summary
+    from rollout.cli.live import follow_training, outlasting, print_summary
     from rollout.cli.run import update_run
     from rollout.cli.training_view import TrainingProgress
     from rollout.ledger import Ledger
@@ -105,7 +105,8 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
         client = await connect_temporal(settings)
         handle = run_handle(client, run)
         # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
-        async with await Ledger.connect(settings.ledger_url, reconnect_window_s=3) as ledger:
+        ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
+        async with ledger:
             return await follow_training(ledger, handle, progress), progress
 
     try:
