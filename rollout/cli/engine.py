@@ -131,7 +131,7 @@ def serve(
             host=host,
             port=port,
             follower=follower if follow else None,
-            ledger_url=settings.ledger_url,
+            ledger_url=settings.worker_ledger_url,
             store=lambda: blob_store(settings),
             cache_dir=settings.data_path / "engines",
             report=err.print,

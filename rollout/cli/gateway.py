@@ -61,7 +61,7 @@ def gateway(
     try:
         asyncio.run(
             serve_gateway(
-                ledger_url=settings.ledger_url,
+                ledger_url=settings.worker_ledger_url,
                 renderer=model_renderer,
                 engine_urls=engine_url,
                 host=host,

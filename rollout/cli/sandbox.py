@@ -57,7 +57,7 @@ def serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
             workdir = sandbox_workdir(settings.data_path, kind, name)
             async with hosted_sandbox(
                 ledger, kind, name, seats=seats, workdir=workdir, host=host, port=port

@@ -31,7 +31,7 @@ def _serve_worker(settings: Settings, build: Callable[[Client, Ledger], Awaitabl
 
     async def serve() -> None:
         client = await connect_temporal(settings)
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
             await (await build(client, ledger)).run()
 
     try:

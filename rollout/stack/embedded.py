@@ -72,6 +72,12 @@ class Stack:
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
             common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
+            # Services connect as the worker role (no UPDATE or DELETE on the ledger); the owner's URL is theirs
+            # too only when no worker URL is known (a server of your own without services.postgres.worker_url).
+            ledger_urls = (
+                f"services.postgres.url={settings.ledger_url}",
+                f"services.postgres.worker_url={settings.worker_ledger_url}",
+            )
             engine_url = f"http://{gateway.host}:{gateway.engine_port}"
             self.engine = ManagedProcess(
                 name="Engine",
@@ -86,7 +92,7 @@ class Stack:
                     "--port",
                     str(gateway.engine_port),
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                 ),
                 data_dir=self.data_dir,
                 host=gateway.host,
@@ -108,7 +114,7 @@ class Stack:
                     "--max-context",
                     str(gateway.max_context),
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                 ),
                 data_dir=self.data_dir,
                 host=gateway.host,
@@ -125,7 +131,7 @@ class Stack:
                     "--gateway-url",
                     f"http://{gateway.host}:{gateway.port}",
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                     f"services.temporal.address={settings.temporal_address}",
                 ),
                 data_dir=self.data_dir,
@@ -141,7 +147,7 @@ class Stack:
                     "worker",
                     "trainer",
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                     f"services.temporal.address={settings.temporal_address}",
                     *trainer_overrides(settings),
                 ),
