@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ def serve(
     from rollout.sandbox.world import UnknownSandboxKind
 
     settings = load_settings(overrides)
+    as_service(settings)
     if seats < 1:
         fail("--seats must be at least 1", code=2)
     try:
