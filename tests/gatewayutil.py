@@ -12,6 +12,7 @@ from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import build_app
+from rollout.gateway.operator import Operator
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
 from rollout.net import serving
@@ -46,8 +47,10 @@ async def serve_gateway(
     wait_s: float = 5.0,
     max_context: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
+    operator: Operator | None = None,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[RunningGateway]:
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
-    async with serving(build_app(gateway, model_names=["base"])) as url:
+    async with serving(build_app(gateway, model_names=["base"], operator=operator), host) as url:
         yield RunningGateway(url, gateway, engine)

@@ -23,9 +23,15 @@ def test_external_services_replace_the_embedded_addresses() -> None:
     assert settings.ledger_url == "postgresql://u:pw@db:5432/x"
     assert settings.worker_ledger_url == "postgresql://u:pw@db:5432/x"  # no worker URL given: the one URL
     given = config.load(
-        ["services.postgres.url=postgresql://u:pw@db/x", "services.postgres.worker_url=postgresql://w:pw2@db/x"]
+        [
+            "services.postgres.url=postgresql://u:pw@db/x",
+            "services.postgres.worker_url=postgresql://w:pw2@db/x",
+        ]
     )
-    assert (given.ledger_url, given.worker_ledger_url) == ("postgresql://u:pw@db/x", "postgresql://w:pw2@db/x")
+    assert (given.ledger_url, given.worker_ledger_url) == (
+        "postgresql://u:pw@db/x",
+        "postgresql://w:pw2@db/x",
+    )
     assert settings.temporal_address == "temporal:7233"
     assert settings.temporal_ui_url == "http://temporal-ui:8080"
 

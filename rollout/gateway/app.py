@@ -9,6 +9,7 @@ Contract:
   unknown one → 401; a closed seat → 410; each in the route's own error shape.
 - Malformed input → 400 naming the field; a prompt over the context → 400; no admitted engine → 503 with
   `Retry-After`. Nothing here crashes on a model's output: unparseable tool calls come back as text.
+- Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an `Operator`.
 - A streamed turn is recorded after its last content frame and before its terminating frame; if the client went
   away before that, the turn is recorded as aborted.
 """
@@ -32,6 +33,7 @@ from rollout.gateway.dialects.anthropic_messages import AnthropicMessages
 from rollout.gateway.dialects.common import Dialect
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
+from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn
 from rollout.gateway.seats import Seat, resolve, resolve_for_turn
 from rollout.gateway.service import Gateway, Sampled
@@ -107,7 +109,8 @@ class SSEResponse:
             watcher.cancel()
 
 
-def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
+def build_app(gateway: Gateway, *, model_names: list[str], operator: Operator | None = None) -> Starlette:
+    """The gateway's routes; with `operator`, its operator routes too (rollout.gateway.operator)."""
     chat, responses, messages = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
 
     async def seat_of(request: Request) -> Seat:
@@ -205,4 +208,5 @@ def build_app(gateway: Gateway, *, model_names: list[str]) -> Starlette:
     async def health(request: Request) -> Response:
         return JSONResponse({"ok": True})
 
-    return Starlette(routes=[*routes(""), *routes("/s/{token}"), Route("/health", health)])
+    operator_only = operator_routes(gateway.ledger, operator) if operator is not None else []
+    return Starlette(routes=[*routes(""), *routes("/s/{token}"), Route("/health", health), *operator_only])

@@ -115,6 +115,8 @@ class Stack:
                     str(gateway.max_context),
                     *common,
                     *ledger_urls,
+                    # The operator routes' run control (pause, resume, max_lag) goes to the run's workflow.
+                    f"services.temporal.address={settings.temporal_address}",
                 ),
                 data_dir=self.data_dir,
                 host=gateway.host,
