@@ -79,7 +79,7 @@ def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
     )
     if settings.log_level != config.LogLevel.DEBUG:
         # One line per HTTP request (a runner makes one per turn) drowns what matters.
-        for chatty in ("httpx", "httpcore"):
+        for chatty in ("httpx", "httpcore", "httpx2", "httpcore2"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
 
 

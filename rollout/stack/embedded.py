@@ -71,7 +71,11 @@ class Stack:
         self.trainer: ManagedProcess | None = None
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
-            common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
+            common = (
+                f"data_dir={self.data_dir}",
+                f"models_dir={settings.models_dir}",
+                f"log_level={settings.log_level.value}",
+            )
             # Services connect as the worker role (no UPDATE or DELETE on the ledger); the owner's URL is theirs
             # too only when no worker URL is known (a server of your own without services.postgres.worker_url).
             ledger_urls = (
