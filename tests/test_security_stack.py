@@ -208,7 +208,7 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
     assert {services.postgres.host, services.temporal.host, services.gateway.host} == {"127.0.0.1"}
     for command in (gateway_cli.gateway, engine_cli.serve, sandbox_cli.serve):
         assert inspect.signature(command).parameters["host"].default == "127.0.0.1", command
-    assert VLLMLaunch(Path("m"), port=1, served_name="base").host == "127.0.0.1"
+    assert VLLMLaunch("m", port=1, served_name="base").host == "127.0.0.1"
 
     session = stack_settings.services
     postgres = EmbeddedPostgres(stack_settings.data_path, session.postgres.host, session.postgres.port).pid()
