@@ -25,8 +25,9 @@ from urllib.parse import urlsplit, urlunsplit
 MASK = "***"
 MIN_SECRET_LENGTH = 8
 
-SEAT_TOKEN = re.compile(r"rs-[0-9a-f]{40}")
-OPERATOR_KEY = re.compile(r"ro-[0-9a-f]{48}")
+# Whole tokens only: not the tail of a longer word, not the head of a longer hex string.
+SEAT_TOKEN = re.compile(r"(?<![A-Za-z0-9])rs-[0-9a-f]{40}(?![0-9a-f])")
+OPERATOR_KEY = re.compile(r"(?<![A-Za-z0-9])ro-[0-9a-f]{48}(?![0-9a-f])")
 # scheme://user:password@ — the password is whatever runs to the last '@' before the host (a password may
 # hold '@' only percent-encoded, so the first '@' after the colon ends it).
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)(?P<password>[^\s/@]+)(?=@)")
