@@ -4,8 +4,11 @@ Contract:
 - `scrub(text)` replaces with `***`: every seat token (`rs-` + 40 hex) and operator key (`ro-` + 48 hex),
   however they appear (a base URL's `/s/TOKEN`, a header, a message); the password of every URL
   (`scheme://user:PASSWORD@host`); and the value of every secret registered with `register_secret` or found in
-  the environment under a secret's name (`*_API_KEY`, `*_SECRET*`, `*_TOKEN`, `*PASSWORD*`, ...; values of at
+  the environment under a secret's name (`*_API_KEY`, `*_SECRET`, `*_SECRET_KEY`, `*_SECRET_ACCESS_KEY`,
+  `*_TOKEN`, `*PASSWORD`, `PGPASSWORD`, ...; values of at
   least `MIN_SECRET_LENGTH` characters, so a short word is never blanked out everywhere).
+- `without_secrets(environ)` is an environment less the variables named like secrets: what a command we do not
+  trust (an agent, a model's shell command) inherits.
 - `redact_url(url)` is the URL without its password (the user, host, port and path stay readable).
 - `scrub_process_output()` makes everything this process writes through `sys.stdout` / `sys.stderr` pass
   through `scrub`: logging handlers, uncaught tracebacks, prints and rich consoles alike (a service's
@@ -19,6 +22,7 @@ import os
 import re
 import sys
 import threading
+from collections.abc import Mapping
 from typing import Any, TextIO, cast
 from urllib.parse import urlsplit, urlunsplit
 
@@ -28,8 +32,8 @@ MIN_SECRET_LENGTH = 8
 # Whole tokens only: not the tail of a longer word, not the head of a longer hex string.
 SEAT_TOKEN = re.compile(r"(?<![A-Za-z0-9])rs-[0-9a-f]{40}(?![0-9a-f])")
 OPERATOR_KEY = re.compile(r"(?<![A-Za-z0-9])ro-[0-9a-f]{48}(?![0-9a-f])")
-# scheme://user:password@ — the password is whatever runs to the last '@' before the host (a password may
-# hold '@' only percent-encoded, so the first '@' after the colon ends it).
+# scheme://user:password@host — the password runs from the colon to the '@' (in a URL a password holds '@', '/'
+# or ':' only percent-encoded).
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)(?P<password>[^\s/@]+)(?=@)")
 # Environment variables whose values are secrets wherever they appear.
 _SECRET_NAME = re.compile(
@@ -43,21 +47,30 @@ _lock = threading.Lock()
 
 
 def register_secret(value: str | bytes | None) -> None:
-    """Have `scrub` blank `value` out from now on (bytes are registered as their hex spelling too)."""
+    """Have `scrub` blank `value` out from now on (bytes, such as a random key, by their hex spelling)."""
     if value is None:
         return
-    values = [value.hex(), value.decode("utf-8", "ignore")] if isinstance(value, bytes) else [value]
-    with _lock:
-        _registered.update(v for v in values if len(v) >= MIN_SECRET_LENGTH)
+    text = value.hex() if isinstance(value, bytes) else value
+    if len(text) >= MIN_SECRET_LENGTH:
+        with _lock:
+            _registered.add(text)
+
+
+def is_secret_name(name: str) -> bool:
+    """Whether an environment variable of this name holds a secret (`TINKER_API_KEY`, `PGPASSWORD`, ...)."""
+    return _SECRET_NAME.search(name) is not None
+
+
+def without_secrets(environ: Mapping[str, str]) -> dict[str, str]:
+    """`environ` less every variable named like a secret: what a command we do not trust may inherit."""
+    return {name: value for name, value in environ.items() if not is_secret_name(name)}
 
 
 def environment_secrets(environ: dict[str, str] | None = None) -> list[str]:
     """The values of the environment's variables that are named like secrets."""
     found = environ if environ is not None else dict(os.environ)
     return [
-        value
-        for name, value in found.items()
-        if _SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH
+        value for name, value in found.items() if is_secret_name(name) and len(value) >= MIN_SECRET_LENGTH
     ]
 
 

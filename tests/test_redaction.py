@@ -4,12 +4,15 @@ but for what `rollout seat new` hands out."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
+from rollout.bounded_process import run_bounded
 from rollout.gateway.seats import seat_token
 from rollout.redaction import environment_secrets, redact_url, register_secret, scrub
 
@@ -82,3 +85,21 @@ def test_a_commands_output_is_scrubbed_but_for_what_it_hands_out() -> None:
     assert done.stdout.splitlines() == ["printed ***", f"handed {TOKEN}"]
     assert "hunter2-pw" not in done.stderr and "logged postgresql://u:***@h/x" in done.stderr
     assert OPERATOR not in done.stderr and "RuntimeError: crashed with ***" in done.stderr
+
+
+async def test_a_command_an_agent_runs_inherits_no_secret(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Agents and a model's shell commands read their environment, and what they read reaches the ledger: they
+    get ours less its secrets, plus what the caller gives them (a seat's own key)."""
+    monkeypatch.setenv("TINKER_API_KEY", "tk-live-0123456789")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG")
+    monkeypatch.setenv("PGPASSWORD", "hunter2-hunter2")
+    monkeypatch.setenv("ROLLOUT_HARMLESS", "kept")
+    done = await run_bounded(
+        ["env"], cwd=tmp_path, env={"OPENAI_API_KEY": TOKEN}, timeout_s=30, max_output_bytes=1 << 20
+    )
+    seen = dict(line.split("=", 1) for line in done.output.splitlines() if "=" in line)
+    assert not {"TINKER_API_KEY", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"} & set(seen)
+    assert seen["ROLLOUT_HARMLESS"] == "kept" and seen["PATH"] == os.environ["PATH"]
+    assert seen["OPENAI_API_KEY"] == TOKEN
