@@ -60,6 +60,7 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8000
     model: str = "smollm2"
+    engine_host: str = "127.0.0.1"  # the local engine: only the gateway talks to it, and it asks no key
     engine_port: int = 8100
     max_context: int = 8192
 

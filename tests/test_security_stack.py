@@ -205,7 +205,13 @@ def _listening(pid: int) -> list[tuple[str, int]]:
 def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_settings: Settings) -> None:
     defaults = config.load([])
     services = defaults.services
-    assert {services.postgres.host, services.temporal.host, services.gateway.host} == {"127.0.0.1"}
+    hosts = {
+        services.postgres.host,
+        services.temporal.host,
+        services.gateway.host,
+        services.gateway.engine_host,
+    }
+    assert hosts == {"127.0.0.1"}
     for command in (gateway_cli.gateway, engine_cli.serve, sandbox_cli.serve):
         assert inspect.signature(command).parameters["host"].default == "127.0.0.1", command
     assert VLLMLaunch("m", port=1, served_name="base").host == "127.0.0.1"
@@ -255,6 +261,30 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
     finally:
         sandbox.terminate()
         sandbox.wait(30)
+
+
+def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_path: Path) -> None:
+    """What the stack tells its processes: no owner's URL (a service that is compromised learns no password but
+    its own), and an engine on loopback even when the gateway is opened to other machines."""
+    settings = config.load(
+        [
+            f"data_dir={tmp_path}",
+            "services.gateway.host=0.0.0.0",
+            "services.postgres.url=postgresql://owner:pw-owner-1@db/x",
+            "services.postgres.worker_url=postgresql://w:pw-worker-1@db/x",
+        ]
+    )
+    stack = Stack(settings)
+    processes = [stack.engine, stack.gateway, stack.runner, stack.trainer]
+    for process in processes:
+        assert process is not None
+        assert "pw-owner-1" not in " ".join(process.command), process.name
+        assert "services.postgres.worker_url=postgresql://w:pw-worker-1@db/x" in process.command, process.name
+    engine, gateway = processes[0], processes[1]
+    assert engine is not None and gateway is not None
+    assert engine.command[engine.command.index("--host") + 1] == "127.0.0.1" == engine.host
+    assert gateway.command[gateway.command.index("--host") + 1] == "0.0.0.0"
+    assert f"http://127.0.0.1:{settings.services.gateway.engine_port}" in gateway.command
 
 
 def test_beyond_loopback_the_gateways_operator_routes_need_the_key(secure: SecureStack) -> None:

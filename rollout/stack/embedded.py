@@ -76,13 +76,11 @@ class Stack:
                 f"models_dir={settings.models_dir}",
                 f"log_level={settings.log_level.value}",
             )
-            # Services connect as the worker role (no UPDATE or DELETE on the ledger); the owner's URL is theirs
-            # too only when no worker URL is known (a server of your own without services.postgres.worker_url).
-            ledger_urls = (
-                f"services.postgres.url={settings.ledger_url}",
-                f"services.postgres.worker_url={settings.worker_ledger_url}",
-            )
-            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            # Services connect as the worker role (no UPDATE or DELETE on the ledger) and are not told the owner's
+            # URL: it is theirs only when no worker URL is known (a server of your own without
+            # services.postgres.worker_url).
+            ledger_urls = (f"services.postgres.worker_url={settings.worker_ledger_url}",)
+            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
             self.engine = ManagedProcess(
                 name="Engine",
                 command=(
@@ -92,14 +90,14 @@ class Stack:
                     "--model",
                     gateway.model,
                     "--host",
-                    gateway.host,
+                    gateway.engine_host,
                     "--port",
                     str(gateway.engine_port),
                     *common,
                     *ledger_urls,
                 ),
                 data_dir=self.data_dir,
-                host=gateway.host,
+                host=gateway.engine_host,
                 ports=((gateway.engine_port, "services.gateway.engine_port"),),
             )
             self.gateway = ManagedProcess(
@@ -276,7 +274,7 @@ class Stack:
         services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
-            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
             services.append(self._http_status("engine", self.engine, engine_url, _engine_serves(engine_url)))
             services.append(
                 self._http_status(
