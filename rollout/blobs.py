@@ -5,7 +5,10 @@ Contract:
   returns a `BlobRef` with the object's URI, SHA-256 and size; the ledger records these, never the bytes.
 - `get` returns the bytes and, given the recorded `BlobRef`, checks the hash: a corrupt or replaced
   object raises `BlobIntegrityError` rather than being used.
-- Keys are relative paths with `/` separators; `..` and absolute keys are refused.
+- Keys are relative paths with `/` separators, and every key stays under its store's root or prefix: a key that
+  could escape it (`..`, `.` or empty segments, an absolute path, a backslash, a NUL or other control character,
+  a percent-encoded spelling of any of these) raises `BlobKeyError` before anything is read or written; on
+  `file://` so does a key that resolves outside the root through a symbolic link.
 - Backends: `file://` (the default, under the data directory) and `s3://bucket/prefix` (the `minio` client,
   for MinIO on a cluster or any S3 API).
 """
@@ -17,7 +20,7 @@ import io
 import os
 import tempfile
 from dataclasses import dataclass
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 from typing import Protocol
 from urllib.parse import unquote, urlsplit
 
@@ -37,6 +40,16 @@ class BlobNotFoundError(FileNotFoundError):
     """No object at that key."""
 
 
+class BlobKeyError(ValueError):
+    """A key that is not a plain relative path under the store's root or prefix."""
+
+    def __init__(self, key: str, why: str) -> None:
+        super().__init__(
+            f"blob key {key!r} must be a relative path of plain names separated by '/' (like 'run/step-3/w.bin'): "
+            f"it {why}"
+        )
+
+
 class BlobStore(Protocol):
     url: str
 
@@ -46,11 +59,35 @@ class BlobStore(Protocol):
     def uri(self, key: str) -> str: ...
 
 
+def _key_problem(key: str) -> str | None:
+    """Why `key` could escape its store's root or prefix, or None when it cannot."""
+    if not key:
+        return "is empty"
+    if "\\" in key:
+        return "holds a backslash"
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in key):
+        return "holds a NUL or another control character"
+    if key.startswith("/"):
+        return "is absolute"
+    parts = key.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return "has an empty, '.' or '..' segment"
+    return None
+
+
 def _checked_key(key: str) -> str:
-    path = PurePosixPath(key)
-    if not key or path.is_absolute() or ".." in path.parts:
-        raise ValueError(f"blob key {key!r} must be a relative path without '..'")
-    return str(path)
+    problem = _key_problem(key)
+    if problem is None and "%" in key:
+        # A layer below may decode the key again (an S3 gateway, a proxy): its decoded spellings must be plain too.
+        decoded = key
+        for _ in range(3):
+            decoded = unquote(decoded)
+            if (found := _key_problem(decoded)) is not None:
+                problem = f"{found} once percent-decoded"
+                break
+    if problem is not None:
+        raise BlobKeyError(key, problem)
+    return key
 
 
 def _verify(key: str, data: bytes, expected: BlobRef | None) -> bytes:
@@ -69,11 +106,18 @@ class FileBlobStore:
         self.root = root
         self.url = root.as_uri()
 
+    def _path(self, key: str) -> Path:
+        """Where `key` lives, refused when a symbolic link on the way leads out of the root."""
+        target = self.root / _checked_key(key)
+        if not target.resolve().is_relative_to(self.root.resolve()):
+            raise BlobKeyError(key, f"resolves outside {self.root} through a symbolic link")
+        return target
+
     def uri(self, key: str) -> str:
         return (self.root / _checked_key(key)).as_uri()
 
     def put(self, key: str, data: bytes) -> BlobRef:
-        target = self.root / _checked_key(key)
+        target = self._path(key)
         target.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=target.parent, prefix=".tmp-", delete=False) as tmp:
             tmp.write(data)
@@ -84,13 +128,13 @@ class FileBlobStore:
 
     def get(self, key: str, expected: BlobRef | None = None) -> bytes:
         try:
-            data = (self.root / _checked_key(key)).read_bytes()
+            data = self._path(key).read_bytes()
         except FileNotFoundError:
             raise BlobNotFoundError(f"no blob {key!r} under {self.url}") from None
         return _verify(key, data, expected)
 
     def exists(self, key: str) -> bool:
-        return (self.root / _checked_key(key)).is_file()
+        return self._path(key).is_file()
 
 
 class S3BlobStore:

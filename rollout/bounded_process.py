@@ -3,7 +3,9 @@
 Contract: stdout and stderr are merged in order. `keep="head"` keeps the first `max_output_bytes` (the rest
 is read and dropped, `truncated` says so); `keep="tail"` keeps the last ones. On a timeout, or when the
 awaiting task is cancelled, the command's session is killed with SIGKILL (children included) and reaped;
-a timed-out command has no exit code.
+a timed-out command has no exit code. The command runs what an agent or a model chose: it inherits this
+process's environment less every variable named like a secret (API keys, tokens, passwords: an agent reads its
+environment, and what it reads reaches its transcript and the ledger), with `env` on top.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
+
+from rollout.redaction import without_secrets
 
 
 @dataclass(frozen=True)
@@ -38,7 +42,7 @@ async def run_bounded(
     process = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
-        env={**os.environ, **env},
+        env={**without_secrets(os.environ), **env},
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

@@ -30,9 +30,15 @@ class LogLevel(StrEnum):
     ERROR = "ERROR"
 
 
+LEDGER_WORKER_ROLE = "rollout_worker"
+"""The database role services (gateway, runner, trainer, engine, sandbox) use: it reads the ledger and writes it
+only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any table; migration 0003)."""
+
+
 @dataclass
 class PostgresSettings:
     url: str | None = None
+    worker_url: str | None = None  # the services' URL; default: the worker role on the embedded server
     host: str = "127.0.0.1"
     port: int = 54329
     database: str = "rollout"
@@ -54,6 +60,7 @@ class GatewaySettings:
     host: str = "127.0.0.1"
     port: int = 8000
     model: str = "smollm2"
+    engine_host: str = "127.0.0.1"  # the local engine: only the gateway talks to it, and it asks no key
     engine_port: int = 8100
     max_context: int = 8192
     # How long an agent's turn keeps retrying while the gateway or its engine is unreachable (a restart, an
@@ -146,6 +153,17 @@ class Settings:
     def ledger_url(self) -> str:
         postgres = self.services.postgres
         return postgres.url or f"postgresql://postgres@{postgres.host}:{postgres.port}/{postgres.database}"
+
+    @property
+    def worker_ledger_url(self) -> str:
+        """The URL services connect with: `services.postgres.worker_url`; else, on the embedded server, the worker
+        role (`LEDGER_WORKER_ROLE`); else (a server of your own, `services.postgres.url`) that URL."""
+        postgres = self.services.postgres
+        if postgres.worker_url:
+            return postgres.worker_url
+        if postgres.url:
+            return postgres.url
+        return f"postgresql://{LEDGER_WORKER_ROLE}@{postgres.host}:{postgres.port}/{postgres.database}"
 
     @property
     def temporal_address(self) -> str:

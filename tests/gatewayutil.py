@@ -12,6 +12,7 @@ from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
+from rollout.gateway.operator import Operator
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
 from rollout.net import serving
@@ -47,9 +48,11 @@ async def serve_gateway(
     max_context: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    operator: Operator | None = None,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[RunningGateway]:
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
     gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
-    app = build_app(gateway, model_names=["base"], max_request_bytes=max_request_bytes)
-    async with serving(app) as url:
+    app = build_app(gateway, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
+    async with serving(app, host) as url:
         yield RunningGateway(url, gateway, engine)

@@ -8,6 +8,7 @@ def test_overrides_compose_onto_the_defaults() -> None:
     assert settings.services.temporal.ui_port == 8300
     assert settings.temporal_ui_url == "http://127.0.0.1:8300"
     assert settings.ledger_url == "postgresql://postgres@127.0.0.1:54329/rollout"
+    assert settings.worker_ledger_url == "postgresql://rollout_worker@127.0.0.1:54329/rollout"
     assert settings.blob_url == "file:///tmp/r/blobs"
 
 
@@ -20,6 +21,17 @@ def test_external_services_replace_the_embedded_addresses() -> None:
         ]
     )
     assert settings.ledger_url == "postgresql://u:pw@db:5432/x"
+    assert settings.worker_ledger_url == "postgresql://u:pw@db:5432/x"  # no worker URL given: the one URL
+    given = config.load(
+        [
+            "services.postgres.url=postgresql://u:pw@db/x",
+            "services.postgres.worker_url=postgresql://w:pw2@db/x",
+        ]
+    )
+    assert (given.ledger_url, given.worker_ledger_url) == (
+        "postgresql://u:pw@db/x",
+        "postgresql://w:pw2@db/x",
+    )
     assert settings.temporal_address == "temporal:7233"
     assert settings.temporal_ui_url == "http://temporal-ui:8080"
 
@@ -28,7 +40,7 @@ def test_an_unknown_key_is_named_with_the_valid_ones() -> None:
     with pytest.raises(config.ConfigError) as raised:
         config.load(["services.postgres.prot=1"])
     assert str(raised.value) == (
-        "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, host, port, database"
+        "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, worker_url, host, port, database"
     )
 
 

@@ -13,6 +13,7 @@ Contract:
   (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
 - Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause from
   their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
+- Error texts and reasons are recorded scrubbed (rollout.redaction): no seat token, key or password in clear.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
 from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded
 from rollout.ledger.queries import count_events
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
+from rollout.redaction import scrub
 from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
 from rollout.workflows import runner_stubs
 from rollout.workflows.types import (
@@ -103,7 +105,8 @@ class RunnerActivities:
 
     @activity.defn(name=runner_stubs.change_settings.__name__)
     async def change_settings(self, change: SettingsChange) -> None:
-        payload = {"run": change.run, "changes": change.changes}
+        changes = {name: scrub(v) if isinstance(v, str) else v for name, v in change.changes.items()}
+        payload = {"run": change.run, "changes": changes}
         await self.ledger.append_one(
             run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)
         )
@@ -236,7 +239,7 @@ class RunnerActivities:
             agent=given.agent.name,
             seat=attempt.seat,
             attempt=attempt.attempt,
-            reason=abandon.reason,
+            reason=scrub(abandon.reason),  # an error's text: it may quote a seat's URL or a key
         )
         await self.ledger.append_one(
             run_episodes_stream(given.run),
@@ -254,7 +257,7 @@ class RunnerActivities:
             finished=result.finished,
             environment=record.environment,
             rewards=result.rewards,
-            error=result.error,
+            error=None if result.error is None else scrub(result.error),
             seats=record.seats,
             turns=record.turns,
             metrics=record.metrics,

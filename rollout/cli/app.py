@@ -8,6 +8,7 @@ import sys
 import typer
 
 from rollout.cli import config, engine, env, gateway, ledger, run, sandbox, seat, sft, stack, train, worker
+from rollout.redaction import scrub_process_output
 
 app = typer.Typer(
     name="rollout",
@@ -34,7 +35,10 @@ app.add_typer(ledger.app, name="ledger")
 def main() -> None:
     """Run the command, then leave without interpreter finalization: a Temporal client's Rust threads can crash
     CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
-    temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's."""
+    temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's.
+    Everything a command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new`
+    exists to print."""
+    scrub_process_output()
     try:
         app(prog_name="rollout")
         code = 0

@@ -61,6 +61,28 @@ async def connect_temporal(settings: config.Settings) -> Client:
         )
 
 
+def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
+    """Set this process up as a long-running service whose output is its log: logging at `log_level`, and no
+    secret (seat tokens, keys, passwords, `secrets`, API keys in the environment) written in clear."""
+    import logging
+    from urllib.parse import urlsplit
+
+    from rollout.redaction import register_secret, scrub_process_output
+
+    for url in (settings.ledger_url, settings.worker_ledger_url):
+        register_secret(urlsplit(url).password)
+    for secret in secrets:
+        register_secret(secret)
+    scrub_process_output()
+    logging.basicConfig(
+        level=settings.log_level.value, format="%(asctime)s %(levelname)s %(name)s: %(message)s", force=True
+    )
+    if settings.log_level != config.LogLevel.DEBUG:
+        # One line per HTTP request (a runner makes one per turn) drowns what matters.
+        for chatty in ("httpx", "httpcore", "httpx2", "httpcore2"):
+            logging.getLogger(chatty).setLevel(logging.WARNING)
+
+
 def blob_store(settings: config.Settings) -> BlobStore:
     from rollout.blobs import open_store
 

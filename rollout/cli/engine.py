@@ -10,7 +10,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, blob_store, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, blob_store, err, fail, load_settings
 
 app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
 
@@ -84,6 +84,7 @@ def serve(
     from rollout.net import port_is_free
 
     settings = load_settings(overrides)
+    as_service(settings)
     if kind not in (*SERVED_FORMATS, "vllm"):
         fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
     if kind != "vllm":
@@ -131,7 +132,7 @@ def serve(
             host=host,
             port=port,
             follower=follower if follow else None,
-            ledger_url=settings.ledger_url,
+            ledger_url=settings.worker_ledger_url,
             store=lambda: blob_store(settings),
             cache_dir=settings.data_path / "engines",
             report=err.print,

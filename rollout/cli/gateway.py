@@ -1,15 +1,76 @@
-"""`rollout gateway`: the gateway every agent loop samples through, recording every turn."""
+"""`rollout gateway`: the gateway every agent loop samples through, recording every turn, with the operator routes
+(seats, run control) an agent host on another machine uses."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from dataclasses import asdict
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rollout.cli.common import Overrides, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.ledger.errors import LedgerError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from rollout.workflows.client import RunUpdate
+
+UPDATE_TIMEOUT_S = 60.0
+
+
+class TemporalRunControl:
+    """The gateway's run control: each operator action is the run workflow's update, as `rollout run` sends it.
+    The Temporal client is made on first use, so a gateway starts (and serves turns) without Temporal."""
+
+    def __init__(self, address: str, namespace: str) -> None:
+        self.address, self.namespace = address, namespace
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def _connected(self) -> Client:
+        from temporalio.client import Client
+
+        from rollout.gateway.operator import RunControlError
+
+        async with self._lock:
+            if self._client is None:
+                try:
+                    self._client = await Client.connect(self.address, namespace=self.namespace)
+                except RuntimeError as error:
+                    raise RunControlError(
+                        503, f"Temporal at {self.address} is not answering: {error}"
+                    ) from error
+            return self._client
+
+    async def _update(self, run: str, update: RunUpdate, value: int | None = None) -> Mapping[str, Any]:
+        from rollout.gateway.operator import RunControlError
+        from rollout.workflows.client import RunNotPlaying, RunUpdateRefused, update_run
+
+        client = await self._connected()
+        try:
+            async with asyncio.timeout(UPDATE_TIMEOUT_S):
+                return asdict(await update_run(client, run, update, value))
+        except RunNotPlaying as error:
+            raise RunControlError(404, str(error)) from error
+        except RunUpdateRefused as error:
+            raise RunControlError(409, f"run {run} refused {update}: {error}") from error
+        except TimeoutError as error:
+            raise RunControlError(
+                503, f"run {run} did not take {update} within {UPDATE_TIMEOUT_S:.0f}s: is a runner up?"
+            ) from error
+
+    async def pause(self, run: str) -> Mapping[str, Any]:
+        return await self._update(run, "pause")
+
+    async def resume(self, run: str) -> Mapping[str, Any]:
+        return await self._update(run, "resume")
+
+    async def set_max_lag(self, run: str, max_lag: int) -> Mapping[str, Any]:
+        return await self._update(run, "set_max_lag", max_lag)
 
 
 def gateway(
@@ -34,16 +95,23 @@ def gateway(
     """Serve the gateway: OpenAI Chat, OpenAI Responses and Anthropic Messages, recording every turn.
 
     Point agents at a seat's base URL (`rollout seat new` prints one). A request body over
-    `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted.
+    `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted. Listening
+    beyond 127.0.0.1, its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag) need the key
+    in DATA_DIR/operator.key.
     """
     from transformers import AutoTokenizer
 
     from rollout.engines.models import resolve
     from rollout.gateway.assembly import parse_externals, serve_gateway
+    from rollout.gateway.operator import OPERATOR_KEY_FILE, is_loopback, load_operator_key
+    from rollout.gateway.seats import load_secret
     from rollout.net import port_is_free
     from rollout.rendering import ModelRenderer, renderer_for_model
 
     settings = load_settings(overrides)
+    operator_key = load_operator_key(settings.data_path)
+    seat_secret = load_secret(settings.data_path / "gateway.secret")
+    as_service(settings, operator_key, seat_secret)
     if not engine_url:
         fail(
             "the gateway needs at least one engine: start one with `rollout engine serve` and pass --engine-url URL"
@@ -59,10 +127,12 @@ def gateway(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
     )
     err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url)}")
+    if not is_loopback(host):
+        err.print(f"operator routes need the key in {settings.data_path / OPERATOR_KEY_FILE}")
     try:
         asyncio.run(
             serve_gateway(
-                ledger_url=settings.ledger_url,
+                ledger_url=settings.worker_ledger_url,
                 renderer=model_renderer,
                 engine_urls=engine_url,
                 host=host,
@@ -70,6 +140,9 @@ def gateway(
                 max_context=max_context,
                 externals=externals,
                 max_request_bytes=settings.services.gateway.max_request_bytes,
+                operator_key=operator_key,
+                seat_secret=seat_secret,
+                runs=TemporalRunControl(settings.temporal_address, settings.services.temporal.namespace),
             )
         )
     except LedgerError as error:

@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.ledger.queries import RunProgress, RunRow
+    from rollout.workflows.client import RunUpdate
     from rollout.workflows.types import RunStatus
 
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
@@ -54,32 +55,17 @@ async def workflow_state(client: Client, run: str) -> tuple[str, RunStatus | Non
     return state, await handle.query(RunWorkflow.status)
 
 
-async def _update(settings: Settings, run: str, update: str, *args: int) -> dict[str, object]:
-    from temporalio.client import WorkflowUpdateFailedError
-    from temporalio.service import RPCError
+async def _update(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
+    from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
+    from rollout.workflows.client import update_run as send_update
 
-    from rollout.workflows.client import run_handle
-    from rollout.workflows.run import RunWorkflow
-
-    updates = {
-        "pause": RunWorkflow.pause,
-        "resume": RunWorkflow.resume,
-        "stop": RunWorkflow.stop,
-    }
     client = await connect_temporal(settings)
-    handle = run_handle(client, run)
     try:
-        if update == "set_max_lag":
-            status = await handle.execute_update(RunWorkflow.set_max_lag, args[0])
-        else:
-            status = await handle.execute_update(updates[update])
-    except WorkflowUpdateFailedError as error:
-        fail(f"run {run} refused {update}: {error.cause}")
-    except RPCError as error:
-        fail(
-            f"no run {run!r} is playing ({error.message}): `rollout run list` shows the runs, "
-            "`rollout run start` starts one"
-        )
+        status = await send_update(client, run, update, *args)
+    except RunUpdateRefused as error:
+        fail(f"run {run} refused {update}: {error}")
+    except RunNotPlaying as error:
+        fail(f"{error}: `rollout run list` shows the runs, `rollout run start` starts one")
     return asdict(status)
 
 
@@ -306,11 +292,11 @@ async def _workflow_state(settings: Settings, run: str) -> tuple[str, RunStatus 
     return await workflow_state(await connect_temporal(settings), run)
 
 
-def update_run(settings: Settings, run: str, update: str, *args: int) -> dict[str, object]:
+def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
     return asyncio.run(_update(settings, run, update, *args))
 
 
-def _simple_update(update: str, help_text: str) -> None:
+def _simple_update(update: RunUpdate, help_text: str) -> None:
     def command(run: RunArgument, overrides: Overrides = None, as_json: JsonFlag = False) -> None:
         _print_status(update_run(load_settings(overrides), run, update), as_json)
 

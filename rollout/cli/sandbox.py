@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(
@@ -42,6 +42,7 @@ def serve(
     from rollout.sandbox.world import UnknownSandboxKind
 
     settings = load_settings(overrides)
+    as_service(settings)
     if seats < 1:
         fail("--seats must be at least 1", code=2)
     try:
@@ -57,7 +58,7 @@ def serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
             workdir = sandbox_workdir(settings.data_path, kind, name)
             async with hosted_sandbox(
                 ledger, kind, name, seats=seats, workdir=workdir, host=host, port=port

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import json
+import sys
 import uuid
 from typing import Annotated
 
 import typer
+from rich.console import Console
 
-from rollout.cli.common import JsonFlag, Overrides, fail, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, fail, load_settings
 from rollout.ledger.errors import LedgerError
+from rollout.redaction import unscrubbed
 
 app = typer.Typer(help="Agent seats: the base URL and key an agent samples through.", no_args_is_help=True)
 
@@ -57,11 +60,14 @@ def new(
     except LedgerError as error:
         fail(str(error))
     base_url = f"{gateway_url.rstrip('/')}/s/{token}/v1"
+    # The one output that hands a seat's key out: it is written past the scrubbing every other output gets.
+    clear = unscrubbed(sys.stdout)
     if as_json:
-        print(json.dumps({"seat": seat_id, "base_url": base_url, "api_key": token}))
+        print(json.dumps({"seat": seat_id, "base_url": base_url, "api_key": token}), file=clear, flush=True)
         return
-    out.print(f"seat      {seat_id}\nbase URL  {base_url}\nAPI key   {token}", highlight=False)
-    out.print(
+    handed = Console(file=clear)
+    handed.print(f"seat      {seat_id}\nbase URL  {base_url}\nAPI key   {token}", highlight=False)
+    handed.print(
         f"Claude Code: ANTHROPIC_BASE_URL={gateway_url.rstrip('/')}/s/{token} ANTHROPIC_API_KEY={token} claude",
         highlight=False,
     )

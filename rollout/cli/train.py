@@ -130,7 +130,9 @@ def _check_engine_model(settings: Settings, model_path: str) -> None:
 
     gateway = settings.services.gateway
     try:
-        models = httpx.get(f"http://{gateway.host}:{gateway.engine_port}/v1/models", timeout=5).json()["data"]
+        models = httpx.get(f"http://{gateway.engine_host}:{gateway.engine_port}/v1/models", timeout=5).json()[
+            "data"
+        ]
     except (httpx.HTTPError, KeyError, ValueError):
         return  # unreachable: `up` reported it
     roots = {entry.get("root") for entry in models}

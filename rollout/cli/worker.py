@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, blob_store, connect_temporal, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, blob_store, connect_temporal, err, fail, load_settings
 from rollout.config import Settings
 from rollout.ledger.errors import LedgerError
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -31,7 +31,7 @@ def _serve_worker(settings: Settings, build: Callable[[Client, Ledger], Awaitabl
 
     async def serve() -> None:
         client = await connect_temporal(settings)
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
             await (await build(client, ledger)).run()
 
     try:
@@ -61,6 +61,7 @@ def runner(
     from rollout.workers.runner import runner_worker
 
     settings = load_settings(overrides)
+    as_service(settings)
     gateway = settings.services.gateway
     url = gateway_url or f"http://{gateway.host}:{gateway.port}"
 
@@ -97,6 +98,7 @@ def trainer(
     from rollout.workers.trainer import trainer_worker
 
     settings = load_settings(overrides)
+    as_service(settings)
     spec = settings.trainer
     try:
         check_trainer_settings(spec)

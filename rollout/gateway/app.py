@@ -15,6 +15,7 @@ Contract:
   unparseable tool calls come back as text.
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
+- Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an `Operator`.
 - A streamed turn is recorded after its last content frame and before its terminating frame; if the client went
   away before that, the turn is recorded as aborted.
 """
@@ -38,6 +39,7 @@ from rollout.gateway.dialects.common import Dialect
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
 from rollout.gateway.openapi import document
+from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn, decode_json
 from rollout.gateway.seats import Seat, resolve, resolve_for_turn
 from rollout.gateway.service import Gateway, Sampled
@@ -116,8 +118,13 @@ class SSEResponse:
 
 
 def build_app(
-    gateway: Gateway, *, model_names: list[str], max_request_bytes: int = MAX_REQUEST_BYTES
+    gateway: Gateway,
+    *,
+    model_names: list[str],
+    max_request_bytes: int = MAX_REQUEST_BYTES,
+    operator: Operator | None = None,
 ) -> Starlette:
+    """The gateway's routes; with `operator`, its operator routes too (rollout.gateway.operator)."""
     chat, responses, messages = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
     openapi = document(max_context=gateway.max_context)
     too_large = f"the request body is over the gateway's limit of {max_request_bytes} bytes"
@@ -226,11 +233,13 @@ def build_app(
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi)
 
+    operator_only = operator_routes(gateway.ledger, operator) if operator is not None else []
     return Starlette(
         routes=[
             *routes(""),
             *routes("/s/{token}"),
             Route("/health", health),
             Route("/openapi.json", openapi_json, methods=["GET"]),
+            *operator_only,
         ]
     )

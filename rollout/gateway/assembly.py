@@ -4,8 +4,9 @@ Contract:
 - `parse_externals` reads `POLICY=MODEL[@API_BASE]` specs into the LiteLLM models seats of POLICY use; a
   malformed spec raises `ValueError` saying how to write it.
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine that acks what
-  it serves (at its acked URL), and serves the three dialects on host:port until cancelled, refusing request
-  bodies over `max_request_bytes`. It closes the ledger connection when it stops.
+  it serves (at its acked URL), and serves the three dialects and the operator routes on host:port until
+  cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator key unless
+  host is loopback. It closes the ledger connection when it stops.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from rollout.engines.external import ExternalModel
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
+from rollout.gateway.operator import Operator, RunControl
 from rollout.gateway.routing import Routes
 from rollout.gateway.service import Gateway
 from rollout.ledger import Ledger
@@ -45,6 +47,9 @@ async def serve_gateway(
     port: int,
     max_context: int,
     externals: dict[str, ExternalModel],
+    operator_key: str,
+    seat_secret: bytes,
+    runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
 ) -> None:
     import uvicorn
@@ -54,8 +59,10 @@ async def serve_gateway(
     # Engines that ack what they serve are routed to at their acked URL, configured or not.
     routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name))
     core = Gateway(ledger, renderer, Admission(ledger, routes), max_context=max_context, externals=externals)
-    app = build_app(core, model_names=["base"], max_request_bytes=max_request_bytes)
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning")
+    operator = Operator.listening_on(host, key=operator_key, seat_secret=seat_secret, runs=runs)
+    app = build_app(core, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
+    # No access log: a seat's base URL holds its token.
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     try:
         await uvicorn.Server(config).serve()
     finally:

@@ -8,13 +8,19 @@ Contract:
   the same and, in the same query (one round trip on every turn's path), finds the turn already recorded under
   a key on the seat's stream, if any.
 - A closed seat resolves (so the gateway can answer 410) but `Seat.open` is False.
+- A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat, whatever
+  ids or history the client sends (replays and segments are looked up on that stream alone).
+- Secrets on disk (`secret_file`: the token secret, the operator key) are made once, mode 600.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import os
 import secrets
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +44,30 @@ class Seat:
         return seat_stream(self.seat_id)
 
 
+def secret_file(path: Path, make: Callable[[], bytes]) -> bytes:
+    """The secret kept at `path`, made by `make` the first time. The file is created with mode 600 (never readable
+    by others, not even for a moment) and exclusively: of two processes making it at once, one writes and both
+    read what it wrote."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(descriptor, "wb") as handle:
+            handle.write(make())
+            handle.flush()
+            os.fsync(handle.fileno())
+    for _ in range(100):
+        if content := path.read_bytes():
+            return content
+        time.sleep(0.01)  # its maker has created it and is writing it
+    raise RuntimeError(f"{path} is empty: remove it, and it is made again")
+
+
 def load_secret(path: Path) -> bytes:
     """The gateway's token secret, made once and kept in the data directory (mode 600)."""
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(secrets.token_bytes(32))
-        path.chmod(0o600)
-    return path.read_bytes()
+    return secret_file(path, lambda: secrets.token_bytes(32))
 
 
 def seat_token(secret: bytes, seat_id: str) -> str:

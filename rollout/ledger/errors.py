@@ -7,9 +7,9 @@ activities raise as non-retryable.
 
 from __future__ import annotations
 
-from urllib.parse import urlsplit, urlunsplit
-
 import psycopg
+
+from rollout.redaction import redact_url, scrub
 
 
 class LedgerError(RuntimeError):
@@ -35,7 +35,7 @@ class LedgerUnreachableError(LedgerError):
 
     def __init__(self, url: str, reason: str) -> None:
         super().__init__(
-            f"cannot reach the ledger at {redact(url)}: {reason.strip()}\n"
+            f"cannot reach the ledger at {redact(url)}: {scrub(reason.strip())}\n"
             "Start the embedded stack with `rollout up`, or point `services.postgres.url=` at a running Postgres."
         )
 
@@ -58,8 +58,4 @@ def translate(error: psycopg.Error) -> Exception:
 
 def redact(url: str) -> str:
     """The URL without its password, fit for an error message or a status line."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    netloc = f"{parts.username}:***@{parts.hostname}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
+    return redact_url(url)

@@ -31,19 +31,11 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from rollout.ledger.errors import KeyConflictError, LedgerUnreachableError, translate
 from rollout.ledger.events import Fence, Lease, NewEvent, RecordedEvent
 
-_CLAIM = """
-INSERT INTO lease (resource, holder, epoch, expires_at) VALUES (%(resource)s, %(holder)s, 1, now() + %(ttl)s)
-ON CONFLICT (resource) DO UPDATE
-   SET holder = EXCLUDED.holder, epoch = lease.epoch + 1, expires_at = EXCLUDED.expires_at
- WHERE lease.expires_at <= now() OR lease.holder = EXCLUDED.holder
-RETURNING resource, holder, epoch, expires_at
-"""
+# Leases change only through the ledger's functions (migration 0003): the worker role may call them, and may not
+# UPDATE a lease row itself.
+_CLAIM = "SELECT resource, holder, epoch, expires_at FROM ledger_claim(%(resource)s, %(holder)s, %(ttl)s)"
 
-_RENEW = """
-UPDATE lease SET expires_at = now() + %(ttl)s
- WHERE resource = %(resource)s AND holder = %(holder)s AND epoch = %(epoch)s
-RETURNING resource, holder, epoch, expires_at
-"""
+_RENEW = "SELECT resource, holder, epoch, expires_at FROM ledger_renew(%(resource)s, %(holder)s, %(epoch)s, %(ttl)s)"
 
 log = logging.getLogger(__name__)
 
@@ -56,10 +48,7 @@ type QueryParams = Sequence[Any] | Mapping[str, Any]
 _APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
-_RELEASE = """
-UPDATE lease SET expires_at = now()
- WHERE resource = %(resource)s AND holder = %(holder)s AND epoch = %(epoch)s AND expires_at > now()
-"""
+_RELEASE = "SELECT ledger_release(%(resource)s, %(holder)s, %(epoch)s)"
 
 
 class Ledger:

@@ -85,8 +85,16 @@ class Stack:
         self.trainer: ManagedProcess | None = None
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
-            common = (f"data_dir={self.data_dir}", f"models_dir={settings.models_dir}")
-            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            common = (
+                f"data_dir={self.data_dir}",
+                f"models_dir={settings.models_dir}",
+                f"log_level={settings.log_level.value}",
+            )
+            # Services connect as the worker role (no UPDATE or DELETE on the ledger) and are not told the owner's
+            # URL: it is theirs only when no worker URL is known (a server of your own without
+            # services.postgres.worker_url).
+            ledger_urls = (f"services.postgres.worker_url={settings.worker_ledger_url}",)
+            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
             self.engine = ManagedProcess(
                 name="Engine",
                 command=(
@@ -96,14 +104,14 @@ class Stack:
                     "--model",
                     gateway.model,
                     "--host",
-                    gateway.host,
+                    gateway.engine_host,
                     "--port",
                     str(gateway.engine_port),
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                 ),
                 data_dir=self.data_dir,
-                host=gateway.host,
+                host=gateway.engine_host,
                 ports=((gateway.engine_port, "services.gateway.engine_port"),),
             )
             self.gateway = ManagedProcess(
@@ -123,7 +131,9 @@ class Stack:
                     str(gateway.max_context),
                     *common,
                     f"services.gateway.max_request_bytes={gateway.max_request_bytes}",
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
+                    # The operator routes' run control (pause, resume, max_lag) goes to the run's workflow.
+                    f"services.temporal.address={settings.temporal_address}",
                 ),
                 data_dir=self.data_dir,
                 host=gateway.host,
@@ -140,7 +150,7 @@ class Stack:
                     "--gateway-url",
                     f"http://{gateway.host}:{gateway.port}",
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                     f"services.temporal.address={settings.temporal_address}",
                 ),
                 data_dir=self.data_dir,
@@ -156,7 +166,7 @@ class Stack:
                     "worker",
                     "trainer",
                     *common,
-                    f"services.postgres.url={settings.ledger_url}",
+                    *ledger_urls,
                     f"services.temporal.address={settings.temporal_address}",
                     *trainer_overrides(settings),
                 ),
@@ -364,7 +374,7 @@ class Stack:
         services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
-            engine_url = f"http://{gateway.host}:{gateway.engine_port}"
+            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
             services.append(self._http_status("engine", self.engine, engine_url, _engine_serves(engine_url)))
             services.append(
                 self._http_status(

@@ -7,12 +7,18 @@ Contract:
 - Callers spell no workflow, update or query name: they pass the handlers themselves, e.g.
   `await handle.query(RunWorkflow.status)`, `await handle.execute_update(RunWorkflow.pause)` (also `resume`,
   `stop`, and `set_max_lag` with the new lag); each update returns the run's `RunStatus` after it.
+- `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
+  gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
+  `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
 - Only temporalio and rollout.workflows are imported here: nothing heavy, nothing with side effects.
 """
 
 from __future__ import annotations
 
-from temporalio.client import Client, WorkflowHandle
+from typing import Literal
+
+from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.service import RPCError
 
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
@@ -39,3 +45,30 @@ def run_handle(client: Client, run: str) -> WorkflowHandle[RunWorkflow, RunStatu
     (`temporalio.service.RPCError`, status NOT_FOUND).
     """
     return client.get_workflow_handle_for(RunWorkflow.run, run_workflow_id(run))
+
+
+RunUpdate = Literal["pause", "resume", "stop", "set_max_lag"]
+
+
+class RunNotPlaying(LookupError):
+    """No workflow of that run is playing (never started, or already ended)."""
+
+
+class RunUpdateRefused(ValueError):
+    """The run's workflow refused the update (its validator said why)."""
+
+
+async def update_run(client: Client, run: str, update: RunUpdate, value: int | None = None) -> RunStatus:
+    """Apply `update` to run `run` (`set_max_lag` takes `value`) and return the run's status after it."""
+    handle = run_handle(client, run)
+    try:
+        if update == "set_max_lag":
+            if value is None:
+                raise RunUpdateRefused("set_max_lag needs the new max_lag")
+            return await handle.execute_update(RunWorkflow.set_max_lag, value)
+        plain = {"pause": RunWorkflow.pause, "resume": RunWorkflow.resume, "stop": RunWorkflow.stop}
+        return await handle.execute_update(plain[update])
+    except WorkflowUpdateFailedError as error:
+        raise RunUpdateRefused(str(error.cause)) from error
+    except RPCError as error:
+        raise RunNotPlaying(f"no run {run!r} is playing ({error.message})") from error
