@@ -359,11 +359,12 @@ def run_matrix(
         for case in cases:
             compared = baseline if case.steps == steps else None
             window = base_s * case.steps / steps
+            line: dict[str, Any] = {}
             for attempt in range(1, TRIES + 1):
-                line = play(stack, case, base_s=window, baseline=compared, scratch=scratch) | {
-                    "tries": attempt
-                }
-                if NOTHING_KILLED not in line["problems"]:
+                line = play(stack, case, base_s=window, baseline=compared, scratch=scratch)
+                line["tries"] = attempt
+                problems: list[str] = line["problems"]
+                if NOTHING_KILLED not in problems:
                     break
                 # Runs vary in length with the machine's load: draw the next kill from a window half as long.
                 window /= 2
