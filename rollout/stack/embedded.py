@@ -10,24 +10,26 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import os
 import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import Any, Literal
-
-import httpx
-import psycopg
 
 from rollout.blobs import open_store
 from rollout.config import Settings
 from rollout.ledger import migrate
-from rollout.ledger.errors import redact
+from rollout.stack.health import (
+    ServiceStatus,
+    blobs_status,
+    engine_serves,
+    http_status,
+    postgres_status,
+    temporal_status,
+)
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.supervisor import (
@@ -44,24 +46,6 @@ from rollout.stack.supervisor import (
 )
 from rollout.stack.temporal import EmbeddedTemporal
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
-
-Mode = Literal["embedded", "external"]
-
-
-@dataclass(frozen=True)
-class ServiceStatus:
-    name: str
-    mode: Mode
-    address: str
-    healthy: bool
-    detail: str
-    pid: int | None = None
-    ui_url: str | None = None
-    restarts: int = 0  # times the supervisor started it again after it died
-    last_exit: str | None = None  # how it last ended, e.g. "killed by SIGKILL"
-
-    def as_json(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 class Stack:
@@ -371,15 +355,20 @@ class Stack:
         return services
 
     def _service_status(self) -> list[ServiceStatus]:
-        services = [self._postgres_status(), self._temporal_status(), self._blobs_status()]
+        postgres = self.postgres.pid() if self.postgres else None
+        services = [
+            postgres_status(self.settings.ledger_url, postgres, "embedded" if self.postgres else "external"),
+            self._temporal_status(),
+            blobs_status(self.settings),
+        ]
         gateway = self.settings.services.gateway
         if self.engine is not None and self.gateway is not None:
             engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
-            services.append(self._http_status("engine", self.engine, engine_url, _engine_serves(engine_url)))
+            services.append(http_status("engine", self.engine.pid(), engine_url, engine_serves(engine_url)))
             services.append(
-                self._http_status(
+                http_status(
                     "gateway",
-                    self.gateway,
+                    self.gateway.pid(),
                     f"http://{gateway.host}:{gateway.port}",
                     "agents use /s/TOKEN/v1 (`rollout seat new`)",
                 )
@@ -413,84 +402,14 @@ class Stack:
                 )
         return services
 
-    def _http_status(self, name: str, process: ManagedProcess, url: str, detail: str) -> ServiceStatus:
-        try:
-            healthy = httpx.get(f"{url}/health", timeout=3).status_code == 200
-        except httpx.HTTPError as error:
-            healthy, detail = False, f"unreachable: {type(error).__name__}"
-        return ServiceStatus(
-            name=name, mode="embedded", address=url, healthy=healthy, detail=detail, pid=process.pid()
-        )
-
-    def _postgres_status(self) -> ServiceStatus:
-        url = self.settings.ledger_url
-        pid = self.postgres.pid() if self.postgres else None
-        mode: Mode = "embedded" if self.postgres else "external"
-        try:
-            with psycopg.connect(url, connect_timeout=3) as conn:
-                version = conn.execute("SHOW server_version").fetchone()
-                revision = conn.execute(
-                    "SELECT version_num FROM alembic_version"
-                    " WHERE EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'alembic_version')"
-                ).fetchone()
-            schema = f"schema {revision[0]}" if revision else "schema not migrated (run `rollout up`)"
-            detail = f"PostgreSQL {version[0] if version else '?'}, {schema}"
-            return ServiceStatus(
-                name="postgres",
-                mode=mode,
-                address=redact(url),
-                healthy=revision is not None,
-                detail=detail,
-                pid=pid,
-            )
-        except psycopg.Error as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            return ServiceStatus(
-                name="postgres",
-                mode=mode,
-                address=redact(url),
-                healthy=False,
-                detail=f"unreachable: {reason}",
-                pid=pid,
-            )
-
     def _temporal_status(self) -> ServiceStatus:
-        address, ui_url = self.settings.temporal_address, self.settings.temporal_ui_url
-        pid = self.temporal.pid() if self.temporal else None
-        mode: Mode = "embedded" if self.temporal else "external"
-        ok, detail = asyncio.run(_check_temporal(address, self.settings.services.temporal.namespace))
-        if ok and ui_url:
-            try:
-                ui_ok = httpx.get(ui_url, timeout=3).status_code < 500
-            except httpx.HTTPError as error:
-                ui_ok, detail = False, f"web UI unreachable at {ui_url}: {error}"
-            if not ui_ok:
-                ok = False
-        return ServiceStatus(
-            name="temporal", mode=mode, address=address, healthy=ok, detail=detail, pid=pid, ui_url=ui_url
+        return temporal_status(
+            self.settings.temporal_address,
+            self.settings.temporal_ui_url,
+            self.settings.services.temporal.namespace,
+            self.temporal.pid() if self.temporal else None,
+            "embedded" if self.temporal else "external",
         )
-
-    def _blobs_status(self) -> ServiceStatus:
-        url = self.settings.blob_url
-        if url.startswith("file://"):
-            root = Path(url.removeprefix("file://"))
-            healthy = root.is_dir() and os.access(root, os.W_OK)
-            detail = "writable directory" if healthy else "missing or not writable (run `rollout up`)"
-            return ServiceStatus(name="blobs", mode="embedded", address=url, healthy=healthy, detail=detail)
-        try:
-            store = open_store(
-                url,
-                s3_endpoint=self.settings.services.blobs.s3_endpoint,
-                s3_secure=self.settings.services.blobs.s3_secure,
-            )
-            store.exists("__health__")
-            return ServiceStatus(
-                name="blobs", mode="external", address=url, healthy=True, detail="bucket reachable"
-            )
-        except Exception as error:  # any client or network failure is an unhealthy store, reported as such
-            return ServiceStatus(
-                name="blobs", mode="external", address=url, healthy=False, detail=f"unreachable: {error}"
-            )
 
 
 def _failed_since(state: ServiceState, asked: float) -> bool:
@@ -515,18 +434,6 @@ def _runs(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool
     )
 
 
-def _engine_serves(url: str) -> str:
-    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints loaded."""
-    try:
-        models = httpx.get(f"{url}/v1/models", timeout=3).json()["data"]
-    except (httpx.HTTPError, ValueError, KeyError):
-        return "not answering /v1/models"
-    bases = sorted({Path(str(m.get("root", m["id"]))).name for m in models if m.get("parent") is None})
-    loaded = [str(m["id"]) for m in models if m.get("parent") is not None]
-    more = f" + {len(loaded)} checkpoint(s): {', '.join(loaded[:3])}{' …' if len(loaded) > 3 else ''}"
-    return f"serving {', '.join(bases) or '?'}{more if loaded else ''}"
-
-
 def _runner_import_path(data_dir: Path, wanted: list[str] | None) -> list[str]:
     """What the runner is started with: the running runner's import path, then any new entries of `wanted`."""
     from rollout.references import import_path
@@ -546,19 +453,3 @@ def trainer_overrides(settings: Settings) -> list[str]:
         text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
         out.append(f"trainer.{spec.name}={text}")
     return out
-
-
-async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
-    from temporalio.client import Client
-
-    try:
-        async with asyncio.timeout(5):
-            client = await Client.connect(address, namespace=namespace)
-            healthy = await client.service_client.check_health()
-    except Exception as error:  # connection refused, timeout, TLS: all mean "not reachable"
-        text = str(error).strip() or type(error).__name__
-        return (
-            False,
-            "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}",
-        )
-    return healthy, f"namespace {namespace}" if healthy else "health check failed"

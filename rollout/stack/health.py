@@ -1,0 +1,143 @@
+"""How each service of a stack is doing, probed from outside: one `ServiceStatus` per service.
+
+Contract: a probe never changes anything and never raises; an unreachable service is `healthy=False` with the
+reason in `detail`. Addresses are reported without passwords.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+import psycopg
+
+from rollout.blobs import open_store
+from rollout.config import Settings
+from rollout.ledger.errors import redact
+
+Mode = Literal["embedded", "external"]
+
+
+@dataclass(frozen=True)
+class ServiceStatus:
+    name: str
+    mode: Mode
+    address: str
+    healthy: bool
+    detail: str
+    pid: int | None = None
+    ui_url: str | None = None
+    restarts: int = 0  # times the supervisor started it again after it died
+    last_exit: str | None = None  # how it last ended, e.g. "killed by SIGKILL"
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def http_status(name: str, pid: int | None, url: str, detail: str) -> ServiceStatus:
+    try:
+        healthy = httpx.get(f"{url}/health", timeout=3).status_code == 200
+    except httpx.HTTPError as error:
+        healthy, detail = False, f"unreachable: {type(error).__name__}"
+    return ServiceStatus(name=name, mode="embedded", address=url, healthy=healthy, detail=detail, pid=pid)
+
+
+def postgres_status(url: str, pid: int | None, mode: Mode) -> ServiceStatus:
+    try:
+        with psycopg.connect(url, connect_timeout=3) as conn:
+            version = conn.execute("SHOW server_version").fetchone()
+            revision = conn.execute(
+                "SELECT version_num FROM alembic_version"
+                " WHERE EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'alembic_version')"
+            ).fetchone()
+        schema = f"schema {revision[0]}" if revision else "schema not migrated (run `rollout up`)"
+        detail = f"PostgreSQL {version[0] if version else '?'}, {schema}"
+        return ServiceStatus(
+            name="postgres",
+            mode=mode,
+            address=redact(url),
+            healthy=revision is not None,
+            detail=detail,
+            pid=pid,
+        )
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        return ServiceStatus(
+            name="postgres",
+            mode=mode,
+            address=redact(url),
+            healthy=False,
+            detail=f"unreachable: {reason}",
+            pid=pid,
+        )
+
+
+def temporal_status(
+    address: str, ui_url: str | None, namespace: str, pid: int | None, mode: Mode
+) -> ServiceStatus:
+    ok, detail = asyncio.run(_check_temporal(address, namespace))
+    if ok and ui_url:
+        try:
+            ui_ok = httpx.get(ui_url, timeout=3).status_code < 500
+        except httpx.HTTPError as error:
+            ui_ok, detail = False, f"web UI unreachable at {ui_url}: {error}"
+        if not ui_ok:
+            ok = False
+    return ServiceStatus(
+        name="temporal", mode=mode, address=address, healthy=ok, detail=detail, pid=pid, ui_url=ui_url
+    )
+
+
+def blobs_status(settings: Settings) -> ServiceStatus:
+    url = settings.blob_url
+    if url.startswith("file://"):
+        root = Path(url.removeprefix("file://"))
+        healthy = root.is_dir() and os.access(root, os.W_OK)
+        detail = "writable directory" if healthy else "missing or not writable (run `rollout up`)"
+        return ServiceStatus(name="blobs", mode="embedded", address=url, healthy=healthy, detail=detail)
+    try:
+        store = open_store(
+            url,
+            s3_endpoint=settings.services.blobs.s3_endpoint,
+            s3_secure=settings.services.blobs.s3_secure,
+        )
+        store.exists("__health__")
+        return ServiceStatus(
+            name="blobs", mode="external", address=url, healthy=True, detail="bucket reachable"
+        )
+    except Exception as error:  # any client or network failure is an unhealthy store, reported as such
+        return ServiceStatus(
+            name="blobs", mode="external", address=url, healthy=False, detail=f"unreachable: {error}"
+        )
+
+
+def engine_serves(url: str) -> str:
+    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints loaded."""
+    try:
+        models = httpx.get(f"{url}/v1/models", timeout=3).json()["data"]
+    except (httpx.HTTPError, ValueError, KeyError):
+        return "not answering /v1/models"
+    bases = sorted({Path(str(m.get("root", m["id"]))).name for m in models if m.get("parent") is None})
+    loaded = [str(m["id"]) for m in models if m.get("parent") is not None]
+    more = f" + {len(loaded)} checkpoint(s): {', '.join(loaded[:3])}{' …' if len(loaded) > 3 else ''}"
+    return f"serving {', '.join(bases) or '?'}{more if loaded else ''}"
+
+
+async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
+    from temporalio.client import Client
+
+    try:
+        async with asyncio.timeout(5):
+            client = await Client.connect(address, namespace=namespace)
+            healthy = await client.service_client.check_health()
+    except Exception as error:  # connection refused, timeout, TLS: all mean "not reachable"
+        text = str(error).strip() or type(error).__name__
+        return (
+            False,
+            "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}",
+        )
+    return healthy, f"namespace {namespace}" if healthy else "health check failed"
