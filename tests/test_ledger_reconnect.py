@@ -79,3 +79,32 @@ async def test_past_the_reconnect_window_the_caller_gets_a_clear_error(tmp_path:
             assert f"{postgres.port}" in str(raised.value) and "rollout up" in str(raised.value)
     finally:
         await asyncio.to_thread(postgres.remove)
+
+
+async def test_a_migration_cut_off_by_a_crash_says_so_and_finishes_when_run_again(tmp_path: Path) -> None:
+    import psycopg
+
+    postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
+    await asyncio.to_thread(postgres.start)
+    url = postgres.url("rollout")
+    try:
+        await asyncio.to_thread(migrate.ensure_database, url)
+        # Another migrator holds the lock, so ours is inside alembic (connected, waiting) when the server dies.
+        with psycopg.connect(url, autocommit=True) as holder:
+            holder.execute("SELECT pg_advisory_lock(%s)", (migrate.MIGRATION_LOCK,))
+            migrating = asyncio.create_task(asyncio.to_thread(migrate.upgrade, url))
+            await asyncio.sleep(2.0)
+            assert not migrating.done()
+            pid = postgres.pid()
+            assert pid is not None
+            os.kill(pid, signal.SIGKILL)
+            with pytest.raises(LedgerUnreachableError) as raised:
+                await asyncio.wait_for(migrating, 60)
+        assert f"{postgres.port}" in str(raised.value)
+        await start_again(postgres)
+        await asyncio.to_thread(migrate.upgrade, url)
+        with psycopg.connect(url) as check:
+            row = check.execute("SELECT version_num FROM alembic_version").fetchone()
+        assert row == (migrate.head_revision(),)
+    finally:
+        await asyncio.to_thread(postgres.remove)

@@ -49,16 +49,25 @@ def load_settings(overrides: list[str] | None) -> config.Settings:
         fail(f"{error}\nSee every setting with `rollout config show`.", code=2)
 
 
-async def connect_temporal(settings: config.Settings) -> Client:
-    """A Temporal client, or a clear error saying how to start Temporal."""
+async def connect_temporal(settings: config.Settings, *, patience_s: float = 0.0) -> Client:
+    """A Temporal client, or a clear error saying how to start Temporal. With `patience_s`, a server that is not
+    answering (being restarted by the embedded stack's supervisor) is tried again for that long."""
+    import asyncio
+    import time
+
     from temporalio.client import Client
 
-    try:
-        return await Client.connect(settings.temporal_address)
-    except RuntimeError as error:
-        fail(
-            f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
-        )
+    deadline = time.monotonic() + patience_s
+    while True:
+        try:
+            return await Client.connect(settings.temporal_address)
+        except RuntimeError as error:
+            if time.monotonic() < deadline:
+                await asyncio.sleep(1.0)
+                continue
+            fail(
+                f"Temporal at {settings.temporal_address} is not answering ({error}): start it with `rollout up`"
+            )
 
 
 def as_service(settings: config.Settings, *secrets: str | bytes) -> None:

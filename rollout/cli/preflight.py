@@ -19,7 +19,9 @@ from rollout.workflows.types import EnvironmentInfo
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-PICKUP_TIMEOUT_S = 60.0  # a runner just (re)started by the stack needs a few seconds to poll
+# A runner just (re)started by the stack needs a few seconds to poll; one killed during the check is noticed
+# within its heartbeat timeout (30 s) and the check is tried again.
+PICKUP_TIMEOUT_S = 90.0
 
 
 class PreflightFailed(RuntimeError):
@@ -30,7 +32,7 @@ async def confirm_runner_loads(
     client: Client, run: str, environment: str, *, timeout_s: float = PICKUP_TIMEOUT_S
 ) -> EnvironmentInfo:
     from temporalio.client import WorkflowFailureError
-    from temporalio.common import WorkflowIDReusePolicy
+    from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
     from temporalio.exceptions import FailureError
 
     handle = await client.start_workflow(
@@ -39,6 +41,8 @@ async def confirm_runner_loads(
         id=preflight_workflow_id(run),
         task_queue=RUNNER_QUEUE,
         id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+        # Called again after Temporal went away, it joins the check already under way.
+        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
     )
     try:
         async with asyncio.timeout(timeout_s):

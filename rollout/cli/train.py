@@ -6,20 +6,26 @@ import asyncio
 import json
 import logging
 import os
+import time
 import uuid
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, load_settings
+from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, guarded, load_settings
 from rollout.config import Settings
-from rollout.stack.postgres import CorruptDataDirError
-from rollout.stack.processes import PortTakenError
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
     from rollout.cli.training_view import TrainingProgress
-    from rollout.workflows.types import RunStatus
+    from rollout.workflows.types import RunInput, RunStatus
+
+# `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
+# brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30 s).
+TEMPORAL_OUTAGE_S = 120.0
+LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
 
 
 def train(
@@ -40,13 +46,16 @@ def train(
     `trainer.steps=5 trainer.learning_rate=1e-4 run.max_lag=2`. Ctrl-C pauses the run (it stays paused across
     restarts); `rollout run attach RUN` resumes it and shows it again.
     """
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from rollout.cli.live import outlasting
     from rollout.cli.preflight import PreflightFailed, confirm_runner_loads
     from rollout.cli.training_view import run_input
     from rollout.engines.models import resolve
     from rollout.environment import EnvironmentLoadError, load_environment
     from rollout.references import import_path
     from rollout.stack.embedded import Stack
-    from rollout.workflows.client import start_run
 
     settings = load_settings([f"preset={preset}", *(overrides or [])])
     try:
@@ -59,7 +68,8 @@ def train(
             f"{settings.services.gateway.model}: set both to the same model"
         )
     stack = Stack(settings)
-    try:
+
+    def start_stack() -> None:
         with err.status("starting the stack…") as spinner:
             stack.up(report=lambda line: spinner.update(line))
             _check_engine_model(
@@ -67,19 +77,31 @@ def train(
             )
             spinner.update("trainer: starting")
             stack.start_trainer()
-    except (RuntimeError, PortTakenError, CorruptDataDirError) as error:
-        fail(str(error))
+
+    guarded(start_stack)
     run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
     given = run_input(settings, environment, run_id, import_path=os.pathsep.join(import_path()))
     policies = [a.policy for a in loaded.agents if a.checkpoint is None and not a.command] or ["default"]
 
     async def begin() -> None:
-        client = await connect_temporal(settings)
+        # The stack was just started: a service that dies now is being restarted by the supervisor, so each
+        # step waits it out (`outlasting`) rather than stopping before the run exists.
+        client = await connect_temporal(settings, patience_s=TEMPORAL_OUTAGE_S)
         try:
-            await confirm_runner_loads(client, run_id, environment)
+            await outlasting(lambda: confirm_runner_loads(client, run_id, environment), TEMPORAL_OUTAGE_S)
         except PreflightFailed as error:
             fail(str(error), code=2)
-        await start_run(client, given)
+        except RPCError as error:
+            fail(f"Temporal stopped answering while a runner checked {environment} ({error.message}): {LOOK}")
+        try:
+            await _start_riding_outages(client, given)
+        except RPCError as error:
+            fail(f"Temporal stopped answering while run {run_id} was starting ({error.message}): {LOOK}")
+        except WorkflowAlreadyStartedError:
+            fail(
+                f"run {run_id} is already playing: follow it with `rollout run attach {run_id}`, or train under "
+                "another --run"
+            )
 
     with err.status("a runner loads the environment…"):
         asyncio.run(begin())
@@ -87,6 +109,32 @@ def train(
         f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
     )
     follow_to_the_end(settings, run_id, policies[0], as_json=as_json)
+
+
+async def _start_riding_outages(client: Client, given: RunInput) -> None:
+    """Start the run's workflow, trying again while Temporal is away (for `TEMPORAL_OUTAGE_S`). A retry that finds
+    the run already playing found the start whose reply was lost; a run id already playing at the first try is
+    refused (`WorkflowAlreadyStartedError`)."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from rollout.workflows.client import start_run
+
+    deadline = time.monotonic() + TEMPORAL_OUTAGE_S
+    retried = False
+    while True:
+        try:
+            await start_run(client, given)
+            return
+        except WorkflowAlreadyStartedError:
+            if retried:
+                return
+            raise
+        except RPCError:
+            if time.monotonic() > deadline:
+                raise
+            retried = True
+            await asyncio.sleep(1.0)
 
 
 def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool) -> None:

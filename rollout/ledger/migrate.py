@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from alembic.config import Config
 
 MIGRATIONS = Path(__file__).parent / "migrations"
+MIGRATION_LOCK = 7_240_501  # pg_advisory_lock key: one migrator at a time per database
 
 
 def _with_database(url: str, database: str) -> str:
@@ -65,8 +66,16 @@ def head_revision() -> str:
 
 
 def upgrade(url: str) -> None:
-    """Create the database if needed and apply every migration not yet applied."""
+    """Create the database if needed and apply every migration not yet applied.
+
+    Raises `LedgerUnreachableError` when the server cannot be reached or goes away mid-way; each migration runs
+    in one transaction, so calling `upgrade` again once the server is back finishes the job.
+    """
     from alembic import command
+    from sqlalchemy.exc import OperationalError
 
     ensure_database(url)
-    command.upgrade(alembic_config(url), "head")
+    try:
+        command.upgrade(alembic_config(url), "head")
+    except OperationalError as error:
+        raise LedgerUnreachableError(url, str(error.orig or error)) from error

@@ -3,7 +3,8 @@
 Contract:
 - A service with a URL configured is external: `up` starts nothing for it and only checks it.
 - `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
-  shells at once, leaves one of each service running. It migrates the ledger to the newest schema.
+  shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
+  out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`).
 - `down` stops only what `up` started (embedded services), and is a no-op when nothing runs.
 - `status` never changes anything; every service reports its address, health and a one-line detail.
 """
@@ -22,6 +23,7 @@ from pathlib import Path
 from rollout.blobs import open_store
 from rollout.config import Settings
 from rollout.ledger import migrate
+from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.health import (
     ServiceStatus,
     blobs_status,
@@ -46,6 +48,8 @@ from rollout.stack.supervisor import (
 )
 from rollout.stack.temporal import EmbeddedTemporal
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
+
+LEDGER_OUTAGE_S = 120.0  # the supervisor restarts Postgres within seconds; its backoff tops out at 30 s
 
 
 class Stack:
@@ -209,8 +213,7 @@ class Stack:
     def _start_services(self, report: Callable[[str], None]) -> None:
         if self.postgres is not None:
             self._keep(ServiceSpec.postgres(self.postgres), report)
-        report("ledger: migrating to the newest schema")
-        migrate.upgrade(self.settings.ledger_url)
+        self._migrate(report)
         if self.temporal is not None:
             self.temporal.db_path.parent.mkdir(parents=True, exist_ok=True)
             self._keep(ServiceSpec.of(self.temporal.process, 60), report)
@@ -233,6 +236,21 @@ class Stack:
             s3_endpoint=self.settings.services.blobs.s3_endpoint,
             s3_secure=self.settings.services.blobs.s3_secure,
         )
+
+    def _migrate(self, report: Callable[[str], None]) -> None:
+        """Bring the ledger to the newest schema; while the embedded Postgres is down (killed, and being restarted
+        by the supervisor), wait for it for up to `LEDGER_OUTAGE_S`."""
+        report("ledger: migrating to the newest schema")
+        deadline = time.monotonic() + (LEDGER_OUTAGE_S if self.postgres is not None else 0)
+        while True:
+            try:
+                migrate.upgrade(self.settings.ledger_url)
+                return
+            except LedgerUnreachableError:
+                if time.monotonic() > deadline:
+                    raise
+                report("ledger: Postgres is not answering; waiting for the supervisor to restart it")
+                time.sleep(1.0)
 
     def _ensure_supervisor(self, report: Callable[[str], None]) -> None:
         supervisor = supervisor_process(self.data_dir)

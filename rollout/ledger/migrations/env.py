@@ -3,9 +3,8 @@
 from alembic import context
 from sqlalchemy import create_engine, text
 
+from rollout.ledger.migrate import MIGRATION_LOCK
 from rollout.ledger.schema import SQLModel
-
-MIGRATION_LOCK = 7_240_501  # pg_advisory_lock key: one migrator at a time per database
 
 url = context.config.get_main_option("sqlalchemy.url")
 assert url, "the ledger URL is set by rollout.ledger.migrate"
