@@ -137,6 +137,15 @@ class RunDefaults:
 
 
 @dataclass
+class EvalSettings:
+    """Evals during `rollout train`: score every `every`-th checkpoint on `suite` (NAME, NAME@VERSION, a suite
+    file, or a shipped suite such as smoke), without holding training back."""
+
+    suite: str | None = None
+    every: int = 0
+
+
+@dataclass
 class Settings:
     data_dir: str = MISSING
     services: ServiceSettings = field(default_factory=ServiceSettings)
@@ -144,6 +153,7 @@ class Settings:
     log_level: LogLevel = LogLevel.INFO
     trainer: TrainerSettings = field(default_factory=TrainerSettings)
     run: RunDefaults = field(default_factory=RunDefaults)
+    eval: EvalSettings = field(default_factory=EvalSettings)
 
     @property
     def data_path(self) -> Path:

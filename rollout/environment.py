@@ -10,6 +10,10 @@ Contract:
   agent)`) and its own reward. A seat uses the built-in loop (the Task talks to the model through the gateway)
   unless it names an external `command` (Claude Code, Codex, a script), which is started with the seat's base
   URL and key in its environment; the Task then scores the outcome when the command ends.
+- `eval_source` is the held-out task set evals draw from (rollout.evals): tasks training never draws. A
+  `Generator` environment holds out a seed of its own; a `Dataset` one, rows it leaves out of `source`.
+  `task_source(selection)` is the source a selection names: `train` (the source), `eval` (the held-out one),
+  or `seed:N` (the generator's tasks under seed N).
 - `replayable` says whether a retried attempt may resume by replay (the same requests get the recorded
   replies). An environment with outside state (a live world) sets it False: a retried attempt is abandoned and
   a fresh one starts.
@@ -21,13 +25,15 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollout.contracts import Message, ToolSpec
 from rollout.harness import Task
 from rollout.references import ReferenceLoadError, import_reference
 
 TaskParameters = dict[str, str]
+TRAIN_TASKS = "train"
+EVAL_TASKS = "eval"
 
 
 class EnvironmentLoadError(ValueError):
@@ -100,6 +106,7 @@ class Environment:
     sandbox: SandboxSpec | None = None
     replayable: bool = True
     description: str = ""
+    eval_source: TaskSource | None = None  # held-out tasks for evals; training never draws them
     # A deterministic stand-in for the model, for `rollout env check` and tutorials: messages and tools so far
     # -> the assistant's reply. Without one, the check's model answers "ok".
     scripted_reply: Callable[[list[Message], tuple[ToolSpec, ...]], Message] | None = None
@@ -116,6 +123,27 @@ class Environment:
             raise ValueError(
                 f"environment {self.name!r}: its sandbox has {self.sandbox.seats} seat(s) for {len(self.agents)} agents"
             )
+
+    def task_source(self, selection: str = TRAIN_TASKS) -> TaskSource:
+        """The tasks `selection` names: `train`, `eval` (held out) or `seed:N`; `ValueError` says why not."""
+        if selection == TRAIN_TASKS:
+            return self.source
+        if selection == EVAL_TASKS:
+            if self.eval_source is None:
+                raise ValueError(
+                    f"environment {self.name!r} holds out no tasks (its eval_source is None): give it one, or "
+                    "evaluate it on generator tasks of a seed of their own (`seed: N` in the suite)"
+                )
+            return self.eval_source
+        seed = selection.removeprefix("seed:")
+        if seed != selection and seed.lstrip("-").isdigit():
+            if not isinstance(self.source, Generator):
+                raise ValueError(
+                    f"environment {self.name!r} draws its tasks from a {type(self.source).__name__}, not a "
+                    "Generator: it has no seeds to choose (evaluate its held-out tasks instead)"
+                )
+            return replace(self.source, seed=int(seed))
+        raise ValueError(f"unknown task selection {selection!r}: train, eval or seed:N")
 
     def agent(self, name: str) -> AgentSeatSpec:
         for agent in self.agents:

@@ -11,6 +11,10 @@ Contract:
   whole state: the base model it serves to every policy, the checkpoints it serves, whether it sleeps, and the
   last load that failed (the engine keeps serving what it served before). The newest ack of an engine is its
   state; a restarted engine starts a new incarnation whose first ack serves only the base model.
+- Requests (`serving/requests`, rollout.ledger.streams.SERVING_REQUESTS) ask for a checkpoint to be served beyond
+  the newest ones (an eval of an older checkpoint): `ServingRequested` keyed `{holder}/{checkpoint}/requested`,
+  then `ServingReleased` keyed `.../released`. `ServingRequests` folds them into the checkpoints some holder
+  still wants; engines serve those too, while their targets exist in a format they load.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
 - `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
 """
@@ -21,7 +25,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from rollout.blobs import BlobRef
-from rollout.ledger.streams import SERVING_ACKS
+from rollout.ledger.events import Kind
+from rollout.ledger.streams import SERVING_ACKS, SERVING_REQUESTS
 from rollout.training.checkpoints import CheckpointFile
 
 if TYPE_CHECKING:
@@ -160,8 +165,54 @@ class EngineStates:
         return list(self.by_url.values())
 
 
-def desired(targets: list[ServingTarget], formats: tuple[str, ...], keep: int) -> list[ServingTarget]:
-    """What an engine should serve: per policy, the newest `keep` versions it has a format for (newest first)."""
+@dataclass(frozen=True)
+class ServingRequest:
+    """`holder` (an eval's workflow id) needs `checkpoint` served until it releases it."""
+
+    holder: str
+    checkpoint: str
+
+    @property
+    def requested_key(self) -> str:
+        return f"{self.holder}/{self.checkpoint}/requested"
+
+    @property
+    def released_key(self) -> str:
+        return f"{self.holder}/{self.checkpoint}/released"
+
+    def to_payload(self) -> dict[str, Any]:
+        return {"holder": self.holder, "checkpoint": self.checkpoint}
+
+
+@dataclass
+class ServingRequests:
+    """The checkpoints some holder has requested and not released, folded from `serving/requests` by cursor."""
+
+    holders: dict[str, set[str]] = field(default_factory=dict[str, set[str]])  # checkpoint -> holders
+    cursor: int = 0
+
+    async def refresh(self, ledger: Ledger) -> bool:
+        """Fold in what was appended since the last refresh; True when the wanted set changed."""
+        before = self.wanted()
+        while events := await ledger.read(SERVING_REQUESTS, after=self.cursor):
+            self.cursor = events[-1].seq
+            for event in events:
+                holder, checkpoint = str(event.payload["holder"]), str(event.payload["checkpoint"])
+                if event.kind == Kind.SERVING_REQUESTED:
+                    self.holders.setdefault(checkpoint, set()).add(holder)
+                elif event.kind == Kind.SERVING_RELEASED:
+                    self.holders.get(checkpoint, set()).discard(holder)
+        return self.wanted() != before
+
+    def wanted(self) -> frozenset[str]:
+        return frozenset(checkpoint for checkpoint, holders in self.holders.items() if holders)
+
+
+def desired(
+    targets: list[ServingTarget], formats: tuple[str, ...], keep: int, requested: frozenset[str] = frozenset()
+) -> list[ServingTarget]:
+    """What an engine should serve: per policy, the newest `keep` versions it has a format for, and every
+    `requested` checkpoint it has a format for (newest first)."""
     by_policy: dict[str, dict[int, ServingTarget]] = {}
     for target in targets:
         if target.format not in formats:
@@ -173,5 +224,7 @@ def desired(targets: list[ServingTarget], formats: tuple[str, ...], keep: int) -
             versions[target.version] = target
     chosen: list[ServingTarget] = []
     for versions in by_policy.values():
-        chosen.extend(versions[v] for v in sorted(versions, reverse=True)[:keep])
+        newest = sorted(versions, reverse=True)
+        chosen.extend(versions[v] for v in newest[:keep])
+        chosen.extend(versions[v] for v in newest[keep:] if versions[v].checkpoint in requested)
     return sorted(chosen, key=lambda t: -t.version)

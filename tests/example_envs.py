@@ -115,4 +115,11 @@ class Coin(Task):
         return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
 
 
-coin = Environment("coin", lambda parameters, agent: Coin(), Dataset([{}]), group_size=4, max_turns=1)
+coin = Environment(
+    "coin",
+    lambda parameters, agent: Coin(),
+    Dataset([{}]),
+    group_size=4,
+    max_turns=1,
+    eval_source=Dataset([{}]),  # evals (every eval episode is its own group: member 0, so it wins)
+)

@@ -20,6 +20,7 @@ import pytest
 from temporalio import activity, workflow
 
 from rollout.activities.bridges import BridgeActivities
+from rollout.activities.evals import EvalActivities
 from rollout.activities.local_training import LocalTrainingActivities
 from rollout.activities.runner import RunnerActivities
 from rollout.activities.tinker_training import TinkerTrainerConfig, TinkerTrainingActivities
@@ -72,7 +73,8 @@ def types_of(fn: Callable[..., Any]) -> tuple[list[Any], Any]:
 
 
 def runner_registered() -> list[Callable[..., Any]]:
-    return list(RunnerActivities(NO_LEDGER, gateway_url="http://runner.invalid", seat_secret=b"s" * 32).all())
+    runner = RunnerActivities(NO_LEDGER, gateway_url="http://runner.invalid", seat_secret=b"s" * 32)
+    return [*runner.all(), *EvalActivities(NO_LEDGER).all()]
 
 
 def trainer_registered(provider: str, scratch: Path) -> list[Callable[..., Any]]:

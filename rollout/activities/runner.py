@@ -115,7 +115,10 @@ class RunnerActivities:
     async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
         given = attempt.input
         environment = _load(given.environment.reference)
-        parameters = environment.source.parameters(given.group)
+        try:
+            parameters = environment.task_source(given.environment.tasks).parameters(given.group)
+        except ValueError as error:  # an eval's task selection the environment cannot give
+            raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
         agent = given.agent
         await open_seat(
             self.ledger,

@@ -7,7 +7,21 @@ import sys
 
 import typer
 
-from rollout.cli import config, engine, env, gateway, ledger, run, sandbox, seat, sft, stack, train, worker
+from rollout.cli import (
+    config,
+    engine,
+    env,
+    evals,
+    gateway,
+    ledger,
+    run,
+    sandbox,
+    seat,
+    sft,
+    stack,
+    train,
+    worker,
+)
 from rollout.redaction import scrub_process_output
 
 app = typer.Typer(
@@ -24,6 +38,7 @@ app.command()(sft.sft)
 gateway.register(app)
 app.add_typer(run.app, name="run")
 app.add_typer(env.app, name="env")
+evals.register(app)
 app.add_typer(seat.app, name="seat")
 app.add_typer(engine.app, name="engine")
 app.add_typer(worker.app, name="worker")

@@ -8,8 +8,8 @@ user for an error they can fix.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, NoReturn
+from collections.abc import Callable, Coroutine
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from rich.console import Console
@@ -97,6 +97,16 @@ def blob_store(settings: config.Settings) -> BlobStore:
 
     blobs = settings.services.blobs
     return open_store(settings.blob_url, s3_endpoint=blobs.s3_endpoint, s3_secure=blobs.s3_secure)
+
+
+def ledger_call[T](call: Coroutine[Any, Any, T]) -> T:
+    """Run a command's ledger work; a ledger that cannot be reached is one clear message."""
+    import asyncio
+
+    try:
+        return asyncio.run(call)
+    except LedgerError as error:
+        fail(f"{error}\nIs the stack up? `rollout up` starts it; `rollout status` shows it.")
 
 
 def guarded[T](action: Callable[[], T]) -> T:

@@ -13,16 +13,23 @@ import asyncio
 import json
 import time
 import uuid
-from collections.abc import Coroutine
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, load_settings, out
+from rollout.cli.common import (
+    JsonFlag,
+    Overrides,
+    connect_temporal,
+    err,
+    fail,
+    ledger_call,
+    load_settings,
+    out,
+)
 from rollout.config import Settings
-from rollout.ledger.errors import LedgerError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -74,13 +81,6 @@ def _print_status(status: dict[str, object], as_json: bool) -> None:
         print(json.dumps(status))
         return
     out.print("  ".join(f"{key} [bold]{value}[/]" for key, value in status.items()), highlight=False)
-
-
-def _ledger_call[T](settings: Settings, call: Coroutine[Any, Any, T]) -> T:
-    try:
-        return asyncio.run(call)
-    except LedgerError as error:
-        fail(f"{error}\nIs the stack up? `rollout status` shows it.")
 
 
 @app.command("start")
@@ -183,7 +183,7 @@ async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
 def list_(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
     """Every run the ledger holds, newest first: its environment, state, episodes and steps."""
     settings = load_settings(overrides)
-    rows: list[dict[str, Any]] = _ledger_call(settings, _rows(settings, None))
+    rows: list[dict[str, Any]] = ledger_call(_rows(settings, None))
     if as_json:
         print(json.dumps(rows))
         return
@@ -218,7 +218,7 @@ def status(
     settings = load_settings(overrides)
     try:
         while True:
-            row = _ledger_call(settings, _rows(settings, run))[0]
+            row = ledger_call(_rows(settings, run))[0]
             if as_json:
                 print(json.dumps(row), flush=True)
             else:
@@ -262,7 +262,7 @@ def attach(
             found = await find_run(ledger, run)
         return None if found is None else dict(found.settings)
 
-    run_settings = _ledger_call(settings, recorded())
+    run_settings = ledger_call(recorded())
     if run_settings is None:
         fail(f"the ledger has no run {run!r}: `rollout run list` shows the runs it has")
     trainer = recorded_trainer_overrides(run_settings)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.cli.training_view import TrainingProgress
-    from rollout.workflows.types import RunInput, RunStatus
+    from rollout.workflows.types import EvalInput, RunInput, RunStatus
 
 # `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
 # brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30 s).
@@ -78,9 +78,17 @@ def train(
             spinner.update("trainer: starting")
             stack.start_trainer()
 
+    if (settings.eval.suite is None) != (settings.eval.every < 1):
+        fail("evals during training need both eval.suite=SUITE and eval.every=N (N ≥ 1)", code=2)
     guarded(start_stack)
     run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
-    given = run_input(settings, environment, run_id, import_path=os.pathsep.join(import_path()))
+    given = run_input(
+        settings,
+        environment,
+        run_id,
+        import_path=os.pathsep.join(import_path()),
+        evaluation=_evaluation(settings),
+    )
     policies = [a.policy for a in loaded.agents if a.checkpoint is None and not a.command] or ["default"]
 
     async def begin() -> None:
@@ -109,6 +117,26 @@ def train(
         f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
     )
     follow_to_the_end(settings, run_id, policies[0], as_json=as_json)
+
+
+def _evaluation(settings: Settings) -> EvalInput | None:
+    """The eval every `eval.every`-th checkpoint gets (`eval.suite`, registered first), or None."""
+    if settings.eval.suite is None:
+        return None
+    from rollout.cli.evals import eval_input, suite_named
+    from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
+
+    async def find() -> EvalInput:
+        assert settings.eval.suite is not None
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            suite = await suite_named(ledger, settings.eval.suite)
+            return eval_input(suite, checkpoint="", max_tokens=settings.run.max_tokens)
+
+    try:
+        return asyncio.run(find())
+    except LedgerError as error:
+        fail(f"{error}\n`rollout status` shows the stack.")
 
 
 async def _start_riding_outages(client: Client, given: RunInput) -> None:

@@ -28,13 +28,20 @@ from rollout.ledger.streams import (
 )
 from rollout.serving import ServingAck
 from rollout.stack.embedded import trainer_overrides
-from rollout.workflows.types import RunInput, TrainingSpec, run_policy
+from rollout.workflows.types import EvalInput, RunInput, TrainingSpec, run_policy
 
 TRAINER_PREFIX = "trainer."
 IMPORT_PATH = "launch.import_path"
 
 
-def run_input(settings: Settings, environment: str, run: str, *, import_path: str = "") -> RunInput:
+def run_input(
+    settings: Settings,
+    environment: str,
+    run: str,
+    *,
+    import_path: str = "",
+    evaluation: EvalInput | None = None,
+) -> RunInput:
     trainer = settings.trainer
     formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
     training = TrainingSpec(
@@ -43,6 +50,8 @@ def run_input(settings: Settings, environment: str, run: str, *, import_path: st
         advantage=trainer.advantage.value,
         serve_formats=formats,
         warm_start=trainer.warm_start,
+        evaluation=evaluation,
+        eval_every=settings.eval.every if evaluation is not None else 0,
     )
     recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
     for override in trainer_overrides(settings):

@@ -3,7 +3,7 @@
 Contract:
 - It reads `ServingTarget`s (stream `serving/targets`) by cursor and keeps the engine serving, per policy, the
   newest `keep` checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still
-  find theirs). Files come from the blob store, hash-verified, into a cache directory; then `engine.load`.
+  find theirs), and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files come from the blob store, hash-verified, into a cache directory; then `engine.load`.
 - After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state; the
   gateway routes by the newest ack. Its first ack, as it starts, serves only the base model: a restarted engine
   never claims what it no longer holds. A checkpoint that is dropped is left out of the ack first and unloaded
@@ -31,7 +31,7 @@ from rollout.engines.protocol import CheckpointRef
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.queries import live_lease_holder
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, gpu_lease
-from rollout.serving import BASE_CHECKPOINT, Served, ServingAck, ServingTarget, desired
+from rollout.serving import BASE_CHECKPOINT, Served, ServingAck, ServingRequests, ServingTarget, desired
 from rollout.training.checkpoints import download_files
 
 log = logging.getLogger(__name__)
@@ -79,6 +79,7 @@ class ServingFollower:
         self.sleeping = False
         self._cursor = 0
         self._acks = 0
+        self.requests = ServingRequests()
 
     async def run(self) -> None:
         await self.ack()
@@ -94,6 +95,7 @@ class ServingFollower:
     async def step(self) -> None:
         """One look: new targets, the GPU lease, loads and unloads due; acks whatever changed."""
         changed = await self._read_targets()
+        changed = await self.requests.refresh(self.ledger) or changed
         if self.config.gpu is not None:
             await self._follow_gpu()
         if changed and not self.sleeping:
@@ -114,7 +116,7 @@ class ServingFollower:
         return changed
 
     async def reconcile(self) -> None:
-        want = desired(self.targets, self.config.formats, self.config.keep)
+        want = desired(self.targets, self.config.formats, self.config.keep, self.requests.wanted())
         wanted_names = {t.checkpoint for t in want}
         for target in want:  # newest first: the checkpoint turns are waiting for comes first
             if target.checkpoint in self.serving or target.checkpoint in self.failed:

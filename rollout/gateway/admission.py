@@ -8,7 +8,8 @@ Contract:
   freshest checkpoint is tried first. Settings are re-read for every turn (a mid-run change takes
   effect on the next turn); nothing here talks to Temporal.
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not limited.
-- A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings).
+- A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
+  `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with.
 - Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
 - While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
   `EngineUnavailable` (the gateway's 503 with Retry-After).
@@ -37,6 +38,7 @@ class RunSettings:
     max_lag: int = defaults.MAX_LAG
     paused: bool = False
     max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
+    temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,7 @@ class Admitted:
     newest: int
     max_lag: int
     max_tokens: int | None = None
+    temperature: float | None = None
 
 
 def eligible(slots: list[EngineSlot], seat: Seat, settings: RunSettings, newest: int) -> list[EngineSlot]:
@@ -82,10 +85,12 @@ class Admission:
         found = await find_run(self.ledger, run)
         settings: dict[str, Any] = found.settings if found else {}
         cap = settings.get("max_tokens")
+        temperature = settings.get("temperature")
         return RunSettings(
             int(settings.get("max_lag", defaults.MAX_LAG)),
             bool(settings.get("paused", False)),
             int(cap) if cap else None,
+            None if temperature is None else float(temperature),
         )
 
     async def newest_version(self, policy: str) -> int:
@@ -108,7 +113,11 @@ class Admission:
                     start = next(self._turn) % len(top)
                     ordered = top[start:] + top[:start] + found[len(top) :]
                     return Admitted(
-                        slots=ordered, newest=newest, max_lag=settings.max_lag, max_tokens=settings.max_tokens
+                        slots=ordered,
+                        newest=newest,
+                        max_lag=settings.max_lag,
+                        max_tokens=settings.max_tokens,
+                        temperature=settings.temperature,
                     )
                 reason = (
                     f"no engine serves a checkpoint within max_lag={settings.max_lag} of version {newest}"

@@ -273,7 +273,7 @@ class Gateway:
                     prompt_ids=tuple(prompt),
                     max_tokens=cap,
                     model=slot.checkpoint,
-                    temperature=temperature,
+                    temperature=temperature if admitted.temperature is None else admitted.temperature,
                     top_p=top_p,
                     stop_token_ids=self.renderer.stop_token_ids,
                     seed=request.params.seed,

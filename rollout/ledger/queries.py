@@ -16,6 +16,7 @@ from typing import Any
 from rollout.ledger.events import Kind, Lease, RecordedEvent
 from rollout.ledger.store import Ledger
 from rollout.ledger.streams import (
+    SERVING_TARGETS,
     policy_checkpoints_stream,
     run_batches_stream,
     run_episodes_stream,
@@ -227,6 +228,26 @@ async def checkpoint_payload(ledger: Ledger, policy: str, name: str) -> dict[str
         (policy_checkpoints_stream(policy), Kind.CHECKPOINT_CREATED.value, name),
     )
     return None if row is None else dict(row["payload"])
+
+
+async def checkpoint_names(ledger: Ledger) -> list[str]:
+    """The name of every recorded checkpoint, oldest first (scans `CheckpointCreated` events: for error messages
+    and tools)."""
+    rows = await ledger._fetch_all(
+        "SELECT payload->>'name' AS name FROM event WHERE kind = %s ORDER BY recorded_at",
+        (Kind.CHECKPOINT_CREATED.value,),
+    )
+    return [str(row["name"]) for row in rows]
+
+
+async def serving_target_formats(ledger: Ledger, checkpoint: str) -> list[str]:
+    """The formats checkpoint `checkpoint` has a `ServingTarget` in (none: no engine can load it yet)."""
+    rows = await ledger._fetch_all(
+        "SELECT payload->>'format' AS format FROM event WHERE stream_id = %s AND kind = %s"
+        " AND payload->>'checkpoint' = %s ORDER BY seq",
+        (SERVING_TARGETS, Kind.SERVING_TARGET.value, checkpoint),
+    )
+    return [str(row["format"]) for row in rows]
 
 
 # ---- seats -------------------------------------------------------------------------------------------------

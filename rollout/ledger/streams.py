@@ -17,6 +17,18 @@ SERVING_TARGETS = "serving/targets"
 SERVING_ACKS = "serving/acks"
 """`ServingAck`s: each engine's whole state, keyed `{engine}/{incarnation}/{n}`."""
 
+SERVING_REQUESTS = "serving/requests"
+"""`ServingRequested` / `ServingReleased`: a checkpoint someone (an eval) needs served beyond the newest ones, keyed
+`{holder}/{checkpoint}/requested` and `.../released`."""
+
+EVAL_SUITES = "evals/suites"
+"""`EvalSuiteRegistered`: each eval suite version's declaration and content hash, keyed `{name}@{version}`."""
+
+
+def eval_results_stream(suite: str) -> str:
+    """The `EvalResult`s of suite `suite` (every version), keyed `{version}/{checkpoint}/{environment}`."""
+    return f"evals/{suite}/results"
+
 
 def run_stream(run: str) -> str:
     """`RunCreated` and `SettingsChanged` of a run (projected into the `run` table)."""

@@ -1,7 +1,8 @@
 """The runner worker: plays episodes. Several may run, on several machines, all on one task queue.
 
-Contract: `runner_worker` registers the episode and run workflows and the runner's activities (one
-implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()`) on the runner queue.
+Contract: `runner_worker` registers the episode, run and eval workflows and the runner's activities (one
+implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()` and
+`EvalActivities.all()`) on the runner queue.
 Workflows run without Temporal's sandbox: their determinism rests on the rules in rollout.workflows.episodes
 (no I/O, no clocks, no randomness outside `workflow.*`, activities called through their stubs). Activities get
 the ledger, the gateway's base URL and the seat secret (the gateway's, shared by file) from the caller; a
@@ -14,14 +15,23 @@ from __future__ import annotations
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
+from rollout.activities.evals import EvalActivities
 from rollout.activities.runner import RunnerActivities
 from rollout.ledger import Ledger
 from rollout.workflows.episodes import AgentWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow
+from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import RUNNER_QUEUE
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
 from rollout.workflows.run import RunWorkflow
 
-WORKFLOWS = [RunWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow, AgentWorkflow, EnvironmentCheckWorkflow]
+WORKFLOWS = [
+    RunWorkflow,
+    EpisodeSupplyWorkflow,
+    EpisodeWorkflow,
+    AgentWorkflow,
+    EnvironmentCheckWorkflow,
+    EvalWorkflow,
+]
 
 
 def runner_worker(
@@ -41,7 +51,7 @@ def runner_worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=activities.all(),
+        activities=[*activities.all(), *EvalActivities(ledger).all()],
         max_concurrent_activities=max_concurrent_activities,
         # The workflow modules import only the standard library, temporalio and rollout.workflows, and are
         # deterministic by construction; the sandbox's per-run module reloads cost ~25 ms of CPU per workflow

@@ -58,3 +58,26 @@ def training_workflow_id(run: str, policy: str) -> str:
 def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
     """`BridgeWorkflow`: one checkpoint (by version) of a policy, converted for one serving format."""
     return f"bridge/{policy}/{version}/{fmt}"
+
+
+def eval_workflow_id(suite: str, version: str, checkpoint: str) -> str:
+    """`EvalWorkflow`: one suite version scored on one checkpoint (`latest:RUN/POLICY` as given)."""
+    return f"eval/{suite}@{version}/{checkpoint}"
+
+
+EVAL_SCHEDULES = "eval-schedule/"  # what every eval schedule's id starts with
+
+
+def eval_schedule_id(suite: str, checkpoint: str) -> str:
+    """The Temporal Schedule that evaluates `suite` on `checkpoint` (a reference such as `latest:RUN/POLICY`)."""
+    return f"{EVAL_SCHEDULES}{suite}/{checkpoint}"
+
+
+def eval_run(suite: str, version: str, checkpoint: str, environment: str) -> str:
+    """The run an eval's episodes of one environment play under (its turns are never trained: no training run
+    reads them). The same suite version, checkpoint and environment always play under the same run, so a
+    retried or repeated eval replays what was recorded instead of playing again."""
+    import hashlib
+
+    digest = hashlib.sha256(f"{suite}@{version}/{checkpoint}/{environment}".encode()).hexdigest()[:10]
+    return f"eval-{suite}-{version}-{environment}-{digest}"

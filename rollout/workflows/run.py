@@ -141,6 +141,9 @@ class RunWorkflow:
                 served_wait_s=spec.served_wait_s,
                 heartbeat_s=spec.heartbeat_s,
                 parent=spec.warm_start,
+                evaluation=spec.evaluation,
+                eval_every=spec.eval_every,
+                eval_queue=workflow.info().task_queue,
             )
             handle = await workflow.start_child_workflow(
                 TrainingWorkflow.run, given, id=training_workflow_id(run, policy), task_queue=spec.task_queue

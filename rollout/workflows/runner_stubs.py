@@ -21,11 +21,16 @@ from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
     AgentResult,
+    CheckpointChoice,
     ClaimInput,
     EnvironmentInfo,
     EpisodeRecord,
+    EvalLookup,
+    EvalRecordInput,
+    EvalScore,
     RunInput,
     SandboxGrant,
+    ServingHold,
     SettingsChange,
 )
 
@@ -88,4 +93,39 @@ async def renew_sandbox(grant: SandboxGrant, ttl_s: float) -> bool:
 @activity.defn
 async def release_sandbox(grant: SandboxGrant) -> None:
     """Free the claimed sandbox (a claim already released or lost changes nothing)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def resolve_checkpoint(reference: str) -> CheckpointChoice:
+    """The checkpoint `reference` names now (`base`, a name, `latest:RUN/POLICY`, rollout.evals.checkpoints).
+    Nothing recorded under it fails for good (`UnknownCheckpoint`, naming the closest ones)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def hold_serving(hold: ServingHold) -> None:
+    """Ask the engines to serve the checkpoint for `holder` (`ServingRequested`, once) and wait, heartbeating,
+    until one serves it. Fails for good when it has no serving target (`CheckpointNotServable`) or no engine
+    serves it within `wait_s` (`NotServed`)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def release_serving(hold: ServingHold) -> None:
+    """Tell the engines `holder` no longer needs the checkpoint (`ServingReleased`, once)."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def find_eval_result(lookup: EvalLookup) -> EvalScore | None:
+    """The recorded score of (suite@version, checkpoint, environment), if there is one."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def record_eval_result(given: EvalRecordInput) -> EvalScore:
+    """Score the finished episodes of the eval's run with the environment's metric and record the `EvalResult`,
+    once per (suite@version, checkpoint, environment): a retry or a repeat returns the recorded score. A metric
+    that does not give a finite number fails for good (`InvalidMetric`), recording nothing."""
     raise NotImplementedError

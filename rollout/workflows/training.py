@@ -20,26 +20,45 @@ Contract:
   workflow started with an older `parent` branches the tree.
 - Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
   run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
+- With `evaluation` and `eval_every` N, every checkpoint whose version is a multiple of N, once served as a
+  target, is scored by an `EvalWorkflow` child on the run's runner queue (`eval/{suite}@{version}/{checkpoint}`),
+  started and not waited for: evals never hold a step back. Their failures never fail training.
 - After the last step it waits (bounded) until an engine serves the last checkpoint, so a finished run has
-  served every checkpoint it made. It continues as new every `STEPS_PER_HISTORY` steps.
+  served every checkpoint it made, and for the evals it started in this history. It continues as new every
+  `STEPS_PER_HISTORY` steps (evals still playing then are left to finish on their own).
 """
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import replace
 from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import (
+    ActivityError,
+    ApplicationError,
+    ChildWorkflowError,
+    WorkflowAlreadyStartedError,
+)
+from temporalio.workflow import ParentClosePolicy
 
 from rollout.workflows import trainer_stubs
-from rollout.workflows.names import TRAINING_PAUSED, TRAINING_PROGRESS, bridge_workflow_id
+from rollout.workflows.evals import EvalWorkflow
+from rollout.workflows.names import (
+    TRAINING_PAUSED,
+    TRAINING_PROGRESS,
+    bridge_workflow_id,
+    eval_workflow_id,
+)
 from rollout.workflows.options import heartbeating
 from rollout.workflows.types import (
     AssembleInput,
     BridgeInput,
     BridgeResult,
+    EvalInput,
+    EvalOutcome,
     ServedWait,
     TrainingInput,
     TrainingResult,
@@ -65,6 +84,7 @@ class TrainingWorkflow:
         self.resumed = False
         self.step = 0
         self.newest: str | None = None
+        self.evals: list[workflow.ChildWorkflowHandle[EvalWorkflow, EvalOutcome]] = []
 
     @workflow.signal
     def resume_training(self) -> None:
@@ -149,6 +169,12 @@ class TrainingWorkflow:
                     task_queue=workflow.info().task_queue,
                 )
             parent = self.newest = checkpoint.name
+            if (
+                given.evaluation is not None
+                and given.eval_every > 0
+                and checkpoint.version % given.eval_every == 0
+            ):
+                await self._evaluate(given.evaluation, checkpoint.name, given.eval_queue)
             step += 1
             trained_here += 1
             await self._report(given, step - 1)
@@ -158,9 +184,28 @@ class TrainingWorkflow:
                 ServedWait(parent, given.served_wait_s),
                 **heartbeating(timedelta(seconds=given.served_wait_s + 60)),
             )
+        for evaluation in self.evals:
+            try:
+                await evaluation
+            except (ChildWorkflowError, asyncio.CancelledError) as error:
+                workflow.logger.warning("an eval of this run failed: %s", error)
         return TrainingResult(
             run=given.run, policy=given.policy, steps=given.steps, newest=parent, skipped_steps=skipped
         )
+
+    async def _evaluate(self, template: EvalInput, checkpoint: str, task_queue: str) -> None:
+        evaluation = replace(template, checkpoint=checkpoint)
+        try:
+            handle = await workflow.start_child_workflow(
+                EvalWorkflow.run,
+                evaluation,
+                id=eval_workflow_id(evaluation.suite, evaluation.version, checkpoint),
+                task_queue=task_queue,
+                parent_close_policy=ParentClosePolicy.ABANDON,
+            )
+        except WorkflowAlreadyStartedError:
+            return  # already being scored
+        self.evals.append(handle)
 
     async def _report(self, given: TrainingInput, steps: int) -> None:
         parent = workflow.info().parent

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout import defaults
-from rollout.workflows.names import TRAINER_QUEUE
+from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 
 def run_policy(run: str, policy: str) -> str:
@@ -67,6 +67,7 @@ class EnvironmentInfo:
     max_turns: int
     replayable: bool
     sandbox: SandboxNeed | None = None
+    tasks: str = "train"  # which of its task sources episodes draw from: train, eval (held out), seed:N
 
 
 @dataclass
@@ -294,6 +295,9 @@ class TrainingInput:
     next_step: int = 1
     parent: str | None = None
     skipped_steps: int = 0
+    evaluation: EvalInput | None = None  # the suite every `eval_every`-th checkpoint is scored on
+    eval_every: int = 0
+    eval_queue: str = RUNNER_QUEUE  # where the evals play: the run's runner queue
 
 
 @dataclass
@@ -318,6 +322,10 @@ class TrainingSpec:
     task_queue: str = TRAINER_QUEUE
     heartbeat_s: float = 30.0  # a trainer silent this long is taken for dead: its step is retried elsewhere
     warm_start: str | None = None  # a checkpoint the first step trains from (an SFT adapter); None: the base
+    evaluation: EvalInput | None = (
+        None  # score every `eval_every`-th checkpoint on this suite (its checkpoint unset)
+    )
+    eval_every: int = 0
 
 
 @dataclass
@@ -341,3 +349,92 @@ class BridgeResult:
 class ServedWait:
     checkpoint: str
     timeout_s: float
+
+
+@dataclass
+class EvalTarget:
+    """One environment of an eval suite, as `EvalWorkflow` plays and scores it (rollout.evals.EvalEnvironment)."""
+
+    name: str
+    reference: str
+    episodes: int
+    tasks: str = "eval"
+    first: int = 0
+    temperature: float = 0.0
+    max_tokens: int | None = None
+    metric: str = "mean_reward"
+    threshold: float = 1.0
+
+
+@dataclass
+class EvalInput:
+    """Score suite `suite@version` on `checkpoint` (`base`, a checkpoint's name, or `latest:RUN/POLICY`)."""
+
+    suite: str
+    version: str
+    suite_hash: str
+    environments: list[EvalTarget]
+    checkpoint: str
+    groups_in_flight: int = 4
+    served_wait_s: float = 600.0
+    default_max_tokens: int | None = None  # for environments whose suite sets no max_tokens (run.max_tokens)
+
+
+@dataclass
+class CheckpointChoice:
+    """The checkpoint an eval scores, resolved (rollout.evals.checkpoints.ChosenCheckpoint)."""
+
+    name: str
+    policy: str | None
+    version: int
+    formats: list[str] = field(default_factory=list[str])
+
+
+@dataclass
+class ServingHold:
+    """`holder` needs `checkpoint` served (requested, waited for up to `wait_s`, released)."""
+
+    holder: str
+    checkpoint: str
+    wait_s: float = 600.0
+
+
+@dataclass
+class EvalRecordInput:
+    """Score the episodes of `run` (one environment of an eval) and record the `EvalResult`."""
+
+    suite: str
+    version: str
+    suite_hash: str
+    checkpoint: CheckpointChoice
+    target: EvalTarget
+    run: str
+
+
+@dataclass
+class EvalLookup:
+    suite: str
+    version: str
+    checkpoint: str
+    environment: str
+
+
+@dataclass
+class EvalScore:
+    """One environment's score, as `EvalWorkflow` returns it (the ledger's `EvalResult` has every field)."""
+
+    environment: str
+    score: float
+    low: float
+    high: float
+    episodes: int
+    failed: int
+    run: str
+
+
+@dataclass
+class EvalOutcome:
+    suite: str
+    version: str
+    checkpoint: str
+    scores: list[EvalScore] = field(default_factory=list[EvalScore])

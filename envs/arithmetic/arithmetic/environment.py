@@ -44,6 +44,9 @@ def question(rng: random.Random) -> TaskParameters:
     return {"question": f"What is {a} {op} {b}? Answer with the number only.", "answer": str(answer)}
 
 
+EVAL_SEED = 1_000_003  # held-out questions: training draws seed 0
+
+
 def solve(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
     """A scripted model that does the arithmetic (for `rollout env check` and the tutorial)."""
     found = re.findall(r"What is (-?\d+) ([+*-]) (-?\d+)\?", messages[-1].text)
@@ -57,6 +60,7 @@ environment = Environment(
     name="arithmetic",
     make_task=lambda parameters, agent: ShapedArithmetic(parameters),
     source=Generator(question),
+    eval_source=Generator(question, seed=EVAL_SEED),
     group_size=4,
     max_turns=1,
     description="One question, one answer; reward 1 when the reply is exactly the answer, partial credit below 0.5.",

@@ -16,6 +16,7 @@ from rollout.contracts import Message
 from rollout.environment import AgentSeatSpec, Environment, Generator, SandboxSpec, TaskParameters
 from rollout.harness import End, Observation, RunContext, Task
 
+EVAL_SEED = 1_000_003  # held-out walks: training draws seed 0
 WALLS = 1  # few walls: two agents with views a move or two old cross an open grid without a corridor standoff
 RULES = (
     "Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, left or "
@@ -80,6 +81,7 @@ environment = Environment(
     name="gridworld",
     make_task=lambda parameters, agent: Walk(parameters),
     source=Generator(one_walk),
+    eval_source=Generator(one_walk, seed=EVAL_SEED),
     group_size=4,
     max_turns=24,
     description="Walk a walled 6x6 grid corner to corner with a move tool; reward 1 at the goal.",
@@ -104,6 +106,7 @@ two_agents = Environment(
     name="gridworld-two-agents",
     make_task=lambda parameters, agent: SharedWalk(parameters, agent),
     source=Generator(two_walks),
+    eval_source=Generator(two_walks, seed=EVAL_SEED),
     agents=(AgentSeatSpec("A"), AgentSeatSpec("B")),
     group_size=2,
     max_turns=30,

@@ -36,6 +36,9 @@ def problems() -> tuple[Problem, ...]:
     return tuple(Problem(row["question"], tuple(row["steps"]), row["answer"]) for row in data)
 
 
+HELD_OUT = 6  # the last problems are held out for evals: training never sees them
+
+
 def rows() -> list[TaskParameters]:
     return [{"question": p.question, "answer": p.answer} for p in problems()]
 
@@ -98,7 +101,8 @@ def solve(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
 environment = Environment(
     name="math",
     make_task=lambda parameters, agent: WordProblem(parameters),
-    source=Dataset(rows()),
+    source=Dataset(rows()[:-HELD_OUT]),
+    eval_source=Dataset(rows()[-HELD_OUT:]),
     group_size=4,
     max_turns=8,
     description="Word problems with a calculator tool; reward 1 for the exact final answer.",

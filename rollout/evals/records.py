@@ -1,0 +1,145 @@
+"""Eval records in the ledger: registered suites, and one `EvalResult` per (suite@version, checkpoint, environment).
+
+Contract:
+- `register(ledger, suite)` appends `EvalSuiteRegistered` on `evals/suites` under `name@version` with the suite's
+  declaration and content hash. Registering the same content again changes nothing (returns False); other
+  content under a version already registered raises `SuiteVersionTaken` (bump the version). Nothing is ever
+  overwritten.
+- `find_suite(ledger, name, version=None)` returns the registered suite (the newest registered version when none
+  is given), or raises `UnknownSuite` naming the versions or suites there are.
+- `EvalResult` is recorded on `evals/{suite}/results` under `{version}/{checkpoint}/{environment}`: recording
+  a result again (a retried or repeated eval) changes nothing; the first one stands.
+- `results(ledger, suite=None)` reads them back, oldest first.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from rollout.evals.suites import Suite, suite_from_payload
+from rollout.ledger.errors import KeyConflictError
+from rollout.ledger.events import Kind, NewEvent
+from rollout.ledger.queries import read_all
+from rollout.ledger.streams import EVAL_SUITES, eval_results_stream
+
+if TYPE_CHECKING:
+    from rollout.ledger import Ledger
+
+
+class SuiteVersionTaken(ValueError):
+    """Different content was registered under a version that already holds a suite."""
+
+
+class UnknownSuite(LookupError):
+    """No suite (or no such version of it) is registered."""
+
+
+@dataclass(frozen=True)
+class EvalResult:
+    """One environment's score for one checkpoint under one suite version."""
+
+    suite: str
+    version: str
+    suite_hash: str
+    checkpoint: str  # the checkpoint's name (`base` for the base model)
+    checkpoint_version: int  # its step in its lineage (0 for the base model)
+    policy: str | None  # the ledger policy it belongs to (None for the base model)
+    environment: str  # the suite's name for the environment
+    reference: str  # package.module:attribute
+    metric: str
+    score: float
+    low: float  # 95% confidence interval
+    high: float
+    episodes: int  # finished episodes scored
+    failed: int  # episodes that failed (not scored)
+    run: str  # the eval's run: its episodes and transcripts are under it
+    seats: list[str] = field(default_factory=list[str])  # every scored seat: `rollout ledger tail seat/SEAT`
+
+    @property
+    def key(self) -> str:
+        return result_key(self.version, self.checkpoint, self.environment)
+
+    def to_payload(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @staticmethod
+    def from_payload(payload: dict[str, Any]) -> EvalResult:
+        return EvalResult(**payload)
+
+
+def result_key(version: str, checkpoint: str, environment: str) -> str:
+    return f"{version}/{checkpoint}/{environment}"
+
+
+async def register(ledger: Ledger, suite: Suite) -> bool:
+    """Record `suite` under `name@version`; True when this call recorded it."""
+    payload = {"suite": suite.payload(), "content_hash": suite.content_hash()}
+    try:
+        recorded = await ledger.append_one(
+            EVAL_SUITES, NewEvent(suite.ref, Kind.EVAL_SUITE_REGISTERED, payload)
+        )
+    except KeyConflictError:
+        raise SuiteVersionTaken(
+            f"suite {suite.ref} is already registered with other content: bump its version to register the change"
+        ) from None
+    return recorded.appended
+
+
+async def registered_suites(ledger: Ledger) -> list[tuple[Suite, str]]:
+    """Every registered suite version with its content hash, in registration order."""
+    events = await read_all(ledger, EVAL_SUITES)
+    return [(suite_from_payload(e.payload["suite"], e.key), str(e.payload["content_hash"])) for e in events]
+
+
+async def find_suite(ledger: Ledger, name: str, version: str | None = None) -> Suite:
+    versions = [suite for suite, _ in await registered_suites(ledger) if suite.name == name]
+    if version is not None:
+        for suite in versions:
+            if suite.version == version:
+                return suite
+        if versions:
+            raise UnknownSuite(
+                f"suite {name} has no version {version!r}: registered versions are "
+                f"{', '.join(s.version for s in versions)}"
+            )
+    if not versions:
+        names = sorted({suite.name for suite, _ in await registered_suites(ledger)})
+        raise UnknownSuite(
+            f"no suite {name!r} is registered (registered: {', '.join(names) or 'none'}); register one with "
+            "`rollout eval register FILE`"
+        )
+    return versions[-1]
+
+
+async def record_result(ledger: Ledger, result: EvalResult) -> EvalResult:
+    """Append `result` unless one is recorded under its key; return the one that stands."""
+    stream = eval_results_stream(result.suite)
+    try:
+        recorded = await ledger.append_one(
+            stream, NewEvent(result.key, Kind.EVAL_RESULT, result.to_payload())
+        )
+    except KeyConflictError:
+        found = await ledger.find(stream, result.key)
+        assert found is not None
+        return EvalResult.from_payload(dict(found.payload))
+    return EvalResult.from_payload(dict(recorded.payload))
+
+
+async def find_result(
+    ledger: Ledger, suite: str, version: str, checkpoint: str, environment: str
+) -> EvalResult | None:
+    found = await ledger.find(eval_results_stream(suite), result_key(version, checkpoint, environment))
+    return None if found is None else EvalResult.from_payload(dict(found.payload))
+
+
+async def results(ledger: Ledger, suite: str | None = None) -> list[EvalResult]:
+    """Every recorded result of `suite` (of every registered suite when None), oldest first."""
+    names = [suite] if suite is not None else sorted({s.name for s, _ in await registered_suites(ledger)})
+    found: list[EvalResult] = []
+    for name in names:
+        found.extend(
+            EvalResult.from_payload(dict(e.payload))
+            for e in await read_all(ledger, eval_results_stream(name))
+        )
+    return found

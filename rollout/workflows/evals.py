@@ -1,0 +1,122 @@
+"""`EvalWorkflow` (`eval/{suite}@{version}/{checkpoint}`): one suite version scored on one checkpoint.
+
+Deterministic workflow code only (the rules of rollout.workflows.episodes); activities through their stubs.
+
+Contract:
+- It resolves the checkpoint when it runs (so a schedule's `latest:RUN/POLICY` is the newest at each firing),
+  asks the engines to serve it unless it is the base model, and waits until one does; the checkpoint is
+  released however the eval ends.
+- Each environment plays under its own eval run (`names.eval_run`): `RunCreated` with the settings `eval`
+  (`suite@version`), `checkpoint`, `temperature` (the gateway samples every turn of the run with it) and
+  `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i` being held-out task `first + i`; every agent seat that is
+  not pinned already is pinned to the checkpoint. No training run reads these episodes: they are never trained.
+- One `EvalResult` per (suite@version, checkpoint, environment). An environment already scored is not played
+  again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
+  episodes (the same seats: the gateway answers from the recorded turns), never a different score.
+- Environments play concurrently; it returns every environment's score (`EvalOutcome`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import replace
+from datetime import timedelta
+
+from temporalio import workflow
+from temporalio.common import RetryPolicy
+
+from rollout.workflows import runner_stubs
+from rollout.workflows.episodes import EpisodeSupplyWorkflow
+from rollout.workflows.names import eval_run, supply_workflow_id
+from rollout.workflows.options import QUICK, heartbeating
+from rollout.workflows.types import (
+    CheckpointChoice,
+    EvalInput,
+    EvalLookup,
+    EvalOutcome,
+    EvalRecordInput,
+    EvalScore,
+    EvalTarget,
+    RunInput,
+    ServingHold,
+    SupplyInput,
+)
+
+FOR_GOOD = [
+    "UnknownCheckpoint",
+    "CheckpointNotServable",
+    "NotServed",
+    "InvalidMetric",
+    "EnvironmentLoadError",
+]
+
+
+FOR_GOOD_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), non_retryable_error_types=FOR_GOOD)
+
+
+@workflow.defn(name="EvalWorkflow")
+class EvalWorkflow:
+    @workflow.run
+    async def run(self, given: EvalInput) -> EvalOutcome:
+        chosen = await workflow.execute_activity(
+            runner_stubs.resolve_checkpoint,
+            given.checkpoint,
+            **heartbeating(timedelta(minutes=2), FOR_GOOD_RETRY),
+        )
+        hold = ServingHold(workflow.info().workflow_id, chosen.name, given.served_wait_s)
+        try:
+            if chosen.policy is not None:
+                await workflow.execute_activity(
+                    runner_stubs.hold_serving,
+                    hold,
+                    **heartbeating(timedelta(seconds=given.served_wait_s + 120), FOR_GOOD_RETRY),
+                )
+            scores = await asyncio.gather(
+                *(self._score(given, chosen, target) for target in given.environments)
+            )
+        finally:
+            if chosen.policy is not None:
+                await workflow.execute_activity(runner_stubs.release_serving, hold, **QUICK)
+        return EvalOutcome(given.suite, given.version, chosen.name, list(scores))
+
+    async def _score(self, given: EvalInput, chosen: CheckpointChoice, target: EvalTarget) -> EvalScore:
+        lookup = EvalLookup(given.suite, given.version, chosen.name, target.name)
+        found = await workflow.execute_activity(runner_stubs.find_eval_result, lookup, **QUICK)
+        if found is not None:
+            return found
+        run = eval_run(given.suite, given.version, chosen.name, target.name)
+        info = await workflow.execute_activity(
+            runner_stubs.describe_environment,
+            target.reference,
+            **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
+        )
+        agents = [a if a.checkpoint is not None else replace(a, checkpoint=chosen.name) for a in info.agents]
+        playing = replace(info, agents=agents, group_size=1, tasks=target.tasks)
+        settings: dict[str, bool | int | float | str] = {
+            "eval": f"{given.suite}@{given.version}",
+            "checkpoint": chosen.name,
+            "temperature": float(target.temperature),
+        }
+        max_tokens = target.max_tokens or given.default_max_tokens
+        if max_tokens is not None:
+            settings["max_tokens"] = max_tokens
+        await workflow.execute_activity(
+            runner_stubs.create_run,
+            RunInput(run=run, environment=target.reference, max_lag=0, settings=settings),
+            **QUICK,
+        )
+        await workflow.execute_child_workflow(
+            EpisodeSupplyWorkflow.run,
+            SupplyInput(
+                run=run,
+                environment=playing,
+                groups_in_flight=given.groups_in_flight,
+                max_groups=target.first + target.episodes,
+                next_group=target.first,
+            ),
+            id=supply_workflow_id(run),
+        )
+        record = EvalRecordInput(given.suite, given.version, given.suite_hash, chosen, target, run)
+        return await workflow.execute_activity(
+            runner_stubs.record_eval_result, record, **heartbeating(timedelta(minutes=2), FOR_GOOD_RETRY)
+        )

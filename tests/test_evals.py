@@ -1,0 +1,146 @@
+"""Evals end to end in one process (real Temporal, Postgres, HTTP, the tiny model that samples and trains): a
+training run scores every second checkpoint without training on the eval episodes, an eval on the base model,
+repeated, records one result, and registering changed content under a version is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from rollout.cli.evals import eval_input
+from rollout.config import Settings
+from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite
+from rollout.evals.records import find_suite, register, results
+from rollout.ledger import Kind, Ledger
+from rollout.ledger.queries import count_events, find_run, read_all, run_turns
+from rollout.ledger.streams import SERVING_REQUESTS, eval_results_stream, run_batches_stream
+from rollout.serving import ServingTarget, desired
+from rollout.workflows.evals import EvalWorkflow
+from rollout.workflows.names import eval_workflow_id, run_workflow_id
+from rollout.workflows.run import RunWorkflow
+from rollout.workflows.types import EvalOutcome, RunStatus, run_policy
+from tests.test_training_loop import run_input, training_loop
+
+
+def coin_suite(version: str = "1") -> Suite:
+    name = f"coin-{uuid.uuid4().hex[:6]}"
+    return Suite(name, version, (EvalEnvironment("tests.example_envs:coin", episodes=3, max_tokens=4),))
+
+
+@pytest.mark.timeout(600)
+async def test_every_second_checkpoint_is_scored_once_and_eval_episodes_never_train(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    suite = coin_suite()
+    assert await register(ledger, suite)
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        given = run_input(loop, 4)
+        assert given.training is not None
+        given.training = replace(given.training, evaluation=eval_input(suite, ""), eval_every=2)
+        status: RunStatus = await asyncio.wait_for(
+            loop.client.execute_workflow(
+                RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
+            ),
+            420,
+        )
+        policy = run_policy(loop.run, "default")
+        assert status.trained == {"default": f"{policy}-step000004"}
+        scored = await results(ledger, suite.name)
+        assert sorted(r.checkpoint for r in scored) == [f"{policy}-step000002", f"{policy}-step000004"]
+        assert [r.checkpoint_version for r in scored] == [2, 4] and {r.policy for r in scored} == {policy}
+        batches = json.dumps(
+            [e.payload for e in await read_all(ledger, run_batches_stream(loop.run, policy))]
+        )
+        for result in scored:
+            assert (result.episodes, result.failed, result.score) == (3, 0, 1.0)
+            assert result.low <= result.score <= result.high and result.suite_hash == suite.content_hash()
+            turns = await run_turns(ledger, result.run)
+            assert len(turns) == 3, "one turn per eval episode"
+            assert {t.payload["checkpoint"] for t in turns} == {result.checkpoint}, (
+                "sampled by what is scored"
+            )
+            assert {t.payload["seat"] for t in turns} == set(result.seats)
+            assert result.run not in batches, "no batch of the training run holds an eval episode"
+            run_row = await find_run(ledger, result.run)
+            assert run_row is not None and run_row.settings["eval"] == suite.ref
+            assert run_row.settings["temperature"] == 0.0
+        # Each checkpoint was asked for and released.
+        requests = [
+            e
+            for e in await read_all(ledger, SERVING_REQUESTS)
+            if e.payload["holder"].startswith(f"eval/{suite.ref}/")
+        ]
+        assert sorted(e.kind for e in requests) == ["ServingReleased"] * 2 + ["ServingRequested"] * 2
+
+        # The base model, twice: the second eval finds the first one's result and plays nothing.
+        base = eval_input(suite, "base")
+        first: EvalOutcome = await loop.client.execute_workflow(
+            EvalWorkflow.run,
+            base,
+            id=eval_workflow_id(suite.name, suite.version, "base"),
+            task_queue=loop.queue,
+        )
+        again: EvalOutcome = await loop.client.execute_workflow(
+            EvalWorkflow.run,
+            base,
+            id=eval_workflow_id(suite.name, suite.version, "base"),
+            task_queue=loop.queue,
+        )
+        assert first == again and first.checkpoint == "base" and len(first.scores) == 1
+        assert await count_events(ledger, eval_results_stream(suite.name), Kind.EVAL_RESULT) == 3
+        (base_result,) = [r for r in await results(ledger, suite.name) if r.checkpoint == "base"]
+        assert len(await run_turns(ledger, base_result.run)) == 3, "the repeat played no episode"
+
+
+async def test_the_suites_temperature_reaches_the_engine(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    """Temperature 0 (the default) is greedy: two suite versions play identical replies on the base model. At
+    temperature 1 the random model's replies to the same prompt differ."""
+    one = coin_suite("1")
+    two = Suite(one.name, "2", one.environments)
+    hot = Suite(one.name, "3", (replace(one.environments[0], temperature=1.0),))
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        replies = []
+        for suite in (one, two, hot):
+            await register(ledger, suite)
+            outcome: EvalOutcome = await loop.client.execute_workflow(
+                EvalWorkflow.run,
+                eval_input(suite, "base"),
+                id=eval_workflow_id(suite.name, suite.version, "base"),
+                task_queue=loop.queue,
+            )
+            turns = await run_turns(ledger, outcome.scores[0].run)
+            replies.append(sorted(tuple(t.payload["completion_ids"]) for t in turns))
+        assert replies[0] == replies[1] and len(set(replies[0])) == 1, "greedy: one reply to one prompt"
+        assert len(set(replies[2])) > 1, "sampled: the replies differ"
+
+
+async def test_changed_content_under_a_registered_version_is_refused(ledger: Ledger) -> None:
+    suite = coin_suite()
+    assert await register(ledger, suite) is True
+    assert await register(ledger, suite) is False, "the same content again changes nothing"
+    changed = Suite(suite.name, suite.version, (replace(suite.environments[0], episodes=4),))
+    with pytest.raises(SuiteVersionTaken, match="bump its version"):
+        await register(ledger, changed)
+    bumped = Suite(suite.name, "2", changed.environments)
+    assert await register(ledger, bumped)
+    assert await find_suite(ledger, suite.name) == bumped, "the newest version by default"
+    assert await find_suite(ledger, suite.name, "1") == suite
+    with pytest.raises(UnknownSuite, match="registered versions are 1, 2"):
+        await find_suite(ledger, suite.name, "3")
+    with pytest.raises(UnknownSuite, match="rollout eval register"):
+        await find_suite(ledger, "no-such-suite")
+
+
+def test_engines_keep_serving_a_requested_older_checkpoint() -> None:
+    targets = [ServingTarget("r/p", f"r/p-step{v:06d}", v, "r", "lora") for v in range(1, 6)]
+    newest = [t.version for t in desired(targets, ("lora",), keep=2)]
+    assert newest == [5, 4]
+    kept = desired(targets, ("lora",), keep=2, requested=frozenset({"r/p-step000002"}))
+    assert [t.version for t in kept] == [5, 4, 2]
