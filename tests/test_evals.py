@@ -121,6 +121,52 @@ async def test_the_suites_temperature_reaches_the_engine(
         assert len(set(replies[2])) > 1, "sampled: the replies differ"
 
 
+async def test_an_sft_checkpoint_is_made_servable_and_scored(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    """A warm start has no serving target: the eval bridges it on the trainer queue, then scores it."""
+    from rollout.blobs import FileBlobStore
+    from rollout.cli.warm_start import warm_start
+    from rollout.ledger.queries import serving_target_formats
+    from rollout.training.sft import SftConfig
+
+    rows = [
+        {
+            "prompt": [{"role": "user", "content": f"What is {a} + 1?"}],
+            "completion": [{"role": "assistant", "content": str(a + 1)}],
+        }
+        for a in range(4)
+    ]
+    record = await warm_start(
+        ledger,
+        FileBlobStore(tmp_path / "blobs"),
+        name=f"eval-{uuid.uuid4().hex[:6]}",
+        model_path=tiny_qwen3,
+        rows=rows,
+        config=SftConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, epochs=1, batch_size=4),
+        holder="eval-test",
+        scratch=tmp_path,
+    )
+    assert await serving_target_formats(ledger, record.name) == []
+    suite = coin_suite()
+    await register(ledger, suite)
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path, follow_all=True) as loop:
+        given = replace(eval_input(suite, record.name), bridge_queue=loop.trainer_queue)
+        outcome: EvalOutcome = await asyncio.wait_for(
+            loop.client.execute_workflow(
+                EvalWorkflow.run,
+                given,
+                id=eval_workflow_id(suite.name, suite.version, record.name),
+                task_queue=loop.queue,
+            ),
+            300,
+        )
+    assert outcome.checkpoint == record.name and outcome.scores[0].episodes == 3
+    assert await serving_target_formats(ledger, record.name) == ["lora"]
+    turns = await run_turns(ledger, outcome.scores[0].run)
+    assert {t.payload["checkpoint"] for t in turns} == {record.name}, "the adapter sampled every eval turn"
+
+
 async def test_changed_content_under_a_registered_version_is_refused(ledger: Ledger) -> None:
     suite = coin_suite()
     assert await register(ledger, suite) is True

@@ -77,7 +77,7 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
     settings = load(overrides)
     (tmp_path / "quick.yaml").write_text(SUITE.format(episodes=4))
     (tmp_path / "changed.yaml").write_text(SUITE.format(episodes=5))
-    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=40).replace("version: 1", "version: 2"))
+    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=20).replace("version: 1", "version: 2"))
     try:
         rollout("up", *overrides, cwd=tmp_path)
 
@@ -95,7 +95,7 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
         assert changed.returncode == 1 and "bump its version" in changed.stderr
 
         # Training scores every second checkpoint.
-        rollout(
+        trained = rollout(
             "train",
             "arithmetic.environment:environment",
             "--preset",
@@ -109,6 +109,11 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
             *overrides,
             cwd=tmp_path,
         )
+        summary = json.loads(trained.stdout.strip().splitlines()[-1])
+        assert [e["checkpoint"] for e in summary["evals"]] == [
+            "trained/default-step000002",
+            "trained/default-step000004",
+        ], "the run waits for its evals and says their scores"
         scored = json.loads(rollout("eval", "results", "quick", "--json", *overrides, cwd=tmp_path).stdout)
         assert sorted(r["checkpoint"] for r in scored) == [
             "trained/default-step000002",
@@ -151,11 +156,11 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
         out, errors = evaluating.communicate(timeout=600)
         assert evaluating.returncode == 0, errors[-3000:]
         (score,) = json.loads(out.strip().splitlines()[-1])["scores"]
-        assert (score["episodes"], score["failed"]) == (40, 0)
+        assert (score["episodes"], score["failed"]) == (20, 0)
         played = eval_run
-        assert played is not None and _finished(settings, played) == 40
+        assert played is not None and _finished(settings, played) == 20
         turns = ledger_read(settings, lambda ledger: run_turns(ledger, played))
-        assert len(turns) == 40 and len({t.payload["seat"] for t in turns}) == 40, "one turn per episode"
+        assert len(turns) == 20 and len({t.payload["seat"] for t in turns}) == 20, "one turn per episode"
         results = json.loads(rollout("eval", "results", "quick@2", "--json", *overrides, cwd=tmp_path).stdout)
         assert [r["score"] for r in results] == [score["score"]], "one result, the one printed"
 

@@ -53,9 +53,16 @@ class Loop:
 
 @asynccontextmanager
 async def training_loop(
-    settings: Settings, ledger: Ledger, model: str, scratch: Path, *, learning_rate: float = 1e-3
+    settings: Settings,
+    ledger: Ledger,
+    model: str,
+    scratch: Path,
+    *,
+    learning_rate: float = 1e-3,
+    follow_all: bool = False,
 ) -> AsyncIterator[Loop]:
-    """Engine + follower, gateway, runner worker and trainer worker, all serving one run."""
+    """Engine + follower, gateway, runner worker and trainer worker, all serving one run (`follow_all`: the
+    follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`)."""
     run = f"train-{uuid.uuid4().hex[:6]}"
     client = await Client.connect(settings.temporal_address)
     queue, trainer_queue = f"runner-{uuid.uuid4().hex[:8]}", f"trainer-{uuid.uuid4().hex[:8]}"
@@ -66,7 +73,9 @@ async def training_loop(
             ledger,
             engine,
             store,
-            FollowerConfig("engine-a", engine_url, runs=(run,), poll_s=0.1, grace_s=2.0),
+            FollowerConfig(
+                "engine-a", engine_url, runs=() if follow_all else (run,), poll_s=0.1, grace_s=2.0
+            ),
             scratch / "engine-cache",
         )
         following = asyncio.create_task(follower.run())
@@ -153,7 +162,8 @@ async def test_a_run_trains_a_chain_of_checkpoints_and_serves_each_while_episode
             for e in await ledger.read(SERVING_ACKS, limit=100000)
             if e.payload["engine"] == "engine-a"
         ]
-        served = {s["checkpoint"] for ack in acks for s in ack["serving"]}
+        # Other tests' loops name their engine alike: this run's checkpoints are its policy's.
+        served = {s["checkpoint"] for ack in acks for s in ack["serving"] if s["policy"] == policy}
         assert served == {c["name"] for c in created}, "every checkpoint was served"
         assert loop.engine.models[0] == "base" and f"{policy}-step000003" in loop.engine.models
 

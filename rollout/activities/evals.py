@@ -42,7 +42,7 @@ class EvalActivities:
             chosen = await resolve(self.ledger, reference)
         except UnknownCheckpoint as error:
             raise ApplicationError(str(error), type="UnknownCheckpoint", non_retryable=True) from error
-        return CheckpointChoice(chosen.name, chosen.policy, chosen.version, list(chosen.formats))
+        return CheckpointChoice(chosen.name, chosen.policy, chosen.version, list(chosen.formats), chosen.run)
 
     @activity.defn(name=runner_stubs.hold_serving.__name__)
     async def hold_serving(self, hold: ServingHold) -> None:

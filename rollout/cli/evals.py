@@ -33,6 +33,7 @@ from rollout.config import Settings
 if TYPE_CHECKING:
     from rollout.evals import EvalResult, Suite
     from rollout.ledger import Ledger
+    from rollout.stack.embedded import Stack
     from rollout.workflows.types import EvalInput, EvalOutcome
 
 app = typer.Typer(
@@ -56,10 +57,16 @@ CheckpointOption = Annotated[
 
 
 def eval_input(
-    suite: Suite, checkpoint: str, *, max_tokens: int | None = None, served_wait_s: float = 600.0
+    suite: Suite,
+    checkpoint: str,
+    *,
+    max_tokens: int | None = None,
+    bridge_formats: list[str] | None = None,
+    served_wait_s: float = 600.0,
 ) -> EvalInput:
     """The `EvalWorkflow` input that scores `suite` on `checkpoint` (a reference, resolved when it runs);
-    `max_tokens` caps the turns of environments whose suite sets none (`run.max_tokens`)."""
+    `max_tokens` caps the turns of environments whose suite sets none (`run.max_tokens`); a checkpoint with no
+    serving target is bridged to `bridge_formats` (default: lora)."""
     from rollout.workflows.types import EvalInput, EvalTarget
 
     targets = [
@@ -84,6 +91,7 @@ def eval_input(
         checkpoint=checkpoint,
         served_wait_s=served_wait_s,
         default_max_tokens=max_tokens,
+        bridge_formats=bridge_formats or ["lora"],
     )
 
 
@@ -179,7 +187,7 @@ def run_(
     stack = Stack(settings)
     with err.status("starting the stack…") as spinner:
         guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
-    chosen_suite, outcome = asyncio.run(_run(settings, suite, checkpoint))
+    chosen_suite, outcome = asyncio.run(_run(settings, stack, suite, checkpoint))
     rows = [asdict(s) for s in outcome.scores]
     if as_json:
         print(json.dumps({"suite": chosen_suite.ref, "checkpoint": outcome.checkpoint, "scores": rows}))
@@ -198,7 +206,7 @@ def run_(
     out.print(table)
 
 
-async def _run(settings: Settings, source: str, checkpoint: str) -> tuple[Suite, EvalOutcome]:
+async def _run(settings: Settings, stack: Stack, source: str, checkpoint: str) -> tuple[Suite, EvalOutcome]:
     from temporalio.client import WorkflowFailureError
     from temporalio.common import WorkflowIDConflictPolicy
 
@@ -212,13 +220,22 @@ async def _run(settings: Settings, source: str, checkpoint: str) -> tuple[Suite,
         async with await Ledger.connect(settings.ledger_url) as ledger:
             suite = await suite_named(ledger, source)
             try:
-                await resolve(ledger, checkpoint)
+                chosen = await resolve(ledger, checkpoint)
             except UnknownCheckpoint as error:
                 fail(str(error))
+            if chosen.needs_serving and not chosen.formats:
+                # No engine can load it yet (an SFT adapter): the trainer worker bridges it first.
+                with err.status("trainer: starting (to make the checkpoint servable)"):
+                    await asyncio.to_thread(guarded, lambda: stack.start_trainer(restart=False))
             client = await connect_temporal(settings)
             handle = await client.start_workflow(
                 EvalWorkflow.run,
-                eval_input(suite, checkpoint, max_tokens=settings.run.max_tokens),
+                eval_input(
+                    suite,
+                    checkpoint,
+                    max_tokens=settings.run.max_tokens,
+                    bridge_formats=["lora"] if settings.trainer.lora_rank else ["merged"],
+                ),
                 id=eval_workflow_id(suite.name, suite.version, checkpoint),
                 task_queue=RUNNER_QUEUE,
                 id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one already under way: wait for it

@@ -9,11 +9,11 @@ import os
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, guarded, load_settings
+from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, guarded, load_settings, out
 from rollout.config import Settings
 
 if TYPE_CHECKING:
@@ -194,10 +194,40 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
             "its trainer); the stack keeps running."
         )
         raise typer.Exit(130) from None
+    evals = _eval_scores(settings, run)
     if as_json:
-        print(json.dumps(progress.summary() | {"episodes_failed": status.episodes_failed}))
+        print(json.dumps(progress.summary() | {"episodes_failed": status.episodes_failed, "evals": evals}))
         return
     print_summary(progress, status)
+    for scored in evals:
+        scores = ", ".join(f"{e} {v:.3f}" for e, v in scored["scores"].items())
+        out.print(f"eval {scored['suite']} of {scored['checkpoint']}: {scores}", highlight=False)
+
+
+def _eval_scores(settings: Settings, run: str) -> list[dict[str, Any]]:
+    """The eval scores of this run's checkpoints (`eval.every`), by checkpoint: [] when none were asked for or
+    the ledger cannot be read now."""
+    if settings.eval.suite is None:
+        return []
+    from rollout.evals.records import results
+    from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
+
+    async def read() -> list[dict[str, Any]]:
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            found = [r for r in await results(ledger) if (r.policy or "").startswith(f"{run}/")]
+        by_checkpoint: dict[str, dict[str, Any]] = {}
+        for r in sorted(found, key=lambda r: r.checkpoint_version):
+            entry = by_checkpoint.setdefault(
+                r.checkpoint, {"suite": f"{r.suite}@{r.version}", "checkpoint": r.checkpoint, "scores": {}}
+            )
+            entry["scores"][r.environment] = r.score
+        return list(by_checkpoint.values())
+
+    try:
+        return asyncio.run(read())
+    except LedgerError:
+        return []
 
 
 def _check_engine_model(settings: Settings, model_path: str) -> None:

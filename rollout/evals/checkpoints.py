@@ -6,7 +6,8 @@ Contract:
   `latest:RUN/POLICY` is that policy's newest checkpoint when it is resolved (a schedule resolves it each time
   it fires). A reference that names nothing raises `UnknownCheckpoint` naming the closest recorded ones.
 - `needs_serving` is False only for the base model: any other checkpoint must be requested from the engines
-  (rollout.serving.ServingRequest) and needs a `ServingTarget` in some format (`formats`).
+  (rollout.serving.ServingRequest) and needs a `ServingTarget` in some format (`formats`; none yet for an SFT
+  adapter, which an eval bridges first).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ class ChosenCheckpoint:
     policy: str | None  # None for the base model
     version: int
     formats: tuple[str, ...] = ()  # the formats it has a serving target in
+    run: str = ""  # the run that made it (the base model: none)
 
     @property
     def needs_serving(self) -> bool:
@@ -63,8 +65,7 @@ async def resolve(ledger: Ledger, reference: str) -> ChosenCheckpoint:
                 f"{reference}: policy {policy!r} has no checkpoint yet"
                 + await _closest(ledger, policy, "policies", policies=True)
             )
-        name = checkpoint_name(policy, version)
-        return ChosenCheckpoint(name, policy, version, tuple(await serving_target_formats(ledger, name)))
+        return await resolve(ledger, checkpoint_name(policy, version))
     policy = policy_of(reference)
     payload = await checkpoint_payload(ledger, policy, reference) if policy else None
     if payload is None:
@@ -72,7 +73,9 @@ async def resolve(ledger: Ledger, reference: str) -> ChosenCheckpoint:
             f"no checkpoint {reference!r} is recorded" + await _closest(ledger, reference, "checkpoints")
         )
     formats = tuple(await serving_target_formats(ledger, reference))
-    return ChosenCheckpoint(reference, str(payload["policy"]), int(payload["version"]), formats)
+    return ChosenCheckpoint(
+        reference, str(payload["policy"]), int(payload["version"]), formats, str(payload.get("run") or "")
+    )
 
 
 async def _closest(ledger: Ledger, wanted: str, what: str, *, policies: bool = False) -> str:

@@ -18,8 +18,9 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 from rollout.activities.bridges import BridgeActivities
 from rollout.activities.local_training import LocalTrainingActivities
 from rollout.activities.tinker_training import TinkerTrainingActivities
+from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.names import TRAINER_QUEUE
-from rollout.workflows.training import BridgeWorkflow, TrainingWorkflow
+from rollout.workflows.training import TrainingWorkflow
 
 
 def trainer_worker(

@@ -3,9 +3,10 @@
 Deterministic workflow code only (the rules of rollout.workflows.episodes); activities through their stubs.
 
 Contract:
-- It resolves the checkpoint when it runs (so a schedule's `latest:RUN/POLICY` is the newest at each firing),
-  asks the engines to serve it unless it is the base model, and waits until one does; the checkpoint is
-  released however the eval ends.
+- It resolves the checkpoint when it runs (so a schedule's `latest:RUN/POLICY` is the newest at each firing);
+  one that has no serving target yet (an SFT adapter) is bridged first (`BridgeWorkflow` on `bridge_queue`, the
+  trainer's). It asks the engines to serve it unless it is the base model and waits until one does; the
+  checkpoint is released however the eval ends.
 - Each environment plays under its own eval run (`names.eval_run`): `RunCreated` with the settings `eval`
   (`suite@version`), `checkpoint`, `temperature` (the gateway samples every turn of the run with it) and
   `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i` being held-out task `first + i`; every agent seat that is
@@ -26,10 +27,12 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from rollout.workflows import runner_stubs
+from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
-from rollout.workflows.names import eval_run, supply_workflow_id
+from rollout.workflows.names import bridge_workflow_id, eval_run, supply_workflow_id
 from rollout.workflows.options import QUICK, heartbeating
 from rollout.workflows.types import (
+    BridgeInput,
     CheckpointChoice,
     EvalInput,
     EvalLookup,
@@ -63,6 +66,14 @@ class EvalWorkflow:
             given.checkpoint,
             **heartbeating(timedelta(minutes=2), FOR_GOOD_RETRY),
         )
+        if chosen.policy is not None and not chosen.formats:
+            for fmt in given.bridge_formats:  # no engine can load it yet: make it servable first
+                await workflow.execute_child_workflow(
+                    BridgeWorkflow.run,
+                    BridgeInput(chosen.run, chosen.policy, chosen.name, chosen.version, fmt),
+                    id=bridge_workflow_id(chosen.policy, chosen.version, fmt),
+                    task_queue=given.bridge_queue,
+                )
         hold = ServingHold(workflow.info().workflow_id, chosen.name, given.served_wait_s)
         try:
             if chosen.policy is not None:

@@ -45,6 +45,7 @@ from temporalio.exceptions import (
 from temporalio.workflow import ParentClosePolicy
 
 from rollout.workflows import trainer_stubs
+from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import (
     TRAINING_PAUSED,
@@ -56,7 +57,6 @@ from rollout.workflows.options import heartbeating
 from rollout.workflows.types import (
     AssembleInput,
     BridgeInput,
-    BridgeResult,
     EvalInput,
     EvalOutcome,
     ServedWait,
@@ -221,21 +221,3 @@ class TrainingWorkflow:
         if parent is not None:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(TRAINING_PAUSED, reason)
         await workflow.wait_condition(lambda: self.resumed)
-
-
-BRIDGE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"])
-
-
-@workflow.defn(name="BridgeWorkflow")
-class BridgeWorkflow:
-    """One checkpoint for one engine format: convert it (idempotent), then publish its serving target."""
-
-    @workflow.run
-    async def run(self, given: BridgeInput) -> BridgeResult:
-        result = await workflow.execute_activity(
-            trainer_stubs.bridge_checkpoint, given, **heartbeating(timedelta(minutes=30), BRIDGE_RETRY)
-        )
-        await workflow.execute_activity(
-            trainer_stubs.publish_serving, given, **heartbeating(timedelta(minutes=30), BRIDGE_RETRY)
-        )
-        return result

@@ -378,6 +378,9 @@ class EvalInput:
     groups_in_flight: int = 4
     served_wait_s: float = 600.0
     default_max_tokens: int | None = None  # for environments whose suite sets no max_tokens (run.max_tokens)
+    # A checkpoint with no serving target yet (an SFT adapter) is bridged to these formats on this queue first.
+    bridge_formats: list[str] = field(default_factory=lambda: ["lora"])
+    bridge_queue: str = TRAINER_QUEUE
 
 
 @dataclass
@@ -388,6 +391,7 @@ class CheckpointChoice:
     policy: str | None
     version: int
     formats: list[str] = field(default_factory=list[str])
+    run: str = ""  # the run that made it ("" for the base model)
 
 
 @dataclass
