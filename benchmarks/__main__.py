@@ -13,6 +13,7 @@ BENCHMARKS = {
     "async": "benchmarks.asynchrony",
     "learning": "benchmarks.learning",
     "chaos": "benchmarks.chaos",
+    "monitor": "benchmarks.monitor",
 }
 
 

@@ -77,11 +77,21 @@ class BlobSettings:
 
 
 @dataclass
+class MonitorSettings:
+    """The dashboard (`rollout monitor`): `rollout up` starts it when enabled, on loopback by default."""
+
+    enabled: bool = True
+    host: str = "127.0.0.1"
+    port: int = 8501
+
+
+@dataclass
 class ServiceSettings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
     temporal: TemporalSettings = field(default_factory=TemporalSettings)
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     blobs: BlobSettings = field(default_factory=BlobSettings)
+    monitor: MonitorSettings = field(default_factory=MonitorSettings)
 
 
 class LossKind(StrEnum):

@@ -83,3 +83,47 @@ def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwe
         yield made
     finally:
         made.close()
+
+
+@pytest.fixture(scope="session")
+def monitor_settings(stack_settings: Settings, models_dir: Path, tiny_qwen3: str) -> Settings:
+    """The session stack as the dashboard reads it."""
+    from rollout import config
+    from tests.stackutil import monitor_overrides
+
+    return config.load(monitor_overrides(stack_settings, models_dir))
+
+
+@pytest.fixture(scope="session")
+def trained_run(stack_settings: Settings, tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A finished two-step run on the session stack whose checkpoints were each scored by an eval (for the
+    dashboard's tests)."""
+    import asyncio
+    from dataclasses import replace
+
+    from rollout.cli.evals import eval_input
+    from rollout.evals import EvalEnvironment, Suite
+    from rollout.evals.records import register
+    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.run import RunWorkflow
+    from tests.test_training_loop import run_input, training_loop
+
+    async def train() -> str:
+        async with await Ledger.connect(stack_settings.ledger_url) as ledger:
+            suite = Suite(
+                f"monitor-{uuid.uuid4().hex[:6]}",
+                "1",
+                (EvalEnvironment("tests.example_envs:coin", episodes=2, max_tokens=4),),
+            )
+            await register(ledger, suite)
+            scratch = tmp_path_factory.mktemp("trained-run")
+            async with training_loop(stack_settings, ledger, tiny_qwen3, scratch) as loop:
+                given = run_input(loop, 2)
+                assert given.training is not None
+                given.training = replace(given.training, evaluation=eval_input(suite, ""), eval_every=1)
+                await loop.client.execute_workflow(
+                    RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
+                )
+                return loop.run
+
+    return asyncio.run(train())

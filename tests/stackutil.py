@@ -8,10 +8,13 @@ from rollout import config
 from rollout.net import free_port
 
 
-def isolated_overrides(data_dir: Path, *, gateway: bool = False) -> list[str]:
-    """Overrides that put a whole stack in `data_dir` on ports nothing else uses (the gateway off unless asked)."""
+def isolated_overrides(data_dir: Path, *, gateway: bool = False, monitor: bool = False) -> list[str]:
+    """Overrides that put a whole stack in `data_dir` on ports nothing else uses (the gateway and the dashboard
+    off unless asked)."""
     return [
         f"services.gateway.enabled={str(gateway).lower()}",
+        f"services.monitor.enabled={str(monitor).lower()}",
+        f"services.monitor.port={free_port()}",
         f"data_dir={data_dir}",
         f"services.postgres.port={free_port()}",
         f"services.temporal.port={free_port()}",
@@ -23,3 +26,16 @@ def isolated_overrides(data_dir: Path, *, gateway: bool = False) -> list[str]:
 
 def isolated_settings(data_dir: Path) -> config.Settings:
     return config.load(isolated_overrides(data_dir))
+
+
+def monitor_overrides(settings: config.Settings, models_dir: Path) -> list[str]:
+    """A stack's settings as `rollout monitor` overrides (the tiny model's tokenizer for the transcripts)."""
+    return [
+        f"data_dir={settings.data_dir}",
+        f"models_dir={models_dir}",
+        f"services.postgres.port={settings.services.postgres.port}",
+        f"services.temporal.port={settings.services.temporal.port}",
+        f"services.temporal.ui_port={settings.services.temporal.ui_port}",
+        "services.gateway.enabled=false",
+        "services.gateway.model=tiny-qwen3",
+    ]

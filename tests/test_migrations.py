@@ -13,6 +13,6 @@ def test_migrations_match_the_models_and_are_idempotent(ledger_url: str) -> None
     engine = create_engine(migrate.sqlalchemy_url(ledger_url))
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert context.get_current_revision() == migrate.head_revision() == "0003"
+        assert context.get_current_revision() == migrate.head_revision() == "0004"
         assert compare_metadata(context, SQLModel.metadata) == []
     engine.dispose()

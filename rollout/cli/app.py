@@ -14,6 +14,7 @@ from rollout.cli import (
     evals,
     gateway,
     ledger,
+    monitor,
     run,
     sandbox,
     seat,
@@ -34,6 +35,7 @@ app = typer.Typer(
 )
 stack.register(app)
 train.register(app)
+monitor.register(app)
 app.command()(sft.sft)
 gateway.register(app)
 app.add_typer(run.app, name="run")

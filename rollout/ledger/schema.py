@@ -14,7 +14,17 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import BigInteger, Column, DateTime, ForeignKey, LargeBinary, Text, UniqueConstraint, text
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    LargeBinary,
+    Text,
+    UniqueConstraint,
+    text,
+)
 from sqlalchemy.dialects.postgresql import JSONB
 from sqlmodel import Field, SQLModel
 
@@ -35,7 +45,11 @@ class Stream(SQLModel, table=True):
 
 
 class Event(SQLModel, table=True):
-    __table_args__ = (UniqueConstraint("stream_id", "idempotency_key", name="event_stream_key_unique"),)
+    __table_args__ = (
+        UniqueConstraint("stream_id", "idempotency_key", name="event_stream_key_unique"),
+        # Reads of one kind across streams (every checkpoint, every eval result) without scanning the turns.
+        Index("event_kind_recorded", "kind", "recorded_at"),
+    )
 
     stream_id: str = Field(sa_column=Column(Text, ForeignKey("stream.stream_id"), primary_key=True))
     seq: int = Field(sa_column=Column(BigInteger, primary_key=True, autoincrement=False))

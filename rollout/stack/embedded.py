@@ -162,6 +162,39 @@ class Stack:
                 host=gateway.host,
                 ports=(),
             )
+        monitor = services.monitor
+        # The dashboard reads the ledger as the worker role and reaches Temporal for the run controls.
+        self.monitor: ManagedProcess | None = (
+            ManagedProcess(
+                name="Monitor",
+                command=(
+                    sys.executable,
+                    "-m",
+                    "rollout.cli",
+                    "monitor",
+                    "--host",
+                    monitor.host,
+                    "--port",
+                    str(monitor.port),
+                    f"data_dir={self.data_dir}",
+                    f"models_dir={settings.models_dir}",
+                    f"services.postgres.worker_url={settings.worker_ledger_url}",
+                    f"services.postgres.host={services.postgres.host}",
+                    f"services.postgres.port={services.postgres.port}",
+                    f"services.temporal.address={settings.temporal_address}",
+                    f"services.temporal.ui_port={services.temporal.ui_port}",
+                    f"services.gateway.model={gateway.model}",
+                    f"services.gateway.host={gateway.host}",
+                    f"services.gateway.port={gateway.port}",
+                    f"services.gateway.engine_port={gateway.engine_port}",
+                ),
+                data_dir=self.data_dir,
+                host=monitor.host,
+                ports=((monitor.port, "services.monitor.port"),),
+            )
+            if monitor.enabled
+            else None
+        )
         self.temporal = (
             None
             if services.temporal.address
@@ -228,6 +261,8 @@ class Stack:
             # A runner started with a narrower import path is restarted with this one (its episodes in
             # flight are retried by Temporal on the new runner).
             self._keep(ServiceSpec.of(self.runner, 60), report)
+        if self.monitor is not None:
+            self._keep(ServiceSpec.of(self.monitor, 60), report)
         if self.trainer is not None and any(s.name == "Trainer" for s in wanted(self.data_dir)):
             trainer = next(s for s in wanted(self.data_dir) if s.name == "Trainer")
             self._keep(trainer, report)  # the one `rollout train` asked for, with its settings
@@ -331,7 +366,7 @@ class Stack:
                 supervisor.stop()
             unwant_all(self.data_dir)
             state_path(self.data_dir).unlink(missing_ok=True)
-            for process in (self.trainer, self.runner, self.gateway, self.engine):
+            for process in (self.monitor, self.trainer, self.runner, self.gateway, self.engine):
                 if process is not None and process.pid() is not None:
                     report(f"{process.name}: stopping")
                     process.stop()
@@ -401,6 +436,17 @@ class Stack:
                     healthy=pid is not None,
                     detail="plays episodes (`rollout run start ENV`)" if pid else "not running",
                     pid=pid,
+                )
+            )
+        if self.monitor is not None:
+            monitor = self.settings.services.monitor
+            services.append(
+                http_status(
+                    "monitor",
+                    self.monitor.pid(),
+                    f"http://{monitor.host}:{monitor.port}",
+                    "the dashboard: runs, transcripts, checkpoints, evals, machines (`rollout monitor`)",
+                    health="/_stcore/health",
                 )
             )
         if self.trainer is not None:

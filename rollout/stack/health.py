@@ -38,9 +38,11 @@ class ServiceStatus:
         return asdict(self)
 
 
-def http_status(name: str, pid: int | None, url: str, detail: str) -> ServiceStatus:
+def http_status(
+    name: str, pid: int | None, url: str, detail: str, *, health: str = "/health"
+) -> ServiceStatus:
     try:
-        healthy = httpx.get(f"{url}/health", timeout=3).status_code == 200
+        healthy = httpx.get(f"{url}{health}", timeout=3).status_code == 200
     except httpx.HTTPError as error:
         healthy, detail = False, f"unreachable: {type(error).__name__}"
     return ServiceStatus(name=name, mode="embedded", address=url, healthy=healthy, detail=detail, pid=pid)

@@ -1,0 +1,61 @@
+"""`rollout monitor`: the dashboard (Streamlit) on the current stack, in the foreground.
+
+`rollout up` runs this same command as a supervised service (`services.monitor.*`); run it yourself to watch
+another stack (`rollout monitor data_dir=…`) or on another port.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from rollout.cli.common import Overrides, err, load_settings
+
+
+def monitor(
+    overrides: Overrides = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to bind (default: services.monitor.host).")
+    ] = None,
+    port: Annotated[int | None, typer.Option(help="Port (default: services.monitor.port).")] = None,
+) -> None:
+    """Open the dashboard: runs (curves, pause/resume/max_lag), transcripts (tokens coloured by logprob), the
+    checkpoint tree, evals, and machines (services, engines, workers, sandboxes, leases). It reads the ledger and
+    Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login."""
+    from rollout.monitor.context import OVERRIDES_VARIABLE
+
+    settings = load_settings(overrides)
+    host = host or settings.services.monitor.host
+    port = port or settings.services.monitor.port
+    app = Path(__file__).resolve().parent.parent / "monitor" / "app.py"
+    err.print(f"the dashboard: http://{host}:{port} (Ctrl-C stops it)", highlight=False)
+    sys.stderr.flush()
+    environment = os.environ | {OVERRIDES_VARIABLE: json.dumps(list(overrides or []))}
+    command = [
+        sys.executable,
+        "-m",
+        "streamlit",
+        "run",
+        str(app),
+        "--server.address",
+        host,
+        "--server.port",
+        str(port),
+        "--server.headless",
+        "true",
+        "--browser.gatherUsageStats",
+        "false",
+        "--server.fileWatcherType",
+        "none",
+    ]
+    # The dashboard takes this process's place (and pid: the stack's supervisor keeps it by that pid).
+    os.execve(sys.executable, command, environment)
+
+
+def register(app: typer.Typer) -> None:
+    app.command()(monitor)

@@ -1,0 +1,267 @@
+"""The dashboard's reads (`rollout monitor`): runs, steps, episodes, transcripts, the checkpoint tree, evals,
+engines and leases, each one or two indexed round trips.
+
+Contract:
+- Read-only, like rollout.ledger.queries; typed rows out. Reads of one kind across streams use the
+  `event_kind_recorded` index (migration 0004); reads of one stream use its primary key. Every list is
+  bounded (`limit`, and `offset` where a person pages), so a view costs the same with 100,000 turns in the ledger.
+- Payload fields are read as the writers record them (rollout.ledger.payloads, rollout.training.checkpoints,
+  rollout.serving, rollout.evals.records); a field added later may be absent from older events.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from rollout.ledger.events import Kind
+from rollout.ledger.store import Ledger
+from rollout.ledger.streams import SERVING_ACKS, run_episodes_stream
+
+
+@dataclass(frozen=True)
+class StepRow:
+    """One checkpoint of a run's policy: its step, metrics and when it was recorded."""
+
+    policy: str
+    version: int
+    name: str
+    parent: str | None
+    metrics: dict[str, float]
+    recorded_at: datetime
+
+
+async def run_steps(ledger: Ledger, run: str, *, limit: int = 5000) -> list[StepRow]:
+    """Every checkpoint a run's training made, oldest first."""
+    rows = await ledger._fetch_all(
+        "SELECT payload, recorded_at FROM event WHERE kind = %s AND payload->>'run' = %s"
+        " ORDER BY recorded_at LIMIT %s",
+        (Kind.CHECKPOINT_CREATED.value, run, limit),
+    )
+    return [_step(row["payload"], row["recorded_at"]) for row in rows]
+
+
+def _step(payload: dict[str, Any], recorded_at: datetime) -> StepRow:
+    return StepRow(
+        policy=str(payload["policy"]),
+        version=int(payload["version"]),
+        name=str(payload["name"]),
+        parent=payload.get("parent"),
+        metrics={
+            k: float(v) for k, v in (payload.get("metrics") or {}).items() if isinstance(v, (int, float))
+        },
+        recorded_at=recorded_at,
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeRate:
+    finished: int
+    failed: int
+    first: datetime | None
+    last: datetime | None
+
+    @property
+    def per_second(self) -> float:
+        if self.first is None or self.last is None or self.finished < 2:
+            return 0.0
+        span = (self.last - self.first).total_seconds()
+        return self.finished / span if span > 0 else 0.0
+
+
+async def episode_rate(ledger: Ledger, run: str) -> EpisodeRate:
+    row = await ledger._fetch_one(
+        "SELECT count(*) FILTER (WHERE kind = %(finished)s) AS finished,"
+        " count(*) FILTER (WHERE kind = %(abandoned)s AND NOT payload ? 'attempt') AS failed,"
+        " min(recorded_at) AS first, max(recorded_at) AS last"
+        " FROM event WHERE stream_id = %(stream)s",
+        {
+            "stream": run_episodes_stream(run),
+            "finished": Kind.EPISODE_FINISHED.value,
+            "abandoned": Kind.EPISODE_ABANDONED.value,
+        },
+    )
+    row = row or {}
+    return EpisodeRate(
+        int(row.get("finished") or 0), int(row.get("failed") or 0), row.get("first"), row.get("last")
+    )
+
+
+@dataclass(frozen=True)
+class EpisodeRow:
+    run: str
+    episode: str
+    group: int
+    finished: bool
+    rewards: dict[str, float]
+    seats: dict[str, str]
+    turns: dict[str, int]
+    error: str | None
+    recorded_at: datetime
+
+
+async def find_episodes(
+    ledger: Ledger,
+    *,
+    run: str | None = None,
+    episode: str | None = None,
+    agent: str | None = None,
+    min_reward: float | None = None,
+    max_reward: float | None = None,
+    limit: int = 50,
+    offset: int = 0,
+) -> list[EpisodeRow]:
+    """Recorded episodes (finished, or failed as a whole), newest first, filtered: by run, by episode id (a
+    prefix), by an agent that played it, and by a reward (of that agent, or of any) within [min, max]."""
+    rows = await ledger._fetch_all(
+        "SELECT kind, payload, recorded_at FROM event"
+        " WHERE kind IN (%(finished)s, %(abandoned)s) AND NOT payload ? 'attempt'"
+        " AND (%(run)s::text IS NULL OR payload->>'run' = %(run)s)"
+        " AND (%(episode)s::text IS NULL OR starts_with(payload->>'episode', %(episode)s))"
+        " AND (%(agent)s::text IS NULL OR payload->'seats' ? %(agent)s)"
+        " AND (%(lo)s::float8 IS NULL AND %(hi)s::float8 IS NULL OR EXISTS ("
+        "   SELECT 1 FROM jsonb_each_text(payload->'rewards') AS r(agent, reward)"
+        "    WHERE (%(agent)s::text IS NULL OR r.agent = %(agent)s)"
+        "      AND (%(lo)s::float8 IS NULL OR r.reward::float8 >= %(lo)s)"
+        "      AND (%(hi)s::float8 IS NULL OR r.reward::float8 <= %(hi)s)))"
+        " ORDER BY recorded_at DESC LIMIT %(limit)s OFFSET %(offset)s",
+        {
+            "finished": Kind.EPISODE_FINISHED.value,
+            "abandoned": Kind.EPISODE_ABANDONED.value,
+            "run": run,
+            "episode": episode,
+            "agent": agent,
+            "lo": min_reward,
+            "hi": max_reward,
+            "limit": limit,
+            "offset": offset,
+        },
+    )
+    return [
+        EpisodeRow(
+            run=str(p["run"]),
+            episode=str(p["episode"]),
+            group=int(p.get("group", 0)),
+            finished=row["kind"] == Kind.EPISODE_FINISHED.value,
+            rewards={k: float(v) for k, v in (p.get("rewards") or {}).items()},
+            seats=dict(p.get("seats") or {}),
+            turns={k: int(v) for k, v in (p.get("turns") or {}).items()},
+            error=p.get("error"),
+            recorded_at=row["recorded_at"],
+        )
+        for row in rows
+        if (p := row["payload"]) is not None
+    ]
+
+
+@dataclass(frozen=True)
+class CheckpointNode:
+    """A checkpoint in the tree: its lineage and what became of it."""
+
+    name: str
+    policy: str
+    version: int
+    parent: str | None
+    run: str
+    metrics: dict[str, float]
+    recorded_at: datetime
+    formats: list[str] = field(default_factory=list[str])  # the serving formats it was bridged to
+
+
+async def checkpoint_tree(
+    ledger: Ledger, *, run: str | None = None, limit: int = 5000
+) -> list[CheckpointNode]:
+    """Every checkpoint (of one run, or all; warm starts included), oldest first, with its bridges (two round
+    trips)."""
+    rows = await ledger._fetch_all(
+        "SELECT payload, recorded_at FROM event WHERE kind = %s AND (%s::text IS NULL OR payload->>'run' = %s)"
+        " ORDER BY recorded_at LIMIT %s",
+        (Kind.CHECKPOINT_CREATED.value, run, run, limit),
+    )
+    bridged = await ledger._fetch_all(
+        "SELECT payload->>'name' AS name, payload->>'format' AS format FROM event WHERE kind = %s",
+        (Kind.CHECKPOINT_CONVERTED.value,),
+    )
+    formats: dict[str, list[str]] = {}
+    for row in bridged:
+        formats.setdefault(str(row["name"]), []).append(str(row["format"]))
+    nodes = []
+    for row in rows:
+        step = _step(row["payload"], row["recorded_at"])
+        nodes.append(
+            CheckpointNode(
+                name=step.name,
+                policy=step.policy,
+                version=step.version,
+                parent=step.parent,
+                run=str(row["payload"].get("run") or ""),
+                metrics=step.metrics,
+                recorded_at=step.recorded_at,
+                formats=sorted(formats.get(step.name, [])),
+            )
+        )
+    return nodes
+
+
+@dataclass(frozen=True)
+class EngineRow:
+    """An engine's newest ack: what it serves, whether it sleeps, its last failed load."""
+
+    engine: str
+    url: str
+    serving: list[str]
+    sleeping: bool
+    failed: dict[str, str] | None
+    recorded_at: datetime
+
+
+async def engines(ledger: Ledger) -> list[EngineRow]:
+    """Each engine's newest `ServingAck` (by URL)."""
+    rows = await ledger._fetch_all(
+        "SELECT DISTINCT ON (payload->>'url') payload, recorded_at FROM event WHERE stream_id = %s"
+        " ORDER BY payload->>'url', seq DESC",
+        (SERVING_ACKS,),
+    )
+    return [
+        EngineRow(
+            engine=str(row["payload"]["engine"]),
+            url=str(row["payload"]["url"]),
+            serving=[str(s["checkpoint"]) for s in row["payload"].get("serving") or []],
+            sleeping=bool(row["payload"].get("sleeping")),
+            failed=row["payload"].get("failed"),
+            recorded_at=row["recorded_at"],
+        )
+        for row in rows
+    ]
+
+
+async def eval_results(ledger: Ledger, *, limit: int = 20000) -> list[dict[str, Any]]:
+    """Every `EvalResult` payload (rollout.evals.records.EvalResult), oldest first, with `recorded_at`."""
+    rows = await ledger._fetch_all(
+        "SELECT payload, recorded_at FROM event WHERE kind = %s ORDER BY recorded_at LIMIT %s",
+        (Kind.EVAL_RESULT.value, limit),
+    )
+    return [{**row["payload"], "recorded_at": row["recorded_at"]} for row in rows]
+
+
+@dataclass(frozen=True)
+class LeaseRow:
+    resource: str
+    holder: str
+    epoch: int
+    expires_at: datetime
+    live: bool
+
+
+async def leases(ledger: Ledger, *, limit: int = 1000) -> list[LeaseRow]:
+    """Every lease (trainer, GPU, sandbox claims and hosts), live ones first."""
+    rows = await ledger._fetch_all(
+        "SELECT resource, holder, epoch, expires_at, expires_at > now() AS live FROM lease"
+        " ORDER BY expires_at > now() DESC, resource LIMIT %s",
+        (limit,),
+    )
+    return [
+        LeaseRow(str(r["resource"]), str(r["holder"]), int(r["epoch"]), r["expires_at"], bool(r["live"]))
+        for r in rows
+    ]

@@ -1,0 +1,77 @@
+"""What the dashboard's views read through: settings, the ledger, Temporal, the embedded stack's status.
+
+Contract:
+- `Monitor.from_environment()` loads settings from the overrides in `$ROLLOUT_MONITOR_OVERRIDES` (a JSON list,
+  set by `rollout monitor`), so the app reads the same stack as the command that started it.
+- `read(query)` runs one async ledger query on a fresh connection with a short reconnect window: a ledger that
+  is down raises `LedgerError` within seconds (the app shows a banner and tries again), never hangs a view.
+- `temporal(call)` does the same with a Temporal client; `update_run` goes through the run's workflow updates,
+  like `rollout run pause|resume|set`, so every change is recorded in the ledger by the run itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+from urllib.parse import quote
+
+from rollout import config
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from rollout.ledger import Ledger
+    from rollout.workflows.client import RunUpdate
+    from rollout.workflows.types import RunStatus
+
+OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
+LEDGER_PATIENCE_S = 2.0
+
+
+@dataclass(frozen=True)
+class Monitor:
+    settings: config.Settings
+
+    @staticmethod
+    def from_environment() -> Monitor:
+        overrides = json.loads(os.environ.get(OVERRIDES_VARIABLE) or "[]")
+        return Monitor(config.load(list(overrides)))
+
+    def read[T](self, query: Callable[[Ledger], Awaitable[T]]) -> T:
+        from rollout.ledger import Ledger
+
+        async def go() -> T:
+            async with await Ledger.connect(
+                self.settings.worker_ledger_url, max_size=2, reconnect_window_s=LEDGER_PATIENCE_S
+            ) as ledger:
+                return await query(ledger)
+
+        return asyncio.run(go())
+
+    def temporal[T](self, call: Callable[[Client], Awaitable[T]]) -> T:
+        from temporalio.client import Client
+
+        async def go() -> T:
+            client = await Client.connect(
+                self.settings.temporal_address, namespace=self.settings.services.temporal.namespace
+            )
+            return await call(client)
+
+        return asyncio.run(go())
+
+    def update_run(self, run: str, update: RunUpdate, value: int | None = None) -> RunStatus:
+        from rollout.workflows.client import update_run
+
+        return self.temporal(lambda client: update_run(client, run, update, value))
+
+    def workflow_url(self, workflow_id: str) -> str | None:
+        """The Temporal web UI's page of a workflow, when the UI's address is known."""
+        ui = self.settings.temporal_ui_url
+        if ui is None:
+            return None
+        namespace = self.settings.services.temporal.namespace
+        return f"{ui}/namespaces/{namespace}/workflows/{quote(workflow_id, safe='')}"

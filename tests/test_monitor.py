@@ -1,0 +1,151 @@
+"""The dashboard's views with Streamlit's AppTest, against the real ledger of the session's stack holding a short
+real training run (tiny model, two steps, each checkpoint scored by an eval): what a person would see in each
+view, and the pages for a run that does not exist and for a ledger that is down."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from streamlit.testing.v1 import AppTest
+
+from rollout.config import Settings
+from rollout.monitor.context import OVERRIDES_VARIABLE
+from rollout.net import free_port
+from rollout.workflows.types import run_policy
+
+APP = str(Path(__file__).resolve().parent.parent / "rollout" / "monitor" / "app.py")
+
+
+def view(name: str, settings: Settings, **params: str) -> AppTest:
+    """One view rendered against `settings`' ledger, with the page's query parameters."""
+
+    def script(name: str, settings: object) -> None:
+        import importlib
+
+        from rollout.config import Settings
+        from rollout.monitor.context import Monitor
+
+        assert isinstance(settings, Settings)
+        importlib.import_module(f"rollout.monitor.{name}").render(Monitor(settings))
+
+    app = AppTest.from_function(script, args=(name, settings), default_timeout=60)
+    for key, value in params.items():
+        app.query_params[key] = value
+    app.run()
+    assert not app.exception, [e.value for e in app.exception]
+    return app
+
+
+def table_text(app: AppTest) -> str:
+    return " ".join(frame.value.to_csv() for frame in app.dataframe)
+
+
+def test_runs_shows_the_run_its_steps_and_curves(monitor_settings: Settings, trained_run: str) -> None:
+    app = view("runs", monitor_settings, run=trained_run)
+    assert app.title[0].value == "Runs"
+    assert trained_run in table_text(app)
+    metrics = {m.label: m.value for m in app.metric}
+    assert metrics["steps"] == "2" and int(metrics["episodes"]) > 0
+    (curves,) = app.get("vega_lite_chart")
+    spec = str(curves.proto)
+    assert "reward" in spec and "mismatch KL" in spec and "effective sample size" in spec, (
+        "the per-step curves"
+    )
+
+
+def test_transcripts_show_a_seats_turns_with_coloured_tokens(
+    monitor_settings: Settings, trained_run: str
+) -> None:
+    app = view("transcripts", monitor_settings, run=trained_run)
+    assert trained_run in table_text(app)
+    coloured = [element for element in app.get("html")]
+    assert coloured, "the sampled tokens, coloured"
+    assert "logprob" in str(coloured[0].proto)
+    assert any("sampled by" in c.value for c in app.caption)
+    app.toggle[0].set_value(True).run()
+    assert not app.exception
+
+
+def test_the_checkpoint_tree_draws_every_step_with_its_eval(
+    monitor_settings: Settings, trained_run: str
+) -> None:
+    app = view("checkpoints", monitor_settings, run=trained_run)
+    (graph,) = app.get("graphviz_chart")
+    policy = run_policy(trained_run, "default")
+    spec = str(graph.proto)
+    assert f"{policy}-step000001" in spec and f"{policy}-step000002" in spec and "peripheries=2" in spec
+    assert "lora" in table_text(app), "each checkpoint's bridge"
+
+
+def test_evals_plot_and_tabulate_the_scores(monitor_settings: Settings, trained_run: str) -> None:
+    app = view("evals", monitor_settings)
+    assert app.get("vega_lite_chart"), "scores across checkpoints"
+    assert len(app.dataframe) == 1
+
+
+def test_machines_list_services_workers_and_leases(monitor_settings: Settings, trained_run: str) -> None:
+    app = view("machines", monitor_settings)
+    text = table_text(app)
+    assert "postgres" in text and "temporal" in text
+    assert "rollout-runner" in text, "the workers polling each queue"
+    assert f"trainer/{run_policy(trained_run, 'default')}" in text, "the run's trainer lease"
+
+
+def test_a_run_that_does_not_exist_is_a_sentence(monitor_settings: Settings, trained_run: str) -> None:
+    app = view("runs", monitor_settings, run="no-such-run")
+    assert any("no run 'no-such-run'" in w.value for w in app.warning)
+
+
+def test_a_ledger_that_is_down_is_a_banner_naming_it(
+    stack_settings: Settings, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    overrides = [f"data_dir={stack_settings.data_dir}", f"services.postgres.port={free_port()}"]
+    monkeypatch.setenv(OVERRIDES_VARIABLE, json.dumps(overrides))
+    app = AppTest.from_file(APP, default_timeout=60)
+    app.run()
+    assert not app.exception
+    (banner,) = app.error
+    assert "is not answering" in banner.value and "127.0.0.1:" in banner.value
+
+
+@pytest.mark.slow
+def test_rollout_up_runs_the_dashboard_as_a_supervised_service(tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import httpx
+
+    from rollout.stack.processes import read_pid_file
+    from tests.stackutil import isolated_overrides
+
+    rollout = str(Path(sys.executable).parent / "rollout")
+    overrides = isolated_overrides(tmp_path / "data", monitor=True)
+
+    def status() -> dict[str, dict[str, object]]:
+        done = subprocess.run(
+            [rollout, "status", "--json", *overrides], capture_output=True, text=True, timeout=120
+        )
+        return {s["name"]: s for s in json.loads(done.stdout)["services"]}
+
+    try:
+        up = subprocess.run([rollout, "up", *overrides], capture_output=True, text=True, timeout=300)
+        assert up.returncode == 0, up.stderr[-3000:]
+        monitor = status()["monitor"]
+        assert monitor["healthy"] and str(monitor["address"]).startswith("http://127.0.0.1:")
+        page = httpx.get(f"{monitor['address']}/", timeout=10)
+        assert page.status_code == 200 and "streamlit" in page.text.lower()
+        pid = read_pid_file(tmp_path / "data" / "run" / "monitor.pid")
+        assert pid is not None
+        os.kill(pid.pid, signal.SIGKILL)
+        deadline = time.monotonic() + 120
+        while not ((again := status()["monitor"])["healthy"] and again["restarts"] == 1):
+            assert time.monotonic() < deadline, f"the supervisor did not restart the dashboard: {again}"
+            time.sleep(1)
+    finally:
+        down = subprocess.run([rollout, "down", *overrides], capture_output=True, text=True, timeout=300)
+    assert "monitor" in down.stdout
