@@ -24,6 +24,7 @@ from rollout.blobs import open_store
 from rollout.config import Settings
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
+from rollout.stack.dashboard import dashboard_process
 from rollout.stack.health import (
     ServiceStatus,
     blobs_status,
@@ -162,39 +163,7 @@ class Stack:
                 host=gateway.host,
                 ports=(),
             )
-        monitor = services.monitor
-        # The dashboard reads the ledger as the worker role and reaches Temporal for the run controls.
-        self.monitor: ManagedProcess | None = (
-            ManagedProcess(
-                name="Monitor",
-                command=(
-                    sys.executable,
-                    "-m",
-                    "rollout.cli",
-                    "monitor",
-                    "--host",
-                    monitor.host,
-                    "--port",
-                    str(monitor.port),
-                    f"data_dir={self.data_dir}",
-                    f"models_dir={settings.models_dir}",
-                    f"services.postgres.worker_url={settings.worker_ledger_url}",
-                    f"services.postgres.host={services.postgres.host}",
-                    f"services.postgres.port={services.postgres.port}",
-                    f"services.temporal.address={settings.temporal_address}",
-                    f"services.temporal.ui_port={services.temporal.ui_port}",
-                    f"services.gateway.model={gateway.model}",
-                    f"services.gateway.host={gateway.host}",
-                    f"services.gateway.port={gateway.port}",
-                    f"services.gateway.engine_port={gateway.engine_port}",
-                ),
-                data_dir=self.data_dir,
-                host=monitor.host,
-                ports=((monitor.port, "services.monitor.port"),),
-            )
-            if monitor.enabled
-            else None
-        )
+        self.monitor = dashboard_process(settings)
         self.temporal = (
             None
             if services.temporal.address
