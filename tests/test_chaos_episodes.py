@@ -118,10 +118,10 @@ async def test_two_agents_on_two_runner_processes_share_one_sandbox(cluster: Clu
     for episode in finished:
         payload = episode.payload
         assert payload["rewards"] == {"A": 1.0, "B": 1.0}, payload
-        assert (
-            payload["metrics"]["A"]["others_moves_seen"] > 0
-            and payload["metrics"]["B"]["others_moves_seen"] > 0
-        )
+        # Whoever moves last sees the other's moves (at its join or a later move) whatever the timing;
+        # both seeing some needs the two runners to overlap, which a loaded machine does not promise.
+        seen = [payload["metrics"][agent]["others_moves_seen"] for agent in ("A", "B")]
+        assert max(seen) > 0, f"neither agent saw the other move: the grid was not shared ({seen})"
         a = await play_attempts(client, agent_workflow_id(run, payload["episode"], "A"))
         b = await play_attempts(client, agent_workflow_id(run, payload["episode"], "B"))
         assert a[-1][1] != b[-1][1], f"A and B played on different runner processes: {a} {b}"

@@ -102,7 +102,8 @@ class SharedWalk(Task):
         text = (
             f"You are agent {self.agent}. Walk to your goal G; another agent walks the same grid at the same "
             f"time. Rows count from 0 at the top, columns from 0 at the left. Call the move tool with up, down, "
-            f"left or right; walls (#) and agents block the way.\nMap:\n{view['picture']}\n\n{view['where']}"
+            f"left or right; walls (#) and agents block the way.\nMap:\n{view['picture']}\n\n"
+            f"{self._news(view)}{view['where']}"
         )
         return Observation(text, tools=(MOVE_TOOL,))
 
