@@ -46,6 +46,12 @@ def test_runs_shows_the_run_its_steps_and_curves(monitor_settings: Settings, tra
     app = view("runs", monitor_settings, run=trained_run)
     assert app.title[0].value == "Runs"
     assert trained_run in table_text(app)
+    (runs_table, *_) = app.dataframe
+    row = runs_table.value.set_index("run").loc[trained_run]
+    assert row["steps"] == 2 and row["episodes"] > 0 and row["episodes/s"] > 0, row
+    assert row["state"] == "completed", "every run's state, from one Temporal listing"
+    evals = runs_table.value[runs_table.value["kind"] == "eval"]
+    assert len(evals) >= 2 and set(evals["state"]) == {"completed"}, "an eval run's state is its supply's"
     metrics = {m.label: m.value for m in app.metric}
     assert metrics["steps"] == "2" and int(metrics["episodes"]) > 0
     (curves,) = app.get("vega_lite_chart")
@@ -91,6 +97,11 @@ def test_machines_list_services_workers_and_leases(monitor_settings: Settings, t
     assert "postgres" in text and "temporal" in text
     assert "rollout-runner" in text, "the workers polling each queue"
     assert f"trainer/{run_policy(trained_run, 'default')}" in text, "the run's trainer lease"
+    app.selectbox(key="workflows_of").set_value(trained_run).run()
+    (workflows,) = [f.value for f in app.dataframe if "workflow" in f.value.columns]
+    links = dict(zip(workflows["workflow"], workflows["Temporal web UI"], strict=True))
+    assert f"run/{trained_run}" in links and f"run/{trained_run}/supply" in links, list(links)
+    assert links[f"run/{trained_run}"].endswith(f"/workflows/run%2F{trained_run}"), "a link into the web UI"
 
 
 def test_a_run_that_does_not_exist_is_a_sentence(monitor_settings: Settings, trained_run: str) -> None:

@@ -1,7 +1,7 @@
 """The dashboard in a real browser: Chromium (Debian's, driven by Playwright) opens each view of a running
 `rollout monitor` and sees what a person would (the run, a transcript's tokens, the tree's nodes, a score,
-the services), and the Pause button pauses a playing run (checked in the ledger). Screenshots of every view are
-left in `build/screenshots/monitor/`.
+the services), and the Pause button pauses a playing run (checked in the ledger); a ledger outage is a banner that gives way to the
+page by itself once the ledger is back. Screenshots of every view are left in `build/screenshots/monitor/`.
 
 Chromium is a system package (`.ci/run` installs it with apt-get): without one, the test is skipped, except in
 CI (`CI` set), where a missing browser fails it.
@@ -118,6 +118,73 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
         "machines.png",
         "runs-paused.png",
     }
+
+
+@pytest.mark.timeout(300)
+async def test_the_dashboard_waits_out_a_ledger_outage_and_recovers_by_itself(
+    stack_settings: Settings, models_dir: Path, tmp_path: Path, trained_run: str
+) -> None:
+    """The dashboard reads the ledger through a port that answers nothing (the outage), then through a relay
+    to the real ledger on that same port (its return): the open page goes from the banner to the run without
+    anyone reloading it."""
+    from playwright.async_api import async_playwright
+
+    assert CHROMIUM is not None, "CI installs Chromium (.ci/run): none was found"
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    ledger_port = free_port()
+    overrides = [
+        f"services.postgres.port={ledger_port}" if o.startswith("services.postgres.port=") else o
+        for o in monitor_overrides(stack_settings, models_dir)
+    ]
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path / "monitor.log").open("wb")
+    monitor = await asyncio.create_subprocess_exec(
+        ROLLOUT, "monitor", "--port", str(port), *overrides, stdout=log, stderr=asyncio.subprocess.STDOUT
+    )
+    relay: asyncio.Server | None = None
+    try:
+        await _until(lambda: _healthy(url), 120, f"the dashboard did not start: {_tail(tmp_path)}")
+        async with async_playwright() as playwright:
+            browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+            page = await browser.new_page(viewport={"width": 1400, "height": 900})
+            await page.goto(f"{url}/?run={trained_run}")
+            banner = page.get_by_text("is not answering")
+            await banner.wait_for(timeout=60_000)
+            assert f"127.0.0.1:{ledger_port}" in await banner.inner_text()
+            await page.screenshot(path=str(SCREENSHOTS / "ledger-down.png"), full_page=True)
+            relay = await _relay(ledger_port, stack_settings.services.postgres.port)
+            await page.get_by_text("episodes/s").first.wait_for(timeout=60_000)
+            await page.get_by_text(trained_run).first.wait_for(state="attached", timeout=60_000)
+            assert not await page.get_by_text("is not answering").count(), "the banner went away"
+            await page.screenshot(path=str(SCREENSHOTS / "ledger-back.png"), full_page=True)
+            await browser.close()
+    finally:
+        monitor.terminate()
+        await asyncio.wait_for(monitor.wait(), 30)
+        log.close()
+        if relay is not None:
+            relay.close()
+
+
+async def _relay(port: int, to_port: int) -> asyncio.Server:
+    """A TCP relay on 127.0.0.1:`port` to 127.0.0.1:`to_port`."""
+
+    async def pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            while data := await reader.read(65536):
+                writer.write(data)
+                await writer.drain()
+        except ConnectionError:
+            pass
+        finally:
+            writer.close()
+
+    async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        upstream_reader, upstream_writer = await asyncio.open_connection("127.0.0.1", to_port)
+        await asyncio.gather(pipe(reader, upstream_writer), pipe(upstream_reader, writer))
+
+    return await asyncio.start_server(connected, "127.0.0.1", port)
 
 
 async def _until(check, timeout_s: float, what: str) -> None:

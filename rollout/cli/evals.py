@@ -211,6 +211,7 @@ async def _run(settings: Settings, stack: Stack, source: str, checkpoint: str) -
     from rollout.evals.checkpoints import UnknownCheckpoint, resolve
     from rollout.ledger import Ledger
     from rollout.ledger.errors import LedgerError
+    from rollout.workflows.client import failure_reason
     from rollout.workflows.evals import EvalWorkflow
     from rollout.workflows.names import RUNNER_QUEUE, eval_workflow_id
 
@@ -251,7 +252,7 @@ async def _run(settings: Settings, stack: Stack, source: str, checkpoint: str) -
                         await asyncio.wait([waiting], timeout=1.0)
                     return suite, waiting.result()
             except WorkflowFailureError as error:
-                fail(f"the eval of {suite.ref} on {checkpoint} failed: {_cause(error)}")
+                fail(f"the eval of {suite.ref} on {checkpoint} failed: {failure_reason(error)}")
     except LedgerError as error:
         fail(f"{error}\nIs the stack up? `rollout up` starts it; `rollout status` shows it.")
 
@@ -269,15 +270,6 @@ async def _episodes_done(ledger: Ledger, suite: Suite, checkpoint: str) -> int:
         stream = run_episodes_stream(eval_run(suite.name, suite.version, name, entry.name))
         total += await count_events(ledger, stream, Kind.EPISODE_FINISHED)
     return total
-
-
-def _cause(error: BaseException) -> str:
-    from temporalio.exceptions import FailureError
-
-    cause: BaseException = error
-    while cause.__cause__ is not None:
-        cause = cause.__cause__
-    return cause.message if isinstance(cause, FailureError) else str(cause)
 
 
 def _table_rows(results: list[EvalResult]) -> tuple[list[str], dict[tuple[str, str], dict[str, float]]]:

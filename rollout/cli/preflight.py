@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
+from rollout.workflows.client import failure_reason
 from rollout.workflows.names import RUNNER_QUEUE, preflight_workflow_id
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
 from rollout.workflows.types import EnvironmentInfo
@@ -33,7 +34,6 @@ async def confirm_runner_loads(
 ) -> EnvironmentInfo:
     from temporalio.client import WorkflowFailureError
     from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
-    from temporalio.exceptions import FailureError
 
     handle = await client.start_workflow(
         EnvironmentCheckWorkflow.run,
@@ -56,12 +56,7 @@ async def confirm_runner_loads(
             "then start the run again."
         ) from None
     except WorkflowFailureError as error:
-        cause: BaseException = error
-        while (
-            cause.__cause__ is not None
-        ):  # workflow failure ← activity error ← the runner's ApplicationError
-            cause = cause.__cause__
-        reason = cause.message if isinstance(cause, FailureError) else str(cause)
+        reason = failure_reason(error)
         raise PreflightFailed(
             f"a runner cannot load {environment}: {reason}\nA runner imports environments from the installed "
             "packages, the folder it was started in and its $PYTHONPATH. Run this command from the folder that "

@@ -52,10 +52,18 @@ def _run(row: dict[str, Any]) -> RunRow:
     )
 
 
-async def list_runs(ledger: Ledger) -> list[RunRow]:
-    """Every run, newest first."""
-    rows = await ledger._fetch_all(f"SELECT {_RUN_COLUMNS} FROM run ORDER BY created_at DESC, run_id DESC")
+async def list_runs(ledger: Ledger, *, limit: int | None = None, offset: int = 0) -> list[RunRow]:
+    """Every run (or a page of `limit` from `offset`), newest first."""
+    rows = await ledger._fetch_all(
+        f"SELECT {_RUN_COLUMNS} FROM run ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s",
+        (limit, offset),
+    )
     return [_run(row) for row in rows]
+
+
+async def count_runs(ledger: Ledger) -> int:
+    row = await ledger._fetch_one("SELECT count(*) AS runs FROM run")
+    return int((row or {}).get("runs") or 0)
 
 
 async def find_run(ledger: Ledger, run: str) -> RunRow | None:

@@ -88,6 +88,36 @@ async def episode_rate(ledger: Ledger, run: str) -> EpisodeRate:
     )
 
 
+async def run_activity(ledger: Ledger, runs: list[str]) -> dict[str, tuple[EpisodeRate, int]]:
+    """For each of `runs`: its episode rate and how many steps (checkpoints) its training made. Two round
+    trips whatever the number of runs (each run's episodes by its stream's key, checkpoints by kind)."""
+    streams = {run_episodes_stream(run): run for run in runs}
+    episodes = await ledger._fetch_all(
+        "SELECT stream_id, count(*) FILTER (WHERE kind = %(finished)s) AS finished,"
+        " count(*) FILTER (WHERE kind = %(abandoned)s AND NOT payload ? 'attempt') AS failed,"
+        " min(recorded_at) AS first, max(recorded_at) AS last"
+        " FROM event WHERE stream_id = ANY(%(streams)s) GROUP BY stream_id",
+        {
+            "streams": list(streams),
+            "finished": Kind.EPISODE_FINISHED.value,
+            "abandoned": Kind.EPISODE_ABANDONED.value,
+        },
+    )
+    steps = await ledger._fetch_all(
+        "SELECT payload->>'run' AS run, count(*) AS steps FROM event"
+        " WHERE kind = %s AND payload->>'run' = ANY(%s) GROUP BY payload->>'run'",
+        (Kind.CHECKPOINT_CREATED.value, list(runs)),
+    )
+    rates = {
+        streams[row["stream_id"]]: EpisodeRate(
+            int(row["finished"] or 0), int(row["failed"] or 0), row["first"], row["last"]
+        )
+        for row in episodes
+    }
+    counts = {str(row["run"]): int(row["steps"]) for row in steps}
+    return {run: (rates.get(run, EpisodeRate(0, 0, None, None)), counts.get(run, 0)) for run in runs}
+
+
 @dataclass(frozen=True)
 class EpisodeRow:
     run: str

@@ -1,6 +1,6 @@
 """The Machines view: the services and their health, the engines (what each serves, awake or asleep), the
-Temporal workers polling each queue, sandboxes and their claims, leases and their holders, and links into the
-Temporal web UI."""
+Temporal workers polling each queue, sandboxes and their claims, leases and their holders, and each run's
+workflows (the run, its supply, episodes, agents, training) with links into the Temporal web UI."""
 
 from __future__ import annotations
 
@@ -8,26 +8,28 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.ledger.queries import list_runs
 from rollout.ledger.streams import sandbox_host_leases_prefix, sandbox_leases_prefix
 from rollout.ledger.views import engines, leases
-from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
+from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE, run_workflow_id
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
     from rollout.monitor.context import Monitor
+
+WORKFLOWS = 200  # the newest workflow executions listed, and runs offered to pick from
 
 
 def render(monitor: Monitor) -> None:
     st.title("Machines")
     st.subheader("Services")
     st.dataframe(_services(monitor), hide_index=True, width="stretch")
-    if (ui := monitor.settings.temporal_ui_url) is not None:
-        st.markdown(f"[The Temporal web UI]({ui}) · every run's workflows are `run/RUN…`")
 
     async def read(ledger: Ledger) -> tuple[Any, ...]:
-        return await engines(ledger), await leases(ledger)
+        return await engines(ledger), await leases(ledger), await list_runs(ledger, limit=WORKFLOWS)
 
-    engine_rows, lease_rows = monitor.read(read)
+    engine_rows, lease_rows, runs = monitor.read(read)
+    _workflows(monitor, [r.run for r in runs])
     st.subheader("Engines")
     if engine_rows:
         st.dataframe(
@@ -143,3 +145,55 @@ def _pollers(monitor: Monitor) -> list[dict[str, Any]]:
         return [
             {"queue": "—", "polls for": "—", "workers": 0, "identities": f"Temporal unreachable: {error}"}
         ]
+
+
+def _workflows(monitor: Monitor, runs: list[str]) -> None:
+    st.subheader("Workflows")
+    if (ui := monitor.settings.temporal_ui_url) is not None:
+        st.markdown(f"[The Temporal web UI]({ui})")
+    if not runs:
+        st.caption("No run yet.")
+        return
+    run = st.selectbox("workflows of run", runs, key="workflows_of")
+    if run is None:
+        return
+    root = run_workflow_id(run)
+    query = f"WorkflowId = '{_quoted(root)}' OR WorkflowId STARTS_WITH '{_quoted(root)}/'"
+
+    async def listing(client: Any) -> list[dict[str, Any]]:
+        rows = []
+        async for execution in client.list_workflows(query, limit=WORKFLOWS):
+            rows.append(
+                {
+                    "workflow": execution.id,
+                    "type": execution.workflow_type,
+                    "state": execution.status.name.lower() if execution.status is not None else "unknown",
+                    "started": execution.start_time.strftime("%Y-%m-%d %H:%M:%S"),
+                    "Temporal web UI": monitor.workflow_url(execution.id),
+                }
+            )
+        return rows
+
+    from temporalio.service import RPCError
+
+    try:
+        rows = monitor.temporal(listing)
+    except (RuntimeError, RPCError) as error:
+        st.warning(f"Temporal at {monitor.settings.temporal_address} did not list the workflows: {error}")
+        return
+    if not rows:
+        st.caption(f"Temporal has no workflow of run {run!r} (its history may have passed retention).")
+        return
+    st.dataframe(
+        rows,
+        hide_index=True,
+        width="stretch",
+        column_config={"Temporal web UI": st.column_config.LinkColumn(display_text="open")},
+    )
+    if len(rows) == WORKFLOWS:
+        st.caption(f"The newest {WORKFLOWS} of the run's workflows.")
+
+
+def _quoted(text: str) -> str:
+    # A visibility query's string literal: a run name cannot end it early.
+    return text.replace("\\", "\\\\").replace("'", "\\'")

@@ -1,4 +1,5 @@
-"""The Runs view: every run with its status and settings; one run's per-step curves and its controls.
+"""The Runs view: every run with its state, settings, episodes/s and steps (a page of 100, newest first); one
+run's per-step curves and its controls.
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
 sample size, clipped fraction, mismatch KL) and step time. Pause, resume and max_lag go through the run's
@@ -11,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from rollout.ledger.queries import find_run, list_runs, run_progress
-from rollout.ledger.views import episode_rate, run_steps
+from rollout.ledger.queries import RunRow, count_runs, find_run, list_runs, run_progress
+from rollout.ledger.views import EpisodeRate, episode_rate, run_activity, run_steps
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -27,20 +28,38 @@ CURVES = {
 }
 
 
+PAGE = 100
+
+
 def render(monitor: Monitor) -> None:
     st.title("Runs")
-    runs = monitor.read(list_runs)
-    if not runs:
+    total = monitor.read(count_runs)
+    if not total:
         st.info("No runs yet: `rollout train ENV` starts one.")
         return
+    page = 1
+    if total > PAGE:
+        pages = -(-total // PAGE)
+        page = int(st.number_input(f"page (of {pages}, newest first)", min_value=1, max_value=pages, value=1))
+
+    async def read(ledger: Ledger) -> tuple[list[RunRow], dict[str, tuple[EpisodeRate, int]]]:
+        rows = await list_runs(ledger, limit=PAGE, offset=(page - 1) * PAGE)
+        return rows, await run_activity(ledger, [r.run for r in rows])
+
+    runs, activity = monitor.read(read)
+    states = _workflow_states(monitor)
     table = [
         {
             "run": r.run,
             "environment": r.environment,
-            "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
             "kind": "eval" if r.settings.get("eval") else "training",
-            "paused": bool(r.settings.get("paused")),
+            "state": states.get(r.run, "no workflow") + (", paused" if r.settings.get("paused") else ""),
+            "episodes": activity[r.run][0].finished,
+            "failed": activity[r.run][0].failed,
+            "episodes/s": round(activity[r.run][0].per_second, 2),
+            "steps": activity[r.run][1],
             "max_lag": r.settings.get("max_lag"),
+            "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         }
         for r in runs
     ]
@@ -48,7 +67,10 @@ def render(monitor: Monitor) -> None:
     names = [r.run for r in runs]
     wanted = st.query_params.get("run")
     if wanted is not None and wanted not in names:
-        st.warning(f"The ledger has no run {wanted!r}: pick one of the runs above.")
+        if monitor.read(lambda ledger: find_run(ledger, wanted)) is None:
+            st.warning(f"The ledger has no run {wanted!r}: pick one of the runs above.")
+        else:
+            names.insert(0, wanted)  # a run on another page, asked for by its link
     chosen = st.selectbox("run", names, index=names.index(wanted) if wanted in names else 0)
     if chosen is None:
         return
@@ -143,6 +165,35 @@ def _workflow_state(monitor: Monitor, run: str) -> str:
         return monitor.temporal(describe)
     except RuntimeError:
         return "Temporal unreachable"
+
+
+def _workflow_states(monitor: Monitor) -> dict[str, str]:
+    """Each run's state by run, from one visibility listing (newest executions first): its `RunWorkflow`'s, or
+    for an eval run (played by an `EvalWorkflow`) its episode supply's."""
+    from rollout.workflows.names import run_workflow_id, supply_workflow_id
+
+    prefix, suffix = run_workflow_id(""), supply_workflow_id("").removeprefix(run_workflow_id(""))
+    query = "WorkflowType = 'RunWorkflow' OR WorkflowType = 'EpisodeSupplyWorkflow'"
+
+    async def listing(client: Any) -> dict[str, str]:
+        owners: dict[str, str] = {}
+        supplies: dict[str, str] = {}
+        async for execution in client.list_workflows(query, limit=PAGE * 10):
+            if execution.status is None:
+                continue
+            state = execution.status.name.lower()
+            if execution.workflow_type == "RunWorkflow":
+                owners.setdefault(execution.id.removeprefix(prefix), state)
+            else:
+                supplies.setdefault(execution.id.removeprefix(prefix).removesuffix(suffix), state)
+        return supplies | owners
+
+    from temporalio.service import RPCError
+
+    try:
+        return monitor.temporal(listing)
+    except (RuntimeError, RPCError):
+        return {}
 
 
 def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) -> None:

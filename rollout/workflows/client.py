@@ -10,6 +10,8 @@ Contract:
 - `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
   gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
   `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
+- `failure_reason(error)` is the message a workflow's failure started from (the workflow failure wraps the
+  activity's error, which wraps the worker's `ApplicationError`): what to show a person.
 - Only temporalio and rollout.workflows are imported here: nothing heavy, nothing with side effects.
 """
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 from typing import Literal
 
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
 
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
@@ -72,3 +75,11 @@ async def update_run(client: Client, run: str, update: RunUpdate, value: int | N
         raise RunUpdateRefused(str(error.cause)) from error
     except RPCError as error:
         raise RunNotPlaying(f"no run {run!r} is playing ({error.message})") from error
+
+
+def failure_reason(error: BaseException) -> str:
+    """The innermost cause of `error`'s chain: a Temporal failure's own message, or the exception's text."""
+    cause = error
+    while cause.__cause__ is not None:
+        cause = cause.__cause__
+    return cause.message if isinstance(cause, FailureError) else str(cause)
