@@ -8,3 +8,7 @@ train`, `rollout run start` and a run started from code agree. Pure constants, n
 MAX_LAG = 1  # checkpoints behind the newest a turn may sample (0: on-policy); changes mid-run
 GROUPS_IN_FLIGHT = 4  # episode groups the supply keeps playing at once
 MAX_TOKENS = 256  # sampled tokens per turn, at most
+
+# A run setting per policy answered by an external model: `external_model/POLICY` = `MODEL[@API_BASE]`
+# (recorded by the run from its environment's seats; the gateway answers that policy's seats with the model).
+EXTERNAL_MODEL_SETTING = "external_model/"

@@ -9,7 +9,11 @@ Contract:
 - An episode has one seat per `AgentSeatSpec`; each seat has its own `Task` (made by `make_task(parameters,
   agent)`) and its own reward. A seat uses the built-in loop (the Task talks to the model through the gateway)
   unless it names an external `command` (Claude Code, Codex, a script), which is started with the seat's base
-  URL and key in its environment; the Task then scores the outcome when the command ends.
+  URL and key in its environment; the Task then scores the outcome when the command ends. A seat naming a
+  `model` (LiteLLM) is answered by that model, an opponent or judge recorded as text and never trained; its
+  policy trains nothing. Every other seat trains its policy, built-in loop and command alike.
+- A command may hold several conversations on its seat (rewrites, side tasks): each is its own segment, and
+  `trains(Conversation)` decides which train (all, by default).
 - `eval_source` is the held-out task set evals draw from (rollout.evals): tasks training never draws. A
   `Generator` environment holds out a seed of its own; a `Dataset` one, rows it leaves out of `source`.
   `task_source(selection)` is the source a selection names: `train` (the source), `eval` (the held-out one),
@@ -81,6 +85,29 @@ class AgentSeatSpec:
     checkpoint: str | None = None
     command: tuple[str, ...] = ()  # an external agent loop; empty for the built-in one
     timeout_s: float = 1800.0  # an external command is killed after this long
+    # A model the platform does not train, reached through LiteLLM: `anthropic/claude-sonnet-4-5`, or
+    # `openai/NAME@API_BASE` for any OpenAI-compatible server. Its turns are recorded as text, never trained.
+    model: str | None = None
+
+    @property
+    def trainable(self) -> bool:
+        """Does this seat's sampling train its policy? Not when pinned to a checkpoint or played by a model."""
+        return self.checkpoint is None and self.model is None
+
+
+@dataclass(frozen=True)
+class Conversation:
+    """One conversation a seat's client held with the policy (a segment: turns that extend each other), as the
+    environment sees it when deciding whether it trains (`Environment.trains`). A client such as Claude Code
+    holds several on one seat: the task itself, rewrites of it (compaction, an edited history), and side tasks
+    (a title, a summary, a sub-agent)."""
+
+    segment_id: str
+    turns: int
+    model: str  # the model name the client asked for (side tasks often ask for a smaller one)
+    tools: tuple[str, ...]  # the tools the client offered in its first request
+    system: str  # the start of its first request's system prompt ("" without one)
+    first_user: str  # the start of its first request's first user message
 
 
 @dataclass(frozen=True)
@@ -110,6 +137,8 @@ class Environment:
     # A deterministic stand-in for the model, for `rollout env check` and tutorials: messages and tools so far
     # -> the assistant's reply. Without one, the check's model answers "ok".
     scripted_reply: Callable[[list[Message], tuple[ToolSpec, ...]], Message] | None = None
+    # Which of a seat's conversations train (a side task such as a title may not): every one when None.
+    trains: Callable[[Conversation], bool] | None = None
 
     def __post_init__(self) -> None:
         names = [agent.name for agent in self.agents]
@@ -119,6 +148,19 @@ class Environment:
             raise ValueError(f"environment {self.name!r} names an agent twice: {names}")
         if self.group_size < 1 or self.max_turns < 1:
             raise ValueError(f"environment {self.name!r}: group_size and max_turns must be at least 1")
+        for agent in self.agents:
+            if agent.model is not None and agent.checkpoint is not None:
+                raise ValueError(
+                    f"environment {self.name!r}: agent {agent.name!r} names both a model and a checkpoint"
+                )
+            shared = [
+                a.name for a in self.agents if a.policy == agent.policy and a.trainable != agent.trainable
+            ]
+            if shared and agent.model is not None:
+                raise ValueError(
+                    f"environment {self.name!r}: agent {agent.name!r} plays the external model {agent.model} "
+                    f"under policy {agent.policy!r}, which {shared} train: give it a policy of its own"
+                )
         if self.sandbox is not None and self.sandbox.seats < len(self.agents):
             raise ValueError(
                 f"environment {self.name!r}: its sandbox has {self.sandbox.seats} seat(s) for {len(self.agents)} agents"

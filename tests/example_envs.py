@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 from dataclasses import replace
 
@@ -103,6 +104,56 @@ external_arithmetic = Environment(
     agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.external_agent", "{workdir}")),),
     group_size=2,
 )
+
+
+class Conversing(Task):
+    """Played by `tests.conversing_agent` (a task conversation, its compaction, a title on the side); members 0
+    and 2 of a group win, so groups carry a training signal."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("List the files in the current directory.")
+
+    async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
+        assert outcome.exit_code == 0 and outcome.output.strip().endswith("done"), outcome.output
+        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+
+
+conversing = Environment(
+    "conversing",
+    lambda parameters, agent: Conversing(),
+    Dataset([{}]),
+    agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.conversing_agent")),),
+    group_size=2,
+    # The title the client asks for on the side is not the task: it does not train.
+    trains=lambda conversation: conversation.model != "title-model",
+)
+
+
+class Judged(Task):
+    """The solver answers (members 0 and 2 of a group win); the judge, an external model, is asked about it."""
+
+    def __init__(self, agent: str) -> None:
+        self.agent = agent
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?" if self.agent == "solver" else "Is 2 the right answer to 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+
+
+def judged() -> Environment:
+    """A solver that trains beside a judge answered by an external model: the OpenAI-compatible server at
+    `$ROLLOUT_TEST_JUDGE_API_BASE` (a test starts one), through LiteLLM."""
+    judge = f"openai/judge-model@{os.environ['ROLLOUT_TEST_JUDGE_API_BASE']}"
+    return Environment(
+        "judged",
+        lambda parameters, agent: Judged(agent),
+        Dataset([{}]),
+        agents=(AgentSeatSpec("solver"), AgentSeatSpec("judge", policy="judge", model=judge)),
+        group_size=2,
+        max_turns=1,
+    )
 
 
 class Coin(Task):

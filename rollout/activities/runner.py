@@ -6,7 +6,9 @@ Contract:
   after a crash writes nothing twice.
 - `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
   the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
-- A seat with an external `command` is played by that command (rollout.activities.external_loop).
+- A seat with an external `command` is played by that command (rollout.activities.external_loop). When the
+  play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it keeps
+  out of training go back with the agent's result and into the episode's record (`untrained`).
 - `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
@@ -29,14 +31,15 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
 from rollout.environment import Environment, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
 from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
-from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded
-from rollout.ledger.queries import count_events
+from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, turn_recorded
+from rollout.ledger.queries import count_events, read_all
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
 from rollout.redaction import scrub
 from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
@@ -80,7 +83,9 @@ class RunnerActivities:
         async with heartbeating():
             environment = await asyncio.to_thread(_load, reference)
         agents = [
-            AgentInfo(name=a.name, policy=a.policy, checkpoint=a.checkpoint, external=bool(a.command))
+            AgentInfo(
+                name=a.name, policy=a.policy, checkpoint=a.checkpoint, command=bool(a.command), model=a.model
+            )
             for a in environment.agents
         ]
         box = environment.sandbox
@@ -158,6 +163,7 @@ class RunnerActivities:
                 outcome = await self._play(
                     environment, context, token, given.environment.max_turns, agent.name
                 )
+                kept_out = await self._untrained(environment, attempt.seat)
         except TaskFailed as error:
             raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
         except InvalidReward as error:
@@ -170,6 +176,7 @@ class RunnerActivities:
             attempts=attempt.attempt,
             truncated=outcome.truncated,
             metrics=outcome.metrics,
+            untrained=kept_out,
         )
 
     async def _play(
@@ -203,6 +210,15 @@ class RunnerActivities:
             return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
         finally:
             await model.close()
+
+    async def _untrained(self, environment: Environment, seat: str) -> list[str]:
+        """The seat's conversations its environment keeps out of training (none unless it has `trains`)."""
+        if environment.trains is None:
+            return []
+        events = await read_all(self.ledger, seat_stream(seat))
+        return untrained(
+            environment, [turn_recorded(e.payload) for e in events if e.kind == Kind.TURN_RECORDED]
+        )
 
     async def _turns(self, seat: str) -> int:
         return await count_events(self.ledger, seat_stream(seat), Kind.TURN_RECORDED)
@@ -265,6 +281,7 @@ class RunnerActivities:
             turns=record.turns,
             metrics=record.metrics,
             sandbox=record.sandbox,
+            untrained={agent: ids for agent, ids in record.untrained.items() if ids},
         )
         await self.ledger.append_one(
             run_episodes_stream(result.run), NewEvent(ended.key, ended.kind, ended.to_payload())

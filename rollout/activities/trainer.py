@@ -7,6 +7,8 @@ Contract:
   retried step trains on the same data and no episode is used twice. Nothing ready → None (the step waits).
 - `load_batch` rebuilds the recorded batch's training data from the seats' recorded turns
   (rollout.training.segments) and the episodes' rewards (rollout.training.batches): the same batch every time.
+  Every segment of a seat trains (a command's rewrites and side conversations included) except those its
+  episode's record lists as untrained (the environment's `trains` said no).
 """
 
 from __future__ import annotations
@@ -41,7 +43,8 @@ async def _agent_episodes(ledger: Ledger, records: Sequence[EpisodeEnded]) -> li
                 if e.kind == Kind.TURN_RECORDED
             ]
             policy = next((t.policy for t in turns if t.policy), "default")
-            sampled = [t for t in turns if isinstance(t, SampledTurn)]
+            untrained = set(record.untrained.get(agent, ()))
+            sampled = [t for t in turns if isinstance(t, SampledTurn) and t.segment_id not in untrained]
             played.append(
                 AgentEpisode(
                     episode=record.episode,

@@ -8,6 +8,7 @@ gateway records such turns as text, marked never to be trained.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +48,16 @@ class ExternalModel:
     api_key: str | None = None
     timeout_s: float = 300
 
+    @staticmethod
+    def from_spec(spec: str) -> ExternalModel:
+        """`MODEL` or `MODEL@API_BASE` (an OpenAI-compatible server: `openai/NAME@http://host:port/v1`). The key
+        is LiteLLM's to find in the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...); a server of your own
+        named by API_BASE with no key set gets a placeholder, as such servers ask for none."""
+        name, _, api_base = spec.partition("@")
+        if not name:
+            raise ValueError(f"external model {spec!r}: write MODEL or MODEL@API_BASE")
+        return ExternalModel(name, api_base=api_base or None)
+
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec], params: SamplingParams
     ) -> ExternalReply:
@@ -78,6 +89,8 @@ class ExternalModel:
             request["api_base"] = self.api_base
         if self.api_key:
             request["api_key"] = self.api_key
+        elif self.api_base and self.model.startswith("openai/") and not os.environ.get("OPENAI_API_KEY"):
+            request["api_key"] = "none"  # a server of one's own asks for no key; LiteLLM insists on one
         try:
             response: Any = await litellm.acompletion(**request)
         except (

@@ -9,7 +9,8 @@ Contract:
   effect on the next turn); nothing here talks to Temporal.
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not limited.
 - A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
-  `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with.
+  `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with. Its
+  `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
 - Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
 - While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
   `EngineUnavailable` (the gateway's 503 with Retry-After).
@@ -20,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from rollout import defaults
@@ -39,6 +40,8 @@ class RunSettings:
     paused: bool = False
     max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
     temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
+    # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
+    external_models: dict[str, str] = field(default_factory=dict[str, str])
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,17 @@ class Admission:
         settings: dict[str, Any] = found.settings if found else {}
         cap = settings.get("max_tokens")
         temperature = settings.get("temperature")
+        prefix = defaults.EXTERNAL_MODEL_SETTING
         return RunSettings(
-            int(settings.get("max_lag", defaults.MAX_LAG)),
-            bool(settings.get("paused", False)),
-            int(cap) if cap else None,
-            None if temperature is None else float(temperature),
+            max_lag=int(settings.get("max_lag", defaults.MAX_LAG)),
+            paused=bool(settings.get("paused", False)),
+            max_tokens=int(cap) if cap else None,
+            temperature=None if temperature is None else float(temperature),
+            external_models={
+                name.removeprefix(prefix): str(model)
+                for name, model in settings.items()
+                if name.startswith(prefix)
+            },
         )
 
     async def newest_version(self, policy: str) -> int:

@@ -28,13 +28,12 @@ def parse_externals(specs: Sequence[str]) -> dict[str, ExternalModel]:
     externals: dict[str, ExternalModel] = {}
     for spec in specs:
         policy, _, target = spec.partition("=")
-        name, _, api_base = target.partition("@")
-        if not policy or not name:
+        if not policy or not target.partition("@")[0]:
             raise ValueError(
                 f"--external {spec!r}: write POLICY=MODEL or POLICY=MODEL@API_BASE "
                 "(e.g. judge=anthropic/claude-sonnet-4-5)"
             )
-        externals[policy] = ExternalModel(name, api_base=api_base or None)
+        externals[policy] = ExternalModel.from_spec(target)
     return externals
 
 

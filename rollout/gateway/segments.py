@@ -6,12 +6,16 @@ same tools. The new prompt is then the earlier prompt + sampled ids + the render
 sampled is ever re-tokenised. Turns chained like this form one segment, which trains as one sequence. Anything
 else (compaction, an edited history, other tools) starts a new segment.
 
+A new segment's first turn records the conversation's opening (`conversation_opening`), by which an environment
+tells a client's side tasks from its main conversation.
+
 Pure functions over `Head`s (the newest turn of each segment); no I/O.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rollout.contracts import Message
 from rollout.gateway.requests import ChatRequest, canonical_message, messages_digest
@@ -63,6 +67,23 @@ def find_extension(request: ChatRequest, heads: list[Head]) -> Extension | None:
         if messages_digest(messages[:n]) == head.messages_sha and replies_match(messages[n], head.reply):
             return Extension(head, new)
     return None
+
+
+OPENING_CHARS = 300  # how much of a conversation's system prompt and first user message its opening keeps
+
+
+def conversation_opening(request: ChatRequest) -> dict[str, Any]:
+    """What a new segment's first request says about the conversation it starts (recorded with that turn):
+    the model the client asked for, the tools it offered, and the start of its system prompt and first user
+    message. An environment tells a side task (a title, a summary) from the task itself by these."""
+    system = next((m.text for m in request.messages if m.role in ("system", "developer")), "")
+    first_user = next((m.text for m in request.messages if m.role == "user"), "")
+    return {
+        "model": request.model,
+        "tools": [tool.name for tool in request.tools],
+        "system": system[:OPENING_CHARS],
+        "first_user": first_user[:OPENING_CHARS],
+    }
 
 
 def advance(heads: list[Head], new_head: Head) -> list[Head]:

@@ -8,7 +8,9 @@ Contract:
 - The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
   requests racing each other both get the one reply that was recorded first.
 - A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as text
-  with `external: true, trainable: false` (no token ids), and replays like any other.
+  with `external: true, trainable: false` (no token ids), and replays like any other. The model is one the
+  gateway was started with for the policy (`--external`), or one the seat's run recorded for it (its
+  environment seats the model: `external_model/POLICY` run settings, read once per run).
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained).
 - Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
@@ -30,10 +32,12 @@ from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleRes
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.seats import Seat
-from rollout.gateway.segments import Head, advance, find_extension
+from rollout.gateway.segments import Head, advance, conversation_opening, find_extension
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, RecordedTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
+
+MAX_RUNS_REMEMBERED = 1024  # runs whose external models the gateway keeps in memory (the oldest fall off)
 
 
 class NotLookedUp:
@@ -94,6 +98,9 @@ class Gateway:
         self.max_context = max_context
         self._heads: dict[str, list[Head]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
+        self._run_models: dict[
+            str, dict[str, ExternalModel]
+        ] = {}  # by run: a run's are fixed when it is made
 
     # ---- the turn -------------------------------------------------------------------------------------------
 
@@ -129,8 +136,7 @@ class Gateway:
         existing = recorded
         if existing is not None:
             return self.replayed(existing)
-        # A run trains its own lineage of a policy (`{run}/{policy}`); an external model is named by the policy.
-        external = self.externals.get(seat.policy) or self.externals.get(seat.policy.rpartition("/")[2])
+        external = await self.external_model(seat)
         if external is not None:
             return await self._sample_external(seat, request, external)
 
@@ -144,9 +150,11 @@ class Gateway:
             prompt = self.renderer.bridge(
                 list(head.prompt_ids), list(head.completion_ids), list(extension.new_messages), tools
             )
+        opening = None
         if prompt is None or extension is None:
             prompt = self.renderer.prompt_ids(list(request.messages), tools)
             segment_id, prefix = f"{seat.seat_id}/{uuid.uuid4().hex[:12]}", 0
+            opening = conversation_opening(request)
         else:
             segment_id = extension.head.segment_id
             prior = extension.head.prompt_ids + extension.head.completion_ids
@@ -203,6 +211,7 @@ class Gateway:
             messages_sha=request.messages_sha,
             tools_sha=request.tools_sha,
             timings={"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
+            opening=opening,
         )
         head = Head(
             segment_id=segment_id,
@@ -215,6 +224,23 @@ class Gateway:
             completion_ids=result.completion_ids,
         )
         return Sampled(request, seat, turn, record, head)
+
+    async def external_model(self, seat: Seat) -> ExternalModel | None:
+        """The external model that answers `seat`, if any: one the gateway was started with for its policy, or
+        one its run's environment seats under that policy (the run's `external_model/POLICY` settings)."""
+        # A run trains its own lineage of a policy (`{run}/{policy}`); an external model is named by the policy.
+        policy = seat.policy.rpartition("/")[2]
+        configured = self.externals.get(seat.policy) or self.externals.get(policy)
+        if configured is not None or seat.run is None:
+            return configured
+        models = self._run_models.get(seat.run)
+        if models is None:
+            settings = await self.admission.run_settings(seat.run)
+            models = {p: ExternalModel.from_spec(m) for p, m in settings.external_models.items()}
+            if len(self._run_models) >= MAX_RUNS_REMEMBERED:
+                self._run_models.pop(next(iter(self._run_models)))
+            self._run_models[seat.run] = models
+        return models.get(policy)
 
     async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
         """A turn of a model the platform does not train: recorded as text, marked never to be trained."""

@@ -54,6 +54,9 @@ class SampledTurn:
     aborted: str | None = (
         None  # why the client went away mid-stream: such a turn is never replayed or trained
     )
+    # A new segment's first turn: the conversation's opening (model asked for, tools, start of its system
+    # prompt and first user message; rollout.gateway.segments.conversation_opening). None on later turns.
+    opening: dict[str, Any] | None = None
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
@@ -83,6 +86,8 @@ class SampledTurn:
             "tools_sha": self.tools_sha,
             "timings": self.timings,
         }
+        if self.opening is not None:
+            payload["opening"] = self.opening
         return payload if self.aborted is None else {**payload, "aborted": self.aborted}
 
     @staticmethod
@@ -114,6 +119,7 @@ class SampledTurn:
             tools_sha=str(payload["tools_sha"]),
             timings=dict(payload.get("timings") or {}),
             aborted=payload.get("aborted"),
+            opening=payload.get("opening"),
         )
 
 
@@ -211,6 +217,8 @@ class EpisodeEnded:
     turns: dict[str, int] = field(default_factory=dict[str, int])  # by agent
     metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])  # by agent
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
+    # By agent: the segments (conversations) its environment keeps out of training, such as a client's side tasks.
+    untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
 
     @property
     def kind(self) -> Kind:
@@ -234,6 +242,8 @@ class EpisodeEnded:
             "metrics": self.metrics,
             "sandbox": self.sandbox,
         }
+        if self.untrained:
+            payload["untrained"] = self.untrained
         return payload if self.finished else {**payload, "trainable": False}
 
     @staticmethod
@@ -250,6 +260,9 @@ class EpisodeEnded:
             turns={agent: int(n) for agent, n in (payload.get("turns") or {}).items()},
             metrics={agent: dict(m) for agent, m in (payload.get("metrics") or {}).items()},
             sandbox=payload.get("sandbox"),
+            untrained={
+                agent: [str(s) for s in ids] for agent, ids in (payload.get("untrained") or {}).items()
+            },
         )
 
 

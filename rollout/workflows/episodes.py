@@ -75,7 +75,7 @@ async def play_seat(given: AgentInput) -> AgentResult:
     """One agent's play, with its attempts (workflow code: runs in `AgentWorkflow`, or inline in a one-seat
     episode's `EpisodeWorkflow`)."""
     seat = f"{given.run}/{given.episode}/{given.agent.name}"
-    replayable = given.environment.replayable and not given.agent.external
+    replayable = given.environment.replayable and not given.agent.command
     attempts = 1 if replayable else FRESH_ATTEMPTS
     for attempt in range(1, attempts + 1):
         try_ = AgentAttempt(given, attempt, seat if replayable else f"{seat}/a{attempt}")
@@ -157,6 +157,7 @@ class EpisodeWorkflow:
             seats={r.agent: r.seat for r in results},
             turns={r.agent: r.turns for r in results},
             metrics={r.agent: r.metrics for r in results},
+            untrained={r.agent: r.untrained for r in results if r.untrained},
             sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
         )
         await workflow.execute_activity(runner_stubs.record_episode, record, **QUICK)

@@ -107,6 +107,7 @@ class EvalWorkflow:
             "eval": f"{given.suite}@{given.version}",
             "checkpoint": chosen.name,
             "temperature": float(target.temperature),
+            **playing.external_model_settings(),
         }
         max_tokens = target.max_tokens or given.default_max_tokens
         if max_tokens is not None:

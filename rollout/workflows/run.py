@@ -8,9 +8,11 @@ Contract:
   while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
 - An update that arrives before the run is recorded waits for it, so `SettingsChanged` always follows
   `RunCreated` in the ledger.
+- The run records, with its settings, which policies an external model answers (`external_model/POLICY`), so
+  the gateway answers their seats with that model.
 - With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
-  neither pinned to a checkpoint nor external), on the trainer queue. When every one has trained its steps the
-  supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may have
+  neither pinned to a checkpoint nor answered by an external model; command agents train), on the trainer
+  queue. When every one has trained its steps the supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may have
   started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained policy), so
   no episode starts that would be trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a
   synchronous loop. Each training workflow reports its steps (`training_progress`). A training step that cannot be published (a
@@ -26,7 +28,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from temporalio import workflow
@@ -73,10 +75,11 @@ class _RunState:
 
 
 def trained_policies(environment: EnvironmentInfo) -> list[str]:
-    """The policies a run trains: those of agents neither pinned to a checkpoint nor played by an external model."""
+    """The policies a run trains: those of agents neither pinned to a checkpoint nor answered by an external
+    model (LiteLLM). A seat played by a command (Claude Code, Codex) trains like a built-in one."""
     found: list[str] = []
     for agent in environment.agents:
-        if agent.checkpoint is None and not agent.external and agent.policy not in found:
+        if agent.trainable and agent.policy not in found:
             found.append(agent.policy)
     return found
 
@@ -97,7 +100,8 @@ class RunWorkflow:
             given.environment,
             **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
-        await workflow.execute_activity(runner_stubs.create_run, given, **QUICK)
+        settings = {**given.settings, **environment.external_model_settings()}
+        await workflow.execute_activity(runner_stubs.create_run, replace(given, settings=settings), **QUICK)
         self.created = True
         if given.training is not None:
             self.state.training_policies = trained_policies(environment)

@@ -25,7 +25,12 @@ class AgentInfo:
     name: str
     policy: str = "default"
     checkpoint: str | None = None
-    external: bool = False
+    command: bool = False  # played by an external command (Claude Code, Codex, a script)
+    model: str | None = None  # answered by a model the platform does not train (LiteLLM), never trained
+
+    @property
+    def trainable(self) -> bool:
+        return self.checkpoint is None and self.model is None
 
 
 @dataclass
@@ -69,6 +74,15 @@ class EnvironmentInfo:
     sandbox: SandboxNeed | None = None
     tasks: str = "train"  # which of its task sources episodes draw from: train, eval (held out), seed:N
 
+    def external_model_settings(self) -> dict[str, str]:
+        """The run settings naming the policies an external model answers (`external_model/POLICY`), which the
+        gateway reads to answer their seats."""
+        return {
+            f"{defaults.EXTERNAL_MODEL_SETTING}{a.policy}": a.model
+            for a in self.agents
+            if a.model is not None
+        }
+
 
 @dataclass
 class AgentInput:
@@ -99,6 +113,7 @@ class AgentResult:
     attempts: int = 1
     truncated: bool = False
     metrics: dict[str, float] = field(default_factory=dict[str, float])
+    untrained: list[str] = field(default_factory=list[str])  # segments the environment keeps out of training
 
 
 @dataclass
@@ -195,6 +210,7 @@ class EpisodeRecord:
     turns: dict[str, int] = field(default_factory=dict[str, int])
     metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
+    untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])  # by agent: segment ids
 
 
 @dataclass
