@@ -116,9 +116,10 @@ async def read_back(box: SandboxClient) -> dict[str, bytes]:
     files: dict[str, bytes] = {}
     with tarfile.open(fileobj=io.BytesIO(base64.b64decode(done["output"])), mode="r:gz") as archive:
         for member in archive.getmembers():
+            path = PurePosixPath(member.name)
             extracted = archive.extractfile(member) if member.isfile() else None
-            if extracted is not None:
-                files[str(PurePosixPath(member.name))] = extracted.read()
+            if extracted is not None and not path.is_absolute() and ".." not in path.parts:
+                files[str(path)] = extracted.read()
     return files
 
 
