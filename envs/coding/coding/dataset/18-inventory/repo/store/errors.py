@@ -1,0 +1,2 @@
+class OutOfStock(Exception):
+    """More of an item was asked for than the inventory holds."""

@@ -1,0 +1,4 @@
+def ordinal(number):
+    """`number` (a positive integer) as an English ordinal: 1st, 2nd, 3rd, 4th, ..."""
+    suffix = {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"

@@ -1,0 +1,315 @@
+"""The coding environment on a real shell sandbox server: every shipped task's reference solution scores 1 and
+its unmodified repository less (with partial credit), the scripted solver through the built-in loop, broken
+tool calls answered as tool errors, and command agents through `python -m coding.agents`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+
+from coding.environment import CommandCoding, ShellCoding, command_agent, environment
+from coding.grading import grade, lay_out, read_back
+from coding.solver import solve, write_files_command
+from coding.tasks import HELD_OUT, coding_tasks, held_out_tasks, task_named, training_tasks
+from rollout.activities.agent_loop import play
+from rollout.activities.external_loop import play_external
+from rollout.cli.env_check import check_environment
+from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.harness import RunContext, SandboxSeat
+from rollout.net import serving
+from rollout.sandbox import SandboxClient
+from rollout.sandbox.server import build_sandbox_app
+from rollout.sandbox.shell import ShellWorld
+
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+
+
+class Sandbox:
+    """A shell sandbox served over HTTP in this process; each `claim()` opens a new epoch (a clean world)."""
+
+    def __init__(self, url: str, workdir: Path) -> None:
+        self.url, self.workdir, self.epoch = url, workdir, 0
+
+    async def claim(self) -> SandboxSeat:
+        self.epoch += 1
+        seat = SandboxSeat(address=self.url, kind="shell", name="coding-test", epoch=self.epoch, seat=0)
+        async with SandboxClient(seat) as box:
+            await box.open()
+        return seat
+
+
+@asynccontextmanager
+async def served_sandbox(workdir: Path) -> AsyncIterator[Sandbox]:
+    world = ShellWorld(workdir, seats=1)
+    async with serving(build_sandbox_app(world, kind="shell", name="coding-test", seats=1)) as url:
+        yield Sandbox(url, workdir)
+
+
+def context(seat: SandboxSeat, episode: str = "episode-0") -> RunContext:
+    return RunContext(run="coding-test", episode=episode, seat="coding-test/solver", sandbox=seat)
+
+
+class Replies:
+    """A model that answers with `script(messages, tools)`, recording what it was sent."""
+
+    def __init__(self, script: Callable[[list[Message], tuple[ToolSpec, ...]], Message]) -> None:
+        self.script = script
+        self.sent: list[list[Message]] = []
+
+    async def reply(self, messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
+        self.sent.append(list(messages))
+        return self.script(messages, tools)
+
+
+def shell_call(arguments: str, name: str = "shell", call_id: str = "call") -> Message:
+    return Message.assistant("", tool_calls=(ToolCall(id=call_id, name=name, arguments=arguments),))
+
+
+def test_the_dataset_ships_enough_tasks_of_every_kind_with_held_out_ones() -> None:
+    tasks = coding_tasks()
+    assert len(tasks) >= 20 + HELD_OUT
+    assert {task.kind for task in tasks} == {"fix", "add-case", "implement"}
+    assert len({task.id for task in tasks}) == len(tasks) and len({t.instruction for t in tasks}) == len(
+        tasks
+    )
+    assert environment.source.parameters(0) == {"task": tasks[0].id, "kind": tasks[0].kind}
+    assert environment.eval_source is not None
+    training = {environment.source.parameters(i)["task"] for i in range(len(training_tasks()))}
+    evals = {environment.eval_source.parameters(i)["task"] for i in range(HELD_OUT)}
+    assert evals == {task.id for task in held_out_tasks()} and not training & evals
+    for task in tasks:
+        assert "hidden_tests.py" not in task.files and task.hidden_tests not in task.files.values()
+
+
+async def test_reference_solutions_score_1_and_unmodified_repositories_less(tmp_path: Path) -> None:
+    rewards: dict[str, float] = {}
+    async with served_sandbox(tmp_path / "box") as sandbox, SandboxClient(await sandbox.claim()) as box:
+        for task in coding_tasks():
+            await lay_out(box, dict(task.files), clear=True)
+            unmodified = await grade(box, task)
+            assert unmodified.reward < 1.0, f"{task.id}: the unmodified repository already passes"
+            assert unmodified.failed_tests() and unmodified.summary().count("FAILED") == len(
+                unmodified.failed_tests()
+            )
+            await lay_out(box, dict(task.solution), clear=False)
+            solved = await grade(box, task)
+            assert solved.reward == 1.0, f"{task.id}: {solved.summary()}"
+            left = sorted(p.relative_to(sandbox.workdir).as_posix() for p in sandbox.workdir.rglob("*.py"))
+            assert left == sorted(task.files), "grading leaves nothing behind in the repository"
+            rewards[task.id] = unmodified.reward
+    partial = [task_id for task_id, reward in rewards.items() if 0.0 < reward < 1.0]
+    assert len(partial) >= len(rewards) // 2, f"partial credit on few tasks: {rewards}"
+
+
+async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_path: Path) -> None:
+    task = task_named("clamp")
+    async with served_sandbox(tmp_path / "box") as sandbox, SandboxClient(await sandbox.claim()) as box:
+        await lay_out(box, {"bounds.py": "def clamp(:\n"}, clear=True)
+        broken = await grade(box, task)
+        assert broken.reward == 0.0 and "do not import" in broken.error and "SyntaxError" in broken.error
+        # Values above the range loop forever: those two tests time out, the others still count.
+        looping = "def clamp(value, low, high):\n    while value > high:\n        pass\n    return max(value, low)\n"
+        await lay_out(box, {"bounds.py": looping}, clear=True)
+        hanging = await grade(box, task)
+        assert hanging.reward == 0.6 and set(hanging.failed) == {
+            "HiddenClampTest.test_above",
+            "HiddenClampTest.test_floats_above",
+        }
+        assert all("timed out after 5 s" in why for why in hanging.failed.values())
+        # A repository printing a result line of its own does not pass: it does not know the nonce.
+        forged = 'import json, sys\nopen(sys.argv[3], "w").write(json.dumps({"passed": ["x"]}))\nclamp = 1\n'
+        await lay_out(box, {"bounds.py": forged}, clear=True)
+        assert (await grade(box, task)).reward == 0.0
+
+
+def test_env_check_plays_the_coding_environment_to_reward_1() -> None:
+    checked = subprocess.run(
+        [ROLLOUT, "env", "check", "coding.environment:environment", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert checked.returncode == 0, checked.stderr
+    report = json.loads(checked.stdout)
+    assert report["ok"] and report["plays"] == [
+        {"agent": "solver", "turns": 3, "reward": 1.0, "truncated": False, "tools": ["shell"]}
+    ]
+
+
+async def test_the_scripted_solver_solves_every_task_through_the_shell_sandbox(tmp_path: Path) -> None:
+    async with served_sandbox(tmp_path / "box") as sandbox:
+        for task in coding_tasks():
+            model = Replies(solve)
+            seat = await sandbox.claim()
+            played = await play(
+                ShellCoding(task), context(seat, task.id), model, max_turns=environment.max_turns
+            )
+            assert played.reward == 1.0 and played.turns == 3, task.id
+            assert (
+                played.metrics["tests_passed"]
+                == played.metrics["tests_total"]
+                == len(task.hidden_test_names())
+            )
+            assert played.metrics["shell_calls"] == 2 and played.metrics["tool_errors"] == 0
+            shown = "\n".join(m.text for messages in model.sent for m in messages)
+            assert task.hidden_tests not in shown and "Hidden" not in shown, (
+                "the agent never sees hidden tests"
+            )
+
+
+async def test_broken_tool_calls_are_answered_with_tool_errors_and_the_episode_goes_on(
+    tmp_path: Path,
+) -> None:
+    task = task_named("clamp")
+    broken = [
+        shell_call('{"command": "ls"}', name="bash"),
+        shell_call("{not json"),
+        shell_call('{"cmd": "ls"}'),
+        shell_call("[1, 2]"),
+        shell_call('{"command": "   "}'),
+        shell_call('{"command": "ls", "timeout_s": "soon"}'),
+        shell_call('{"command": "ls", "timeout_s": -1}'),
+    ]
+    replies = [*broken, shell_call('{"command": "ls"}'), Message.assistant("I give up.")]
+    model = Replies(lambda messages, tools: replies[sum(m.role == "assistant" for m in messages)])
+    async with served_sandbox(tmp_path / "box") as sandbox:
+        played = await play(ShellCoding(task), context(await sandbox.claim()), model, max_turns=20)
+    answers = [messages[-1].text for messages in model.sent[1:]]
+    assert [answer.startswith("error:") for answer in answers] == [True] * len(broken) + [False]
+    assert "there is no tool 'bash'" in answers[0] and "not JSON" in answers[1]
+    assert all('"command"' in answer for answer in answers[2:5]) and "timeout_s" in answers[5]
+    assert answers[-1].startswith("exit code 0") and "bounds.py" in answers[-1]
+    assert 0.0 < played.reward < 1.0, "the unmodified repository is graded with partial credit"
+    assert played.metrics["tool_errors"] == len(broken) and played.metrics["shell_calls"] == 1
+
+
+async def test_the_last_turn_hands_the_repository_in(tmp_path: Path) -> None:
+    task = task_named("leap-year")
+    replies = [
+        shell_call(json.dumps({"command": write_files_command(task.solution)})),
+        shell_call('{"command": "ls"}'),
+    ]
+    model = Replies(lambda messages, tools: replies[sum(m.role == "assistant" for m in messages)])
+    async with served_sandbox(tmp_path / "box") as sandbox:
+        played = await play(
+            ShellCoding(task, max_turns=2), context(await sandbox.claim()), model, max_turns=2
+        )
+    assert played.reward == 1.0 and not played.truncated and played.metrics["out_of_turns"] == 1.0
+
+
+SCRIPT_AGENT = """
+import os, pathlib
+from coding.solver import task_in
+from rollout.contracts import Message
+task = task_in([Message.user(os.environ["ROLLOUT_PROMPT"])])
+here = pathlib.Path.cwd()
+assert here.name == "repo" and sorted(p.name for p in here.iterdir()) == sorted({f.split("/")[0] for f in task.files})
+assert not list(here.parent.rglob("hidden_tests.py")), "the hidden tests are not on the runner's disk"
+for path, text in task.solution.items():
+    (here / path).write_text(text)
+(here / "scratch.txt").write_text("an agent's own notes are handed in too")
+print("fixed", task.id)
+"""
+
+
+async def play_command(
+    sandbox: Sandbox, task_id: str, command: tuple[str, ...]
+) -> tuple[float, dict[str, float]]:
+    task = CommandCoding(task_named(task_id))
+
+    async def no_turns() -> int:
+        return 0
+
+    played = await play_external(
+        task,
+        context(await sandbox.claim()),
+        command,
+        base_url="http://127.0.0.1:9",
+        token="seat-token",
+        timeout_s=60,
+        count_turns=no_turns,
+    )
+    return played.reward, played.metrics
+
+
+async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_sandbox(
+    tmp_path: Path,
+) -> None:
+    scripted = command_agent("plain", (sys.executable, "-c", SCRIPT_AGENT)).agent("solver").command
+    idle = command_agent("plain", ("true",)).agent("solver").command
+    async with served_sandbox(tmp_path / "box") as sandbox:
+        reward, metrics = await play_command(sandbox, "durations", scripted)
+        assert reward == 1.0 and metrics["tests_passed"] == metrics["tests_total"] == 5
+        assert (sandbox.workdir / "scratch.txt").exists(), "finish copied the agent's files into the sandbox"
+        reward, metrics = await play_command(sandbox, "durations", idle)
+        assert reward == 0.4 and metrics["tests_passed"] == 2, (
+            "an agent that changes nothing gets partial credit"
+        )
+        reward, metrics = await play_command(sandbox, "durations", ("true",))
+        assert reward == 0.0 and metrics["tests_passed"] == 0, "a command not started through coding.agents"
+
+
+async def test_the_agents_wrapper_copies_the_repository_out_and_configures_codex(tmp_path: Path) -> None:
+    task = task_named("inventory")
+    async with served_sandbox(tmp_path / "box") as sandbox:
+        seat = await sandbox.claim()
+        async with SandboxClient(seat) as box:
+            await lay_out(box, dict(task.files), clear=True)
+            assert {name: data.decode() for name, data in (await read_back(box)).items()} == task.files
+        variables = {
+            "ROLLOUT_SANDBOX_URL": seat.address,
+            "ROLLOUT_SANDBOX_EPOCH": str(seat.epoch),
+            "ROLLOUT_SANDBOX_SEAT": str(seat.seat),
+            "OPENAI_BASE_URL": "http://gateway.test/s/tok/v1",
+        }
+        shown = 'cat "$CODEX_HOME/config.toml"; echo "home=$HOME"; pwd; ls store'
+        # In a thread: the sandbox server answers on this test's event loop.
+        done = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "coding.agents", "codex", str(tmp_path / "work"), "--", "sh", "-c", shown],
+            env={**os.environ, **variables},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, done.stderr
+        assert (
+            'base_url = "http://gateway.test/s/tok/v1"' in done.stdout
+            and 'env_key = "ROLLOUT_API_KEY"' in done.stdout
+        )
+        assert (
+            f"home={tmp_path / 'work' / 'home'}" in done.stdout
+            and f"{tmp_path / 'work' / 'repo'}\n" in done.stdout
+        )
+        assert "inventory.py" in done.stdout
+        stale = {**variables, "ROLLOUT_SANDBOX_EPOCH": "0"}  # an older claim: the sandbox refuses it
+        refused = await asyncio.to_thread(
+            subprocess.run,
+            [sys.executable, "-m", "coding.agents", "plain", str(tmp_path / "late"), "--", "true"],
+            env={**os.environ, **stale},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert refused.returncode == 3 and "could not be copied out of the sandbox" in refused.stderr
+
+
+@pytest.mark.parametrize("reference", ["coding.environment:claude_code", "coding.environment:codex"])
+async def test_the_command_agent_variants_pass_env_check(reference: str) -> None:
+    report = await check_environment(reference)
+    assert report.ok, report.findings
+    from rollout.environment import load_environment
+
+    command = load_environment(reference).agent("solver").command
+    assert (
+        command[:5] == (sys.executable, "-m", "coding.agents", command[3], "{workdir}")
+        and "{prompt}" in command
+    )
