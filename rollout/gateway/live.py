@@ -9,7 +9,7 @@ Contract:
   begun nothing more is sent until the end (tool calls are parsed from the whole reply). Reasoning is sent
   before text, never after it.
 - At the end `SettledText.finish` compares the whole reply's parse with what was sent: the rest is sent, and
-  the reply recorded is exactly what the client was sent. If the parse of the whole reply does not extend what
+  the reply recorded is exactly what the client was sent (without leading whitespace it was not sent). If the parse of the whole reply does not extend what
   was sent (a renderer whose markers are not tags), the recorded reply keeps what was sent and the record
   names the divergence among its parse failures.
 - `LiveTurn.deltas` yields those deltas as the engine's chunks arrive (chunks that arrive together are parsed
@@ -39,7 +39,9 @@ MAX_TAG = 32  # characters: longer than any renderer's marker, short enough not 
 
 
 def _settled(text: str, stops: tuple[str, ...]) -> str:
-    """The part of `text` that the tokens still to come cannot change."""
+    """The part of `text` that the tokens still to come cannot change (leading whitespace is left out too: parses
+    strip it, an open reasoning block's before its close does)."""
+    text = text.lstrip()
     while True:
         before = text
         text = text.rstrip().rstrip("\ufffd")
@@ -87,7 +89,10 @@ class SettledText:
     def finish(self, reply: Message) -> tuple[list[Delta], Message, str | None]:
         """The deltas still to send, the reply as the client will have received it, and any divergence."""
         deltas: list[Delta] = []
-        reasoning, text = reply.reasoning or "", reply.text
+        reasoning, text = (
+            _unless_sent(reply.reasoning or "", self.reasoning),
+            _unless_sent(reply.text, self.text),
+        )
         divergence = None
         if reasoning.startswith(self.reasoning) and (not self.text or reasoning == self.reasoning):
             if len(reasoning) > len(self.reasoning):
@@ -191,6 +196,13 @@ class LiveTurn:
                 self._received.append(item)
         result = collected(self._received, self.model)
         return self._build(replace(result, finish_reason="length"))
+
+
+def _unless_sent(whole: str, sent: str) -> str:
+    """`whole` without the leading whitespace the client was not sent (held back while it led the text)."""
+    return (
+        whole.lstrip() if sent and not whole.startswith(sent) and whole.lstrip().startswith(sent) else whole
+    )
 
 
 def _with_reply(sampled: Sampled, reply: Message, divergence: str | None) -> Sampled:
