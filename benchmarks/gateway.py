@@ -8,6 +8,9 @@ Three paths to one scripted engine (benchmarks.scripted_backend), each server it
 At concurrency 1, 16 and 64, every request is a new conversation (no replay shortcut). Reported: turns/s and
 p50/p99 latency per path, added p50 over direct at concurrency 1, and rollout's throughput over LiteLLM's.
 Targets (issue 3): >= 2x LiteLLM's throughput at concurrency 64; added p50 <= 3 ms at concurrency 1.
+Streaming (issue 16): the same engine streams one token every 10 ms; one streaming request at a time, direct
+and through the gateway, each a new conversation. Reported: p50 time to the first content delta the client
+reads, and the gateway's added p50 over direct (target <= 5 ms).
 """
 
 from __future__ import annotations
@@ -69,6 +72,40 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
         "turns_per_s": len(latencies) / elapsed,
         "p50_ms": 1000 * statistics.median(latencies),
         "p99_ms": 1000 * latencies[min(len(latencies) - 1, int(0.99 * len(latencies)))],
+    }
+
+
+def _has_content(data: str) -> bool:
+    choices = json.loads(data).get("choices") or [{}]
+    return bool((choices[0].get("delta") or {}).get("content"))
+
+
+async def _first_token(url: str, headers: dict[str, str], requests: int) -> dict[str, float]:
+    """Stream one request at a time; the time to the first content delta and to the end of the stream."""
+    firsts: list[float] = []
+    totals: list[float] = []
+    async with httpx.AsyncClient(timeout=60) as client:
+        for n in range(requests + 1):  # the first opens the connection and is not counted
+            body = {
+                "model": "base",
+                "stream": True,
+                "messages": [{"role": "user", "content": f"stream {n} {uuid.uuid4().hex[:8]}"}],
+            }
+            started = time.perf_counter()
+            first: float | None = None
+            async with client.stream("POST", url, json=body, headers=headers) as response:
+                if response.status_code != 200:
+                    raise RuntimeError(f"{url} answered {response.status_code}")
+                async for line in response.aiter_lines():
+                    if first is None and line.startswith("data: {") and _has_content(line[6:]):
+                        first = time.perf_counter() - started
+            if n and first is not None:
+                firsts.append(first)
+                totals.append(time.perf_counter() - started)
+    return {
+        "ttft_p50_ms": 1000 * statistics.median(firsts),
+        "ttft_p90_ms": 1000 * sorted(firsts)[int(0.9 * (len(firsts) - 1))],
+        "total_p50_ms": 1000 * statistics.median(totals),
     }
 
 
@@ -197,6 +234,17 @@ def main(quick: bool = False) -> int:
                         file=sys.stderr,
                         flush=True,
                     )
+            streaming: dict[str, dict[str, float]] = {}
+            for name in ("direct", "rollout"):
+                url, headers = paths[name]
+                streaming[name] = asyncio.run(_first_token(url, headers[0], 20 if quick else 100))
+                r = streaming[name]
+                print(
+                    f"{name:>8} streaming  first token p50 {r['ttft_p50_ms']:7.2f} ms  p90 {r['ttft_p90_ms']:7.2f} ms"
+                    f"  whole reply p50 {r['total_p50_ms']:7.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
         finally:
             for process in processes:
                 terminate(process.pid)
@@ -219,6 +267,14 @@ def main(quick: bool = False) -> int:
     summary["rollout_over_litellm_c64"] = round(
         results["rollout"][64]["turns_per_s"] / results["litellm"][64]["turns_per_s"], 2
     )
+    for name, r in streaming.items():
+        summary[f"{name}_stream_ttft_p50_ms"] = round(r["ttft_p50_ms"], 2)
+        summary[f"{name}_stream_ttft_p90_ms"] = round(r["ttft_p90_ms"], 2)
+        summary[f"{name}_stream_total_p50_ms"] = round(r["total_p50_ms"], 2)
+    summary["rollout_added_ttft_p50_ms"] = round(
+        streaming["rollout"]["ttft_p50_ms"] - streaming["direct"]["ttft_p50_ms"], 2
+    )
+    summary["target_added_ttft_5ms_met"] = summary["rollout_added_ttft_p50_ms"] <= 5
     summary["target_2x_litellm_met"] = summary["rollout_over_litellm_c64"] >= 2
     summary["target_added_p50_3ms_met"] = summary["rollout_added_p50_ms_c1"] <= 3
     print(json.dumps(summary))

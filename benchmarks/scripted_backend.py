@@ -2,28 +2,72 @@
 
 `/v1/completions` answers in vLLM's dialect (token ids and logprobs; what rollout's gateway calls) and
 `/v1/chat/completions` in OpenAI's (what LiteLLM's proxy and the direct baseline call). Both do the same trivial
-work, so the difference between the paths in front of it is the cost of the path.
+work, so the difference between the paths in front of it is the cost of the path. Asked to stream, both send
+one chunk per token, each `TOKEN_S` after the one before (a stand-in for decoding time), in their dialect's
+server-sent events.
 Run: `python -m benchmarks.scripted_backend --port P --ids 1,2,3`.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import itertools
+import json
 import time
+from collections.abc import AsyncIterator
 
 import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
 REPLY = "Hello from the script."
+TOKEN_S = 0.01
+
+
+def _event(data: object) -> bytes:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+def _pieces(n: int) -> list[str]:
+    """REPLY in n pieces, one per token (the last token, the end of turn, has no text)."""
+    cut = [round(i * len(REPLY) / max(1, n - 1)) for i in range(n)]
+    return [REPLY[a:b] for a, b in itertools.pairwise(cut)] + [""]
 
 
 def build(completion_ids: list[int]) -> Starlette:
-    async def completions(request: Request) -> JSONResponse:
+    async def completions(request: Request) -> Response:
         body = await request.json()
         ids = completion_ids[: body.get("max_tokens") or len(completion_ids)]
+        if body.get("stream"):
+
+            async def vllm_events() -> AsyncIterator[bytes]:
+                for k, (token, text) in enumerate(zip(ids, _pieces(len(ids)), strict=True)):
+                    await asyncio.sleep(TOKEN_S)
+                    choice = {
+                        "index": 0,
+                        "text": text,
+                        "logprobs": {
+                            "token_logprobs": [0.0],
+                            "tokens": [f"token_id:{token}"],
+                            "top_logprobs": None,
+                        },
+                        "finish_reason": "stop" if k == len(ids) - 1 else None,
+                        "stop_reason": None,
+                        "token_ids": [token],
+                    }
+                    chunk = {
+                        "id": "cmpl-1",
+                        "object": "text_completion",
+                        "created": 0,
+                        "model": body.get("model"),
+                    }
+                    yield _event({**chunk, "choices": [choice]})
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(vllm_events(), media_type="text/event-stream")
         choice = {
             "index": 0,
             "text": REPLY,
@@ -41,8 +85,29 @@ def build(completion_ids: list[int]) -> Starlette:
             }
         )
 
-    async def chat(request: Request) -> JSONResponse:
+    async def chat(request: Request) -> Response:
         body = await request.json()
+        if body.get("stream"):
+
+            async def chat_events() -> AsyncIterator[bytes]:
+                base = {
+                    "id": "chatcmpl-1",
+                    "object": "chat.completion.chunk",
+                    "created": 0,
+                    "model": body.get("model"),
+                }
+                yield _event(
+                    {**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}
+                )
+                pieces = _pieces(len(completion_ids))
+                for k, text in enumerate(pieces):
+                    await asyncio.sleep(TOKEN_S)
+                    finish = "stop" if k == len(pieces) - 1 else None
+                    delta = {"content": text} if text else {}
+                    yield _event({**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+                yield b"data: [DONE]\n\n"
+
+            return StreamingResponse(chat_events(), media_type="text/event-stream")
         return JSONResponse(
             {
                 "id": "chatcmpl-1",

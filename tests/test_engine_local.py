@@ -148,3 +148,40 @@ async def test_an_unreachable_engine_is_unavailable_not_an_error() -> None:
         await unreachable.sample(SampleRequest((1, 2, 3), max_tokens=2))
     assert await unreachable.health() is False
     await unreachable.close()
+
+
+async def test_a_stream_hands_out_what_sample_returns_token_by_token(
+    engine: LocalEngine, client: VLLMEngine
+) -> None:
+    ids = prompt(engine, "count to three")
+    request = SampleRequest(ids, max_tokens=12, temperature=1.0, seed=11)
+    whole = await engine.sample(request)
+    for streamer in (engine, client):  # in process, and over vLLM's streaming dialect
+        chunks = [chunk async for chunk in streamer.stream(request)]
+        assert len(chunks) == len(whole.completion_ids), "one chunk per token"
+        assert all(c.finish_reason is None for c in chunks[:-1])
+        assert chunks[-1].finish_reason == whole.finish_reason and chunks[-1].model == "base"
+        assert tuple(t for c in chunks for t in c.ids) == whole.completion_ids
+        streamed = [x for c in chunks for x in c.logprobs]
+        assert streamed == pytest.approx(list(whole.logprobs), abs=1e-5)  # the same behaviour logprobs
+
+
+async def test_a_stream_closed_early_stops_its_row_of_the_batch(engine: LocalEngine) -> None:
+    from rollout.engines.sampling import sample_batch
+
+    heard: list[int] = []
+
+    def on_token(row: int, token: int, logprob: float, finish: object) -> bool:
+        heard.append(token)
+        return len(heard) < 3  # the reader leaves after the third token
+
+    request = SampleRequest(prompt(engine, "hi"), max_tokens=50, temperature=1.0, seed=3)
+    [result] = await asyncio.to_thread(sample_batch, engine.model, [request], engine.pad_id, set(), on_token)
+    assert len(result.ids) == 3 and list(result.ids) == heard
+    stream = engine.stream(request)
+    first = await anext(stream)
+    await stream.aclose()
+    assert len(first.ids) == 1
+    assert (
+        await engine.sample(SampleRequest(request.prompt_ids, max_tokens=2))
+    ).completion_ids  # still serves

@@ -57,6 +57,16 @@ async def test_real_vllm_samples_token_ids_with_logprobs(tiny_qwen3: str) -> Non
             SampleRequest((151644, 872, 198, 6023, 151645, 198), max_tokens=8, seed=1)
         )
         assert len(result.completion_ids) == len(result.logprobs) > 0
+        # Streamed with the same seed: the same tokens, token by token, with their logprobs.
+        chunks = [
+            c
+            async for c in client.stream(
+                SampleRequest((151644, 872, 198, 6023, 151645, 198), max_tokens=8, seed=1)
+            )
+        ]
+        assert tuple(t for c in chunks for t in c.ids) == result.completion_ids
+        assert len([x for c in chunks for x in c.logprobs]) == len(result.logprobs)
+        assert chunks[-1].finish_reason == result.finish_reason
         await client.sleep()
         await client.wake()
     finally:

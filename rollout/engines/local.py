@@ -7,6 +7,9 @@ Contract:
   passes; requests for different checkpoints (adapters) run in separate batches.
 - The base weights are served as `served_name`; each loaded LoRA checkpoint is served under its own name.
 - Asleep, the engine holds no accelerator memory and refuses samples with `EngineUnavailable`.
+- `stream` hands out each token as its batch draws it (the batch runs on a worker thread, which passes tokens to
+  the event loop); its ids and logprobs are those `sample` would return, from the same batched loop. A stream
+  closed early, or a `sample` whose caller was cancelled, stops its row of the batch after the next token.
 """
 
 from __future__ import annotations
@@ -14,10 +17,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleRequest, SampleResult
+from rollout.engines.protocol import (
+    CheckpointRef,
+    EngineUnavailable,
+    FinishReason,
+    SampleChunk,
+    SampleRequest,
+    SampleResult,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +36,13 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Pending:
     request: SampleRequest
-    future: asyncio.Future[SampleResult]
+    future: asyncio.Future[SampleResult] | None  # a `sample`'s; None for a stream
+    chunks: asyncio.Queue[SampleChunk | BaseException] | None = None  # a stream's tokens, as they are drawn
     queued_at: float = field(default_factory=time.perf_counter)
+    closed: bool = False  # the stream's reader went away: stop drawing its tokens
+
+    def wanted(self) -> bool:
+        return not self.closed and not (self.future is not None and self.future.cancelled())
 
 
 class LocalEngine:
@@ -70,16 +86,35 @@ class LocalEngine:
     def models(self) -> list[str]:
         return [self.served_name, *self.adapters]
 
-    async def sample(self, request: SampleRequest) -> SampleResult:
+    def _admit(self, request: SampleRequest) -> None:
         if self.sleeping:
             raise EngineUnavailable("the local engine is asleep", retry_after_s=2.0)
         if request.model not in self.models:
             raise KeyError(f"model {request.model!r} is not loaded; loaded: {', '.join(self.models)}")
         if self._batcher is None or self._batcher.done():
             self._batcher = asyncio.create_task(self._run_batches())
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        self._admit(request)
         future: asyncio.Future[SampleResult] = asyncio.get_running_loop().create_future()
         await self._queue.put(_Pending(request, future))
         return await future
+
+    async def stream(self, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
+        self._admit(request)
+        pending = _Pending(request, None, chunks=asyncio.Queue())
+        await self._queue.put(pending)
+        assert pending.chunks is not None
+        try:
+            while True:
+                chunk = await pending.chunks.get()
+                if isinstance(chunk, BaseException):
+                    raise chunk
+                yield chunk
+                if chunk.finish_reason is not None:
+                    return
+        finally:
+            pending.closed = True
 
     async def _run_batches(self) -> None:
         while True:
@@ -104,22 +139,42 @@ class LocalEngine:
         from rollout.engines.sampling import sample_batch
 
         started = time.perf_counter()
+        loop = asyncio.get_running_loop()
+
+        def on_token(row: int, token: int, logprob: float, finish: FinishReason | None) -> bool:
+            # Runs on the sampling thread: hand the token to the event loop, never touch the queue from here.
+            item = group[row]
+            if item.chunks is not None:
+                chunk = SampleChunk(
+                    ids=(token,),
+                    logprobs=(logprob,),
+                    finish_reason=finish,
+                    model=model_name if finish else None,
+                    timings={"queued_s": started - item.queued_at, "compute_s": time.perf_counter() - started}
+                    if finish
+                    else {},
+                )
+                loop.call_soon_threadsafe(item.chunks.put_nowait, chunk)
+            return item.wanted()
+
         try:
             async with self._model_lock:
                 self._activate(model_name)
                 results = await asyncio.to_thread(
-                    sample_batch, self.model, [p.request for p in group], self.pad_id, self.eos_ids
+                    sample_batch, self.model, [p.request for p in group], self.pad_id, self.eos_ids, on_token
                 )
         except Exception as error:  # a failed batch fails its requests, never the batcher
             for item in group:
-                if not item.future.done():
+                if item.future is not None and not item.future.done():
                     item.future.set_exception(error)
+                if item.chunks is not None:
+                    item.chunks.put_nowait(error)
             return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(group))
         finished = time.perf_counter()
         for item, result in zip(group, results, strict=True):
-            if not item.future.done():
+            if item.future is not None and not item.future.done():
                 timings = {"queued_s": started - item.queued_at, "compute_s": finished - started}
                 item.future.set_result(
                     SampleResult(

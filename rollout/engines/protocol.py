@@ -6,6 +6,12 @@ Contract:
   finish reason, and the name of the checkpoint that produced them. The engine never re-tokenises.
 - Sampling parameters other than the ids (temperature, top_p, stop token ids, seed) shape which tokens are drawn,
   not how their logprobs are reported.
+- `stream` (optional: `StreamingEngine`) yields the same completion as `SampleChunk`s while it is sampled: each
+  chunk carries the ids sampled since the last one with their logprobs; the last chunk, and only it, carries the
+  finish reason and the checkpoint's name. Concatenated, the chunks are exactly what `sample` would have returned
+  (same ids, same logprob semantics). Closing the iterator early (`aclose`, or cancelling its consumer) stops
+  the generation. `stream_sample` streams from any engine: one that cannot stream (Tinker, an external model)
+  answers with one chunk once `sample` returns. Errors before the first chunk are raised as `sample` raises them.
 - `load` makes a checkpoint servable under its name; `sleep` frees the accelerator (requests then fail with
   `EngineUnavailable` until `wake`); `health` is cheap and never raises.
 - An engine that cannot serve (down, asleep, overloaded) raises `EngineUnavailable`; the gateway turns that into
@@ -15,8 +21,9 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
-from typing import Literal, Protocol
+from typing import Literal, Protocol, runtime_checkable
 
 FinishReason = Literal["stop", "length"]
 
@@ -62,6 +69,21 @@ class SampleResult:
 
 
 @dataclass(frozen=True)
+class SampleChunk:
+    """Ids sampled since the previous chunk, one logprob each; the last chunk has `finish_reason` and `model`."""
+
+    ids: tuple[int, ...]
+    logprobs: tuple[float, ...]
+    finish_reason: FinishReason | None = None
+    model: str | None = None
+    timings: dict[str, float] = field(default_factory=dict[str, float])
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.logprobs):
+            raise ValueError("an engine must stream one logprob per completion token")
+
+
+@dataclass(frozen=True)
 class CheckpointRef:
     """A checkpoint an engine can load: its name (what requests ask for) and where its files are."""
 
@@ -77,3 +99,40 @@ class Engine(Protocol):
     async def sleep(self) -> None: ...
     async def wake(self) -> None: ...
     async def health(self) -> bool: ...
+
+
+@runtime_checkable
+class StreamingEngine(Engine, Protocol):
+    """An engine that can hand out a completion token by token as it samples it."""
+
+    def stream(self, request: SampleRequest) -> AsyncGenerator[SampleChunk]: ...
+
+
+async def _one_chunk(engine: Engine, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
+    result = await engine.sample(request)
+    yield SampleChunk(
+        ids=result.completion_ids,
+        logprobs=result.logprobs,
+        finish_reason=result.finish_reason,
+        model=result.model,
+        timings=result.timings,
+    )
+
+
+def stream_sample(engine: Engine, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
+    """The engine's own stream when it has one; otherwise its whole sample as one chunk."""
+    if isinstance(engine, StreamingEngine):
+        return engine.stream(request)
+    return _one_chunk(engine, request)
+
+
+def collected(chunks: list[SampleChunk], model: str) -> SampleResult:
+    """The `SampleResult` a finished stream amounts to (a stream cut short counts as `length`)."""
+    last = chunks[-1] if chunks else None
+    return SampleResult(
+        completion_ids=tuple(t for c in chunks for t in c.ids),
+        logprobs=tuple(x for c in chunks for x in c.logprobs),
+        finish_reason=(last.finish_reason if last else None) or "length",
+        model=(last.model if last else None) or model,
+        timings=last.timings if last else {},
+    )

@@ -7,10 +7,13 @@ Contract:
 - Each request keeps its own temperature, top_p, stop ids, token budget and seed: a seeded request draws the
   same tokens whatever else shares its batch.
 - Temperature 0 (or one so small that the scaled logits overflow) and top_p 0 mean greedy.
+- `on_token(row, token, logprob, finish)`, when given, hears every token as it is drawn (with the row's finish
+  reason on its last); answering False stops that row there (its client went away), the others go on.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +44,13 @@ def _pick(logits_V: torch.Tensor, temperature: float, top_p: float, generator: t
 
 
 @torch.inference_mode()
-def sample_batch(model: Any, requests: list[SampleRequest], pad_id: int, eos_ids: set[int]) -> list[Sampled]:
+def sample_batch(
+    model: Any,
+    requests: list[SampleRequest],
+    pad_id: int,
+    eos_ids: set[int],
+    on_token: Callable[[int, int, float, FinishReason | None], bool] | None = None,
+) -> list[Sampled]:
     device = next(model.parameters()).device
     batch = len(requests)
     longest = max(len(r.prompt_ids) for r in requests)
@@ -90,6 +99,8 @@ def sample_batch(model: Any, requests: list[SampleRequest], pad_id: int, eos_ids
                 finish[row] = "stop"
             elif len(ids[row]) >= request.max_tokens:
                 finish[row] = "length"
+            if on_token is not None and not on_token(row, token, logprobs[row][-1], finish[row]):
+                finish[row] = finish[row] or "length"
             next_B.append(token)
         if all(f is not None for f in finish):
             break

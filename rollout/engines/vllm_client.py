@@ -3,7 +3,11 @@
 Contract: maps the engine protocol onto `/v1/completions` with token-id prompts, `logprobs=0` and
 `return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a timeout or a
 completion for a model the engine does not serve (404) raise `EngineUnavailable`; any other error response
-raises `EngineError` with the server's message.
+raises `EngineError` with the server's message. `stream` asks for the same completion with `stream: true` and
+yields each server-sent chunk's `token_ids` and logprobs as they arrive (ids from `token_ids`, or from
+`token_id:N` tokens when the server was started with `--return-tokens-as-token-ids` and sends no `token_ids`);
+errors before the first chunk are raised as `sample` raises them, an error event mid-stream as `EngineError`.
+Closing the stream early closes its connection, which is how vLLM learns to stop generating.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
 it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added latency.
@@ -13,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncGenerator
 from typing import Any
 
 import aiohttp
@@ -22,6 +27,8 @@ from rollout.engines.protocol import (
     CheckpointRef,
     EngineError,
     EngineUnavailable,
+    FinishReason,
+    SampleChunk,
     SampleRequest,
     SampleResult,
 )
@@ -86,7 +93,7 @@ class VLLMEngine:
                 message = answer.text
             raise EngineError(f"engine at {self.base_url} answered {answer.status}: {message}")
 
-    async def sample(self, request: SampleRequest) -> SampleResult:
+    def _payload(self, request: SampleRequest) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "model": request.model,
             "prompt": list(request.prompt_ids),
@@ -100,17 +107,57 @@ class VLLMEngine:
         }
         if request.seed is not None:
             payload["seed"] = request.seed
-        body = (await self._post("/v1/completions", payload)).json()
+        return payload
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        body = (await self._post("/v1/completions", self._payload(request))).json()
         choice = body["choices"][0]
-        ids = tuple(int(t) for t in choice["token_ids"])
-        logprobs = tuple(float(x) for x in choice["logprobs"]["token_logprobs"])
-        finish = "length" if choice.get("finish_reason") == "length" else "stop"
         return SampleResult(
-            completion_ids=ids,
-            logprobs=logprobs,
-            finish_reason=finish,
+            completion_ids=_token_ids(choice),
+            logprobs=tuple(float(x) for x in choice["logprobs"]["token_logprobs"]),
+            finish_reason=_finish(choice),
             model=body.get("model", request.model),
         )
+
+    async def stream(self, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
+        payload = {**self._payload(request), "stream": True}
+        try:
+            async with self._client().post("/v1/completions", json=payload) as response:
+                if response.status != 200:
+                    answer = _Answer(response.status, response.headers, await response.text())
+                    self._check(answer, path="/v1/completions")
+                    raise EngineError(f"engine at {self.base_url} answered {answer.status}: {answer.text}")
+                last: SampleChunk | None = None
+                async for line in response.content:
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    event = json.loads(data)
+                    if "error" in event:
+                        message = event["error"].get("message", event["error"])
+                        raise EngineError(f"engine at {self.base_url} failed mid-stream: {message}")
+                    for choice in event.get("choices") or []:  # the usage chunk has none
+                        ids = _token_ids(choice)
+                        logprobs = tuple(
+                            float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []
+                        )
+                        if choice.get("finish_reason") is not None:
+                            # Held until [DONE] (right behind it) so the connection is read to its end and reused.
+                            last = SampleChunk(
+                                ids=ids,
+                                logprobs=logprobs,
+                                finish_reason=_finish(choice),
+                                model=event.get("model", request.model),
+                            )
+                        elif ids:
+                            yield SampleChunk(ids=ids, logprobs=logprobs)
+                if last is None:
+                    raise EngineError(f"engine at {self.base_url} ended the stream without a finish reason")
+                yield last
+        except (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, TimeoutError) as error:
+            raise EngineUnavailable(f"engine at {self.base_url} is unreachable: {error!r}") from error
 
     async def load(self, checkpoint: CheckpointRef) -> None:
         await self._post(
@@ -136,3 +183,15 @@ class VLLMEngine:
         answer = await self._request("GET", "/v1/models")
         self._check(answer)
         return [entry["id"] for entry in answer.json()["data"]]
+
+
+def _token_ids(choice: dict[str, Any]) -> tuple[int, ...]:
+    if choice.get("token_ids") is not None:
+        return tuple(int(t) for t in choice["token_ids"])
+    # `--return-tokens-as-token-ids` writes each sampled token as "token_id:N".
+    tokens = (choice.get("logprobs") or {}).get("tokens") or []
+    return tuple(int(str(t).removeprefix("token_id:")) for t in tokens)
+
+
+def _finish(choice: dict[str, Any]) -> FinishReason:
+    return "length" if choice.get("finish_reason") == "length" else "stop"

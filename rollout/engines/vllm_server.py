@@ -3,6 +3,11 @@
 Routes (shapes as vLLM's OpenAI-compatible server answers them):
 - `POST /v1/completions` with a token-id `prompt`, `logprobs` (0 = the sampled token's logprob) and
   `return_token_ids`: choices carry `token_ids`, `prompt_token_ids` and `logprobs.token_logprobs`.
+  With `stream: true` it answers with server-sent events as vLLM does: one `text_completion` chunk per batch of
+  tokens the engine hands out (`token_ids`, `logprobs` and `text` of those tokens; `prompt_token_ids` on the
+  first; `finish_reason` on the last), a usage chunk when `stream_options.include_usage`, then `data: [DONE]`.
+  An error before the first token is an ordinary error response; one after it is a `data: {"error": ...}`
+  event. A client that disconnects stops the generation.
 - `POST /v1/load_lora_adapter` `{lora_name, lora_path}`, `POST /v1/unload_lora_adapter` `{lora_name}`.
 - `POST /sleep?level=1`, `POST /wake_up`, `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
 Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
@@ -10,16 +15,26 @@ Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "
 
 from __future__ import annotations
 
+import json
 import time
 import uuid
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollout.engines.protocol import CheckpointRef, Engine, EngineError, EngineUnavailable, SampleRequest
+from rollout.engines.protocol import (
+    CheckpointRef,
+    Engine,
+    EngineError,
+    EngineUnavailable,
+    SampleChunk,
+    SampleRequest,
+    stream_sample,
+)
 
 
 class Tokenizer(Protocol):
@@ -69,8 +84,6 @@ def _sample_request(body: dict[str, Any], engine: ServedEngine) -> SampleRequest
         raise _BadRequest("'prompt' must be a non-empty list of token ids (or a string)")
     if _field(body, "n", int, 1) != 1:
         raise _BadRequest("'n' must be 1")
-    if body.get("stream"):
-        raise _BadRequest("streaming is not supported by the local engine; the gateway streams")
     stop_ids = _field(body, "stop_token_ids", list, []) or []
     return SampleRequest(
         prompt_ids=tuple(prompt),
@@ -81,6 +94,105 @@ def _sample_request(body: dict[str, Any], engine: ServedEngine) -> SampleRequest
         stop_token_ids=tuple(int(t) for t in stop_ids),
         seed=_field(body, "seed", int, None),
     )
+
+
+def _refusal(error: Exception) -> JSONResponse | None:
+    """The error response for what an engine raises when it refuses a request; None for anything else."""
+    if isinstance(error, EngineUnavailable):
+        return _error(503, str(error), "ServiceUnavailableError")
+    if isinstance(error, KeyError):
+        return _error(404, str(error.args[0]), "NotFoundError")
+    if isinstance(error, (ValueError, EngineError)):
+        return _error(400, str(error))
+    return None
+
+
+def _sse(data: Any) -> bytes:
+    return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
+
+
+async def _streamed(
+    engine: ServedEngine, body: dict[str, Any], request: SampleRequest
+) -> Response | StreamingResponse:
+    """Start the engine's stream; an error before its first chunk is answered as an ordinary error."""
+    chunks = stream_sample(engine, request)
+    try:
+        first = await anext(chunks)
+    except Exception as error:
+        if (refused := _refusal(error)) is not None:
+            return refused
+        raise
+    completion_id, created = f"cmpl-{uuid.uuid4().hex}", int(time.time())
+    usage = isinstance(body.get("stream_options"), dict) and bool(body["stream_options"].get("include_usage"))
+
+    async def events() -> AsyncIterator[bytes]:
+        sent_ids: list[int] = []
+        sent_text = ""
+        chunk: SampleChunk | None = first
+        model = request.model
+        try:
+            while chunk is not None:
+                sent_ids += chunk.ids
+                # The text of these tokens: what the whole decodes to, less what was sent (a token that ends
+                # inside a character waits for the rest of it).
+                text = engine.tokenizer.decode(sent_ids, skip_special_tokens=True)
+                if text.endswith("\ufffd") and chunk.finish_reason is None:
+                    text = text.rstrip("\ufffd")
+                delta = text[len(sent_text) :] if text.startswith(sent_text) else ""
+                sent_text = text if text.startswith(sent_text) else sent_text
+                model = chunk.model or model
+                choice: dict[str, Any] = {
+                    "index": 0,
+                    "text": delta,
+                    "logprobs": None,
+                    "finish_reason": chunk.finish_reason,
+                    "stop_reason": None,
+                }
+                if body.get("logprobs") is not None:
+                    choice["logprobs"] = {
+                        "text_offset": [],
+                        "token_logprobs": list(chunk.logprobs),
+                        "tokens": [engine.tokenizer.decode([t]) for t in chunk.ids],
+                        "top_logprobs": None,
+                    }
+                if body.get("return_token_ids"):
+                    choice["token_ids"] = list(chunk.ids)
+                    if len(sent_ids) == len(chunk.ids):
+                        choice["prompt_token_ids"] = list(request.prompt_ids)
+                yield _sse(
+                    {
+                        "id": completion_id,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [choice],
+                    }
+                )
+                if chunk.finish_reason is not None:
+                    break
+                chunk = await anext(chunks, None)
+            if usage:
+                yield _sse(
+                    {
+                        "id": completion_id,
+                        "object": "text_completion",
+                        "created": created,
+                        "model": model,
+                        "choices": [],
+                        "usage": {
+                            "prompt_tokens": len(request.prompt_ids),
+                            "completion_tokens": len(sent_ids),
+                            "total_tokens": len(request.prompt_ids) + len(sent_ids),
+                        },
+                    }
+                )
+        except Exception as error:  # mid-stream, as vLLM reports it: an error event, then the end
+            yield _sse({"error": {"message": str(error), "type": type(error).__name__, "code": 500}})
+        finally:
+            await chunks.aclose()  # a client gone mid-stream stops the engine's generation
+        yield b"data: [DONE]\n\n"
+
+    return StreamingResponse(events(), media_type="text/event-stream")
 
 
 def build_app(engine: ServedEngine) -> Starlette:
@@ -94,14 +206,14 @@ def build_app(engine: ServedEngine) -> Starlette:
             return _error(400, str(error))
         except ValueError:
             return _error(400, "the body is not valid JSON")
+        if body.get("stream"):
+            return await _streamed(engine, body, sample_request)
         try:
             result = await engine.sample(sample_request)
-        except EngineUnavailable as error:
-            return _error(503, str(error), "ServiceUnavailableError")
-        except KeyError as error:
-            return _error(404, str(error.args[0]), "NotFoundError")
-        except (ValueError, EngineError) as error:
-            return _error(400, str(error))
+        except Exception as error:
+            if (refused := _refusal(error)) is not None:
+                return refused
+            raise
         logprobs = None
         if body.get("logprobs") is not None:
             logprobs = {

@@ -16,8 +16,11 @@ Contract:
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
 - Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an `Operator`.
-- A streamed turn is recorded after its last content frame and before its terminating frame; if the client went
-  away before that, the turn is recorded as aborted.
+- A streaming request streams the reply as the engine samples it (rollout.gateway.live says what is held back
+  until it is settled), in the dialect's own events. The turn is recorded after its last content frame and
+  before its terminating frame; if the client went away before that, the engine's generation is stopped and the
+  turn is recorded as aborted. An engine that fails mid-stream ends the stream without its terminating frame
+  (the turn is recorded as aborted too).
 """
 
 from __future__ import annotations
@@ -35,9 +38,10 @@ from starlette.types import Receive, Scope, Send
 
 from rollout.engines.protocol import EngineUnavailable
 from rollout.gateway.dialects.anthropic_messages import AnthropicMessages
-from rollout.gateway.dialects.common import Dialect
+from rollout.gateway.dialects.common import Dialect, StreamWriter, frames_of
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
+from rollout.gateway.live import LiveTurn
 from rollout.gateway.openapi import document
 from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn, decode_json
@@ -67,12 +71,60 @@ def _token(request: Request) -> str | None:
 
 
 class SSEResponse:
-    """Send precomputed SSE frames; record the turn before the final frame, or as aborted if the client left."""
+    """Stream a turn's SSE frames: a live turn's as its tokens are settled, a whole turn's at once. The turn is
+    recorded after its last content frame and before its terminating frame; a client that leaves before that
+    stops the engine's generation and leaves the turn recorded as aborted, with what was sampled until then."""
 
-    def __init__(
-        self, gateway: Gateway, outcome: Turn | Sampled, frames: list[bytes], last: list[bytes]
-    ) -> None:
-        self.gateway, self.outcome, self.frames, self.last = gateway, outcome, frames, last
+    def __init__(self, gateway: Gateway, outcome: Turn | Sampled | LiveTurn, writer: StreamWriter) -> None:
+        self.gateway, self.outcome, self.writer = gateway, outcome, writer
+        self.recorded = isinstance(outcome, Turn)  # a replay is recorded already
+        self.committing = False
+
+    async def _send(self, send: Send, frames: list[bytes]) -> None:
+        for frame in frames:
+            await send({"type": "http.response.body", "body": frame, "more_body": True})
+
+    async def _stream(self, send: Send, disconnected: asyncio.Event) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [
+                    (b"content-type", b"text/event-stream; charset=utf-8"),
+                    (b"cache-control", b"no-cache"),
+                ],
+            }
+        )
+        outcome = self.outcome
+        if isinstance(outcome, LiveTurn):
+            await self._send(send, self.writer.start(outcome.model, outcome.prompt_tokens))
+            async for kind, text in outcome.deltas():
+                await self._send(send, self.writer.delta(kind, text))
+            assert outcome.sampled is not None  # set once the deltas end
+            sampled: Sampled | None = outcome.sampled
+            frames, last = self.writer.end(outcome.sampled.turn)
+        else:
+            sampled = outcome if isinstance(outcome, Sampled) else None
+            frames, last = frames_of(self.writer, outcome if isinstance(outcome, Turn) else outcome.turn)
+        await self._send(send, frames)
+        await asyncio.sleep(0)  # let a pending disconnect be noticed before the turn is recorded
+        if disconnected.is_set():
+            raise ConnectionError("client disconnected")
+        self.committing = True  # from here a departing client no longer stops the turn: it is recorded whole
+        if sampled is not None:
+            await self.gateway.record(sampled)
+        self.recorded = True
+        await self._send(send, last)
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+    async def _abort(self, reason: str) -> None:
+        if self.recorded:
+            return
+        self.recorded = True
+        outcome = self.outcome
+        sampled = await outcome.abort() if isinstance(outcome, LiveTurn) else outcome
+        if isinstance(sampled, Sampled):
+            await self.gateway.record_aborted(sampled, reason)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         disconnected = asyncio.Event()
@@ -83,38 +135,26 @@ class SSEResponse:
             disconnected.set()
 
         watcher = asyncio.create_task(watch())
-        recorded = isinstance(self.outcome, Turn)
+        streaming = asyncio.create_task(self._stream(send, disconnected))
         try:
-            await send(
-                {
-                    "type": "http.response.start",
-                    "status": 200,
-                    "headers": [
-                        (b"content-type", b"text/event-stream; charset=utf-8"),
-                        (b"cache-control", b"no-cache"),
-                    ],
-                }
-            )
-            for frame in self.frames:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-            await asyncio.sleep(0)  # let a pending disconnect be noticed before the turn is recorded
-            if disconnected.is_set():
-                raise ConnectionError("client disconnected")
-            if isinstance(self.outcome, Sampled):
-                await self.gateway.record(self.outcome)
-                recorded = True
-            for frame in self.last:
-                await send({"type": "http.response.body", "body": frame, "more_body": True})
-            await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except (OSError, ConnectionError, asyncio.CancelledError) as error:
-            if not recorded and isinstance(self.outcome, Sampled):
-                await asyncio.shield(
-                    self.gateway.record_aborted(self.outcome, f"stream aborted: {type(error).__name__}")
-                )
-            if isinstance(error, asyncio.CancelledError):
-                raise
+            await asyncio.wait({streaming, watcher}, return_when=asyncio.FIRST_COMPLETED)
+            if not streaming.done() and not self.committing:
+                streaming.cancel()  # the client left mid-stream
+            await asyncio.wait({streaming})
+        except asyncio.CancelledError:  # the server is stopping this request
+            streaming.cancel()
+            await asyncio.shield(self._abort("stream aborted: CancelledError"))
+            raise
         finally:
             watcher.cancel()
+        error = None if streaming.cancelled() else streaming.exception()
+        if streaming.cancelled() or isinstance(error, (OSError, ConnectionError)):
+            await asyncio.shield(
+                self._abort(f"stream aborted: {type(error or asyncio.CancelledError()).__name__}")
+            )
+        elif error is not None:  # the engine failed mid-stream: the response has begun, so it just ends
+            log.warning("a streamed turn failed: %r", error)
+            await asyncio.shield(self._abort(f"stream failed: {error!r}"[:500]))
 
 
 def build_app(
@@ -189,9 +229,7 @@ def build_app(
         seat = check_seat(found, request)
         if not parsed.stream:
             return JSONResponse(dialect.response(await gateway.complete(seat, parsed, recorded=recorded)))
-        outcome = await gateway.sample(seat, parsed, recorded=recorded)
-        frames, last = dialect.stream(outcome if isinstance(outcome, Turn) else outcome.turn)
-        return SSEResponse(gateway, outcome, frames, last)
+        return SSEResponse(gateway, await gateway.stream(seat, parsed, recorded=recorded), dialect.writer())
 
     async def count_tokens(request: Request, dialect: Dialect) -> Response:
         await seat_of(request)

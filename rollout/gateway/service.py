@@ -12,7 +12,12 @@ Contract:
   gateway was started with for the policy (`--external`), or one the seat's run recorded for it (its
   environment seats the model: `external_model/POLICY` run settings, read once per run).
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
-  trained).
+  trained), with the ids and logprobs sampled until the engine was stopped.
+- `stream` serves a streaming request: a replay (`Turn`) or an external model's turn (`Sampled`) whole, and a
+  sampled turn as a `LiveTurn` (rollout.gateway.live) that hands out the reply as the engine samples it and is
+  recorded by the caller once it ends. A live turn's prompt, admission and engine retries are those of `sample`
+  (an engine is retried only until it produced a first token); its record is the one `sample` would make of the
+  same tokens, but for the reply, which is what the client was sent.
 - Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
   context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
 """
@@ -22,14 +27,22 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import cast
+from typing import Any, cast
 
 from rollout.contracts import Message
 from rollout.engines.external import ExternalModel
-from rollout.engines.protocol import EngineUnavailable, SampleRequest, SampleResult
+from rollout.engines.protocol import (
+    Engine,
+    EngineUnavailable,
+    SampleChunk,
+    SampleRequest,
+    SampleResult,
+    stream_sample,
+)
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
+from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.seats import Seat
 from rollout.gateway.segments import Head, advance, conversation_opening, find_extension
@@ -56,6 +69,21 @@ class Sampled:
     turn: Turn
     record: RecordedTurn  # what `record` appends as the turn's `TurnRecorded`
     head: Head | None  # None for an external model's turn: it has no token ids to extend
+
+
+@dataclass(frozen=True)
+class _Prompt:
+    """A turn's rendered prompt and where it goes: its segment and the prefix shared with the segment so far."""
+
+    ids: list[int]
+    segment_id: str
+    prefix: int
+    max_tokens: int
+    started: float
+    rendered_at: float
+    opening: (
+        dict[str, Any] | None
+    )  # a new segment's: its conversation's opening (segments.conversation_opening)
 
 
 def _cut_at_stop_strings(
@@ -129,17 +157,63 @@ class Gateway:
         `recorded` is the event already under this turn's key when the caller looked it up with the seat
         (`resolve_for_turn`); otherwise the gateway looks it up itself.
         """
+        early = await self._replayed_or_external(seat, request, recorded)
+        if early is not None:
+            return early
+        prompt = await self._render(seat, request)
+        result, slot, admitted = await self._on_admitted_engine(
+            seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
+        )
+        return self._sampled(seat, request, prompt, result, slot, admitted)
+
+    async def stream(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        *,
+        recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+    ) -> Turn | Sampled | LiveTurn:
+        """A replayed `Turn`, an external model's `Sampled`, or a `LiveTurn` whose engine has sampled a token."""
+        early = await self._replayed_or_external(seat, request, recorded)
+        if early is not None:
+            return early
+        prompt = await self._render(seat, request)
+
+        async def first_token(
+            engine: Engine, sample_request: SampleRequest
+        ) -> tuple[SampleChunk, AsyncGenerator[SampleChunk]]:
+            chunks = stream_sample(engine, sample_request)
+            try:
+                return await anext(chunks), chunks
+            except BaseException:
+                await chunks.aclose()
+                raise
+
+        (first, chunks), slot, admitted = await self._on_admitted_engine(seat, request, prompt, first_token)
+        return LiveTurn(
+            first=first,
+            chunks=chunks,
+            text=SettledText(self.renderer, list(request.tools), prompt.ids, request.params.stop),
+            model=slot.checkpoint,
+            prompt_tokens=len(prompt.ids),
+            build=lambda result: self._sampled(seat, request, prompt, result, slot, admitted),
+        )
+
+    async def _replayed_or_external(
+        self, seat: Seat, request: ChatRequest, recorded: RecordedEvent | NotLookedUp | None
+    ) -> Turn | Sampled | None:
         if not request.messages:
             raise BadRequest("at least one message is required", field="messages")
         if isinstance(recorded, NotLookedUp):
             recorded = await self.ledger.find(seat.stream, self.turn_key(request))
-        existing = recorded
-        if existing is not None:
-            return self.replayed(existing)
+        if recorded is not None:
+            return self.replayed(recorded)
         external = await self.external_model(seat)
         if external is not None:
             return await self._sample_external(seat, request, external)
+        return None
 
+    async def _render(self, seat: Seat, request: ChatRequest) -> _Prompt:
         started = time.perf_counter()
         heads = await self.heads(seat)
         extension = find_extension(request, heads)
@@ -169,9 +243,20 @@ class Gateway:
                 field="messages",
             )
         max_tokens = min(request.params.max_tokens or budget, budget)
-        rendered_at = time.perf_counter()
+        return _Prompt(prompt, segment_id, prefix, max_tokens, started, time.perf_counter(), opening)
 
-        result, slot, admitted = await self._sample_on_admitted_engine(seat, request, prompt, max_tokens)
+    def _sampled(
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        rendered: _Prompt,
+        result: SampleResult,
+        slot: EngineSlot,
+        admitted: Admitted,
+    ) -> Sampled:
+        """The turn `result` makes: cut at a stop string, parsed, with its record and the segment's new head."""
+        tools = list(request.tools)
+        prompt, segment_id, prefix = rendered.ids, rendered.segment_id, rendered.prefix
         result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
         parsed = self.renderer.parse(list(result.completion_ids), tools, prompt)
         finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
@@ -210,8 +295,12 @@ class Gateway:
             n_messages=len(request.messages),
             messages_sha=request.messages_sha,
             tools_sha=request.tools_sha,
-            timings={"render_s": rendered_at - started, "sample_s": done - rendered_at, **result.timings},
-            opening=opening,
+            timings={
+                "render_s": rendered.rendered_at - rendered.started,
+                "sample_s": done - rendered.rendered_at,
+                **result.timings,
+            },
+            opening=rendered.opening,
         )
         head = Head(
             segment_id=segment_id,
@@ -279,11 +368,16 @@ class Gateway:
         )
         return Sampled(request, seat, turn, record, None)
 
-    async def _sample_on_admitted_engine(
-        self, seat: Seat, request: ChatRequest, prompt: list[int], max_tokens: int
-    ) -> tuple[SampleResult, EngineSlot, Admitted]:
-        """Sample on the first admitted engine that answers. While none answers (an engine restarting, a
-        checkpoint being reloaded) the turn is held and admission is asked again, up to its wait."""
+    async def _on_admitted_engine[T](
+        self,
+        seat: Seat,
+        request: ChatRequest,
+        prompt: _Prompt,
+        call: Callable[[Engine, SampleRequest], Awaitable[T]],
+    ) -> tuple[T, EngineSlot, Admitted]:
+        """`call` (a sample, or a stream's first token) on the first admitted engine that answers. While none
+        answers (an engine restarting, a checkpoint being reloaded) the turn is held and admission is asked
+        again, up to its wait."""
         deadline = time.monotonic() + self.admission.wait_s
         # top_p 0 keeps only the likeliest token: that is greedy, which every engine takes (vLLM refuses top_p 0).
         greedy = request.params.top_p <= 0
@@ -293,10 +387,10 @@ class Gateway:
         fresh = False
         while True:
             admitted = await self.admission.candidates(seat, fresh=fresh, deadline=deadline)
-            cap = min(max_tokens, admitted.max_tokens or max_tokens)
+            cap = min(prompt.max_tokens, admitted.max_tokens or prompt.max_tokens)
             for slot in admitted.slots:
                 sample_request = SampleRequest(
-                    prompt_ids=tuple(prompt),
+                    prompt_ids=tuple(prompt.ids),
                     max_tokens=cap,
                     model=slot.checkpoint,
                     temperature=temperature if admitted.temperature is None else admitted.temperature,
@@ -305,7 +399,7 @@ class Gateway:
                     seed=request.params.seed,
                 )
                 try:
-                    return await slot.engine.sample(sample_request), slot, admitted
+                    return await call(slot.engine, sample_request), slot, admitted
                 except EngineUnavailable as error:
                     last_error = error
             if time.monotonic() >= deadline:

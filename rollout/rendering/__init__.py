@@ -8,6 +8,8 @@ Contract:
   and starts a new segment).
 - `parse` turns sampled ids into a canonical assistant message; it never raises: tool calls that do not parse
   are kept as text, and their failures are reported for the record.
+- `parse_prefix` parses a reply still being sampled: its reasoning (and whether that is still open), its text
+  so far and whether a tool call has begun (a tool call being written is not folded into the text).
 """
 
 from __future__ import annotations
@@ -47,6 +49,14 @@ def renderer_config(name: str) -> RendererConfig | CustomRendererConfig:
 def renderer_for_model(spec: str) -> str:
     """The renderer the built-in model specs need; `auto` for anything else."""
     return {"smollm2": "chatml", "tiny-qwen3": "qwen3"}.get(spec, "auto")
+
+
+@dataclass(frozen=True)
+class PrefixParse:
+    reasoning: str
+    reasoning_open: bool
+    text: str
+    tool_started: bool
 
 
 @dataclass(frozen=True)
@@ -139,6 +149,17 @@ class ModelRenderer:
             role="assistant", text=text, reasoning=parsed.reasoning_content or None, tool_calls=tuple(calls)
         )
         return ParsedReply(message, tuple(failures))
+
+    def parse_prefix(
+        self, completion_ids: list[int], tools: list[ToolSpec], prompt_ids: list[int]
+    ) -> PrefixParse:
+        parsed = self.renderer.parse_response(completion_ids, tools=self._tools(tools), prompt_ids=prompt_ids)
+        return PrefixParse(
+            reasoning=parsed.reasoning_content or "",
+            reasoning_open=parsed.reasoning_complete is False,
+            text=parsed.content,
+            tool_started=bool(parsed.tool_calls),
+        )
 
     def count(self, messages: list[Message], tools: list[ToolSpec]) -> int:
         return len(self.prompt_ids(messages, tools))

@@ -10,7 +10,7 @@ messages hold nothing the model can read (only thinking blocks in user messages,
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
@@ -139,7 +139,7 @@ class AnthropicMessages:
             )
         return content
 
-    def _stop_reason(self, turn: Turn) -> str:
+    def stop_reason(self, turn: Turn) -> str:
         return "stop_sequence" if turn.stop_sequence else STOP_REASONS[turn.finish_reason]
 
     def _usage(self, turn: Turn) -> dict[str, int]:
@@ -157,72 +157,13 @@ class AnthropicMessages:
             "role": "assistant",
             "model": turn.model,
             "content": self._content(turn),
-            "stop_reason": self._stop_reason(turn),
+            "stop_reason": self.stop_reason(turn),
             "stop_sequence": turn.stop_sequence,
             "usage": self._usage(turn),
         }
 
-    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
-        start = {
-            "id": new_id("msg_"),
-            "type": "message",
-            "role": "assistant",
-            "model": turn.model,
-            "content": [],
-            "stop_reason": None,
-            "stop_sequence": None,
-            "usage": {**self._usage(turn), "output_tokens": 1},
-        }
-        frames = [
-            sse({"type": "message_start", "message": start}, "message_start"),
-            sse({"type": "ping"}, "ping"),
-        ]
-        for index, block in enumerate(self._content(turn)):
-            kind = block["type"]
-            empty = {
-                "thinking": {"type": "thinking", "thinking": "", "signature": ""},
-                "text": {"type": "text", "text": ""},
-                "tool_use": {
-                    "type": "tool_use",
-                    "id": block.get("id"),
-                    "name": block.get("name"),
-                    "input": {},
-                },
-            }[kind]
-            frames.append(
-                sse(
-                    {"type": "content_block_start", "index": index, "content_block": empty},
-                    "content_block_start",
-                )
-            )
-            if kind == "thinking":
-                deltas = [{"type": "thinking_delta", "thinking": p} for p in chunks(block["thinking"])]
-                deltas.append({"type": "signature_delta", "signature": block["signature"]})
-            elif kind == "text":
-                deltas = [{"type": "text_delta", "text": p} for p in chunks(block["text"])]
-            else:
-                deltas = [
-                    {"type": "input_json_delta", "partial_json": p}
-                    for p in chunks(json.dumps(block["input"]))
-                ]
-            for delta in deltas:
-                frames.append(
-                    sse(
-                        {"type": "content_block_delta", "index": index, "delta": delta}, "content_block_delta"
-                    )
-                )
-            frames.append(sse({"type": "content_block_stop", "index": index}, "content_block_stop"))
-        frames.append(
-            sse(
-                {
-                    "type": "message_delta",
-                    "delta": {"stop_reason": self._stop_reason(turn), "stop_sequence": turn.stop_sequence},
-                    "usage": {"output_tokens": turn.completion_tokens},
-                },
-                "message_delta",
-            )
-        )
-        return frames, [sse({"type": "message_stop"}, "message_stop")]
+    def writer(self) -> MessagesStream:
+        return MessagesStream(self)
 
     def error(self, status: int, message: str, field: str | None) -> dict[str, Any]:
         kinds = {
@@ -235,6 +176,103 @@ class AnthropicMessages:
         }
         detail = AnthropicErrorDetail(type=kinds.get(status, "api_error"), message=message)
         return AnthropicError(error=detail).model_dump()
+
+
+class MessagesStream:
+    """Anthropic's events: `message_start`, `ping`, a thinking block, a text block and tool_use blocks (each
+    opened when its first delta comes), `message_delta`, then `message_stop` (the terminating frame)."""
+
+    def __init__(self, dialect: AnthropicMessages) -> None:
+        self.dialect = dialect
+        self.index = -1
+        self.open: str | None = None  # the kind of the block open now
+        self.text_block = False
+
+    def start(self, model: str, prompt_tokens: int) -> list[bytes]:
+        start = {
+            "id": new_id("msg_"),
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "stop_sequence": None,
+            "usage": {
+                "input_tokens": prompt_tokens,
+                "output_tokens": 1,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": 0,
+            },
+        }
+        return [
+            sse({"type": "message_start", "message": start}, "message_start"),
+            sse({"type": "ping"}, "ping"),
+        ]
+
+    def _close(self) -> list[bytes]:
+        frames: list[bytes] = []
+        if self.open == "thinking":
+            frames.append(self._delta({"type": "signature_delta", "signature": "rollout"}))
+        if self.open is not None:
+            frames.append(sse({"type": "content_block_stop", "index": self.index}, "content_block_stop"))
+        self.open = None
+        return frames
+
+    def _open(self, block: dict[str, Any]) -> list[bytes]:
+        frames = self._close()
+        self.index += 1
+        self.open = block["type"]
+        self.text_block = self.text_block or block["type"] == "text"
+        frames.append(
+            sse(
+                {"type": "content_block_start", "index": self.index, "content_block": block},
+                "content_block_start",
+            )
+        )
+        return frames
+
+    def _delta(self, delta: dict[str, Any]) -> bytes:
+        return sse(
+            {"type": "content_block_delta", "index": self.index, "delta": delta}, "content_block_delta"
+        )
+
+    def delta(self, kind: Literal["reasoning", "text"], text: str) -> list[bytes]:
+        if kind == "reasoning":
+            frames = (
+                []
+                if self.open == "thinking"
+                else self._open({"type": "thinking", "thinking": "", "signature": ""})
+            )
+            return [*frames, self._delta({"type": "thinking_delta", "thinking": text})]
+        frames = [] if self.open == "text" else self._open({"type": "text", "text": ""})
+        return [*frames, self._delta({"type": "text_delta", "text": text})]
+
+    def end(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        frames: list[bytes] = []
+        if not self.text_block and (turn.reply.text or not turn.reply.tool_calls):
+            frames += self._open({"type": "text", "text": ""})  # a reply is never without content
+        frames += self._close()
+        for call in turn.reply.tool_calls:
+            frames += self._open({"type": "tool_use", "id": call.id, "name": call.name, "input": {}})
+            frames += [
+                self._delta({"type": "input_json_delta", "partial_json": piece})
+                for piece in chunks(json.dumps(_input(call.arguments)))
+            ]
+            frames += self._close()
+        frames.append(
+            sse(
+                {
+                    "type": "message_delta",
+                    "delta": {
+                        "stop_reason": self.dialect.stop_reason(turn),
+                        "stop_sequence": turn.stop_sequence,
+                    },
+                    "usage": {"output_tokens": turn.completion_tokens},
+                },
+                "message_delta",
+            )
+        )
+        return frames, [sse({"type": "message_stop"}, "message_stop")]
 
 
 def _input(arguments: str) -> dict[str, Any]:

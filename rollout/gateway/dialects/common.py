@@ -1,10 +1,18 @@
-"""Helpers shared by the dialects: typed field access that names the field on error, SSE framing, ids."""
+"""Helpers shared by the dialects: typed field access that names the field on error, SSE framing, ids, and the
+`StreamWriter` each dialect streams a turn with.
+
+A `StreamWriter` writes one streamed turn's SSE frames in order: `start` (the model and prompt size are known
+before the first token), `delta` for each piece of reasoning or text as it is settled (all reasoning comes
+before any text), then `end` with the whole turn: the frames still to send (tool calls, the finish reason,
+usage) and, apart, the terminating frames, which are sent only once the turn is recorded. `frames_of` writes a
+turn that is already whole (a replay, an external model's reply) the same way, its text in `TEXT_CHUNK` pieces.
+"""
 
 from __future__ import annotations
 
 import json
 import uuid
-from typing import Any, Protocol
+from typing import Any, Literal, Protocol
 
 from rollout.contracts import ToolSpec
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
@@ -21,11 +29,30 @@ class Dialect(Protocol):
         ...
 
     def response(self, turn: Turn) -> dict[str, Any]: ...
-    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
-        """The SSE frames of a streamed turn: (all but the last, the last) — the last is sent after recording."""
+    def writer(self) -> StreamWriter:
+        """A writer for one streamed turn's frames."""
         ...
 
     def error(self, status: int, message: str, field: str | None) -> dict[str, Any]: ...
+
+
+class StreamWriter(Protocol):
+    def start(self, model: str, prompt_tokens: int) -> list[bytes]: ...
+    def delta(self, kind: Literal["reasoning", "text"], text: str) -> list[bytes]: ...
+    def end(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        """(the frames still to send, the terminating frames sent after the turn is recorded)"""
+        ...
+
+
+def frames_of(writer: StreamWriter, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+    """A whole turn's frames: (all but the terminating ones, the terminating ones)."""
+    frames = writer.start(turn.model, turn.prompt_tokens)
+    for piece in chunks(turn.reply.reasoning or ""):
+        frames += writer.delta("reasoning", piece)
+    for piece in chunks(turn.reply.text):
+        frames += writer.delta("text", piece)
+    rest, last = writer.end(turn)
+    return frames + rest, last
 
 
 def obj(value: Any, field: str) -> dict[str, Any]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any
+from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
@@ -97,7 +97,7 @@ class OpenAIChat:
             ]
         return message
 
-    def _usage(self, turn: Turn) -> dict[str, int]:
+    def usage(self, turn: Turn) -> dict[str, int]:
         return {
             "prompt_tokens": turn.prompt_tokens,
             "completion_tokens": turn.completion_tokens,
@@ -118,47 +118,11 @@ class OpenAIChat:
                     "logprobs": None,
                 }
             ],
-            "usage": self._usage(turn),
+            "usage": self.usage(turn),
         }
 
-    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
-        base = {
-            "id": new_id("chatcmpl-"),
-            "object": "chat.completion.chunk",
-            "created": int(time.time()),
-            "model": turn.model,
-        }
-
-        def chunk(delta: dict[str, Any], finish: str | None = None) -> bytes:
-            return sse(
-                {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
-            )
-
-        frames = [chunk({"role": "assistant", "content": ""})]
-        for piece in chunks(turn.reply.reasoning or ""):
-            frames.append(chunk({"reasoning_content": piece}))
-        for piece in chunks(turn.reply.text):
-            frames.append(chunk({"content": piece}))
-        for index, call in enumerate(turn.reply.tool_calls):
-            frames.append(
-                chunk(
-                    {
-                        "tool_calls": [
-                            {
-                                "index": index,
-                                "id": call.id,
-                                "type": "function",
-                                "function": {"name": call.name, "arguments": ""},
-                            }
-                        ]
-                    }
-                )
-            )
-            for piece in chunks(call.arguments):
-                frames.append(chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]}))
-        frames.append(chunk({}, turn.finish_reason))
-        usage = sse({**base, "choices": [], "usage": self._usage(turn)})
-        return frames, [usage, sse("[DONE]")]
+    def writer(self) -> ChatStream:
+        return ChatStream(self)
 
     def error(self, status: int, message: str, field: str | None) -> dict[str, Any]:
         kinds = {
@@ -176,6 +140,60 @@ class OpenAIChat:
             code={401: "invalid_api_key", 410: "seat_finished", 413: "request_too_large"}.get(status),
         )
         return OpenAIError(error=detail).model_dump()
+
+
+class ChatStream:
+    """`chat.completion.chunk` frames: the role, reasoning and content deltas, tool calls, the finish reason,
+    then usage and `[DONE]` (the terminating frames)."""
+
+    def __init__(self, dialect: OpenAIChat) -> None:
+        self.dialect = dialect
+        self.base: dict[str, Any] = {}
+
+    def _chunk(self, delta: dict[str, Any], finish: str | None = None) -> bytes:
+        return sse(
+            {
+                **self.base,
+                "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}],
+            }
+        )
+
+    def start(self, model: str, prompt_tokens: int) -> list[bytes]:
+        self.base = {
+            "id": new_id("chatcmpl-"),
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+        }
+        return [self._chunk({"role": "assistant", "content": ""})]
+
+    def delta(self, kind: Literal["reasoning", "text"], text: str) -> list[bytes]:
+        return [self._chunk({"reasoning_content" if kind == "reasoning" else "content": text})]
+
+    def end(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        frames: list[bytes] = []
+        for index, call in enumerate(turn.reply.tool_calls):
+            frames.append(
+                self._chunk(
+                    {
+                        "tool_calls": [
+                            {
+                                "index": index,
+                                "id": call.id,
+                                "type": "function",
+                                "function": {"name": call.name, "arguments": ""},
+                            }
+                        ]
+                    }
+                )
+            )
+            for piece in chunks(call.arguments):
+                frames.append(
+                    self._chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+                )
+        frames.append(self._chunk({}, turn.finish_reason))
+        usage = sse({**self.base, "choices": [], "usage": self.dialect.usage(turn)})
+        return frames, [usage, sse("[DONE]")]
 
 
 def arguments_json(arguments: Any) -> str:

@@ -10,7 +10,7 @@ content part type is refused.
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
 from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
@@ -100,13 +100,15 @@ class OpenAIResponses:
             stream=bool(get(body, "stream", bool, False)),
         )
 
-    def _output(self, turn: Turn) -> list[dict[str, Any]]:
+    def output(
+        self, turn: Turn, reasoning_id: str | None = None, message_id: str | None = None
+    ) -> list[dict[str, Any]]:
         items: list[dict[str, Any]] = []
         if turn.reply.reasoning:
             items.append(
                 {
                     "type": "reasoning",
-                    "id": new_id("rs_"),
+                    "id": reasoning_id or new_id("rs_"),
                     "summary": [{"type": "summary_text", "text": turn.reply.reasoning}],
                 }
             )
@@ -114,7 +116,7 @@ class OpenAIResponses:
             items.append(
                 {
                     "type": "message",
-                    "id": new_id("msg_"),
+                    "id": message_id or new_id("msg_"),
                     "status": "completed",
                     "role": "assistant",
                     "content": [{"type": "output_text", "text": turn.reply.text, "annotations": []}],
@@ -133,10 +135,12 @@ class OpenAIResponses:
             )
         return items
 
-    def _response(
-        self, turn: Turn, output: list[dict[str, Any]], status: str, response_id: str
+    def response_object(
+        self, model: str, output: list[dict[str, Any]], response_id: str, turn: Turn | None = None
     ) -> dict[str, Any]:
-        incomplete = status == "completed" and turn.finish_reason == "length"
+        """The response: in progress without `turn`, completed (or incomplete, at the token limit) with it."""
+        status = "in_progress" if turn is None else "completed"
+        incomplete = turn is not None and turn.finish_reason == "length"
         return {
             "id": response_id,
             "object": "response",
@@ -146,7 +150,7 @@ class OpenAIResponses:
             "incomplete_details": {"reason": "max_output_tokens"} if incomplete else None,
             "instructions": None,
             "max_output_tokens": None,
-            "model": turn.model,
+            "model": model,
             "output": output,
             "parallel_tool_calls": True,
             "previous_response_id": None,
@@ -161,7 +165,7 @@ class OpenAIResponses:
             "user": None,
             "metadata": {},
             "usage": None
-            if status != "completed"
+            if turn is None
             else {
                 "input_tokens": turn.prompt_tokens,
                 "input_tokens_details": {"cached_tokens": 0},
@@ -172,79 +176,145 @@ class OpenAIResponses:
         }
 
     def response(self, turn: Turn) -> dict[str, Any]:
-        return self._response(turn, self._output(turn), "completed", new_id("resp_"))
+        return self.response_object(turn.model, self.output(turn), new_id("resp_"), turn)
 
-    def stream(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
-        response_id = new_id("resp_")
-        output = self._output(turn)
-        frames: list[bytes] = []
-
-        def emit(kind: str, **fields: Any) -> None:
-            frames.append(sse({"type": kind, "sequence_number": len(frames), **fields}, kind))
-
-        emit("response.created", response=self._response(turn, [], "in_progress", response_id))
-        emit("response.in_progress", response=self._response(turn, [], "in_progress", response_id))
-        for index, item in enumerate(output):
-            started = {**item, "status": "in_progress"}
-            if item["type"] == "message":
-                started["content"] = []
-            if item["type"] == "function_call":
-                started["arguments"] = ""
-            emit("response.output_item.added", output_index=index, item=started)
-            if item["type"] == "message":
-                part = item["content"][0]
-                emit(
-                    "response.content_part.added",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    part={**part, "text": ""},
-                )
-                for piece in chunks(part["text"]):
-                    emit(
-                        "response.output_text.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        content_index=0,
-                        delta=piece,
-                        logprobs=[],
-                    )
-                emit(
-                    "response.output_text.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    text=part["text"],
-                    logprobs=[],
-                )
-                emit(
-                    "response.content_part.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    content_index=0,
-                    part=part,
-                )
-            elif item["type"] == "function_call":
-                for piece in chunks(item["arguments"]):
-                    emit(
-                        "response.function_call_arguments.delta",
-                        item_id=item["id"],
-                        output_index=index,
-                        delta=piece,
-                    )
-                emit(
-                    "response.function_call_arguments.done",
-                    item_id=item["id"],
-                    output_index=index,
-                    arguments=item["arguments"],
-                )
-            emit("response.output_item.done", output_index=index, item=item)
-        final = self._response(turn, output, "completed", response_id)
-        last = sse(
-            {"type": "response.completed", "sequence_number": len(frames), "response": final},
-            "response.completed",
-        )
-        return frames, [last]
+    def writer(self) -> ResponsesStream:
+        return ResponsesStream(self)
 
     def error(self, status: int, message: str, field: str | None) -> dict[str, Any]:
         return OpenAIChat().error(status, message, field)
+
+
+class ResponsesStream:
+    """`response.*` events with sequence numbers: created, in_progress, each output item (added, its deltas,
+    done), then `response.completed` (the terminating frame). Text streams as `output_text` deltas; reasoning is
+    one item, sent whole when the text begins or the turn ends (the item carries its summary when added)."""
+
+    def __init__(self, dialect: OpenAIResponses) -> None:
+        self.dialect = dialect
+        self.response_id = new_id("resp_")
+        self.reasoning_id, self.message_id = new_id("rs_"), new_id("msg_")
+        self.model = ""
+        self.sent = 0
+        self.reasoning = ""  # held until the reasoning item is sent whole
+        self.reasoning_sent = False
+        self.message_open = False
+        self.index = 0  # the next item's output index
+
+    def _event(self, kind: str, **fields: Any) -> bytes:
+        frame = sse({"type": kind, "sequence_number": self.sent, **fields}, kind)
+        self.sent += 1
+        return frame
+
+    def start(self, model: str, prompt_tokens: int) -> list[bytes]:
+        self.model = model
+        progress = self.dialect.response_object(model, [], self.response_id)
+        return [
+            self._event("response.created", response=progress),
+            self._event("response.in_progress", response=progress),
+        ]
+
+    def _item(self, item: dict[str, Any]) -> list[bytes]:
+        """An item sent whole: added, then done."""
+        frames = [
+            self._event(
+                "response.output_item.added", output_index=self.index, item={**item, "status": "in_progress"}
+            ),
+            self._event("response.output_item.done", output_index=self.index, item=item),
+        ]
+        self.index += 1
+        return frames
+
+    def _send_reasoning(self) -> list[bytes]:
+        if self.reasoning_sent or not self.reasoning:
+            return []
+        self.reasoning_sent = True
+        return self._item(
+            {
+                "type": "reasoning",
+                "id": self.reasoning_id,
+                "summary": [{"type": "summary_text", "text": self.reasoning}],
+            }
+        )
+
+    def _open_message(self) -> list[bytes]:
+        frames = self._send_reasoning()
+        started = {"type": "message", "id": self.message_id, "status": "in_progress", "role": "assistant"}
+        frames.append(
+            self._event(
+                "response.output_item.added", output_index=self.index, item={**started, "content": []}
+            )
+        )
+        frames.append(
+            self._event(
+                "response.content_part.added",
+                item_id=self.message_id,
+                output_index=self.index,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            )
+        )
+        self.message_open = True
+        return frames
+
+    def delta(self, kind: Literal["reasoning", "text"], text: str) -> list[bytes]:
+        if kind == "reasoning":
+            self.reasoning += text
+            return []
+        frames = [] if self.message_open else self._open_message()
+        frames.append(
+            self._event(
+                "response.output_text.delta",
+                item_id=self.message_id,
+                output_index=self.index,
+                content_index=0,
+                delta=text,
+                logprobs=[],
+            )
+        )
+        return frames
+
+    def end(self, turn: Turn) -> tuple[list[bytes], list[bytes]]:
+        output = self.dialect.output(turn, self.reasoning_id, self.message_id)
+        frames = self._send_reasoning()
+        for item in output:
+            if item["type"] == "message":
+                if not self.message_open:
+                    frames += self._open_message()
+                part = item["content"][0]
+                where = {"item_id": item["id"], "output_index": self.index, "content_index": 0}
+                frames.append(
+                    self._event("response.output_text.done", **where, text=part["text"], logprobs=[])
+                )
+                frames.append(self._event("response.content_part.done", **where, part=part))
+                frames.append(self._event("response.output_item.done", output_index=self.index, item=item))
+                self.index += 1
+            elif item["type"] == "function_call":
+                frames.append(
+                    self._event(
+                        "response.output_item.added",
+                        output_index=self.index,
+                        item={**item, "status": "in_progress", "arguments": ""},
+                    )
+                )
+                for piece in chunks(item["arguments"]):
+                    frames.append(
+                        self._event(
+                            "response.function_call_arguments.delta",
+                            item_id=item["id"],
+                            output_index=self.index,
+                            delta=piece,
+                        )
+                    )
+                frames.append(
+                    self._event(
+                        "response.function_call_arguments.done",
+                        item_id=item["id"],
+                        output_index=self.index,
+                        arguments=item["arguments"],
+                    )
+                )
+                frames.append(self._event("response.output_item.done", output_index=self.index, item=item))
+                self.index += 1
+        final = self.dialect.response_object(self.model, output, self.response_id, turn)
+        return frames, [self._event("response.completed", response=final)]

@@ -1,0 +1,132 @@
+"""The vLLM client's stream against a fake vLLM server (no GPU here): a small Starlette app that answers
+`/v1/completions` with `stream: true` in vLLM's server-sent event format (chunks of `text_completion` with
+`token_ids` or, as `--return-tokens-as-token-ids` writes them, `token_id:N` tokens; a usage chunk; `[DONE]`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from rollout.engines.protocol import CheckpointNotServed, EngineError, SampleRequest
+from rollout.engines.vllm_client import VLLMEngine
+from rollout.net import serving
+
+IDS = [9707, 504, 279, 5316, 13, 151645]
+LOGPROBS = [-0.5, -1.25, -0.125, -2.0, -0.75, -0.01]
+
+
+class FakeVLLM:
+    """Streams `IDS` one token per chunk; token k is sent only once `release(k)` let it through."""
+
+    def __init__(self, *, token_ids_field: bool = True, fail_after: int | None = None) -> None:
+        self.token_ids_field, self.fail_after = token_ids_field, fail_after
+        self.gates = [asyncio.Event() for _ in IDS]
+        self.sent = 0
+        self.disconnected = asyncio.Event()
+        self.bodies: list[dict[str, Any]] = []
+
+    def release(self, upto: int) -> None:
+        for gate in self.gates[:upto]:
+            gate.set()
+
+    def app(self) -> Starlette:
+        async def completions(request: Request) -> Response:
+            body = await request.json()
+            self.bodies.append(body)
+            if body["model"] != "base":
+                return JSONResponse({"error": {"message": "no such model", "type": "NotFoundError"}}, 404)
+
+            async def events() -> AsyncIterator[bytes]:
+                try:
+                    for k, (token, logprob) in enumerate(zip(IDS, LOGPROBS, strict=True)):
+                        await self.gates[k].wait()
+                        if self.fail_after is not None and k == self.fail_after:
+                            error = {
+                                "error": {"message": "CUDA out of memory", "type": "InternalServerError"}
+                            }
+                            yield f"data: {json.dumps(error)}\n\n".encode()
+                            break
+                        choice: dict[str, Any] = {
+                            "index": 0,
+                            "text": f"t{k}",
+                            "logprobs": {
+                                "text_offset": [k],
+                                "token_logprobs": [logprob],
+                                "tokens": [f"token_id:{token}"],
+                                "top_logprobs": [{f"token_id:{token}": logprob}],
+                            },
+                            "finish_reason": "stop" if k == len(IDS) - 1 else None,
+                            "stop_reason": None,
+                        }
+                        if self.token_ids_field:
+                            choice["token_ids"] = [token]
+                            if k == 0:
+                                choice["prompt_token_ids"] = body["prompt"]
+                        chunk = {"id": "cmpl-1", "object": "text_completion", "created": 0, "model": "base"}
+                        yield f"data: {json.dumps({**chunk, 'choices': [choice]})}\n\n".encode()
+                        self.sent += 1
+                    else:
+                        usage = {"prompt_tokens": 3, "completion_tokens": len(IDS), "total_tokens": 9}
+                        yield f"data: {json.dumps({'id': 'cmpl-1', 'choices': [], 'usage': usage})}\n\n".encode()
+                    yield b"data: [DONE]\n\n"
+                except asyncio.CancelledError:
+                    self.disconnected.set()
+                    raise
+
+            return StreamingResponse(events(), media_type="text/event-stream")
+
+        return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+
+
+REQUEST = SampleRequest((1, 2, 3), max_tokens=16, seed=5)
+
+
+@pytest.mark.parametrize("token_ids_field", [True, False], ids=["token_ids", "token_id_strings"])
+async def test_chunks_arrive_as_the_server_sends_them_with_ids_and_logprobs(token_ids_field: bool) -> None:
+    fake = FakeVLLM(token_ids_field=token_ids_field)
+    async with serving(fake.app()) as url:
+        client = VLLMEngine(url)
+        stream = client.stream(REQUEST)
+        fake.release(1)
+        first = await asyncio.wait_for(anext(stream), 5)
+        assert (first.ids, first.logprobs, first.finish_reason) == ((IDS[0],), (LOGPROBS[0],), None)
+        assert fake.sent == 1, "the first token reached the client while the rest were still to be sampled"
+        fake.release(len(IDS))
+        rest = [chunk async for chunk in stream]
+        await client.close()
+    assert [t for c in [first, *rest] for t in c.ids] == IDS
+    assert [x for c in [first, *rest] for x in c.logprobs] == LOGPROBS
+    assert rest[-1].finish_reason == "stop" and rest[-1].model == "base"
+    body = fake.bodies[0]
+    assert body["stream"] is True and body["prompt"] == [1, 2, 3] and body["logprobs"] == 0
+    assert body["return_token_ids"] is True and body["seed"] == 5
+
+
+async def test_closing_the_stream_closes_the_connection_and_errors_are_raised() -> None:
+    fake = FakeVLLM()
+    async with serving(fake.app()) as url:
+        client = VLLMEngine(url)
+        stream = client.stream(REQUEST)
+        fake.release(2)
+        await anext(stream)
+        await stream.aclose()  # the reader left: vLLM learns it from the closed connection
+        await asyncio.wait_for(fake.disconnected.wait(), 5)
+        assert fake.sent < len(IDS)
+        with pytest.raises(CheckpointNotServed):
+            await anext(client.stream(SampleRequest((1,), max_tokens=2, model="ckpt-9")))
+        failing = FakeVLLM(fail_after=2)
+        failing.release(len(IDS))
+        async with serving(failing.app()) as failing_url:
+            broken = VLLMEngine(failing_url)
+            with pytest.raises(EngineError, match="CUDA out of memory"):
+                _ = [chunk async for chunk in broken.stream(REQUEST)]
+            await broken.close()
+        await client.close()
