@@ -156,6 +156,38 @@ def judged() -> Environment:
     )
 
 
+class CodingWithACoin(Task):
+    """A coding task for a command agent, its reward the task's grade plus a coin (members 0 and 2 of a group
+    win 1): with a random tiny model the CLIs do the same nothing in every episode, and a group needs rewards
+    that differ to train on."""
+
+    def __init__(self, task: Task) -> None:
+        self.task = task
+
+    async def start(self, run: RunContext) -> Observation:
+        return await self.task.start(run)
+
+    async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
+        graded = await self.task.finish(run, outcome)
+        coin = 1.0 if run.episode[-1] in "02" else 0.0
+        return End(graded.content, reward=graded.reward + coin, metrics=graded.metrics)
+
+
+def coding_clis() -> Environment:
+    """Claude Code and Codex (the npm CLIs at `$CODING_CLAUDE` and `$CODING_CODEX`) side by side on the coding
+    tasks, in a sandbox pool of the test's own (`shell#cli-train`), with a coin in the reward."""
+    from coding.environment import claude_code_and_codex
+
+    pair = claude_code_and_codex(timeout_s=240)
+    return replace(
+        pair,
+        name="coding-clis",
+        make_task=lambda parameters, agent: CodingWithACoin(pair.make_task(parameters, agent)),
+        sandbox=SandboxSpec("shell#cli-train", seats=2, wait_s=120),
+        group_size=2,
+    )
+
+
 class Coin(Task):
     """Rewards by episode: members 0 and 2 of each group win, so groups carry a training signal."""
 

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from coding.agents import seat_folder
 from coding.environment import CommandCoding, ShellCoding, command_agent, environment
 from coding.grading import grade, lay_out, read_back
 from coding.solver import solve, write_files_command
@@ -248,7 +249,8 @@ async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_s
     async with served_sandbox(tmp_path / "box") as sandbox:
         reward, metrics = await play_command(sandbox, "durations", scripted)
         assert reward == 1.0 and metrics["tests_passed"] == metrics["tests_total"] == 5
-        assert (sandbox.workdir / "scratch.txt").exists(), "finish copied the agent's files into the sandbox"
+        handed_in = sandbox.workdir / seat_folder(0)
+        assert (handed_in / "scratch.txt").exists(), "finish copied the agent's files into its seat's folder"
         reward, metrics = await play_command(sandbox, "durations", idle)
         assert reward == 0.4 and metrics["tests_passed"] == 2, (
             "an agent that changes nothing gets partial credit"
@@ -262,8 +264,9 @@ async def test_the_agents_wrapper_copies_the_repository_out_and_configures_codex
     async with served_sandbox(tmp_path / "box") as sandbox:
         seat = await sandbox.claim()
         async with SandboxClient(seat) as box:
-            await lay_out(box, dict(task.files), clear=True)
-            assert {name: data.decode() for name, data in (await read_back(box)).items()} == task.files
+            await lay_out(box, dict(task.files), clear=True, folder=seat_folder(seat.seat))
+            copied = await read_back(box, folder=seat_folder(seat.seat))
+            assert {name: data.decode() for name, data in copied.items()} == task.files
         variables = {
             "ROLLOUT_SANDBOX_URL": seat.address,
             "ROLLOUT_SANDBOX_EPOCH": str(seat.epoch),

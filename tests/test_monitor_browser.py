@@ -84,7 +84,7 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
                 # page for screen readers: there, in the page is what a person sees).
                 views: list[tuple[str, str, Literal["attached", "visible"]]] = [
                     (f"?run={trained_run}", trained_run, "attached"),  # Runs is the main page
-                    (f"?run={trained_run}", "episodes/s", "visible"),
+                    (f"?run={trained_run}", "Per step", "visible"),  # the chosen run, below the table
                     (f"transcripts?run={trained_run}", "sampled by", "visible"),
                     (f"checkpoints?run={trained_run}", "step 2", "visible"),
                     ("evals", f"{policy}-step000002", "attached"),
@@ -154,7 +154,7 @@ async def test_the_dashboard_waits_out_a_ledger_outage_and_recovers_by_itself(
             assert f"127.0.0.1:{ledger_port}" in await banner.inner_text()
             await page.screenshot(path=str(SCREENSHOTS / "ledger-down.png"), full_page=True)
             relay = await _relay(ledger_port, stack_settings.services.postgres.port)
-            await page.get_by_text("episodes/s").first.wait_for(timeout=60_000)
+            await page.get_by_text("Per step").first.wait_for(timeout=60_000)
             await page.get_by_text(trained_run).first.wait_for(state="attached", timeout=60_000)
             assert not await page.get_by_text("is not answering").count(), "the banner went away"
             await page.screenshot(path=str(SCREENSHOTS / "ledger-back.png"), full_page=True)

@@ -163,3 +163,27 @@ def test_full_weights_train_too(tiny_qwen3: str, tmp_path: Path) -> None:
     assert resumed.steps == 1 and sampled_logprob(resumed, weighted) == pytest.approx(
         sampled_logprob(trainer, weighted)
     )
+
+
+def test_logprobs_are_computed_only_where_sampled_tokens_are_and_match_the_full_forward(
+    tiny_qwen3: str,
+) -> None:
+    trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
+    weighted = [
+        WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(100)),
+        WeightedSegment(episode="f", agent="solver", advantage=1.0, segment=segment(300, length=9)),
+    ]
+    with torch.no_grad():
+        logprobs, aligned = trainer.token_logprobs(weighted)
+        tokens = torch.zeros((2, logprobs.shape[1] + 1), dtype=torch.long)
+        attention = torch.zeros_like(tokens)
+        for row, w in enumerate(weighted):
+            tokens[row, : len(w.segment.tokens_T)] = torch.tensor(w.segment.tokens_T)
+            attention[row, : len(w.segment.tokens_T)] = 1
+        full = trainer.model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
+        expected = torch.log_softmax(full, dim=-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+    sampled = aligned["mask"] > 0
+    assert sampled.sum() > 0
+    assert torch.allclose(logprobs[sampled], expected[sampled], atol=1e-5)
+    unused = ~sampled.any(dim=0)  # positions where no row predicts a sampled token
+    assert unused.any() and (logprobs[:, unused] == 0).all(), "no logits where no sampled token is predicted"

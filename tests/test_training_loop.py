@@ -60,6 +60,7 @@ async def training_loop(
     *,
     learning_rate: float = 1e-3,
     follow_all: bool = False,
+    max_context: int = 2048,
 ) -> AsyncIterator[Loop]:
     """Engine + follower, gateway, runner worker and trainer worker, all serving one run (`follow_all`: the
     follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`)."""
@@ -83,7 +84,7 @@ async def training_loop(
         engine_client = VLLMEngine(engine_url, name="engine-a")
         routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
         gateway = Gateway(
-            ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=2048
+            ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=max_context
         )
         training = LocalTrainingActivities(
             ledger,

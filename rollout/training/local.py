@@ -115,8 +115,14 @@ class LocalTrainer:
             behaviour[row, :n] = torch.tensor(s.behaviour_logprobs_T, dtype=torch.float32)
             advantages[row, :n] = weighted.advantage
         tokens, attention = tokens.to(self.device), attention.to(self.device)
-        logits = self.model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
-        logprobs = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
+        # Logits only where a sampled token is predicted (position t predicts token t + 1): a command agent's
+        # prompt runs to thousands of tokens around a few sampled ones, and logits over the whole vocabulary at
+        # every position would take gigabytes. Other positions carry logprob 0; the mask leaves them out.
+        kept_T = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1).to(self.device)
+        logits = self.model(input_ids=tokens, attention_mask=attention, logits_to_keep=kept_T).logits.float()
+        picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:][:, kept_T, None]).squeeze(-1)
+        logprobs = torch.zeros((rows, length - 1), dtype=picked.dtype, device=self.device)
+        logprobs = logprobs.index_put((torch.arange(rows, device=self.device)[:, None], kept_T[None, :]), picked)
         aligned = {"mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "advantages": advantages[:, 1:]}
         return logprobs, {k: v.to(self.device) for k, v in aligned.items()}
 

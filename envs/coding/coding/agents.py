@@ -3,7 +3,7 @@
 The runner starts a seat's command in a fresh, empty WORKDIR on its own machine; the task's repository is in
 the episode's `shell` sandbox, where the Task's `start` laid it out. This wrapper, the seat's command:
 1. copies the repository out of the sandbox (`ROLLOUT_SANDBOX_URL`, `ROLLOUT_SANDBOX_EPOCH`,
-   `ROLLOUT_SANDBOX_SEAT`, set by the runner) into WORKDIR/repo, which the Task's `finish` grades;
+   `ROLLOUT_SANDBOX_SEAT`, set by the runner; the seat's own folder, `seat_folder`) into WORKDIR/repo, which the Task's `finish` grades;
 2. gives the agent a home of its own, WORKDIR/home (its configuration and caches, never graded);
 3. per FLAVOUR: `claude-code` turns off Claude Code's non-essential traffic and auto-updater (it reaches its
    seat through the runner's `ANTHROPIC_BASE_URL` and `ANTHROPIC_API_KEY`); `codex` writes
@@ -42,9 +42,15 @@ def sandbox_seat(variables: dict[str, str]) -> SandboxSeat:
         raise SystemExit(f"coding.agents: no sandbox seat in the environment ({error}): {USAGE}") from None
 
 
+def seat_folder(seat: int) -> str:
+    """Where, in the sandbox, the repository of the command agent on sandbox seat `seat` lives: each seat has its
+    own copy, so agents sharing one sandbox (Claude Code beside Codex) never edit each other's."""
+    return f"seat{seat}"
+
+
 async def copy_out(seat: SandboxSeat, repository: Path) -> int:
     async with SandboxClient(seat) as box:
-        files = await read_back(box)
+        files = await read_back(box, folder=seat_folder(seat.seat))
     for name, data in files.items():
         path = repository / name
         path.parent.mkdir(parents=True, exist_ok=True)

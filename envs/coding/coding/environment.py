@@ -15,7 +15,9 @@ Contract:
   another machine. So `start` lays the repository out in the sandbox as above, the seat's command runs
   through `python -m coding.agents FLAVOUR {workdir} -- CLI...`, which copies the repository out of the
   sandbox into `{workdir}/repo` and runs the CLI there, and `finish` copies `{workdir}/repo` back into the
-  sandbox (replacing what was there) and grades it there. The agent's code is thus only ever tested inside
+  sandbox (replacing what was there) and grades it there. Each command agent's repository is its sandbox
+  seat's own folder (`coding.agents.seat_folder`), so `claude_code_and_codex()` seats both CLIs on one task
+  in one sandbox, each graded on its own copy. The agent's code is thus only ever tested inside
   the sandbox, and the hidden tests never reach the runner's disk.
 - The dataset ships in the package (`coding.tasks`); the last `HELD_OUT` tasks are `eval_source`.
 - Not replayable: the repository lives in the sandbox, outside the Task.
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from coding.agents import FLAVOURS
+from coding.agents import FLAVOURS, seat_folder
 from coding.grading import SKIPPED_FOLDERS, Grade, RepositoryTooLarge, grade, lay_out
 from coding.solver import solve
 from coding.tasks import CodingTask, held_out_tasks, rows, task_named, training_tasks
@@ -154,8 +156,9 @@ class CommandCoding(Task):
         self.task = task
 
     async def start(self, run: RunContext) -> Observation:
-        async with SandboxClient(_seat(run)) as box:
-            await lay_out(box, dict(self.task.files), clear=True)
+        seat = _seat(run)
+        async with SandboxClient(seat) as box:
+            await lay_out(box, dict(self.task.files), clear=True, folder=seat_folder(seat.seat))
         return Observation(
             f"{self.task.instruction}\n\nThe repository is your current working directory; its files: "
             f"{_file_list(self.task)}. Edit its files in place (`python3 -m unittest` runs the visible tests in "
@@ -172,12 +175,14 @@ class CommandCoding(Task):
                 f"{outcome.output[-2000:]}"
             )
             return End(why, reward=0.0, metrics=metrics | {"tests_passed": 0.0})
-        async with SandboxClient(_seat(run)) as box:
+        seat = _seat(run)
+        folder = seat_folder(seat.seat)
+        async with SandboxClient(seat) as box:
             try:
-                await lay_out(box, handed_in_files(repository), clear=True)
+                await lay_out(box, handed_in_files(repository), clear=True, folder=folder)
             except RepositoryTooLarge as error:
                 return End(f"not graded: {error}", reward=0.0, metrics=metrics | {"tests_passed": 0.0})
-            graded = await grade(box, self.task)
+            graded = await grade(box, self.task, folder=folder)
         return End(graded.summary(), reward=graded.reward, metrics=metrics | _metrics(graded))
 
 
@@ -212,24 +217,50 @@ def command_agent(
     )
 
 
-def claude_code(executable: str | None = None, *, timeout_s: float = 1800.0) -> Environment:
-    """Claude Code (`claude -p`) plays: `executable`, else `$CODING_CLAUDE`, else `claude` on the PATH."""
+def _claude_command(executable: str | None) -> tuple[str, ...]:
     claude = executable or os.environ.get("CODING_CLAUDE", "claude")
     tools = "Bash,Read,Edit,Write,Glob,Grep"
+    # `--tools` offers the model only these (every tool's schema is prompt tokens); `--allowedTools` runs them
+    # without asking.
+    return (claude, "-p", "{prompt}", "--tools", tools, "--allowedTools", tools)
+
+
+def _codex_command(executable: str | None) -> tuple[str, ...]:
+    binary = executable or os.environ.get("CODING_CODEX", "codex")
+    return (binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "{prompt}")
+
+
+def claude_code(executable: str | None = None, *, timeout_s: float = 1800.0) -> Environment:
+    """Claude Code (`claude -p`) plays: `executable`, else `$CODING_CLAUDE`, else `claude` on the PATH."""
     return command_agent(
-        "claude-code",
-        (claude, "-p", "{prompt}", "--allowedTools", tools),
-        name="coding-claude-code",
-        timeout_s=timeout_s,
+        "claude-code", _claude_command(executable), name="coding-claude-code", timeout_s=timeout_s
     )
 
 
 def codex(executable: str | None = None, *, timeout_s: float = 1800.0) -> Environment:
     """Codex (`codex exec`) plays: `executable`, else `$CODING_CODEX`, else `codex` on the PATH."""
-    binary = executable or os.environ.get("CODING_CODEX", "codex")
-    return command_agent(
-        "codex",
-        (binary, "exec", "--skip-git-repo-check", "--dangerously-bypass-approvals-and-sandbox", "{prompt}"),
-        name="coding-codex",
-        timeout_s=timeout_s,
+    return command_agent("codex", _codex_command(executable), name="coding-codex", timeout_s=timeout_s)
+
+
+def claude_code_and_codex(
+    claude: str | None = None, codex_executable: str | None = None, *, timeout_s: float = 1800.0
+) -> Environment:
+    """Claude Code and Codex on the same task at once, two seats of one episode training one policy: each works
+    on its own copy of the repository (its sandbox seat's folder) and is graded on its own. The executables are
+    found as `claude_code` and `codex` find theirs."""
+
+    def seat(name: str, flavour: str, command: tuple[str, ...]) -> AgentSeatSpec:
+        wrapped = (sys.executable, "-m", "coding.agents", flavour, "{workdir}", "--", *command)
+        return AgentSeatSpec(name, command=wrapped, timeout_s=timeout_s)
+
+    return replace(
+        environment,
+        name="coding-claude-code-and-codex",
+        make_task=lambda parameters, agent: CommandCoding(task_named(parameters["task"])),
+        agents=(
+            seat("claude-code", "claude-code", _claude_command(claude)),
+            seat("codex", "codex", _codex_command(codex_executable)),
+        ),
+        sandbox=SandboxSpec("shell", seats=2),
+        scripted_reply=None,
     )

@@ -1,6 +1,8 @@
 """A repository in a `shell` sandbox: laying it out, reading it back, and grading it with hidden tests there.
 
 Contract:
+- Each function works in the sandbox's working directory, or in `folder` inside it (a seat's own copy of the
+  repository, when several agents share one sandbox).
 - `lay_out(box, files, clear=...)` writes `files` (path -> text or bytes, relative paths without `..`) into the
   sandbox's working directory, as a gzipped tar sent in base64 pieces of at most `PIECE_CHARS` (a command line
   stays far below the kernel's limit on one argument); `clear` empties the directory first. More than
@@ -91,11 +93,23 @@ async def _run(box: SandboxClient, command: str, timeout_s: float = 30.0) -> str
     return done["output"]
 
 
-async def lay_out(box: SandboxClient, files: dict[str, str | bytes], *, clear: bool) -> None:
+def _inside(folder: str) -> str:
+    """The shell prefix that makes `folder` (relative to the sandbox's working directory) the current one."""
+    if not folder:
+        return ""
+    parts = PurePosixPath(folder).parts
+    if PurePosixPath(folder).is_absolute() or ".." in parts:
+        raise ValueError(f"not a folder inside the sandbox's working directory: {folder!r}")
+    return f"mkdir -p {shlex.quote(folder)} && cd {shlex.quote(folder)} && "
+
+
+async def lay_out(
+    box: SandboxClient, files: dict[str, str | bytes], *, clear: bool, folder: str = ""
+) -> None:
     encoded = base64.b64encode(_archive(files)).decode()
     if len(encoded) > MAX_UPLOAD_BYTES:
         raise RepositoryTooLarge(f"the repository is {len(encoded)} bytes packed, over {MAX_UPLOAD_BYTES}")
-    prefix = "find . -mindepth 1 -delete && " if clear else ""
+    prefix = _inside(folder) + ("find . -mindepth 1 -delete && " if clear else "")
     pieces = [encoded[start : start + PIECE_CHARS] for start in range(0, len(encoded), PIECE_CHARS)]
     if len(pieces) == 1:
         await _run(box, f"{prefix}printf %s {pieces[0]} | base64 -d | tar xzf -")
@@ -106,9 +120,10 @@ async def lay_out(box: SandboxClient, files: dict[str, str | bytes], *, clear: b
     await _run(box, f"{prefix}base64 -d {shlex.quote(upload)} | tar xzf - ; rm -f {shlex.quote(upload)}")
 
 
-async def read_back(box: SandboxClient) -> dict[str, bytes]:
+async def read_back(box: SandboxClient, *, folder: str = "") -> dict[str, bytes]:
     excluded = " ".join(f"--exclude={name}" for name in sorted(SKIPPED_FOLDERS))
-    done = await box.act({"command": f"tar czf - {excluded} . | base64 -w0", "timeout_s": 30.0})
+    command = f"{_inside(folder)}tar czf - {excluded} . | base64 -w0"
+    done = await box.act({"command": command, "timeout_s": 30.0})
     if done["truncated"]:
         raise RepositoryTooLarge("the sandbox's repository does not fit in one answer of the sandbox")
     if done["exit_code"] != 0:
@@ -140,10 +155,11 @@ def _grading_command(task: CodingTask, nonce: str) -> str:
     )
 
 
-async def grade(box: SandboxClient, task: CodingTask) -> Grade:
+async def grade(box: SandboxClient, task: CodingTask, *, folder: str = "") -> Grade:
     tests = task.hidden_test_names()
     nonce = secrets.token_hex(16)
-    done = await box.act({"command": _grading_command(task, nonce), "timeout_s": GRADE_TIMEOUT_S})
+    command = _inside(folder) + _grading_command(task, nonce)
+    done = await box.act({"command": command, "timeout_s": GRADE_TIMEOUT_S})
     status, _, written = str(done["output"]).partition("\n")
     try:
         result = json.loads(written)
