@@ -122,7 +122,9 @@ class LocalTrainer:
         logits = self.model(input_ids=tokens, attention_mask=attention, logits_to_keep=kept_T).logits.float()
         picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:][:, kept_T, None]).squeeze(-1)
         logprobs = torch.zeros((rows, length - 1), dtype=picked.dtype, device=self.device)
-        logprobs = logprobs.index_put((torch.arange(rows, device=self.device)[:, None], kept_T[None, :]), picked)
+        logprobs = logprobs.index_put(
+            (torch.arange(rows, device=self.device)[:, None], kept_T[None, :]), picked
+        )
         aligned = {"mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "advantages": advantages[:, 1:]}
         return logprobs, {k: v.to(self.device) for k, v in aligned.items()}
 
