@@ -157,3 +157,73 @@ async def test_codex_completes_a_tool_loop(ledger: Ledger, renderer: ModelRender
     assert f"The command printed {MARKER}." in output
     assert any(MARKER in p and "<tool_response>" in p for p in script.prompts), "Codex ran the command"
     assert_one_extended_segment(await recorded_turns(ledger, seat_id))
+
+
+class TwoCommandsAtOnce:
+    """Ask for two shell commands in one reply (parallel tool calls); then report what both printed."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> Message:
+        self.prompts.append(prompt)
+        results = re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.DOTALL)
+        if results:
+            seen = all(any(f"{MARKER}-{n}" in r for r in results) for n in (1, 2))
+            return Message.assistant("Both printed their markers." if seen else "Something is missing.")
+        if '"name": "Bash"' in prompt:
+            name, key, extra = "Bash", "command", {"description": "Print a marker"}
+        elif '"name": "exec_command"' in prompt:
+            name, key, extra = "exec_command", "cmd", {}
+        else:
+            return Message.assistant("ok")
+        calls = tuple(
+            ToolCall(id=f"call_0{n}", name=name, arguments=json.dumps({key: f"echo {MARKER}-{n}", **extra}))
+            for n in (1, 2)
+        )
+        return Message.assistant("", tool_calls=calls)
+
+
+@pytest.mark.parametrize("agent", ["claude-code", "codex"])
+async def test_parallel_tool_calls_are_answered_together_and_extend_the_segment(
+    agent: str, ledger: Ledger, renderer: ModelRenderer, tmp_path: Path
+) -> None:
+    script = TwoCommandsAtOnce()
+    seat_id = f"{agent}-parallel-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent=agent)
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
+    ) as gateway:
+        if agent == "claude-code":
+            claude = await asyncio.to_thread(cli, "@anthropic-ai/claude-code", "claude")
+            env = {
+                "ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}",
+                "ANTHROPIC_API_KEY": token,
+                "HOME": str(tmp_path),
+                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+                "DISABLE_AUTOUPDATER": "1",
+            }
+            command = [claude, "-p", "Print both markers with Bash at once.", "--allowedTools", "Bash"]
+        else:
+            codex = await asyncio.to_thread(cli, "@openai/codex", "codex")
+            home = tmp_path / "codex-home"
+            home.mkdir()
+            (home / "config.toml").write_text(
+                'model = "rollout-policy"\nmodel_provider = "rollout"\n\n[model_providers.rollout]\n'
+                f'name = "rollout"\nbase_url = "{gateway.url}/s/{token}/v1"\nwire_api = "responses"\n'
+                'env_key = "ROLLOUT_API_KEY"\n'
+            )
+            env = {"CODEX_HOME": str(home), "ROLLOUT_API_KEY": token, "HOME": str(tmp_path)}
+            command = [
+                codex,
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "Print both markers at once.",
+            ]
+        code, output = await run(command, env, tmp_path)
+    assert code == 0, output
+    assert "Both printed their markers." in output, output[-2000:]
+    records = await recorded_turns(ledger, seat_id)
+    assert len(records[-2]["reply"]["tool_calls"]) == 2, "one reply with two tool calls"
+    assert_one_extended_segment(records)
