@@ -118,41 +118,33 @@ class Conversing(Task):
         return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
 
 
-conversing = Environment(
-    "conversing",
-    lambda parameters, agent: Conversing(),
-    Dataset([{}]),
-    agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.conversing_agent")),),
-    group_size=2,
-    # The title the client asks for on the side is not the task: it does not train.
-    trains=lambda conversation: conversation.model != "title-model",
-)
-
-
-class Judged(Task):
-    """The solver answers (members 0 and 2 of a group win); the judge, an external model, is asked about it."""
-
-    def __init__(self, agent: str) -> None:
-        self.agent = agent
+class JudgeAsked(Task):
+    """The judge's seat: one question to the external model; its reward is never trained on."""
 
     async def start(self, run: RunContext) -> Observation:
-        return Observation("What is 1 + 1?" if self.agent == "solver" else "Is 2 the right answer to 1 + 1?")
+        return Observation("Did the solver list the files?")
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:
-        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+        return End(reward=0.0)
 
 
-def judged() -> Environment:
-    """A solver that trains beside a judge answered by an external model: the OpenAI-compatible server at
-    `$ROLLOUT_TEST_JUDGE_API_BASE` (a test starts one), through LiteLLM."""
+def conversing_judged() -> Environment:
+    """A command agent (`tests.conversing_agent`) whose side task (its title) does not train, beside a judge
+    answered by an external model: the OpenAI-compatible server at `$ROLLOUT_TEST_JUDGE_API_BASE` (a test
+    starts one), through LiteLLM."""
     judge = f"openai/judge-model@{os.environ['ROLLOUT_TEST_JUDGE_API_BASE']}"
     return Environment(
-        "judged",
-        lambda parameters, agent: Judged(agent),
+        "conversing-judged",
+        lambda parameters, agent: Conversing() if agent == "solver" else JudgeAsked(),
         Dataset([{}]),
-        agents=(AgentSeatSpec("solver"), AgentSeatSpec("judge", policy="judge", model=judge)),
+        agents=(
+            AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.conversing_agent")),
+            AgentSeatSpec("judge", policy="judge", model=judge),
+        ),
         group_size=2,
         max_turns=1,
+        # The title the client asks for on the side is not the task: it does not train.
+        trains=lambda conversation: conversation.model != "title-model",
     )
 
 

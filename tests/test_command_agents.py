@@ -1,7 +1,8 @@
 """Command agents train: a seat played by a command (here a script that talks like Claude Code and Codex: a tool
 conversation, a compaction of it, a title on the side) trains its policy like a built-in seat. Each of its
-conversations is a segment; the rewrite trains, the side task its environment declines does not. A seat an
-environment gives to an external model (LiteLLM) is answered by it in a run and never trains.
+conversations is a segment; the rewrite trains, the side task its environment declines does not. A seat the
+environment gives to an external model (LiteLLM; here a local OpenAI-compatible server) is answered by it in
+the run, recorded as text, and trains nothing.
 
 The real CLIs training on the coding environment are in tests/test_agent_clis_training.py."""
 
@@ -29,62 +30,16 @@ from tests.test_training_loop import training_loop
 pytestmark = pytest.mark.slow
 
 
-@pytest.mark.timeout(600)
-async def test_a_command_agent_trains_its_rewritten_history_and_not_its_side_task(
-    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
-) -> None:
-    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
-        status: RunStatus = await asyncio.wait_for(
-            loop.client.execute_workflow(
-                RunWorkflow.run,
-                RunInput(
-                    loop.run,
-                    "tests.example_envs:conversing",
-                    groups_in_flight=1,
-                    settings={"max_tokens": 8},
-                    training=TrainingSpec(
-                        1, groups_per_batch=1, wait_s=0.2, served_wait_s=60, task_queue=loop.trainer_queue
-                    ),
-                ),
-                id=run_workflow_id(loop.run),
-                task_queue=loop.queue,
-            ),
-            480,
-        )
-    ((policy, checkpoint),) = status.trained.items()
-    assert checkpoint is not None and checkpoint.endswith("step000001"), "the command agent's policy trained"
-    (assembled,) = [
-        BatchInfo.from_payload(e.payload)
-        for e in await read_all(ledger, run_batches_stream(loop.run, run_policy(loop.run, policy)))
-        if e.kind == Kind.BATCH_ASSEMBLED
+async def seat_turns(ledger: Ledger, seat: str) -> list[SampledTurn | ExternalTurn]:
+    return [
+        turn_recorded(e.payload)
+        for e in await read_all(ledger, seat_stream(seat))
+        if e.kind == Kind.TURN_RECORDED
     ]
-    batch = await TrainerActivities(ledger).load_batch(assembled)
-    trained = {w.segment.segment_id for w in batch.segments}
-    records = [r for e in await read_all(ledger, run_episodes_stream(loop.run)) if (r := episode_ended(e))]
-    for record in (r for r in records if r.episode in assembled.episodes):
-        seat = record.seats["solver"]
-        turns = [
-            t
-            for e in await read_all(ledger, seat_stream(seat))
-            if e.kind == Kind.TURN_RECORDED and isinstance(t := turn_recorded(e.payload), SampledTurn)
-        ]
-        segments: dict[str, list[SampledTurn]] = {}
-        for turn in turns:
-            segments.setdefault(turn.segment_id, []).append(turn)
-        assert len(segments) == 3, [[t.n_messages for t in ts] for ts in segments.values()]
-        task, compaction, title = segments.values()
-        assert task[0].opening and task[0].opening["tools"] == ["shell"]
-        assert title[0].opening and title[0].opening["model"] == "title-model"
-        assert record.untrained == {"solver": [title[0].segment_id]}, "the environment declined the title"
-        assert task[0].segment_id in trained and compaction[0].segment_id in trained, (
-            "the conversation and its rewrite both train"
-        )
-        assert title[0].segment_id not in trained
-        assert all(t.policy == run_policy(loop.run, "default") for t in turns)
 
 
 @pytest.mark.timeout(600)
-async def test_an_environment_seats_an_external_judge_that_never_trains(
+async def test_a_command_agent_trains_its_rewritten_history_not_its_side_task_and_the_judge_never(
     stack_settings: Settings,
     ledger: Ledger,
     tiny_qwen3: str,
@@ -104,9 +59,9 @@ async def test_an_environment_seats_an_external_judge_that_never_trains(
                     RunWorkflow.run,
                     RunInput(
                         loop.run,
-                        "tests.example_envs:judged",
+                        "tests.example_envs:conversing_judged",
                         groups_in_flight=1,
-                        settings={"max_tokens": 4},
+                        settings={"max_tokens": 8},
                         training=TrainingSpec(
                             1, groups_per_batch=1, wait_s=0.2, served_wait_s=60, task_queue=loop.trainer_queue
                         ),
@@ -119,21 +74,33 @@ async def test_an_environment_seats_an_external_judge_that_never_trains(
     finally:
         backend.should_exit = True
         await serving_backend
-    assert list(status.trained) == ["default"], "only the solver's policy trains: no training for the judge"
+    ((policy, checkpoint),) = status.trained.items()
+    assert policy == "default", "the command agent's policy trains; no training starts for the judge's"
+    assert checkpoint is not None and checkpoint.endswith("step000001")
     run = await find_run(ledger, loop.run)
     assert run is not None and run.settings["external_model/judge"].startswith("openai/judge-model@http://")
+    (assembled,) = [
+        BatchInfo.from_payload(e.payload)
+        for e in await read_all(ledger, run_batches_stream(loop.run, run_policy(loop.run, policy)))
+        if e.kind == Kind.BATCH_ASSEMBLED
+    ]
+    batch = await TrainerActivities(ledger).load_batch(assembled)
+    trained = {w.segment.segment_id for w in batch.segments}
     records = [r for e in await read_all(ledger, run_episodes_stream(loop.run)) if (r := episode_ended(e))]
-    assert records and all(r.finished for r in records)
-    for record in records:
-        (judge_turn,) = [
-            turn_recorded(e.payload)
-            for e in await read_all(ledger, seat_stream(record.seats["judge"]))
-            if e.kind == Kind.TURN_RECORDED
-        ]
-        assert isinstance(judge_turn, ExternalTurn) and judge_turn.reply["text"] == REPLY
-        (solver_turn,) = [
-            turn_recorded(e.payload)
-            for e in await read_all(ledger, seat_stream(record.seats["solver"]))
-            if e.kind == Kind.TURN_RECORDED
-        ]
-        assert isinstance(solver_turn, SampledTurn), "the solver samples the policy"
+    for record in (r for r in records if r.episode in assembled.episodes):
+        (judged,) = await seat_turns(ledger, record.seats["judge"])
+        assert isinstance(judged, ExternalTurn) and judged.reply["text"] == REPLY, "the judge is the model"
+        turns = [t for t in await seat_turns(ledger, record.seats["solver"]) if isinstance(t, SampledTurn)]
+        segments: dict[str, list[SampledTurn]] = {}
+        for turn in turns:
+            segments.setdefault(turn.segment_id, []).append(turn)
+        assert len(segments) == 3, [[t.n_messages for t in ts] for ts in segments.values()]
+        task, compaction, title = segments.values()
+        assert task[0].opening and task[0].opening["tools"] == ["shell"]
+        assert title[0].opening and title[0].opening["model"] == "title-model"
+        assert record.untrained == {"solver": [title[0].segment_id]}, "the environment declined the title"
+        assert task[0].segment_id in trained and compaction[0].segment_id in trained, (
+            "the conversation and its rewrite both train"
+        )
+        assert title[0].segment_id not in trained
+        assert all(t.policy == run_policy(loop.run, "default") for t in turns)
