@@ -17,6 +17,7 @@ from typing import Any
 import pytest
 from transformers import AutoTokenizer
 
+from coding.agents import codex_config
 from rollout.contracts import Message, ToolCall
 from rollout.engines.models import npm_package_dir
 from rollout.engines.scripted import ScriptedEngine
@@ -67,6 +68,25 @@ def cli(package: str, name: str) -> str:
     return str(npm_package_dir(package, NPM_CACHE).parent.parent / ".bin" / name)
 
 
+def claude_code_env(gateway_url: str, token: str, home: Path) -> dict[str, str]:
+    """Claude Code pointed at a seat, with nothing sent elsewhere."""
+    return {
+        "ANTHROPIC_BASE_URL": f"{gateway_url}/s/{token}",
+        "ANTHROPIC_API_KEY": token,
+        "HOME": str(home),
+        "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
+        "DISABLE_AUTOUPDATER": "1",
+    }
+
+
+def codex_env(gateway_url: str, token: str, home: Path) -> dict[str, str]:
+    """Codex pointed at a seat through a provider of its own (Responses dialect), configured in CODEX_HOME."""
+    codex_home = home / "codex-home"
+    codex_home.mkdir(exist_ok=True)
+    (codex_home / "config.toml").write_text(codex_config(f"{gateway_url}/s/{token}/v1"))
+    return {"CODEX_HOME": str(codex_home), "ROLLOUT_API_KEY": token, "HOME": str(home)}
+
+
 async def run(command: list[str], env: dict[str, str], cwd: Path) -> tuple[int, str]:
     process = await asyncio.create_subprocess_exec(
         *command,
@@ -103,13 +123,7 @@ async def test_claude_code_completes_a_tool_loop(
     async with serve_gateway(
         ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
     ) as gateway:
-        env = {
-            "ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}",
-            "ANTHROPIC_API_KEY": token,
-            "HOME": str(tmp_path),
-            "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-            "DISABLE_AUTOUPDATER": "1",
-        }
+        env = claude_code_env(gateway.url, token, tmp_path)
         code, output = await run(
             [
                 claude,
@@ -132,16 +146,10 @@ async def test_codex_completes_a_tool_loop(ledger: Ledger, renderer: ModelRender
     script = ShellScript()
     seat_id = f"codex-{uuid.uuid4().hex[:8]}"
     _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="codex")
-    home = tmp_path / "codex-home"
-    home.mkdir()
     async with serve_gateway(
         ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
     ) as gateway:
-        (home / "config.toml").write_text(
-            'model = "rollout-policy"\nmodel_provider = "rollout"\n\n[model_providers.rollout]\nname = "rollout"\n'
-            f'base_url = "{gateway.url}/s/{token}/v1"\nwire_api = "responses"\nenv_key = "ROLLOUT_API_KEY"\n'
-        )
-        env = {"CODEX_HOME": str(home), "ROLLOUT_API_KEY": token, "HOME": str(tmp_path)}
+        env = codex_env(gateway.url, token, tmp_path)
         code, output = await run(
             [
                 codex,
@@ -196,24 +204,11 @@ async def test_parallel_tool_calls_are_answered_together_and_extend_the_segment(
     ) as gateway:
         if agent == "claude-code":
             claude = await asyncio.to_thread(cli, "@anthropic-ai/claude-code", "claude")
-            env = {
-                "ANTHROPIC_BASE_URL": f"{gateway.url}/s/{token}",
-                "ANTHROPIC_API_KEY": token,
-                "HOME": str(tmp_path),
-                "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1",
-                "DISABLE_AUTOUPDATER": "1",
-            }
+            env = claude_code_env(gateway.url, token, tmp_path)
             command = [claude, "-p", "Print both markers with Bash at once.", "--allowedTools", "Bash"]
         else:
             codex = await asyncio.to_thread(cli, "@openai/codex", "codex")
-            home = tmp_path / "codex-home"
-            home.mkdir()
-            (home / "config.toml").write_text(
-                'model = "rollout-policy"\nmodel_provider = "rollout"\n\n[model_providers.rollout]\n'
-                f'name = "rollout"\nbase_url = "{gateway.url}/s/{token}/v1"\nwire_api = "responses"\n'
-                'env_key = "ROLLOUT_API_KEY"\n'
-            )
-            env = {"CODEX_HOME": str(home), "ROLLOUT_API_KEY": token, "HOME": str(tmp_path)}
+            env = codex_env(gateway.url, token, tmp_path)
             command = [
                 codex,
                 "exec",

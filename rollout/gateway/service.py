@@ -8,9 +8,8 @@ Contract:
 - The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
   requests racing each other both get the one reply that was recorded first.
 - A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as text
-  with `external: true, trainable: false` (no token ids), and replays like any other. The model is one the
-  gateway was started with for the policy (`--external`), or one the seat's run recorded for it (its
-  environment seats the model: `external_model/POLICY` run settings, read once per run).
+  with `external: true, trainable: false` (no token ids), and replays like any other. Which model answers a
+  seat is rollout.gateway.externals' to say (one configured for its policy, or one its run recorded).
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained), with the ids and logprobs sampled until the engine was stopped.
 - `stream` serves a streaming request: a replay (`Turn`) or an external model's turn (`Sampled`) whole, and a
@@ -42,6 +41,7 @@ from rollout.engines.protocol import (
     stream_sample,
 )
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
+from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.seats import Seat
@@ -49,8 +49,6 @@ from rollout.gateway.segments import Head, advance, conversation_opening, find_e
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, RecordedTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
-
-MAX_RUNS_REMEMBERED = 1024  # runs whose external models the gateway keeps in memory (the oldest fall off)
 
 
 class NotLookedUp:
@@ -120,15 +118,12 @@ class Gateway:
         externals: Mapping[str, ExternalModel] | None = None,
     ) -> None:
         self.ledger = ledger
-        self.externals = dict(externals or {})
+        self.externals = ExternalModels(admission, externals)
         self.renderer = renderer
         self.admission = admission
         self.max_context = max_context
         self._heads: dict[str, list[Head]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
-        self._run_models: dict[
-            str, dict[str, ExternalModel]
-        ] = {}  # by run: a run's are fixed when it is made
 
     # ---- the turn -------------------------------------------------------------------------------------------
 
@@ -208,7 +203,7 @@ class Gateway:
             recorded = await self.ledger.find(seat.stream, self.turn_key(request))
         if recorded is not None:
             return self.replayed(recorded)
-        external = await self.external_model(seat)
+        external = await self.externals.for_seat(seat)
         if external is not None:
             return await self._sample_external(seat, request, external)
         return None
@@ -313,23 +308,6 @@ class Gateway:
             completion_ids=result.completion_ids,
         )
         return Sampled(request, seat, turn, record, head)
-
-    async def external_model(self, seat: Seat) -> ExternalModel | None:
-        """The external model that answers `seat`, if any: one the gateway was started with for its policy, or
-        one its run's environment seats under that policy (the run's `external_model/POLICY` settings)."""
-        # A run trains its own lineage of a policy (`{run}/{policy}`); an external model is named by the policy.
-        policy = seat.policy.rpartition("/")[2]
-        configured = self.externals.get(seat.policy) or self.externals.get(policy)
-        if configured is not None or seat.run is None:
-            return configured
-        models = self._run_models.get(seat.run)
-        if models is None:
-            settings = await self.admission.run_settings(seat.run)
-            models = {p: ExternalModel.from_spec(m) for p, m in settings.external_models.items()}
-            if len(self._run_models) >= MAX_RUNS_REMEMBERED:
-                self._run_models.pop(next(iter(self._run_models)))
-            self._run_models[seat.run] = models
-        return models.get(policy)
 
     async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
         """A turn of a model the platform does not train: recorded as text, marked never to be trained."""
