@@ -108,6 +108,9 @@ class Conversation:
     tools: tuple[str, ...]  # the tools the client offered in its first request
     system: str  # the start of its first request's system prompt ("" without one)
     first_user: str  # the start of its first request's first user message
+    last_user: str = (
+        ""  # the start of its first request's last user message (a compaction request's instruction)
+    )
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,9 @@
-"""Claude Code and Codex, unchanged, complete a tool loop through the gateway; their turns form one segment.
+"""Claude Code and Codex, unchanged, through the gateway: a tool loop is one segment; what else they send.
 
 The engine is scripted: it asks for the CLI's shell tool, then answers with what the tool printed. The CLIs are
-the real npm packages, installed once into a cache directory.
+the real npm packages, installed once into a cache directory. Beyond the tool loop: parallel tool calls, a tool
+output the client truncates, a Claude Code sub-agent, and compaction (Claude Code's `/compact`, Codex's
+automatic one), each recorded as the conversations an environment's `trains` chooses from.
 """
 
 from __future__ import annotations
@@ -18,13 +20,18 @@ import pytest
 from transformers import AutoTokenizer
 
 from coding.agents import codex_config
+from coding.conversations import COMPACTION_MARKS, SUB_AGENT_MARK, side_request, task_only
+from rollout.activities.conversations import conversations, untrained
 from rollout.contracts import Message, ToolCall
 from rollout.engines.models import npm_package_dir
 from rollout.engines.scripted import ScriptedEngine
+from rollout.environment import Conversation, Dataset, Environment
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger
+from rollout.ledger.payloads import turn_recorded
 from rollout.ledger.streams import seat_stream
 from rollout.rendering import ModelRenderer
+from tests.example_envs import Coin
 from tests.gatewayutil import serve_gateway
 
 pytestmark = pytest.mark.slow
@@ -222,3 +229,169 @@ async def test_parallel_tool_calls_are_answered_together_and_extend_the_segment(
     records = await recorded_turns(ledger, seat_id)
     assert len(records[-2]["reply"]["tool_calls"]) == 2, "one reply with two tool calls"
     assert_one_extended_segment(records)
+
+
+SHELL_OUTPUT = "seq 1 20000"  # about 109 kB: more than either CLI passes on to the model
+
+
+def tool_results(prompt: str) -> list[str]:
+    return re.findall(r"<tool_response>(.*?)</tool_response>", prompt, re.DOTALL)
+
+
+def last_user_message(prompt: str) -> str:
+    return prompt.rsplit("<|im_start|>user", 1)[-1]
+
+
+class ClaudeCodeSideRequests:
+    """A long shell output, then a sub-agent through the Agent tool, then an answer; a summary when asked to
+    compact, and an answer from the summary after it."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> Message:
+        self.prompts.append(prompt)
+        if any(mark in last_user_message(prompt) for mark in COMPACTION_MARKS):
+            return Message.assistant(
+                "<analysis>done</analysis>\n<summary>SUMMARY-7: numbers printed.</summary>"
+            )
+        if SUB_AGENT_MARK in prompt:
+            return Message.assistant("The sub-agent says 42.")
+        if "SUMMARY-7" in prompt:
+            return Message.assistant("Carrying on from the summary.")
+        results = tool_results(prompt)
+        if not results:
+            arguments = {"command": SHELL_OUTPUT, "description": "Print numbers"}
+            return Message.assistant(
+                "", tool_calls=(ToolCall(id="toolu_01", name="Bash", arguments=json.dumps(arguments)),)
+            )
+        if len(results) == 1:
+            arguments = {
+                "description": "Ask a helper",
+                "prompt": "Say 42.",
+                "subagent_type": "general-purpose",
+            }
+            return Message.assistant(
+                "", tool_calls=(ToolCall(id="toolu_02", name="Agent", arguments=json.dumps(arguments)),)
+            )
+        return Message.assistant("Done: the sub-agent said 42.")
+
+
+async def seat_conversations(ledger: Ledger, seat_id: str) -> tuple[list[Conversation], list[str]]:
+    """The seat's conversations, and the segments `task_only` keeps out of training."""
+    turns = [turn_recorded(record) for record in await recorded_turns(ledger, seat_id)]
+    environment = Environment("cli", lambda parameters, agent: Coin(), Dataset([{}]), trains=task_only)
+    return conversations(turns), untrained(environment, turns)
+
+
+def assert_truncated_by_the_client(prompts: list[str]) -> None:
+    shown = [r for p in prompts for r in tool_results(p) if "\n19000\n" in r or "\n1\n2\n3\n" in r]
+    assert shown, "the shell output reached the model"
+    assert all(len(r) < 40_000 for r in shown), "the client shortened the output before sending it"
+
+
+async def test_claude_code_truncation_sub_agent_and_compaction(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Path
+) -> None:
+    claude = await asyncio.to_thread(cli, "@anthropic-ai/claude-code", "claude")
+    script = ClaudeCodeSideRequests()
+    seat_id = f"claude-side-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="claude-code")
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
+    ) as gateway:
+        env = claude_code_env(gateway.url, token, tmp_path)
+        outputs = []
+        for arguments in (
+            ["Print the numbers with Bash, then ask a sub-agent.", "--allowedTools", "Bash,Agent"],
+            ["--continue", "/compact"],
+            ["--continue", "And now?"],
+        ):
+            code, output = await run([claude, "-p", *arguments], env, tmp_path)
+            assert code == 0, output
+            outputs.append(output)
+    assert "Done: the sub-agent said 42." in outputs[0] and "Carrying on from the summary." in outputs[2]
+    assert_truncated_by_the_client(script.prompts)
+
+    found, kept_out = await seat_conversations(ledger, seat_id)
+    kinds = [side_request(c) for c in found]
+    task, sub_agent = found[0], found[kinds.index("sub-agent")]
+    assert kinds[0] is None and task.turns == 3, (
+        "shell call, truncated result, Agent call, answer: one segment"
+    )
+    assert sub_agent.turns == 1 and "Say 42." in sub_agent.first_user, (
+        "the sub-agent is a conversation of its own"
+    )
+    # Qwen3's template drops earlier replies' think blocks once a user message follows, so the request to compact
+    # cannot extend the task's tokens: it is a conversation of its own, marked by its last user message.
+    assert kinds.count("compaction") == 1
+    after = [c for c, kind in zip(found, kinds, strict=True) if kind is None and "SUMMARY-7" in c.first_user]
+    assert len(after) == 1, "the conversation goes on from the summary, a rewrite that trains"
+    assert sorted(kept_out) == sorted(c.segment_id for c, kind in zip(found, kinds, strict=True) if kind)
+
+
+class CodexCompaction:
+    """Two long shell outputs (Codex compacts automatically past its token limit), a summary when asked for one,
+    and an answer from it."""
+
+    def __init__(self) -> None:
+        self.prompts: list[str] = []
+
+    def __call__(self, prompt: str) -> Message:
+        self.prompts.append(prompt)
+        if any(mark in last_user_message(prompt) for mark in COMPACTION_MARKS):
+            return Message.assistant("SUMMARY-7: numbers printed twice.")
+        if "SUMMARY-7" in prompt:
+            return Message.assistant("Done from the summary.")
+        results = tool_results(prompt)
+        if len(results) < 2:
+            arguments = {"cmd": SHELL_OUTPUT}
+            return Message.assistant(
+                "",
+                tool_calls=(
+                    ToolCall(
+                        id=f"call_0{len(results)}", name="exec_command", arguments=json.dumps(arguments)
+                    ),
+                ),
+            )
+        return Message.assistant("Done without compacting.")
+
+
+async def test_codex_truncation_and_automatic_compaction(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Path
+) -> None:
+    codex = await asyncio.to_thread(cli, "@openai/codex", "codex")
+    script = CodexCompaction()
+    seat_id = f"codex-compact-{uuid.uuid4().hex[:8]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="codex")
+    async with serve_gateway(
+        ledger, renderer, ScriptedEngine(renderer, script), max_context=262144
+    ) as gateway:
+        env = codex_env(gateway.url, token, tmp_path)
+        config = Path(env["CODEX_HOME"]) / "config.toml"
+        # Codex's own setting: compact once the context passes 9,000 tokens (its prompt alone is about 7,000).
+        config.write_text("model_auto_compact_token_limit = 9000\n" + config.read_text())
+        code, output = await run(
+            [
+                codex,
+                "exec",
+                "--skip-git-repo-check",
+                "--dangerously-bypass-approvals-and-sandbox",
+                "Print the numbers twice.",
+            ],
+            env,
+            tmp_path,
+        )
+    assert code == 0, output
+    assert "Done from the summary." in output, output[-2000:]
+    assert_truncated_by_the_client(script.prompts)
+
+    found, kept_out = await seat_conversations(ledger, seat_id)
+    kinds = [side_request(c) for c in found]
+    assert kinds[0] is None and found[0].turns == 2, (
+        "the second shell call extends the truncated result's segment"
+    )
+    compaction = [c.segment_id for c, kind in zip(found, kinds, strict=True) if kind == "compaction"]
+    assert len(compaction) == 1 and kept_out == compaction
+    after = [c for c, kind in zip(found, kinds, strict=True) if kind is None and "SUMMARY-7" in c.last_user]
+    assert len(after) == 1, "the conversation goes on from the summary, a rewrite that trains"

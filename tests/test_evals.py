@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.cli.evals import eval_input
+from rollout.cli.evals import eval_input, suite_named
 from rollout.config import Settings
-from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite
+from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite, load_suite
 from rollout.evals.records import find_suite, register, results
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events, find_run, read_all, run_turns
@@ -182,6 +182,17 @@ async def test_changed_content_under_a_registered_version_is_refused(ledger: Led
         await find_suite(ledger, suite.name, "3")
     with pytest.raises(UnknownSuite, match="rollout eval register"):
         await find_suite(ledger, "no-such-suite")
+
+
+async def test_a_newly_shipped_suite_version_becomes_the_newest(ledger: Ledger) -> None:
+    shipped = load_suite("smoke")
+    older = Suite("smoke", "1", tuple(replace(e, max_tokens=None) for e in shipped.environments))
+    assert shipped.version == "2" and older.content_hash() != shipped.content_hash()
+    assert await register(ledger, older), "what a ledger from the release before holds"
+    assert await suite_named(ledger, "smoke") == shipped, (
+        "the shipped version is registered and is the newest"
+    )
+    assert await find_suite(ledger, "smoke", "1") != shipped
 
 
 def test_engines_keep_serving_a_requested_older_checkpoint() -> None:

@@ -2,7 +2,7 @@
 
 Contract: `conversations(turns)` groups a seat's recorded `SampledTurn`s by segment, in recording order, each
 with the opening its first turn recorded (the model the client asked for, its tools, the start of its system
-prompt and first user message); aborted turns are not counted. `untrained(environment, turns)` is the segment
+prompt, of its first user message and of its last); aborted turns are not counted. `untrained(environment, turns)` is the segment
 ids the environment keeps out of training: none when it has no `trains`. A `trains` that raises is the
 environment's bug: it is reported as `TaskFailed`, never guessed around.
 """
@@ -10,6 +10,7 @@ environment's bug: it is reported as `TaskFailed`, never guessed around.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import replace
 
 from rollout.activities.agent_loop import TaskFailed
 from rollout.environment import Conversation, Environment
@@ -31,16 +32,10 @@ def conversations(turns: Sequence[RecordedTurn]) -> list[Conversation]:
                 tools=tuple(str(t) for t in opening.get("tools") or ()),
                 system=str(opening.get("system", "")),
                 first_user=str(opening.get("first_user", "")),
+                last_user=str(opening.get("last_user", "")),
             )
         else:
-            found[turn.segment_id] = Conversation(
-                segment_id=known.segment_id,
-                turns=known.turns + 1,
-                model=known.model,
-                tools=known.tools,
-                system=known.system,
-                first_user=known.first_user,
-            )
+            found[turn.segment_id] = replace(known, turns=known.turns + 1)
     return list(found.values())
 
 

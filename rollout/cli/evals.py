@@ -9,6 +9,7 @@ schedules are Temporal Schedules (rollout.cli.eval_schedules), visible and pausa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import asdict
@@ -100,20 +101,20 @@ async def suite_named(ledger: Ledger, source: str) -> Suite:
     from rollout.evals.suites import SHIPPED
 
     name, _, version = source.partition("@")
-    is_declaration = source.endswith((".yaml", ".yml", ".py")) or ":" in source
-    if not is_declaration:
+    if not (source.endswith((".yaml", ".yml", ".py")) or ":" in source):
+        if (SHIPPED / f"{name}.yaml").is_file():
+            # The shipped version is registered before the name is looked up, so a release that ships a new
+            # version makes it the newest; a version the ledger holds with other content keeps that content.
+            with contextlib.suppress(SuiteVersionTaken):
+                await register(ledger, _checked(load_suite(name)))
         try:
             return await find_suite(ledger, name, version or None)
         except UnknownSuite as error:
-            if not (SHIPPED / f"{name}.yaml").is_file():
-                fail(str(error))
+            fail(str(error))
     try:
-        suite = load_suite(source if is_declaration else name)
+        suite = _checked(load_suite(source))
     except SuiteError as error:
         fail(str(error))
-    if version and suite.version != version:
-        fail(f"the shipped suite {name} is version {suite.version}, not {version}")
-    _check_environments(suite)
     try:
         await register(ledger, suite)
     except SuiteVersionTaken as error:
@@ -121,9 +122,9 @@ async def suite_named(ledger: Ledger, source: str) -> Suite:
     return suite
 
 
-def _check_environments(suite: Suite) -> None:
-    """Every environment of the suite loads here and can give the suite's tasks; `fail`s naming the one that
-    cannot (nothing is recorded)."""
+def _checked(suite: Suite) -> Suite:
+    """`suite`, once every environment of it loads here and can give the suite's tasks; `fail`s naming the one
+    that cannot (nothing is recorded)."""
     from rollout.environment import EnvironmentLoadError, load_environment
 
     for entry in suite.environments:
@@ -132,6 +133,7 @@ def _check_environments(suite: Suite) -> None:
             environment.task_source(entry.tasks)
         except (EnvironmentLoadError, ValueError) as error:
             fail(f"suite {suite.ref}, environment {entry.name!r}: {error}")
+    return suite
 
 
 @app.command("register")
@@ -151,7 +153,7 @@ def register_(
         suite = load_suite(file)
     except SuiteError as error:
         fail(str(error))
-    _check_environments(suite)
+    _checked(suite)
 
     async def record() -> bool:
         async with await Ledger.connect(settings.ledger_url) as ledger:

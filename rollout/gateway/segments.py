@@ -69,20 +69,25 @@ def find_extension(request: ChatRequest, heads: list[Head]) -> Extension | None:
     return None
 
 
-OPENING_CHARS = 300  # how much of a conversation's system prompt and first user message its opening keeps
+# How much of each text an opening keeps: enough to get past the reminders CLIs put first (Claude Code's first
+# user message opens with a ~290-character <system-reminder>).
+OPENING_CHARS = 1000
 
 
 def conversation_opening(request: ChatRequest) -> dict[str, Any]:
     """What a new segment's first request says about the conversation it starts (recorded with that turn):
-    the model the client asked for, the tools it offered, and the start of its system prompt and first user
-    message. An environment tells a side task (a title, a summary) from the task itself by these."""
+    the model the client asked for, the tools it offered, and the start of its system prompt, of its first user
+    message and of its last one. An environment tells a side task (a title, a sub-agent, a compaction request)
+    from the task itself by these: a sub-agent has its own system prompt, a compaction request ends with the
+    client's instruction to summarise."""
     system = next((m.text for m in request.messages if m.role in ("system", "developer")), "")
-    first_user = next((m.text for m in request.messages if m.role == "user"), "")
+    users = [m.text for m in request.messages if m.role == "user"]
     return {
         "model": request.model,
         "tools": [tool.name for tool in request.tools],
         "system": system[:OPENING_CHARS],
-        "first_user": first_user[:OPENING_CHARS],
+        "first_user": (users[0] if users else "")[:OPENING_CHARS],
+        "last_user": (users[-1] if users else "")[:OPENING_CHARS],
     }
 
 
