@@ -270,6 +270,32 @@ async def test_a_prompt_over_the_context_is_a_400(
     assert response.status_code == 400 and "context is 16" in response.json()["error"]["message"]
 
 
+async def test_a_turn_rendered_ahead_still_answers_to_its_seat(
+    ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str]
+) -> None:
+    """A seat served before has its next turn rendered while the seat is looked up: a repeated request still
+    gets its recorded reply, a prompt over the context still 400, and a seat closed since still 410."""
+    seat_id, token = seat
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_context=64) as small,
+        httpx.AsyncClient(base_url=small.url) as http,
+    ):
+        url = f"/s/{token}/v1/chat/completions"
+        body = {"messages": [{"role": "user", "content": "hi"}], "max_tokens": 8}
+        first = await http.post(url, json=body)
+        again = await http.post(url, json=body)
+        assert first.status_code == again.status_code == 200
+        assert again.json()["choices"][0]["message"] == first.json()["choices"][0]["message"]
+        assert len(await turns(ledger, seat_id)) == 1, "the repeat is a replay, not a second sample"
+        long = await http.post(url, json={"messages": [{"role": "user", "content": "a long question " * 20}]})
+        assert long.status_code == 400 and "context is 64" in long.json()["error"]["message"]
+        await close_seat(ledger, seat_id)
+        gone = await http.post(url, json={"messages": [{"role": "user", "content": "later"}]})
+        assert gone.status_code == 410
+    assert len(await turns(ledger, seat_id)) == 1
+
+
 async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
     ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
 ) -> None:

@@ -6,7 +6,8 @@ Routes, each under `/v1` and under `/s/{token}/v1` (the seat's base URL):
 
 Contract:
 - A request names its seat by the base URL's token, `x-api-key`, or `Authorization: Bearer`. No token or an
-  unknown one → 401; a closed seat → 410; each in the route's own error shape.
+  unknown one → 401; a closed seat → 410; each in the route's own error shape. A turn for a seat this process
+  has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the seat.
 - A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any of
   it is parsed or tokenised. A body that is not UTF-8 JSON (NaN and lone surrogates included) → 400.
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
@@ -45,7 +46,7 @@ from rollout.gateway.live import LiveTurn
 from rollout.gateway.openapi import document
 from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn, decode_json
-from rollout.gateway.seats import Seat, resolve, resolve_for_turn
+from rollout.gateway.seats import Seat, SeenSeats, resolve, resolve_for_turn
 from rollout.gateway.service import Gateway, Sampled
 
 log = logging.getLogger(__name__)
@@ -168,17 +169,17 @@ def build_app(
     chat, responses, messages = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
     openapi = document(max_context=gateway.max_context)
     too_large = f"the request body is over the gateway's limit of {max_request_bytes} bytes"
+    seen = SeenSeats()
 
     async def seat_of(request: Request) -> Seat:
-        token = _token(request)
-        seat = await resolve(gateway.ledger, token) if token else None
-        return check_seat(seat, request)
+        return check_seat(await resolve(gateway.ledger, token_of(request)))
 
-    def check_seat(seat: Seat | None, request: Request) -> Seat:
-        if not _token(request):
-            raise _Refused(
-                401, "no seat token: use the seat's base URL (/s/TOKEN/v1) or send it as the API key"
-            )
+    def token_of(request: Request) -> str:
+        if token := _token(request):
+            return token
+        raise _Refused(401, "no seat token: use the seat's base URL (/s/TOKEN/v1) or send it as the API key")
+
+    def check_seat(seat: Seat | None) -> Seat:
         if seat is None:
             raise _Refused(401, "unknown seat token: open a seat with `rollout seat new`")
         if not seat.open:
@@ -221,15 +222,23 @@ def build_app(
         except (BadRequest, _Refused):
             await seat_of(request)  # a bad seat is answered before a bad body
             raise
-        # One round trip finds the seat and any turn already recorded for this request (a replay).
-        token = _token(request)
-        found, recorded = (
-            await resolve_for_turn(gateway.ledger, token, gateway.turn_key(parsed)) if token else (None, None)
-        )
-        seat = check_seat(found, request)
+        # One round trip finds the seat and any turn already recorded for this request (a replay); a seat seen
+        # before has its turn rendered meanwhile.
+        token = token_of(request)
+        lookup = asyncio.create_task(resolve_for_turn(gateway.ledger, token, gateway.turn_key(parsed)))
+        await asyncio.sleep(0)  # the query is sent before the rendering takes the CPU
+        known = seen.get(token)
+        try:
+            prepared = await gateway.prepare(known, parsed) if known is not None and known.open else None
+        finally:
+            found, recorded = await lookup
+        seat = check_seat(found)
+        seen.remember(token, seat)
         if not parsed.stream:
-            return JSONResponse(dialect.response(await gateway.complete(seat, parsed, recorded=recorded)))
-        return SSEResponse(gateway, await gateway.stream(seat, parsed, recorded=recorded), dialect.writer())
+            turn = await gateway.complete(seat, parsed, recorded=recorded, prepared=prepared)
+            return JSONResponse(dialect.response(turn))
+        outcome = await gateway.stream(seat, parsed, recorded=recorded, prepared=prepared)
+        return SSEResponse(gateway, outcome, dialect.writer())
 
     async def count_tokens(request: Request, dialect: Dialect) -> Response:
         await seat_of(request)

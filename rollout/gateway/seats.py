@@ -8,6 +8,9 @@ Contract:
   the same and, in the same query (one round trip on every turn's path), finds the turn already recorded under
   a key on the seat's stream, if any.
 - A closed seat resolves (so the gateway can answer 410) but `Seat.open` is False.
+- `SeenSeats` remembers which seat a token named, in this process, so a turn can be rendered while its seat is
+  looked up. It is never trusted for a check: every turn still resolves its seat (open or closed) from the
+  ledger, and a token's seat never changes.
 - A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat, whatever
   ids or history the client sends (replays and segments are looked up on that stream alone).
 - Secrets on disk (`secret_file`: the token secret, the operator key) are made once, mode 600.
@@ -20,6 +23,7 @@ import hmac
 import os
 import secrets
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -133,3 +137,21 @@ async def resolve_for_turn(
     """The token's seat, and the event recorded under `turn_key` on its stream (None when there is none)."""
     row, recorded = await seat_and_turn_by_token_hash(ledger, _sha(token), turn_key)
     return (None, None) if row is None else (_seat(row), recorded)
+
+
+class SeenSeats:
+    """The seats the last `limit` tokens named (by token hash), newest kept."""
+
+    def __init__(self, limit: int = 4096) -> None:
+        self.limit = limit
+        self._seats: OrderedDict[str, Seat] = OrderedDict()
+
+    def get(self, token: str) -> Seat | None:
+        return self._seats.get(_sha(token))
+
+    def remember(self, token: str, seat: Seat) -> None:
+        key = _sha(token)
+        self._seats[key] = seat
+        self._seats.move_to_end(key)
+        if len(self._seats) > self.limit:
+            self._seats.popitem(last=False)

@@ -19,6 +19,9 @@ Contract:
   same tokens, but for the reply, which is what the client was sent.
 - Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
   context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
+- `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked up
+  (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and render
+  again otherwise. A prepared render that failed raises its `BadRequest` only once it is used.
 """
 
 from __future__ import annotations
@@ -56,6 +59,14 @@ class NotLookedUp:
 
 
 NOT_LOOKED_UP = NotLookedUp()
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A turn rendered ahead for `seat_id` (`Gateway.prepare`): its prompt, or why it cannot be rendered."""
+
+    seat_id: str
+    prompt: _Prompt | BadRequest
 
 
 @dataclass(frozen=True)
@@ -133,12 +144,19 @@ class Gateway:
         request: ChatRequest,
         *,
         recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+        prepared: Prepared | None = None,
     ) -> Turn:
         """Serve a turn and record it before returning."""
-        outcome = await self.sample(seat, request, recorded=recorded)
+        outcome = await self.sample(seat, request, recorded=recorded, prepared=prepared)
         if isinstance(outcome, Turn):
             return outcome
         return await self.record(outcome)
+
+    async def prepare(self, seat: Seat, request: ChatRequest) -> Prepared:
+        try:
+            return Prepared(seat.seat_id, await self._render(seat, request))
+        except BadRequest as bad:
+            return Prepared(seat.seat_id, bad)
 
     async def sample(
         self,
@@ -146,6 +164,7 @@ class Gateway:
         request: ChatRequest,
         *,
         recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+        prepared: Prepared | None = None,
     ) -> Turn | Sampled:
         """A replayed `Turn`, or a fresh sample to `record` (or `record_aborted`).
 
@@ -155,7 +174,7 @@ class Gateway:
         early = await self._replayed_or_external(seat, request, recorded)
         if early is not None:
             return early
-        prompt = await self._render(seat, request)
+        prompt = await self._prompt(seat, request, prepared)
         result, slot, admitted = await self._on_admitted_engine(
             seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
         )
@@ -167,12 +186,13 @@ class Gateway:
         request: ChatRequest,
         *,
         recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
+        prepared: Prepared | None = None,
     ) -> Turn | Sampled | LiveTurn:
         """A replayed `Turn`, an external model's `Sampled`, or a `LiveTurn` whose engine has sampled a token."""
         early = await self._replayed_or_external(seat, request, recorded)
         if early is not None:
             return early
-        prompt = await self._render(seat, request)
+        prompt = await self._prompt(seat, request, prepared)
 
         async def first_token(
             engine: Engine, sample_request: SampleRequest
@@ -207,6 +227,13 @@ class Gateway:
         if external is not None:
             return await self._sample_external(seat, request, external)
         return None
+
+    async def _prompt(self, seat: Seat, request: ChatRequest, prepared: Prepared | None) -> _Prompt:
+        if prepared is None or prepared.seat_id != seat.seat_id:
+            return await self._render(seat, request)
+        if isinstance(prepared.prompt, BadRequest):
+            raise prepared.prompt
+        return prepared.prompt
 
     async def _render(self, seat: Seat, request: ChatRequest) -> _Prompt:
         started = time.perf_counter()
