@@ -1,5 +1,5 @@
-"""Runs as a user follows them, with real processes: an environment in the user's own folder trains on a stack
-that was started elsewhere; a runner that cannot import an environment stops `train` before any run exists;
+"""Runs as a user follows them, with real processes: an environment in the user's own folder (its episodes
+claiming shell sandboxes, which `rollout train` serves) trains on a stack that was started elsewhere; a runner that cannot import an environment stops `train` before any run exists;
 `run list` and `run status` show the ledger's numbers mid-run; and after `rollout train` and the trainer are
 SIGKILLed, `rollout run attach` restarts the trainer with the run's recorded settings and finishes the run."""
 
@@ -29,11 +29,13 @@ ROLLOUT = str(Path(sys.executable).parent / "rollout")
 pytestmark = pytest.mark.slow
 
 # A user's environment, in a folder of its own: every reply earns a reward that varies with its text, so every
-# group of the tiny random model carries signal and every batch trains.
+# group of the tiny random model carries signal and every batch trains. Each episode claims a shell sandbox
+# (which `rollout train` serves) and has it say the word.
 MY_ENV = """
 from rollout.contracts import Message
-from rollout.environment import Environment, Generator
+from rollout.environment import Environment, Generator, SandboxSpec
 from rollout.harness import End, Observation, RunContext, Task
+from rollout.sandbox import SandboxClient
 
 
 class Echo(Task):
@@ -41,7 +43,10 @@ class Echo(Task):
         self.word = parameters["word"]
 
     async def start(self, run: RunContext) -> Observation:
-        return Observation(f"Say {self.word}.")
+        assert run.sandbox is not None
+        async with SandboxClient(run.sandbox) as box:
+            said = await box.act({"command": f"echo {self.word}"})
+        return Observation(f"Say {said['output'].strip()}.")
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:
         return End(reward=len(set(reply.text)) / (1 + len(reply.text)))
@@ -53,6 +58,7 @@ environment = Environment(
     source=Generator(lambda rng: {"word": rng.choice(["alpha", "beta", "gamma"])}),
     group_size=4,
     max_turns=1,
+    sandbox=SandboxSpec("shell#my-env", wait_s=120),
 )
 """
 
@@ -162,5 +168,12 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
         assert summary["steps"] == 3 and set(summary["served"]) == set(summary["checkpoints"])
         assert summary["episodes"] > 0 and summary["episodes_failed"] == 0
         assert runs(overrides, elsewhere)["mine"]["state"] == "finished"
+        sandboxes = read_pid_file(tmp_path / "data" / "run" / "sandboxes-shell-my-env.pid")
+        assert sandboxes is not None, "the stack serves the sandboxes the run's episodes claim"
+        assert (tmp_path / "data" / "sandboxes" / "shell#my-env" / "stack-7").is_dir(), "2 groups of 4: 8"
+        services = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere, check=False).stdout)
+        shown = next(s for s in services["services"] if s["name"] == "sandboxes-shell-my-env")
+        assert shown["healthy"] and shown["detail"].startswith("8 sandbox(es)")
     finally:
         rollout("down", *overrides, cwd=elsewhere, check=False)
+    assert read_pid_file(tmp_path / "data" / "run" / "sandboxes-shell-my-env.pid") is None, "down stops them"

@@ -1,8 +1,10 @@
-"""`rollout sandbox serve`: one sandbox served and registered in its pool, for episodes to claim."""
+"""`rollout sandbox serve`: sandboxes served and registered in their pool, for episodes to claim (one by
+default; `--count N` serves N from one process, named NAME-0 … NAME-(N-1), each on a port of its own)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Annotated
 
 import typer
@@ -30,8 +32,12 @@ def serve(
         str, typer.Option(help="Address to listen on (agents on other machines reach it here).")
     ] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="Port to listen on (0: a free one).")] = 0,
+    count: Annotated[
+        int, typer.Option(help="How many sandboxes to serve (more than one: NAME-0, NAME-1, …, free ports).")
+    ] = 1,
 ) -> None:
-    """Serve one sandbox and register it in its pool, so episodes that need its kind can claim it."""
+    """Serve a sandbox (or --count of them) and register it in its pool, so episodes that need its kind can
+    claim it."""
     import signal
 
     from rollout.ledger import Ledger
@@ -43,8 +49,10 @@ def serve(
 
     settings = load_settings(overrides)
     as_service(settings)
-    if seats < 1:
-        fail("--seats must be at least 1", code=2)
+    if seats < 1 or count < 1:
+        fail("--seats and --count must be at least 1", code=2)
+    if count > 1 and port:
+        fail("--count serves each sandbox on a free port of its own: leave out --port", code=2)
     try:
         load_kind(kind)
     except UnknownSandboxKind as error:
@@ -58,15 +66,27 @@ def serve(
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
-        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
-            workdir = sandbox_workdir(settings.data_path, kind, name)
-            async with hosted_sandbox(
-                ledger, kind, name, seats=seats, workdir=workdir, host=host, port=port
-            ) as box:
-                err.print(
-                    f"sandbox {name!r} ({kind}, {seats} seats) on {box.address}, in the pool until stopped"
+        names = [name] if count == 1 else [f"{name}-{i}" for i in range(count)]
+        async with (
+            await Ledger.connect(settings.worker_ledger_url) as ledger,
+            contextlib.AsyncExitStack() as boxes,
+        ):
+            for each in names:
+                box = await boxes.enter_async_context(
+                    hosted_sandbox(
+                        ledger,
+                        kind,
+                        each,
+                        seats=seats,
+                        workdir=sandbox_workdir(settings.data_path, kind, each),
+                        host=host,
+                        port=port if count == 1 else free_port(),
+                    )
                 )
-                await stop.wait()
+                err.print(
+                    f"sandbox {each!r} ({kind}, {seats} seats) on {box.address}, in the pool until stopped"
+                )
+            await stop.wait()
 
     try:
         asyncio.run(serve())

@@ -38,8 +38,9 @@ def train(
     run: Annotated[str | None, typer.Option("--run", help="The run's id (default: a new one).")] = None,
     as_json: JsonFlag = False,
 ) -> None:
-    """Train a policy on ENVIRONMENT: starts what is missing (stack, engine, gateway, runner, trainer), starts a
-    run that trains `trainer.steps` steps while episodes keep playing, and shows it live.
+    """Train a policy on ENVIRONMENT: starts what is missing (stack, engine, gateway, runner, trainer, and the
+    sandboxes the environment's episodes claim), starts a run that trains `trainer.steps` steps while episodes
+    keep playing, and shows it live.
 
     ENVIRONMENT is found as `rollout env check` finds it: installed packages, the folder you run from, and
     $PYTHONPATH; the stack's runner imports from the same places. Overrides after the environment:
@@ -56,6 +57,7 @@ def train(
     from rollout.environment import EnvironmentLoadError, load_environment
     from rollout.references import import_path
     from rollout.stack.embedded import Stack
+    from rollout.stack.sandboxes import sandboxes_needed
 
     settings = load_settings([f"preset={preset}", *(overrides or [])])
     try:
@@ -77,6 +79,13 @@ def train(
             )
             spinner.update("trainer: starting")
             stack.start_trainer()
+            if loaded.sandbox is not None:  # the sandboxes its episodes claim, one per episode in flight
+                stack.keep_sandboxes(
+                    loaded.sandbox.kind,
+                    seats=loaded.sandbox.seats,
+                    count=sandboxes_needed(settings, loaded.group_size),
+                    report=lambda line: spinner.update(line),
+                )
 
     if (settings.eval.suite is None) != (settings.eval.every < 1):
         fail("evals during training need both eval.suite=SUITE and eval.every=N (N ≥ 1)", code=2)
@@ -89,7 +98,7 @@ def train(
         import_path=os.pathsep.join(import_path()),
         evaluation=_evaluation(settings),
     )
-    policies = [a.policy for a in loaded.agents if a.checkpoint is None and not a.command] or ["default"]
+    policies = [a.policy for a in loaded.agents if a.trainable] or ["default"]
 
     async def begin() -> None:
         # The stack was just started: a service that dies now is being restarted by the supervisor, so each

@@ -5,7 +5,8 @@ Contract:
 - `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
   shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
   out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`).
-- `down` stops only what `up` started (embedded services), and is a no-op when nothing runs.
+- `down` stops only what `up` started (embedded services, and the sandboxes `rollout train` asked for:
+  `keep_sandboxes`), and is a no-op when nothing runs.
 - `status` never changes anything; every service reports its address, health and a one-line detail.
 """
 
@@ -35,6 +36,7 @@ from rollout.stack.health import (
 )
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
+from rollout.stack.sandboxes import is_sandboxes, sandbox_process, sandboxes_status
 from rollout.stack.supervisor import (
     ServiceSpec,
     ServiceState,
@@ -72,6 +74,7 @@ class Stack:
         self.gateway: ManagedProcess | None = None
         self.runner: ManagedProcess | None = None
         self.trainer: ManagedProcess | None = None
+        self.import_path = _runner_import_path(self.data_dir, import_path)  # the runner's, and sandboxes'
         if gateway.enabled:
             python = (sys.executable, "-m", "rollout.cli")
             common = (
@@ -129,7 +132,6 @@ class Stack:
                 ports=((gateway.port, "services.gateway.port"),),
             )
             # A runner plays episodes through this gateway; it listens on no port (it polls Temporal).
-            runner_path = _runner_import_path(self.data_dir, import_path)
             self.runner = ManagedProcess(
                 name="Runner",
                 command=(
@@ -145,7 +147,7 @@ class Stack:
                 data_dir=self.data_dir,
                 host=gateway.host,
                 ports=(),
-                env=(("PYTHONPATH", os.pathsep.join(runner_path)),),
+                env=(("PYTHONPATH", os.pathsep.join(self.import_path)),),
             )
             # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it got.
             self.trainer = ManagedProcess(
@@ -232,9 +234,9 @@ class Stack:
             self._keep(ServiceSpec.of(self.runner, 60), report)
         if self.monitor is not None:
             self._keep(ServiceSpec.of(self.monitor, 60), report)
-        if self.trainer is not None and any(s.name == "Trainer" for s in wanted(self.data_dir)):
-            trainer = next(s for s in wanted(self.data_dir) if s.name == "Trainer")
-            self._keep(trainer, report)  # the one `rollout train` asked for, with its settings
+        for spec in wanted(self.data_dir):  # those `rollout train` asked for, with its settings
+            if (spec.name == "Trainer" and self.trainer is not None) or is_sandboxes(spec.name):
+                self._keep(spec, report)
         open_store(
             self.settings.blob_url,
             s3_endpoint=self.settings.services.blobs.s3_endpoint,
@@ -314,6 +316,19 @@ class Stack:
                 return
             self._keep(ServiceSpec.of(self.trainer, 120), lambda _: None)
 
+    def keep_sandboxes(
+        self, kind: str, *, seats: int, count: int, report: Callable[[str], None] = lambda _: None
+    ) -> None:
+        """Have the supervisor keep `count` sandboxes of `kind` served (rollout.stack.sandboxes): what `rollout
+        train` asks for when its environment's episodes claim sandboxes. Another count of a kind replaces its
+        service."""
+        process = sandbox_process(
+            self.settings, kind=kind, seats=seats, count=count, import_path=self.import_path
+        )
+        with self._lock():
+            self._ensure_supervisor(report)
+            self._keep(ServiceSpec.of(process, 60), report)
+
     @staticmethod
     def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
         deadline = time.monotonic() + timeout_s
@@ -333,9 +348,10 @@ class Stack:
             if supervisor.pid() is not None:
                 report("supervisor: stopping")
                 supervisor.stop()
+            sandboxes = [_process_of(self.data_dir, s) for s in wanted(self.data_dir) if is_sandboxes(s.name)]
             unwant_all(self.data_dir)
             state_path(self.data_dir).unlink(missing_ok=True)
-            for process in (self.monitor, self.trainer, self.runner, self.gateway, self.engine):
+            for process in (*sandboxes, self.monitor, self.trainer, self.runner, self.gateway, self.engine):
                 if process is not None and process.pid() is not None:
                     report(f"{process.name}: stopping")
                     process.stop()
@@ -433,6 +449,11 @@ class Stack:
                         pid=pid,
                     )
                 )
+        services += [
+            sandboxes_status(spec, _process_of(self.data_dir, spec).pid())
+            for spec in wanted(self.data_dir)
+            if is_sandboxes(spec.name)
+        ]
         return services
 
     def _temporal_status(self) -> ServiceStatus:
@@ -464,6 +485,17 @@ def _runs(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool
         and state.spec == spec.as_json()
         and state.pid is not None
         and running_pid(data_dir, spec) == state.pid
+    )
+
+
+def _process_of(data_dir: Path, spec: ServiceSpec) -> ManagedProcess:
+    return ManagedProcess(
+        name=spec.name,
+        command=spec.command,
+        data_dir=data_dir,
+        host=spec.host,
+        ports=spec.ports,
+        env=spec.env,
     )
 
 
