@@ -74,8 +74,9 @@ class Stack:
         self.gateway: ManagedProcess | None = None
         self.runner: ManagedProcess | None = None
         self.trainer: ManagedProcess | None = None
-        self.import_path = _runner_import_path(self.data_dir, import_path)  # the runner's, and sandboxes'
+        self.import_path: list[str] = []  # where the runner, and the sandboxes, import environments from
         if gateway.enabled:
+            self.import_path = _runner_import_path(self.data_dir, import_path)
             python = (sys.executable, "-m", "rollout.cli")
             common = (
                 f"data_dir={self.data_dir}",
