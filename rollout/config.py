@@ -9,7 +9,7 @@ Contract:
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -253,3 +253,13 @@ def _explain(error: BaseException) -> str:
             return f"unknown setting '{key}'. Valid keys{' under ' + parent if parent else ''}: {choices}"
         return f"bad value for '{key}': {detail}"
     return str(error).strip()
+
+
+def trainer_overrides(settings: Settings) -> list[str]:
+    """The `trainer.*` settings as command-line overrides, so a trainer process trains what was asked."""
+    out: list[str] = []
+    for spec in fields(settings.trainer):
+        value = getattr(settings.trainer, spec.name)
+        text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
+        out.append(f"trainer.{spec.name}={text}")
+    return out

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config import Settings
+from rollout.config import Settings, trainer_overrides
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events
 from rollout.ledger.streams import (
@@ -27,7 +27,6 @@ from rollout.ledger.streams import (
     run_episodes_stream,
 )
 from rollout.serving import ServingAck
-from rollout.stack.embedded import trainer_overrides
 from rollout.workflows.types import EvalInput, RunInput, TrainingSpec, run_policy
 
 TRAINER_PREFIX = "trainer."

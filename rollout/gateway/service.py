@@ -17,7 +17,7 @@ Contract:
   recorded by the caller once it ends. A live turn's prompt, admission and engine retries are those of `sample`
   (an engine is retried only until it produced a first token); its record is the one `sample` would make of the
   same tokens, but for the reply, which is what the client was sent.
-- Prompt ids come from the segment rules in rollout.gateway.segments; a prompt that does not fit the model's
+- Prompt ids come from the segment rules (rollout.gateway.prompts); a prompt that does not fit the model's
   context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
 - `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked up
   (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and render
@@ -31,7 +31,7 @@ import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, replace
-from typing import Any, cast
+from typing import cast
 
 from rollout.contracts import Message
 from rollout.engines.external import ExternalModel
@@ -46,9 +46,10 @@ from rollout.engines.protocol import (
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
+from rollout.gateway.prompts import Prepared, Prompt, render_prompt
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.seats import Seat
-from rollout.gateway.segments import Head, advance, conversation_opening, find_extension
+from rollout.gateway.segments import Head, advance
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, RecordedTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
@@ -62,14 +63,6 @@ NOT_LOOKED_UP = NotLookedUp()
 
 
 @dataclass(frozen=True)
-class Prepared:
-    """A turn rendered ahead for `seat_id` (`Gateway.prepare`): its prompt, or why it cannot be rendered."""
-
-    seat_id: str
-    prompt: _Prompt | BadRequest
-
-
-@dataclass(frozen=True)
 class Sampled:
     """A turn sampled but not yet recorded (the streaming path records it at the end of the stream)."""
 
@@ -78,21 +71,6 @@ class Sampled:
     turn: Turn
     record: RecordedTurn  # what `record` appends as the turn's `TurnRecorded`
     head: Head | None  # None for an external model's turn: it has no token ids to extend
-
-
-@dataclass(frozen=True)
-class _Prompt:
-    """A turn's rendered prompt and where it goes: its segment and the prefix shared with the segment so far."""
-
-    ids: list[int]
-    segment_id: str
-    prefix: int
-    max_tokens: int
-    started: float
-    rendered_at: float
-    opening: (
-        dict[str, Any] | None
-    )  # a new segment's: its conversation's opening (segments.conversation_opening)
 
 
 def _cut_at_stop_strings(
@@ -228,50 +206,21 @@ class Gateway:
             return await self._sample_external(seat, request, external)
         return None
 
-    async def _prompt(self, seat: Seat, request: ChatRequest, prepared: Prepared | None) -> _Prompt:
+    async def _prompt(self, seat: Seat, request: ChatRequest, prepared: Prepared | None) -> Prompt:
         if prepared is None or prepared.seat_id != seat.seat_id:
             return await self._render(seat, request)
         if isinstance(prepared.prompt, BadRequest):
             raise prepared.prompt
         return prepared.prompt
 
-    async def _render(self, seat: Seat, request: ChatRequest) -> _Prompt:
-        started = time.perf_counter()
-        heads = await self.heads(seat)
-        extension = find_extension(request, heads)
-        tools = list(request.tools)
-        prompt: list[int] | None = None
-        if extension is not None:
-            head = extension.head
-            prompt = self.renderer.bridge(
-                list(head.prompt_ids), list(head.completion_ids), list(extension.new_messages), tools
-            )
-        opening = None
-        if prompt is None or extension is None:
-            prompt = self.renderer.prompt_ids(list(request.messages), tools)
-            segment_id, prefix = f"{seat.seat_id}/{uuid.uuid4().hex[:12]}", 0
-            opening = conversation_opening(request)
-        else:
-            segment_id = extension.head.segment_id
-            prior = extension.head.prompt_ids + extension.head.completion_ids
-            prefix = next(
-                (i for i, (a, b) in enumerate(zip(prior, prompt, strict=False)) if a != b),
-                min(len(prior), len(prompt)),
-            )
-        budget = self.max_context - len(prompt)
-        if budget <= 0:
-            raise BadRequest(
-                f"the prompt is {len(prompt)} tokens; the model's context is {self.max_context}",
-                field="messages",
-            )
-        max_tokens = min(request.params.max_tokens or budget, budget)
-        return _Prompt(prompt, segment_id, prefix, max_tokens, started, time.perf_counter(), opening)
+    async def _render(self, seat: Seat, request: ChatRequest) -> Prompt:
+        return render_prompt(self.renderer, await self.heads(seat), seat.seat_id, request, self.max_context)
 
     def _sampled(
         self,
         seat: Seat,
         request: ChatRequest,
-        rendered: _Prompt,
+        rendered: Prompt,
         result: SampleResult,
         slot: EngineSlot,
         admitted: Admitted,
@@ -377,7 +326,7 @@ class Gateway:
         self,
         seat: Seat,
         request: ChatRequest,
-        prompt: _Prompt,
+        prompt: Prompt,
         call: Callable[[Engine, SampleRequest], Awaitable[T]],
     ) -> tuple[T, EngineSlot, Admitted]:
         """`call` (a sample, or a stream's first token) on the first admitted engine that answers. While none

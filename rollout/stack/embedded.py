@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import Settings
+from rollout.config import Settings, trainer_overrides
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.dashboard import dashboard_process
@@ -40,6 +40,7 @@ from rollout.stack.sandboxes import is_sandboxes, sandbox_process, sandboxes_sta
 from rollout.stack.supervisor import (
     ServiceSpec,
     ServiceState,
+    process_of,
     read_state,
     running_pid,
     state_path,
@@ -349,7 +350,7 @@ class Stack:
             if supervisor.pid() is not None:
                 report("supervisor: stopping")
                 supervisor.stop()
-            sandboxes = [_process_of(self.data_dir, s) for s in wanted(self.data_dir) if is_sandboxes(s.name)]
+            sandboxes = [process_of(self.data_dir, s) for s in wanted(self.data_dir) if is_sandboxes(s.name)]
             unwant_all(self.data_dir)
             state_path(self.data_dir).unlink(missing_ok=True)
             for process in (*sandboxes, self.monitor, self.trainer, self.runner, self.gateway, self.engine):
@@ -451,7 +452,7 @@ class Stack:
                     )
                 )
         services += [
-            sandboxes_status(spec, _process_of(self.data_dir, spec).pid())
+            sandboxes_status(spec, process_of(self.data_dir, spec).pid())
             for spec in wanted(self.data_dir)
             if is_sandboxes(spec.name)
         ]
@@ -489,17 +490,6 @@ def _runs(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool
     )
 
 
-def _process_of(data_dir: Path, spec: ServiceSpec) -> ManagedProcess:
-    return ManagedProcess(
-        name=spec.name,
-        command=spec.command,
-        data_dir=data_dir,
-        host=spec.host,
-        ports=spec.ports,
-        env=spec.env,
-    )
-
-
 def _runner_import_path(data_dir: Path, wanted: list[str] | None) -> list[str]:
     """What the runner is started with: the running runner's import path, then any new entries of `wanted`."""
     from rollout.references import import_path
@@ -507,15 +497,3 @@ def _runner_import_path(data_dir: Path, wanted: list[str] | None) -> list[str]:
     recorded = ManagedProcess(name="Runner", command=(), data_dir=data_dir, host="", ports=()).started_env()
     running = [entry for entry in recorded.get("PYTHONPATH", "").split(os.pathsep) if entry]
     return list(dict.fromkeys([*running, *(import_path() if wanted is None else wanted)]))
-
-
-def trainer_overrides(settings: Settings) -> list[str]:
-    """The `trainer.*` settings as command-line overrides, so a trainer process trains what was asked."""
-    from dataclasses import fields
-
-    out: list[str] = []
-    for spec in fields(settings.trainer):
-        value = getattr(settings.trainer, spec.name)
-        text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
-        out.append(f"trainer.{spec.name}={text}")
-    return out

@@ -1,0 +1,75 @@
+"""The prompt a turn is sampled from, under the segment rules of rollout.gateway.segments.
+
+Contract:
+- `render_prompt(renderer, heads, seat_id, request, max_context)` extends the seat's segment the request
+  continues (the earlier ids verbatim, bridged to the new messages) or renders a new segment (a fresh id under
+  the seat, with the conversation's opening). A prompt that leaves no room in `max_context` is a `BadRequest`;
+  the turn's token budget is what the request asked for, capped by the room left.
+- `Prepared` is a prompt rendered ahead for a seat (`Gateway.prepare`), or the `BadRequest` its rendering
+  raised, kept to be raised when it is used.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from rollout.gateway.requests import BadRequest, ChatRequest
+from rollout.gateway.segments import Head, conversation_opening, find_extension
+from rollout.rendering import ModelRenderer
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A turn's rendered prompt and where it goes: its segment and the prefix shared with the segment so far."""
+
+    ids: list[int]
+    segment_id: str
+    prefix: int
+    max_tokens: int
+    started: float
+    rendered_at: float
+    opening: dict[str, Any] | None  # a new segment's: its conversation's opening
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """A turn rendered ahead for `seat_id` (`Gateway.prepare`): its prompt, or why it cannot be rendered."""
+
+    seat_id: str
+    prompt: Prompt | BadRequest
+
+
+def render_prompt(
+    renderer: ModelRenderer, heads: list[Head], seat_id: str, request: ChatRequest, max_context: int
+) -> Prompt:
+    started = time.perf_counter()
+    extension = find_extension(request, heads)
+    tools = list(request.tools)
+    prompt: list[int] | None = None
+    if extension is not None:
+        head = extension.head
+        prompt = renderer.bridge(
+            list(head.prompt_ids), list(head.completion_ids), list(extension.new_messages), tools
+        )
+    opening = None
+    if prompt is None or extension is None:
+        prompt = renderer.prompt_ids(list(request.messages), tools)
+        segment_id, prefix = f"{seat_id}/{uuid.uuid4().hex[:12]}", 0
+        opening = conversation_opening(request)
+    else:
+        segment_id = extension.head.segment_id
+        prior = extension.head.prompt_ids + extension.head.completion_ids
+        prefix = next(
+            (i for i, (a, b) in enumerate(zip(prior, prompt, strict=False)) if a != b),
+            min(len(prior), len(prompt)),
+        )
+    budget = max_context - len(prompt)
+    if budget <= 0:
+        raise BadRequest(
+            f"the prompt is {len(prompt)} tokens; the model's context is {max_context}", field="messages"
+        )
+    max_tokens = min(request.params.max_tokens or budget, budget)
+    return Prompt(prompt, segment_id, prefix, max_tokens, started, time.perf_counter(), opening)
