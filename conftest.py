@@ -1,8 +1,8 @@
 """Root pytest configuration: shared fixtures, and every Python example in README.md and docs/ run as a test.
 
 A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
-`ledger_url`, `stack_settings` (a real, session-wide embedded stack) and `models_dir` (the built-in models'
-cache) are in its namespace.
+`ledger_url`, `stack_settings` (a real, session-wide embedded stack), `models_dir` (the built-in models'
+cache) and `minecraft_home` (the minecraft kind's packages, installed once) are in its namespace.
 """
 
 from sybil import Sybil
@@ -13,5 +13,5 @@ pytest_plugins = ["tests.fixtures"]
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser()],
     patterns=["README.md", "docs/*.md"],
-    fixtures=["ledger_url", "stack_settings", "models_dir"],
+    fixtures=["ledger_url", "stack_settings", "models_dir", "minecraft_home"],
 ).pytest()

@@ -14,6 +14,7 @@ BENCHMARKS = {
     "learning": "benchmarks.learning",
     "chaos": "benchmarks.chaos",
     "monitor": "benchmarks.monitor",
+    "minecraft": "benchmarks.minecraft",
 }
 
 

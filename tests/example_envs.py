@@ -7,6 +7,7 @@ import sys
 from dataclasses import replace
 
 from gridworld.environment import two_agents
+from minecraft_team.environment import environment as minecraft_team
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
 from rollout.harness import CommandOutcome, End, Observation, RunContext, Task
@@ -49,6 +50,8 @@ bad_tools = Environment("bad-tools", lambda parameters, agent: BadTools(), Datas
 
 # Two agents sharing one grid sandbox, one episode per group (chaos tests pin each agent to its own runner).
 gridworld_pair = replace(two_agents, name="gridworld-pair", group_size=1)
+# Four bots in one Minecraft world, one episode per group (each agent on its own runner).
+minecraft_four = replace(minecraft_team, name="minecraft-four", group_size=1)
 
 
 class ShellArithmetic(Task):

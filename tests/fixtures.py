@@ -70,6 +70,20 @@ def tiny_qwen3(models_dir: Path) -> str:
     return resolve(TINY_QWEN3, models_dir)
 
 
+@pytest.fixture(scope="session")
+def minecraft_home() -> Path:
+    """The minecraft kind's packages, installed once per machine (npm) and shared by every data directory:
+    set for this process and every process a test starts."""
+    from rollout.sandbox.minecraft.install import HOME_VARIABLE, ensure_installed
+
+    path = Path(
+        os.environ.get("ROLLOUT_TEST_MINECRAFT_HOME", Path.home() / ".cache" / "rollout-tests" / "minecraft")
+    )
+    ensure_installed(path)
+    os.environ[HOME_VARIABLE] = str(path)
+    return path
+
+
 @pytest.fixture
 def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwen3: str) -> Iterator[Cluster]:
     """Rollout's services as real, killable processes (chaos tests); every one is stopped at the end."""

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 
 from gridworld.policy import reply_to_prompt
+from minecraft_team import policy as minecraft_policy
 from rollout.contracts import Message
 
 
 def play(prompt: str) -> Message:
-    """Play whichever example environment the prompt is from: walk gridworlds, answer arithmetic."""
+    """Play whichever example environment the prompt is from: walk gridworlds, build pillars, answer arithmetic."""
+    if "one of four builders" in prompt:
+        return minecraft_policy.reply_to_prompt(prompt)
     if "Map:" in prompt:
         return reply_to_prompt(prompt)
     found = re.findall(r"What is (-?\d+) ([+*-]) (-?\d+)\?", prompt)

@@ -1,10 +1,13 @@
 """`rollout sandbox serve`: sandboxes served and registered in their pool, for episodes to claim (one by
-default; `--count N` serves N from one process, named NAME-0 … NAME-(N-1), each on a port of its own)."""
+default; `--count N` serves N from one process, named NAME-0 … NAME-(N-1), each on a port of its own).
+`rollout sandbox install minecraft`: install what the `minecraft` kind runs, ahead of its first use."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -13,7 +16,7 @@ from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(
-    help="Sandboxes: worlds that episodes claim (a computer, a shared grid, a kind of your own).",
+    help="Sandboxes: worlds that episodes claim (a computer, a Minecraft world, a shared grid, a kind of your own).",
     no_args_is_help=True,
 )
 
@@ -22,7 +25,7 @@ app = typer.Typer(
 def serve(
     overrides: Overrides = None,
     kind: Annotated[
-        str, typer.Option(help="shell, or package.module:attribute of an environment's kind.")
+        str, typer.Option(help="shell, minecraft, or package.module:attribute of an environment's kind.")
     ] = "shell",
     name: Annotated[
         str, typer.Option(help="This sandbox's name in its pool (unique per kind).")
@@ -45,10 +48,11 @@ def serve(
     from rollout.sandbox import load_kind
     from rollout.sandbox.claims import SandboxNameTaken
     from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir
-    from rollout.sandbox.world import UnknownSandboxKind
+    from rollout.sandbox.world import SandboxSetupError, UnknownSandboxKind
 
     settings = load_settings(overrides)
     as_service(settings)
+    _use_data_directory(settings.data_path)
     if seats < 1 or count < 1:
         fail("--seats and --count must be at least 1", code=2)
     if count > 1 and port:
@@ -90,5 +94,44 @@ def serve(
 
     try:
         asyncio.run(serve())
-    except (LedgerError, SandboxNameTaken) as error:
+    except (LedgerError, SandboxNameTaken, SandboxSetupError) as error:
         fail(str(error))
+
+
+def _use_data_directory(data_path: Path) -> None:
+    """Kinds that install what they run keep it under the data directory (unless told otherwise)."""
+    from rollout.sandbox.minecraft.install import HOME_VARIABLE, minecraft_home
+
+    os.environ.setdefault(HOME_VARIABLE, str(minecraft_home(data_path)))
+
+
+INSTALLABLE = ("minecraft",)
+
+
+@app.command("install")
+def install(
+    kind: Annotated[str, typer.Argument(help="The kind to install: minecraft.")],
+    overrides: Overrides = None,
+) -> None:
+    """Install what a sandbox kind runs, ahead of its first use: for minecraft, the pinned Minecraft server and
+    bots (npm packages, ~750 MB, and Node 22 when the machine's Node is older) under the data directory.
+    Sandboxes install it themselves on first use; this does it now, with progress, and says where."""
+    import logging
+    import time
+
+    from rollout.sandbox.minecraft.install import MinecraftInstallError, ensure_installed, minecraft_home
+
+    if kind not in INSTALLABLE:
+        fail(f"{kind!r} needs no installing: only {', '.join(INSTALLABLE)} does", code=2)
+    settings = load_settings(overrides)
+    _use_data_directory(settings.data_path)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    started = time.monotonic()
+    try:
+        installed = ensure_installed(minecraft_home(settings.data_path))
+    except MinecraftInstallError as error:
+        fail(str(error))
+    err.print(
+        f"minecraft: installed in {installed.home} (Node {installed.node}), {time.monotonic() - started:.0f}s",
+        highlight=False,
+    )

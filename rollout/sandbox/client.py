@@ -5,7 +5,8 @@ Contract:
   It is plain data (it travels through Temporal) and the same on every retry of the claim's episode.
 - `SandboxClient.act(action)` sends one action under the seat's epoch. When the claim was superseded (the
   episode lost its sandbox, e.g. after its claim expired) the server refuses and `act` raises
-  `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message.
+  `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message; a world
+  lost for this claim (its server died) raises `SandboxLost`: the episode cannot go on in it.
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ class SandboxSuperseded(RuntimeError):
 
 class SandboxActionError(ValueError):
     """The world rejected the action."""
+
+
+class SandboxLost(RuntimeError):
+    """The sandbox's world is gone for this claim (its server died): nothing more can be done in it."""
 
 
 class SandboxClient:
@@ -47,6 +52,8 @@ class SandboxClient:
             raise SandboxSuperseded(response.json().get("error", response.text))
         if response.status_code == 400:
             raise SandboxActionError(response.json().get("error", response.text))
+        if response.status_code == 503:
+            raise SandboxLost(response.json().get("error", response.text))
         response.raise_for_status()
         return response.json()
 

@@ -6,7 +6,7 @@ Contract:
   epoch again is a no-op (a retried open); an older one is refused with 409. Epochs come from the ledger lease,
   so they only grow: a zombie holder can neither reopen nor act once a newer claim opened.
 - `POST /act {epoch, seat, action}` acts for a seat under the current epoch (409 otherwise, 400 for a seat out
-  of range or an action the world rejects, with the reason).
+  of range or an action the world rejects, with the reason; 503 when the world is lost for this claim).
 - `GET /health` answers the kind, name, seats and current epoch.
 """
 
@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rollout.sandbox.world import SandboxWorld
+from rollout.sandbox.world import SandboxWorld, SandboxWorldLost
 
 
 class _Claims:
@@ -75,6 +75,8 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
             result = await world.act(seat, body["action"])
         except ValueError as error:
             return _error(400, str(error))
+        except SandboxWorldLost as error:
+            return _error(503, str(error))
         return JSONResponse(result)
 
     async def health(request: Request) -> JSONResponse:

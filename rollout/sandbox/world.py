@@ -8,6 +8,8 @@ Contract:
 - `act(seat, action)` takes and returns JSON objects. Seats act concurrently; a world that has shared state
   keeps it consistent itself (the server does not serialise acts, so a long shell command blocks no one).
 - A world owns whatever it runs (a server process of its own, say) and stops it in `close()`.
+- A world whose state is gone for the current claim (its server process died) raises `SandboxWorldLost` from
+  `act`; the claim's agents cannot go on in it, and the next claim's `reset()` brings a fresh world.
 """
 
 from __future__ import annotations
@@ -31,15 +33,26 @@ class SandboxWorld(Protocol):
 
 SandboxKind = Callable[[Path, int], SandboxWorld]
 
-BUILT_IN = {"shell": "rollout.sandbox.shell:ShellWorld"}
+BUILT_IN = {
+    "shell": "rollout.sandbox.shell:ShellWorld",
+    "minecraft": "rollout.sandbox.minecraft:MinecraftWorld",
+}
 
 
 class UnknownSandboxKind(ValueError):
     pass
 
 
+class SandboxSetupError(RuntimeError):
+    """A kind could not set itself up on this machine (what it runs is missing and cannot be installed)."""
+
+
+class SandboxWorldLost(RuntimeError):
+    """The world is gone for the current claim: nothing more can be done in it until the next claim resets it."""
+
+
 def load_kind(kind: str) -> SandboxKind:
-    """The factory for `kind`: a built-in name (shell) or `package.module:attribute`."""
+    """The factory for `kind`: a built-in name (shell, minecraft) or `package.module:attribute`."""
     world = kind.partition("#")[0]
     reference = BUILT_IN.get(world, world)
     try:

@@ -1,0 +1,18 @@
+"""The `minecraft` sandbox kind: one Minecraft world per sandbox, one bot per seat.
+
+Contract:
+- `MinecraftWorld(workdir, seats)` installs the pinned server and bots on first use
+  (rollout.sandbox.minecraft.install) and runs nothing until a claim opens: every `reset()` (a new claim epoch)
+  stops the last world and starts a fresh one, a flying-squid server on 127.0.0.1 in offline mode with a
+  generated flat world, and a bot per seat named `BOT_NAMES[seat]` (rollout.sandbox.minecraft.sidecar).
+- `act(seat, {"op": OP, ...arguments})` drives the seat's bot. The ops agents use: `observe`, `wait {seconds}`, `move_to {x, z}`,
+  `look {x, y, z}`, `dig {x, y, z}`, `place {x, y, z, block?}`, `chat {text}`; the ops tasks use to set up and
+  score: `setup {blocks?, start?, items?}` and `blocks {cells}`. Coordinates are block coordinates; answers are
+  JSON (rollout.sandbox.minecraft.tools renders them as text for a model). An op the world refuses (too far,
+  nothing to dig, no block in hand) raises `ValueError` with the reason.
+- When the world's process dies, `act` raises `SandboxWorldLost` until the next claim resets it.
+"""
+
+from rollout.sandbox.minecraft.world import BOT_NAMES, MinecraftWorld
+
+__all__ = ["BOT_NAMES", "MinecraftWorld"]

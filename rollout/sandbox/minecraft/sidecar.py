@@ -1,0 +1,196 @@
+"""The Python end of one world's Node sidecar (`sidecar.mjs`: a flying-squid server and one bot per seat).
+
+Contract:
+- `Sidecar.start(installation, names, workdir)` starts the Node process in a session of its own (its log in
+  `workdir/world.log`, its pid in `workdir/world.pid`), connects to it over a Unix socket and returns once every bot has spawned (`ready`:
+  how long the server took to listen and the bots to join, the ground's height). A world that is not up within
+  `READY_TIMEOUT_S` is stopped and `WorldLost` raised with the tail of its log.
+- `request(seat, op, args)` sends one request and answers its result; requests from many seats are in flight
+  at once. An op the world refuses raises `ValueError` with the world's reason.
+- The world is lost when its process ends or its socket closes (it was killed, it crashed): every pending and
+  later request raises `WorldLost`. Nothing restarts it: the owner starts a new one (a new claim, a new world).
+- `close()` kills the process group and removes the socket; the sidecar also exits by itself when its socket
+  closes, so a world never outlives the process that owns it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rollout.net import free_port
+from rollout.sandbox.minecraft.install import Installation
+from rollout.sandbox.world import SandboxWorldLost
+
+READY_TIMEOUT_S = 90.0
+REQUEST_TIMEOUT_S = 120.0
+
+
+class WorldLost(SandboxWorldLost):
+    """The world's process is gone: this world answers nothing more."""
+
+
+@dataclass(frozen=True)
+class Ready:
+    listening_ms: float
+    ready_ms: float
+    ground_y: int
+
+
+class Sidecar:
+    def __init__(
+        self,
+        process: asyncio.subprocess.Process,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        socket_dir: Path,
+        log: Path,
+    ) -> None:
+        self.process = process
+        self._reader = reader
+        self._writer = writer
+        self._socket_dir = socket_dir
+        self.log = log
+        self._ids = itertools.count(1)
+        self._pending: dict[int, asyncio.Future[Any]] = {}
+        self._lost: str | None = None
+        self._listening: asyncio.Task[None] | None = None
+        self.ready: Ready | None = None
+
+    @classmethod
+    async def start(cls, installation: Installation, names: list[str], workdir: Path) -> Sidecar:
+        socket_dir = await asyncio.to_thread(_make_dirs, workdir)
+        socket = socket_dir / "world.sock"
+        config = {"home": str(installation.home), "port": free_port(), "names": names, "socket": str(socket)}
+        log = workdir / "world.log"
+        with log.open("ab") as out:
+            process = await asyncio.create_subprocess_exec(
+                str(installation.node),
+                str(installation.sidecar),
+                json.dumps(config),
+                cwd=workdir,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                start_new_session=True,
+            )
+        await asyncio.to_thread((workdir / "world.pid").write_text, str(process.pid))
+        try:
+            reader, writer = await cls._connect(process, socket)
+            sidecar = cls(process, reader, writer, socket_dir, log)
+            line = await asyncio.wait_for(reader.readline(), READY_TIMEOUT_S)
+            ready = json.loads(line) if line else {}
+            if not ready.get("ready"):
+                raise WorldLost(f"the Minecraft world did not come up: {_tail(log)}")
+        except (TimeoutError, OSError, ValueError, WorldLost) as error:
+            _kill(process)
+            shutil.rmtree(socket_dir, ignore_errors=True)
+            if isinstance(error, WorldLost):
+                raise
+            raise WorldLost(f"the Minecraft world did not come up ({error!r}): {_tail(log)}") from error
+        sidecar.ready = Ready(ready["listening_ms"], ready["ready_ms"], int(ready["ground_y"]))
+        sidecar._listening = asyncio.create_task(sidecar._listen())
+        return sidecar
+
+    @staticmethod
+    async def _connect(
+        process: asyncio.subprocess.Process, socket: Path
+    ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while True:
+            if process.returncode is not None:
+                raise WorldLost(f"the Minecraft world exited with {process.returncode} before it listened")
+            with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
+                return await asyncio.open_unix_connection(str(socket), limit=16 * 1024 * 1024)
+            if time.monotonic() > deadline:
+                raise TimeoutError("the world's socket never appeared")
+            await asyncio.sleep(0.05)
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def lost(self) -> str | None:
+        return self._lost
+
+    async def _listen(self) -> None:
+        try:
+            while line := await self._reader.readline():
+                answer = json.loads(line)
+                future = self._pending.pop(answer.get("id"), None)
+                if future is None or future.done():
+                    continue
+                if answer.get("ok"):
+                    future.set_result(answer.get("result"))
+                else:
+                    future.set_exception(ValueError(str(answer.get("error", "the world refused"))))
+        except (OSError, ValueError) as error:
+            self._lose(f"its connection broke ({error})")
+            return
+        code = await self.process.wait()
+        self._lose(f"its process ended (exit {code})")
+
+    def _lose(self, why: str) -> None:
+        if self._lost is None:
+            self._lost = f"the Minecraft world is lost: {why}"
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(WorldLost(self._lost))
+        self._pending.clear()
+
+    async def request(self, seat: int, op: str, args: dict[str, Any]) -> Any:
+        if self._lost is not None:
+            raise WorldLost(self._lost)
+        key = next(self._ids)
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._pending[key] = future
+        try:
+            self._writer.write(json.dumps({"id": key, "seat": seat, "op": op, "args": args}).encode() + b"\n")
+            await self._writer.drain()
+            return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+        except (OSError, ConnectionError) as error:
+            self._lose(f"writing to it failed ({error})")
+            raise WorldLost(self._lost or "the Minecraft world is lost") from error
+        finally:
+            self._pending.pop(key, None)
+
+    async def close(self) -> None:
+        self._lose("it was closed")
+        if self._listening is not None:
+            self._listening.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._listening
+        with contextlib.suppress(OSError):
+            self._writer.close()
+        _kill(self.process)
+        with contextlib.suppress(ProcessLookupError):
+            await self.process.wait()
+        shutil.rmtree(self._socket_dir, ignore_errors=True)
+
+
+def _make_dirs(workdir: Path) -> Path:
+    workdir.mkdir(parents=True, exist_ok=True)
+    return Path(tempfile.mkdtemp(prefix="rollout-mc-"))  # short: a socket's path has about 100 bytes
+
+
+def _kill(process: asyncio.subprocess.Process) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(process.pid, signal.SIGKILL)
+
+
+def _tail(log: Path) -> str:
+    try:
+        return " / ".join(log.read_text(errors="replace").strip().splitlines()[-5:]) or "(its log is empty)"
+    except OSError:
+        return "(no log)"

@@ -1,0 +1,183 @@
+"""The minecraft sandbox kind: a real flying-squid world and real mineflayer bots (the pinned npm packages,
+installed once per machine), served over HTTP as a sandbox.
+
+What must hold: every bot sees the other three; a claim's epoch gets a fresh world and an older epoch can
+neither act nor reopen; a world whose process is killed answers "lost" until the next claim brings a fresh one;
+placing is decided by the server (two bots placing into one cell: one wins, the other is told); the install
+fails with a clear next step without npm or a reachable registry; and 4 bots acting for a while leak neither
+processes nor memory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import signal
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+
+from benchmarks.minecraft import processes_in_session, rss_mb
+from rollout.harness import SandboxSeat
+from rollout.net import serving
+from rollout.sandbox import SandboxClient, SandboxSuperseded
+from rollout.sandbox.client import SandboxActionError, SandboxLost
+from rollout.sandbox.minecraft import BOT_NAMES, MinecraftWorld
+from rollout.sandbox.minecraft.install import MinecraftInstallError, ensure_installed
+from rollout.sandbox.server import build_sandbox_app
+
+SEATS = 4
+# The soak's length: 45 s here (CI), ten minutes with ROLLOUT_MINECRAFT_SOAK_S=600 (benchmarks/RESULTS.md).
+SOAK_S = float(os.environ.get("ROLLOUT_MINECRAFT_SOAK_S", "45"))
+SOAK_RSS_GROWTH_MB = 120  # the bound: the world's memory after the soak, over its memory after warming up
+
+
+@contextlib.asynccontextmanager
+async def served_world(workdir: Path) -> AsyncIterator[tuple[MinecraftWorld, str]]:
+    world = MinecraftWorld(workdir, SEATS)
+    try:
+        async with serving(build_sandbox_app(world, kind="minecraft", name="mc", seats=SEATS)) as url:
+            yield world, url
+    finally:
+        await world.close()
+
+
+def seats(url: str, epoch: int) -> list[SandboxClient]:
+    return [
+        SandboxClient(
+            SandboxSeat(address=url, kind="minecraft", name="mc", epoch=epoch, seat=s, holder=f"ep{epoch}")
+        )
+        for s in range(SEATS)
+    ]
+
+
+async def test_bots_see_each_other_and_each_claim_gets_a_fresh_world(
+    tmp_path: Path, minecraft_home: Path
+) -> None:
+    async with served_world(tmp_path / "world") as (world, url):
+        first = seats(url, 1)
+        await first[0].open()
+        views = await asyncio.gather(*(seat.act({"op": "observe"}) for seat in first))
+        for seat, view in enumerate(views):
+            assert view["name"] == BOT_NAMES[seat]
+            others = {player["name"] for player in view["players"]}
+            assert others == set(BOT_NAMES[:SEATS]) - {BOT_NAMES[seat]}, f"{view['name']} sees {others}"
+        ground = views[0]["ground_y"]
+        gold, above = [0, ground + 1, 0], [0, ground + 2, 0]
+        await first[0].act({"op": "setup", "blocks": [{"name": "gold_block", "at": gold}]})
+        for seat, side in ((1, [2, ground + 1, 0]), (2, [-2, ground + 1, 0])):
+            await first[seat].act({"op": "setup", "start": side, "items": [{"name": "red_wool", "count": 2}]})
+        # Two bots place into one cell at once: the server decides, one is told the other got there first.
+        placing = [first[s].act({"op": "place", "x": above[0], "y": above[1], "z": above[2]}) for s in (1, 2)]
+        outcomes = await asyncio.gather(*placing, return_exceptions=True)
+        won = [o for o in outcomes if isinstance(o, dict)]
+        lost = [o for o in outcomes if isinstance(o, SandboxActionError)]
+        assert len(won) == 1 and len(lost) == 1, outcomes
+        assert "got there first" in str(lost[0]) or "already holds" in str(lost[0])
+        column = (await first[0].act({"op": "blocks", "cells": [gold, above]}))["blocks"]
+        assert [b["name"] for b in column] == ["gold_block", "red_wool"]
+        assert column[1]["placed_by"] in (1, 2) and column[0]["placed_by"] is None
+        far = [int(v) + 12 for v in views[3]["position"]]
+        with pytest.raises(SandboxActionError, match="move within"):
+            await first[3].act({"op": "dig", "x": far[0], "y": ground, "z": far[2]})
+        pid = world.sidecar.pid if world.sidecar else None
+
+        second = seats(url, 2)
+        await second[0].open()
+        assert world.sidecar is not None and world.sidecar.pid != pid, "a new claim runs a new world"
+        column = (await second[0].act({"op": "blocks", "cells": [gold, above]}))["blocks"]
+        assert [b["name"] for b in column] == ["air", "air"], "the new world kept the last claim's blocks"
+        with pytest.raises(SandboxSuperseded):
+            await first[1].act({"op": "observe"})  # a zombie of the older claim cannot act …
+        with pytest.raises(SandboxSuperseded):
+            await first[1].open()  # … nor reopen the world
+        assert (await second[1].act({"op": "observe"}))["name"] == BOT_NAMES[1]
+        for seat in first + second:
+            await seat.aclose()
+
+
+async def test_a_killed_world_is_lost_until_the_next_claim(tmp_path: Path, minecraft_home: Path) -> None:
+    async with served_world(tmp_path / "world") as (world, url):
+        first = seats(url, 1)
+        await first[0].open()
+        pid = int((tmp_path / "world" / "world.pid").read_text())
+        os.killpg(pid, signal.SIGKILL)
+        for _ in range(100):  # the world notices its process ended within moments
+            if world.sidecar is None or world.sidecar.lost:
+                break
+            await asyncio.sleep(0.05)
+        with pytest.raises(SandboxLost, match="lost"):
+            await first[2].act({"op": "observe"})
+        second = seats(url, 2)
+        await second[0].open()
+        assert (await second[2].act({"op": "observe"}))["name"] == BOT_NAMES[2]
+        for seat in first + second:
+            await seat.aclose()
+
+
+def test_installing_without_npm_or_a_registry_says_what_to_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(MinecraftInstallError, match="npm is not on PATH"):
+        ensure_installed(tmp_path / "no-npm")
+    monkeypatch.undo()
+    monkeypatch.setenv("npm_config_registry", "http://127.0.0.1:9/")
+    monkeypatch.setenv("npm_config_fetch_retries", "0")
+    with pytest.raises(MinecraftInstallError, match="reaches the npm registry"):
+        ensure_installed(tmp_path / "no-registry")
+
+
+async def _act_randomly(
+    seat: int, client: SandboxClient, ground: int, until: float, counts: list[int]
+) -> None:
+    rng = random.Random(seat)
+    while time.monotonic() < until:
+        x, z = rng.randint(-6, 6), rng.randint(-6, 6)
+        action = rng.choice(
+            [
+                {"op": "observe"},
+                {"op": "move_to", "x": x, "z": z},
+                {"op": "place", "x": x, "y": ground + 1, "z": z},
+                {"op": "dig", "x": x, "y": ground + 1, "z": z},
+                {"op": "look", "x": x, "y": ground, "z": z},
+                {"op": "chat", "text": f"{seat} at {x},{z}"},
+            ]
+        )
+        with contextlib.suppress(SandboxActionError):
+            await client.act(action)
+        counts[seat] += 1
+
+
+@pytest.mark.timeout(SOAK_S + 180)
+async def test_four_bots_acting_for_a_while_leak_no_processes_or_memory(
+    tmp_path: Path, minecraft_home: Path
+) -> None:
+    async with served_world(tmp_path / "world") as (world, url):
+        clients = seats(url, 1)
+        await clients[0].open()
+        assert world.sidecar is not None
+        pid = world.sidecar.pid
+        ground = (await clients[0].act({"op": "observe"}))["ground_y"]
+        for seat, client in enumerate(clients):
+            await client.act(
+                {"op": "setup", "items": [{"name": "stone", "count": 64}], "start": [seat * 2, ground + 1, 0]}
+            )
+        counts = [0] * SEATS
+        warm = time.monotonic() + min(15.0, SOAK_S / 3)
+        await asyncio.gather(*(_act_randomly(s, c, ground, warm, counts) for s, c in enumerate(clients)))
+        warmed_rss, processes = rss_mb(pid), processes_in_session(pid)
+        end = time.monotonic() + SOAK_S
+        await asyncio.gather(*(_act_randomly(s, c, ground, end, counts) for s, c in enumerate(clients)))
+        final_rss = rss_mb(pid)
+        assert min(counts) > 10, f"the bots barely acted: {counts}"
+        assert processes_in_session(pid) == processes == 1, "the world runs one process, and spawns none"
+        assert final_rss - warmed_rss < SOAK_RSS_GROWTH_MB, (
+            f"the world grew {final_rss - warmed_rss:.0f} MB in {SOAK_S:g}s ({warmed_rss:.0f} → {final_rss:.0f})"
+        )
+        for client in clients:
+            await client.aclose()
