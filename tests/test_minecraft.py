@@ -15,6 +15,8 @@ import contextlib
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -130,6 +132,14 @@ def test_installing_without_npm_or_a_registry_says_what_to_do(
     monkeypatch.setenv("npm_config_fetch_retries", "0")
     with pytest.raises(MinecraftInstallError, match="reaches the npm registry"):
         ensure_installed(tmp_path / "no-registry")
+
+
+def test_rollout_sandbox_install_installs_minecraft_and_nothing_else(minecraft_home: Path) -> None:
+    rollout = [sys.executable, "-m", "rollout.cli", "sandbox", "install"]
+    done = subprocess.run([*rollout, "minecraft"], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0 and f"installed in {minecraft_home}" in done.stderr, done.stderr
+    done = subprocess.run([*rollout, "shell"], capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 2 and "needs no installing" in done.stderr and "Traceback" not in done.stderr
 
 
 async def _act_randomly(

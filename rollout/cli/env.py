@@ -22,12 +22,17 @@ def check(
 
     Exits non-zero, naming what is wrong and where, when anything fails. Needs no services.
     """
+    import logging
     from dataclasses import asdict
 
     from rich.table import Table
 
     from rollout.cli.env_check import check_environment
 
+    # A sandbox kind says what it sets up (the minecraft kind's first install takes a while): show it.
+    setting_up = logging.getLogger("rollout.sandbox")
+    setting_up.setLevel(logging.INFO)
+    setting_up.addHandler(logging.StreamHandler())
     report = asyncio.run(check_environment(reference))
     if as_json:
         print(json.dumps({"ok": report.ok, **asdict(report)}))
