@@ -3,7 +3,8 @@ installed once per machine), served over HTTP as a sandbox.
 
 What must hold: every bot sees the other three; a claim's epoch gets a fresh world and an older epoch can
 neither act nor reopen; a world whose process is killed answers "lost" until the next claim brings a fresh one;
-placing is decided by the server (two bots placing into one cell: one wins, the other is told); the install
+placing is decided by the server (two bots placing into one cell: one wins, the other is told) and chat cannot
+run the server's commands; the install
 fails with a clear next step without npm or a reachable registry; and 4 bots acting for a while leak neither
 processes nor memory.
 """
@@ -83,6 +84,14 @@ async def test_bots_see_each_other_and_each_claim_gets_a_fresh_world(
         column = (await first[0].act({"op": "blocks", "cells": [gold, above]}))["blocks"]
         assert [b["name"] for b in column] == ["gold_block", "red_wool"]
         assert column[1]["placed_by"] in (1, 2) and column[0]["placed_by"] is None
+        winner = first[1] if isinstance(outcomes[0], dict) else first[2]
+        assert (await winner.act({"op": "dig", "x": above[0], "y": above[1], "z": above[2]}))[
+            "dug"
+        ] == "red_wool"
+        [dug] = (await first[0].act({"op": "blocks", "cells": [above]}))["blocks"]
+        assert dug == {"name": "air", "at": above, "placed_by": None}, "a dug block is nobody's any more"
+        with pytest.raises(SandboxActionError, match="commands are not allowed"):
+            await first[0].act({"op": "chat", "text": "/stop"})  # a model must not run the server's commands
         far = [int(v) + 12 for v in views[3]["position"]]
         with pytest.raises(SandboxActionError, match="move within"):
             await first[3].act({"op": "dig", "x": far[0], "y": ground, "z": far[2]})

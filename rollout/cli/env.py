@@ -32,7 +32,8 @@ def check(
     # A sandbox kind says what it sets up (the minecraft kind's first install takes a while): show it.
     setting_up = logging.getLogger("rollout.sandbox")
     setting_up.setLevel(logging.INFO)
-    setting_up.addHandler(logging.StreamHandler())
+    if not setting_up.handlers:
+        setting_up.addHandler(logging.StreamHandler())
     report = asyncio.run(check_environment(reference))
     if as_json:
         print(json.dumps({"ok": report.ok, **asdict(report)}))

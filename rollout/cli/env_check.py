@@ -148,8 +148,13 @@ async def _sandbox_for_check(
                 )
                 for seat in range(need.seats)
             ]
-            async with SandboxClient(seats[0]) as opener:
-                await opener.open()
+            try:
+                async with SandboxClient(seats[0]) as opener:
+                    await opener.open()
+            except Exception as error:  # its world did not come up: say why, play nothing
+                report.findings.append(Finding(where, f"the sandbox did not open: {error}"))
+                yield None
+                return
             yield seats
     finally:
         await world.close()

@@ -61,6 +61,14 @@ def serve(
         load_kind(kind)
     except UnknownSandboxKind as error:
         fail(str(error), code=2)
+    if kind.partition("#")[0] in INSTALLABLE:
+        # Before the event loop: the first install (npm) takes a while, and Ctrl-C must still stop it.
+        from rollout.sandbox.minecraft.install import ensure_installed, minecraft_home
+
+        try:
+            ensure_installed(minecraft_home(settings.data_path))
+        except SandboxSetupError as error:
+            fail(str(error))
     port = port or free_port()
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT` (or 0 for a free one)")

@@ -4,7 +4,8 @@ Contract:
 - One process (or one in-process app) per sandbox: it owns the world (and any process the world runs).
 - `POST /open {epoch, holder}` starts a claim: a newer epoch resets the world and becomes current; the current
   epoch again is a no-op (a retried open); an older one is refused with 409. Epochs come from the ledger lease,
-  so they only grow: a zombie holder can neither reopen nor act once a newer claim opened.
+  so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
+  be brought up for the new epoch answers 503, and the epoch does not change.
 - `POST /act {epoch, seat, action}` acts for a seat under the current epoch (409 otherwise, 400 for a seat out
   of range or an action the world rejects, with the reason; 503 when the world is lost for this claim).
 - `GET /health` answers the kind, name, seats and current epoch.
@@ -56,7 +57,10 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
                     409, f"claim epoch {epoch} is superseded by epoch {claims.epoch} ({claims.holder})"
                 )
             if epoch > claims.epoch:
-                await world.reset()
+                try:
+                    await world.reset()
+                except SandboxWorldLost as error:
+                    return _error(503, str(error))
                 claims.epoch, claims.holder = epoch, str(body.get("holder", ""))
         return JSONResponse({"epoch": claims.epoch, "holder": claims.holder, "seats": seats})
 

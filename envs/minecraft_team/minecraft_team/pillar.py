@@ -84,6 +84,14 @@ class PillarBuilder(Task):
             raise RuntimeError("PillarBuilder needs a minecraft sandbox seat: its environment declares one")
         self.box = SandboxClient(run.sandbox)
         self.seat = run.sandbox.seat
+        try:
+            return await self._set_up()
+        except BaseException:
+            await self._close()
+            raise
+
+    async def _set_up(self) -> Observation:
+        assert self.box is not None
         ground = int((await self.box.act({"op": "observe"}))["ground_y"])
         self.gold = [self.marker[0], ground + 1, self.marker[1]]
         start = self.starts[self.seat % len(self.starts)]
@@ -101,6 +109,17 @@ class PillarBuilder(Task):
         return Observation(text, tools=MINECRAFT_TOOLS)
 
     async def respond(self, run: RunContext, reply: Message) -> Observation:
+        try:
+            return await self._respond(reply)
+        except BaseException:
+            await self._close()  # the world is lost, the claim superseded, or the play cancelled
+            raise
+
+    async def _close(self) -> None:
+        if self.box is not None:
+            await self.box.aclose()
+
+    async def _respond(self, reply: Message) -> Observation:
         assert self.box is not None
         self.replies += 1
         self.focus += max(0.0, 1 - len(reply.text.strip()) / FOCUS_CHARS)
@@ -129,7 +148,7 @@ class PillarBuilder(Task):
                 "others_seen": float(len(self.others_seen)),
                 "focus": round(self.focus / max(self.replies, 1), 3),
             }
-            await self.box.aclose()
+            await self._close()
             return End(self._answer(results, lines, status), reward=reward, metrics=metrics)
         return Observation(self._answer(results, lines, status))
 

@@ -60,9 +60,10 @@ def minecraft_home(data_path: Path | None = None) -> Path:
     return data_path / "tools" / "minecraft"
 
 
-def _pinned() -> str:
+def _pinned(node: Path) -> str:
+    """What an installation was made for: the lock's contents and the Node that runs it."""
     lock = (HERE / "package.json").read_bytes() + (HERE / "package-lock.json").read_bytes()
-    return hashlib.sha256(lock).hexdigest()[:16]
+    return f"{hashlib.sha256(lock).hexdigest()[:16]} {node} v{_node_major(str(node))}"
 
 
 def _node_major(node: str) -> int:
@@ -135,7 +136,8 @@ def ensure_installed(home: Path) -> Installation:
         fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, by this process or by its death
         node = _node(home)
         stamp = home / "installed"
-        if stamp.exists() and stamp.read_text() == _pinned() and (home / "node_modules").is_dir():
+        pinned = _pinned(node)
+        if stamp.exists() and stamp.read_text() == pinned and (home / "node_modules").is_dir():
             return Installation(home, node)
         log.info("installing the Minecraft server and bots (npm, ~750 MB) into %s", home)
         stamp.unlink(missing_ok=True)
@@ -143,6 +145,6 @@ def ensure_installed(home: Path) -> Installation:
         for name in ("package.json", "package-lock.json"):
             shutil.copyfile(HERE / name, home / name)
         _npm(["ci", "--omit=dev"], home, "the Minecraft server and bots")
-        stamp.write_text(_pinned())
+        stamp.write_text(pinned)
         log.info("installed the Minecraft server and bots into %s", home)
         return Installation(home, node)

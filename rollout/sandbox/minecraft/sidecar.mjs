@@ -33,7 +33,7 @@ const serv = mcServer.createMCServer({
   'online-mode': false, logging: false, noConsoleOutput: true, gameMode: 1, difficulty: 0, worldFolder: undefined,
   generation: { name: 'superflat', options: { worldHeight: 80 } }, kickTimeout: 60000, plugins: {}, modpe: false,
   'view-distance': 2, 'player-list-text': { header: { text: '' }, footer: { text: '' } },
-  'everybody-op': true, 'max-entities': 100, version: VERSION
+  'everybody-op': false, 'max-entities': 100, version: VERSION
 })
 const registry = require('prismarine-registry')(VERSION)
 const Item = require('prismarine-item')(registry)
@@ -48,6 +48,11 @@ serv.on('newPlayer', (player) => {
   }
   // flying-squid places a block into a cell that already holds one (two bots placing at once both "succeed",
   // the second overwriting the first): refuse that, and remember who placed what, on the server's side.
+  const changeBlock = player.changeBlock
+  player.changeBlock = async (position, blockType, ...rest) => {
+    if (blockType === 0) placedBy.delete(key(position.x, position.y, position.z)) // dug
+    return changeBlock(position, blockType, ...rest)
+  }
   const setBlock = player.setBlock
   player.setBlock = async (position, stateId, ...rest) => {
     const at = key(position.x, position.y, position.z)
@@ -244,11 +249,13 @@ async function setup (seat, args) {
   return observe(seat)
 }
 
-function blocksAt (bot, args) {
-  const blocks = (args.cells || []).map((c) => {
-    const block = bot.blockAt(new Vec3(...c))
-    return { name: block ? block.name : 'unknown', at: c, placed_by: placedBy.get(key(...c)) ?? null }
-  })
+async function blocksAt (bot, args) {
+  // the server's world, not the bot's view of it (which lags what other bots just placed)
+  const blocks = []
+  for (const c of args.cells || []) {
+    const block = await serv.overworld.getBlock(new Vec3(...c))
+    blocks.push({ name: block ? block.name : 'unknown', at: c, placed_by: placedBy.get(key(...c)) ?? null })
+  }
   return { blocks, position: bot.entity.position.toArray().map(round) }
 }
 
@@ -261,6 +268,7 @@ const OPS = {
   chat: (seat, args) => {
     const text = String(args.text ?? '').trim().slice(0, 256)
     if (!text) throw new Error('say something: give text')
+    if (text.startsWith('/')) throw new Error('chat is for talking: commands are not allowed')
     bots[seat].chat(text)
     chat.push({ from: bots[seat].username, text })
     return { said: text }
@@ -334,4 +342,9 @@ serv.on('listening', async () => {
   await owner
   say({ ready: true, listening_ms: listening, ready_ms: Date.now() - started, ground_y: groundY })
 })
-serv.on('error', (error) => console.error(`server: ${error.message}`))
+let serverUp = false
+serv.on('listening', () => { serverUp = true })
+serv.on('error', (error) => {
+  console.error(`server: ${error.message}`)
+  if (!serverUp) process.exit(2) // it never came up (its port was taken): fail now, not after a timeout
+})

@@ -4,9 +4,11 @@ Contract:
 - `Sidecar.start(installation, names, workdir)` starts the Node process in a session of its own (its log in
   `workdir/world.log`, its pid in `workdir/world.pid`), connects to it over a Unix socket and returns once every bot has spawned (`ready`:
   how long the server took to listen and the bots to join, the ground's height). A world that is not up within
-  `READY_TIMEOUT_S` is stopped and `WorldLost` raised with the tail of its log.
+  `READY_TIMEOUT_S` is stopped and `WorldLost` raised with the tail of its log; a start that fails or is cancelled
+  leaves no process or socket behind.
 - `request(seat, op, args)` sends one request and answers its result; requests from many seats are in flight
-  at once. An op the world refuses raises `ValueError` with the world's reason.
+  at once. An op the world refuses raises `ValueError` with the world's reason, and so does one it does not
+  answer within `REQUEST_TIMEOUT_S` (the world goes on).
 - The world is lost when its process ends or its socket closes (it was killed, it crashed): every pending and
   later request raises `WorldLost`. Nothing restarts it: the owner starts a new one (a new claim, a new world).
 - `close()` kills the process group and removes the socket; the sidecar also exits by itself when its socket
@@ -69,44 +71,50 @@ class Sidecar:
 
     @classmethod
     async def start(cls, installation: Installation, names: list[str], workdir: Path) -> Sidecar:
+        deadline = time.monotonic() + READY_TIMEOUT_S
         socket_dir = await asyncio.to_thread(_make_dirs, workdir)
         socket = socket_dir / "world.sock"
         config = {"home": str(installation.home), "port": free_port(), "names": names, "socket": str(socket)}
         log = workdir / "world.log"
-        with log.open("ab") as out:
-            process = await asyncio.create_subprocess_exec(
-                str(installation.node),
-                str(installation.sidecar),
-                json.dumps(config),
-                cwd=workdir,
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=out,
-                stderr=out,
-                start_new_session=True,
-            )
-        await asyncio.to_thread((workdir / "world.pid").write_text, str(process.pid))
+        process: asyncio.subprocess.Process | None = None
+        writer: asyncio.StreamWriter | None = None
         try:
-            reader, writer = await cls._connect(process, socket)
-            sidecar = cls(process, reader, writer, socket_dir, log)
-            line = await asyncio.wait_for(reader.readline(), READY_TIMEOUT_S)
-            ready = json.loads(line) if line else {}
-            if not ready.get("ready"):
+            with log.open("ab") as out:
+                process = await asyncio.create_subprocess_exec(
+                    str(installation.node),
+                    str(installation.sidecar),
+                    json.dumps(config),
+                    cwd=workdir,
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=out,
+                    stderr=out,
+                    start_new_session=True,
+                )
+            await asyncio.to_thread((workdir / "world.pid").write_text, str(process.pid))
+            reader, writer = await cls._connect(process, socket, deadline)
+            line = await asyncio.wait_for(reader.readline(), max(deadline - time.monotonic(), 0.1))
+            answer = json.loads(line) if line else {}
+            if not isinstance(answer, dict) or not answer.get("ready"):
                 raise WorldLost(f"the Minecraft world did not come up: {_tail(log)}")
-        except (TimeoutError, OSError, ValueError, WorldLost) as error:
-            _kill(process)
+            ready = Ready(float(answer["listening_ms"]), float(answer["ready_ms"]), int(answer["ground_y"]))
+        except BaseException as error:  # cancelled too: never leave a world running that nobody owns
+            if writer is not None:
+                writer.close()
+            if process is not None:
+                _kill(process)
             shutil.rmtree(socket_dir, ignore_errors=True)
-            if isinstance(error, WorldLost):
+            if isinstance(error, WorldLost) or not isinstance(error, Exception):
                 raise
             raise WorldLost(f"the Minecraft world did not come up ({error!r}): {_tail(log)}") from error
-        sidecar.ready = Ready(ready["listening_ms"], ready["ready_ms"], int(ready["ground_y"]))
+        sidecar = cls(process, reader, writer, socket_dir, log)
+        sidecar.ready = ready
         sidecar._listening = asyncio.create_task(sidecar._listen())
         return sidecar
 
     @staticmethod
     async def _connect(
-        process: asyncio.subprocess.Process, socket: Path
+        process: asyncio.subprocess.Process, socket: Path, deadline: float
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        deadline = time.monotonic() + READY_TIMEOUT_S
         while True:
             if process.returncode is not None:
                 raise WorldLost(f"the Minecraft world exited with {process.returncode} before it listened")
@@ -135,11 +143,10 @@ class Sidecar:
                     future.set_result(answer.get("result"))
                 else:
                     future.set_exception(ValueError(str(answer.get("error", "the world refused"))))
-        except (OSError, ValueError) as error:
-            self._lose(f"its connection broke ({error})")
+        except Exception as error:  # a broken connection or a garbled line: nothing more can be trusted
+            self._lose(f"its connection broke ({error!r})")
             return
-        code = await self.process.wait()
-        self._lose(f"its process ended (exit {code})")
+        self._lose("its connection closed (its process ended)")
 
     def _lose(self, why: str) -> None:
         if self._lost is None:
@@ -158,10 +165,14 @@ class Sidecar:
         try:
             self._writer.write(json.dumps({"id": key, "seat": seat, "op": op, "args": args}).encode() + b"\n")
             await self._writer.drain()
-            return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
-        except (OSError, ConnectionError) as error:
+        except OSError as error:
+            self._pending.pop(key, None)
             self._lose(f"writing to it failed ({error})")
             raise WorldLost(self._lost or "the Minecraft world is lost") from error
+        try:
+            return await asyncio.wait_for(future, REQUEST_TIMEOUT_S)
+        except TimeoutError as error:  # one slow action: the world may still answer the others
+            raise ValueError(f"the world did not answer {op} within {REQUEST_TIMEOUT_S:g}s") from error
         finally:
             self._pending.pop(key, None)
 
