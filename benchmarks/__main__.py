@@ -15,6 +15,7 @@ BENCHMARKS = {
     "chaos": "benchmarks.chaos",
     "monitor": "benchmarks.monitor",
     "minecraft": "benchmarks.minecraft",
+    "gpu": "benchmarks.gpu",
 }
 
 

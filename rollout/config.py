@@ -85,6 +85,46 @@ class MonitorSettings:
     port: int = 8501
 
 
+class EngineKind(StrEnum):
+    auto = "auto"  # tinker when trainer.provider=tinker, else local
+    local = "local"  # transformers + peft, CPU or GPU
+    vllm = "vllm"  # `vllm serve` on a GPU (the `vllm` extra)
+    tinker = "tinker"  # Tinker's hosted sampler (TINKER_API_KEY)
+
+
+@dataclass
+class EngineSettings:
+    """The engine `rollout up` starts for the gateway, at services.gateway.engine_host:engine_port, serving
+    services.gateway.model; the vllm_* keys shape its `vllm serve` command line."""
+
+    kind: EngineKind = EngineKind.auto
+    device: str | None = None  # local: cpu or cuda (default cuda when there is one)
+    vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
+    vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
+    vllm_max_model_len: int | None = None  # None: services.gateway.max_context
+    vllm_max_lora_rank: int = 64
+    vllm_max_loras: int = 4  # adapters resident at once (the follower keeps the newest 2 per policy)
+    vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
+
+
+class GpuMode(StrEnum):
+    exclusive = "exclusive"  # engines and the trainer each have their own device
+    shared = "shared"  # one device: engines sleep while the trainer steps, passed by a ledger lease
+
+
+@dataclass
+class GpuSettings:
+    """`gpu.mode=shared`: the engine and the trainer take turns on one GPU (lease `gpu/{name}` in the ledger)."""
+
+    mode: GpuMode = GpuMode.exclusive
+    name: str = "0"
+    memory_gib: float | None = None  # the device's memory, for `rollout config budget` (a preset names it)
+    sequences: int = 8  # sequences the engine holds at once, for the budget's KV cache
+    sampled_tokens: int | None = (
+        None  # most sampled tokens in one sequence (turns × run.max_tokens); None: all
+    )
+
+
 @dataclass
 class ServiceSettings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
@@ -92,6 +132,7 @@ class ServiceSettings:
     gateway: GatewaySettings = field(default_factory=GatewaySettings)
     blobs: BlobSettings = field(default_factory=BlobSettings)
     monitor: MonitorSettings = field(default_factory=MonitorSettings)
+    engine: EngineSettings = field(default_factory=EngineSettings)
 
 
 class LossKind(StrEnum):
@@ -135,6 +176,7 @@ class TrainerSettings:
     )
     tinker_url: str | None = None  # None: Tinker's hosted API; the key comes from TINKER_API_KEY
     warm_start: str | None = None  # a checkpoint the first step trains from (`rollout sft` makes one)
+    quantization: str | None = None  # nf4: QLoRA, the base in 4 bits (bitsandbytes, CUDA only)
 
 
 @dataclass
@@ -164,6 +206,22 @@ class Settings:
     trainer: TrainerSettings = field(default_factory=TrainerSettings)
     run: RunDefaults = field(default_factory=RunDefaults)
     eval: EvalSettings = field(default_factory=EvalSettings)
+    gpu: GpuSettings = field(default_factory=GpuSettings)
+
+    @property
+    def engine_kind(self) -> EngineKind:
+        """The engine the stack starts: services.engine.kind, where `auto` follows the trainer's provider."""
+        kind = self.services.engine.kind
+        if kind != EngineKind.auto:
+            return kind
+        return EngineKind.tinker if self.trainer.provider == TrainerProvider.tinker else EngineKind.local
+
+    @property
+    def gpu_lease(self) -> str | None:
+        """The GPU lease engines give way to and the trainer holds while it steps (one-GPU mode), if any."""
+        if self.trainer.gpu_lease:
+            return self.trainer.gpu_lease
+        return self.gpu.name if self.gpu.mode == GpuMode.shared else None
 
     @property
     def data_path(self) -> Path:
@@ -259,7 +317,7 @@ def trainer_overrides(settings: Settings) -> list[str]:
     """The `trainer.*` settings as command-line overrides, so a trainer process trains what was asked."""
     out: list[str] = []
     for spec in fields(settings.trainer):
-        value = getattr(settings.trainer, spec.name)
-        text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
+        value = settings.gpu_lease if spec.name == "gpu_lease" else getattr(settings.trainer, spec.name)
+        text = "null" if value is None else str(getattr(value, "value", value))
         out.append(f"trainer.{spec.name}={text}")
     return out

@@ -57,7 +57,7 @@ class Cluster:
             f"services.temporal.address={self.settings.temporal_address}",
         ]
 
-    def _start(self, name: str, *arguments: str) -> Service:
+    def _start(self, name: str, *arguments: str, env: dict[str, str] | None = None) -> Service:
         log = self.root / "logs" / f"{name}.log"
         log.parent.mkdir(parents=True, exist_ok=True)
         with log.open("ab") as out:
@@ -67,6 +67,7 @@ class Cluster:
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 start_new_session=True,
+                env={**os.environ, **(env or {})},
             )
         service = Service(name, process, log)
         self.services.append(service)
@@ -107,8 +108,8 @@ class Cluster:
             time.sleep(0.2)
         return service
 
-    def local_engine(self, name: str, port: int | None = None) -> tuple[Service, str]:
-        """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name`."""
+    def local_engine(self, name: str, port: int | None = None, *, follow: bool = True) -> tuple[Service, str]:
+        """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name` (or without one)."""
         port = port or free_port()
         service = self._start(
             name,
@@ -124,9 +125,41 @@ class Cluster:
             name,
             "--port",
             str(port),
+            "--follow" if follow else "--no-follow",
         )
         self._ready(service, port)
         return service, f"http://127.0.0.1:{port}"
+
+    def vllm_engine(
+        self, name: str, *arguments: str, env: dict[str, str] | None = None, timeout_s: float = 120
+    ) -> tuple[Service, str]:
+        """`rollout engine serve --kind vllm` (tiny-qwen3) with its follower, acking as `name`; `arguments` add
+        options and settings, `env` what the process sees (a fake `vllm` first on PATH, on a machine without one)."""
+        port = free_port()
+        service = self._start(
+            name,
+            "engine",
+            "serve",
+            "--kind",
+            "vllm",
+            "--model",
+            "tiny-qwen3",
+            "--name",
+            name,
+            "--port",
+            str(port),
+            *arguments,
+            env=env,
+        )
+        self._ready(service, port, timeout_s)
+        return service, f"http://127.0.0.1:{port}"
+
+    def follower(self, name: str, engine_url: str, *arguments: str) -> Service:
+        """`rollout engine follow` beside an engine it did not start, acking as `name`."""
+        service = self._start(
+            f"follower-{name}", "engine", "follow", "--engine-url", engine_url, "--name", name, *arguments
+        )
+        return self._logged(service, "following")
 
     def trainer(self, name: str, task_queue: str, *overrides: str) -> Service:
         service = self._start(

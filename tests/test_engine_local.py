@@ -123,6 +123,33 @@ async def test_lora_checkpoints_load_at_runtime_and_serve_by_name(
     assert await client.models() == ["base"]
 
 
+async def test_full_weight_checkpoints_load_at_runtime_and_serve_by_name(
+    engine: LocalEngine, client: VLLMEngine, tmp_path: Path
+) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rollout.engines.protocol import CheckpointRef
+
+    trained = AutoModelForCausalLM.from_pretrained(engine.model_path)
+    with torch.no_grad():
+        for parameter in trained.parameters():
+            parameter.add_(torch.randn_like(parameter) * 0.02)  # a step's worth of change, on every weight
+    trained.save_pretrained(str(tmp_path / "full-1"))
+    await client.load(CheckpointRef("full-1", str(tmp_path / "full-1")))
+    assert await client.models() == ["base", "full-1"]
+    ids = prompt(engine, "hi")
+    on_base = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="base"))
+    on_full = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="full-1"))
+    assert on_base.logprobs != on_full.logprobs
+    again = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="base"))
+    assert again.logprobs == pytest.approx(on_base.logprobs, abs=1e-5)  # the base is its own model still
+    with pytest.raises(ValueError, match="neither a LoRA adapter"):
+        await engine.load(CheckpointRef("empty", str(tmp_path)))
+    await client.unload("full-1")
+    assert await client.models() == ["base"]
+
+
 async def test_an_asleep_engine_refuses_with_503_until_woken(engine: LocalEngine, client: VLLMEngine) -> None:
     await client.sleep()
     with pytest.raises(EngineUnavailable):

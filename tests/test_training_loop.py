@@ -61,9 +61,12 @@ async def training_loop(
     learning_rate: float = 1e-3,
     follow_all: bool = False,
     max_context: int = 2048,
+    gpu: str | None = None,
+    lora_rank: int = 4,
 ) -> AsyncIterator[Loop]:
     """Engine + follower, gateway, runner worker and trainer worker, all serving one run (`follow_all`: the
-    follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`)."""
+    follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`; `gpu`: one-GPU
+    mode, the engine sleeping while the trainer holds that GPU's lease; `lora_rank=0`: full weights)."""
     run = f"train-{uuid.uuid4().hex[:6]}"
     client = await Client.connect(settings.temporal_address)
     queue, trainer_queue = f"runner-{uuid.uuid4().hex[:8]}", f"trainer-{uuid.uuid4().hex[:8]}"
@@ -75,7 +78,13 @@ async def training_loop(
             engine,
             store,
             FollowerConfig(
-                "engine-a", engine_url, runs=() if follow_all else (run,), poll_s=0.1, grace_s=2.0
+                "engine-a",
+                engine_url,
+                formats=("lora", "full"),
+                runs=() if follow_all else (run,),
+                poll_s=0.1,
+                grace_s=2.0,
+                gpu=gpu,
             ),
             scratch / "engine-cache",
         )
@@ -92,8 +101,9 @@ async def training_loop(
             model_path=model,
             holder="trainer-1",
             scratch=scratch / "trainer",
-            config=LocalTrainerConfig(lora_rank=4, learning_rate=learning_rate, device="cpu"),
+            config=LocalTrainerConfig(lora_rank=lora_rank or None, learning_rate=learning_rate, device="cpu"),
             loss=LossConfig("ppo"),
+            gpu_lease=gpu,
         )
         bridges = BridgeActivities(ledger, store, base_model=model, scratch=scratch)
         try:
@@ -110,7 +120,9 @@ async def training_loop(
             await engine_client.close()
 
 
-def run_input(loop: Loop, steps: int, *, max_lag: int = 1) -> RunInput:
+def run_input(
+    loop: Loop, steps: int, *, max_lag: int = 1, serve_formats: tuple[str, ...] = ("lora",)
+) -> RunInput:
     return RunInput(
         loop.run,
         "tests.example_envs:coin",
@@ -118,7 +130,12 @@ def run_input(loop: Loop, steps: int, *, max_lag: int = 1) -> RunInput:
         max_lag=max_lag,
         settings={"max_tokens": 4},
         training=TrainingSpec(
-            steps, groups_per_batch=1, wait_s=0.2, served_wait_s=60, task_queue=loop.trainer_queue
+            steps,
+            groups_per_batch=1,
+            wait_s=0.2,
+            served_wait_s=60,
+            task_queue=loop.trainer_queue,
+            serve_formats=list(serve_formats),
         ),
     )
 

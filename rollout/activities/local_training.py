@@ -8,6 +8,10 @@ Contract:
   the base model), trains on the recorded batch, saves, and publishes the checkpoint fenced by the lease, so
   an attempt that lost the lease (a zombie) cannot publish.
 - A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published.
+- One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking that
+  GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer, trains,
+  saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake to the new
+  checkpoint. The lease's TTL (`GPU_LEASE_TTL_S`) bounds a step: it is not renewed.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from rollout.workflows import trainer_stubs
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0
+ENGINES_ASLEEP_S = 120.0
 
 
 class LocalTrainingActivities:
@@ -85,25 +90,30 @@ class LocalTrainingActivities:
         if await self.leases.hold(given.policy):
             self.trainers.pop(given.policy, None)  # a new epoch: whatever we had in memory may be stale
         async with self.leases.kept(given.policy):
-            trainer = await self._trainer_at(given.policy, given.parent)
             batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
-            try:
-                async with self._gpu():
+            # One-GPU mode: the trainer is built (or brought back from CPU memory) only once the device is ours,
+            # and holds it until the checkpoint is published, so the engines wake to it.
+            async with (
+                self._gpu(),
+                self._on_device(await self._trainer_at(given.policy, given.parent)) as trainer,
+            ):
+                try:
                     metrics = await asyncio.to_thread(self._one_at_a_time, trainer.step, batch)
-            except NonFiniteLoss as error:
-                self.trainers.pop(given.policy, None)  # its optimiser state is no longer trustworthy
-                raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
-            directory = self.scratch / given.policy / f"step-{given.step:06d}"
-            await asyncio.to_thread(trainer.save, directory)
-            record = await publish_step(
-                self.ledger, self.store, self.leases.fence(given.policy), given, batch, directory, metrics
-            )
+                except NonFiniteLoss as error:
+                    self.trainers.pop(given.policy, None)  # its optimiser state is no longer trustworthy
+                    raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
+                directory = self.scratch / given.policy / f"step-{given.step:06d}"
+                await asyncio.to_thread(trainer.save, directory)
+                record = await publish_step(
+                    self.ledger, self.store, self.leases.fence(given.policy), given, batch, directory, metrics
+                )
         self.trainers[given.policy] = (trainer, record.name)
         return checkpoint_info(record)
 
     @contextlib.asynccontextmanager
     async def _gpu(self) -> AsyncIterator[None]:
-        """One-GPU mode: hold the GPU's lease, and train only once every engine on that GPU sleeps."""
+        """One-GPU mode: hold the GPU's lease, and go on only once every engine on that GPU sleeps (an engine
+        that does not within `ENGINES_ASLEEP_S` fails the attempt, retryably, with the lease let go)."""
         if self.gpu_lease is None:
             yield
             return
@@ -112,10 +122,27 @@ class LocalTrainingActivities:
             activity.heartbeat()
             await asyncio.sleep(1.0)
         try:
-            await engines_asleep(self.ledger, self.gpu_lease, timeout_s=120.0)
+            if not await engines_asleep(self.ledger, self.gpu_lease, timeout_s=ENGINES_ASLEEP_S):
+                raise ApplicationError(
+                    f"the engines on GPU {self.gpu_lease!r} did not go to sleep within {ENGINES_ASLEEP_S:.0f} s "
+                    "(is each one's follower running, with sleep mode on?); the step is tried again"
+                )
             yield
         finally:
             await self.ledger.release(lease)
+
+    @contextlib.asynccontextmanager
+    async def _on_device(self, trainer: LocalTrainer) -> AsyncIterator[LocalTrainer]:
+        """One-GPU mode: the trainer's weights and optimiser state are on the device for the step, and wait in CPU
+        memory between steps."""
+        if self.gpu_lease is None:
+            yield trainer
+            return
+        await asyncio.to_thread(self._one_at_a_time, trainer.onload)
+        try:
+            yield trainer
+        finally:
+            await asyncio.to_thread(self._one_at_a_time, trainer.offload)
 
     async def _trainer_at(self, policy: str, parent: str | None) -> LocalTrainer:
         if policy in self.trainers and self.trainers[policy][1] == parent:

@@ -85,6 +85,7 @@ def trainer_activities(
         max_grad_norm=spec.max_grad_norm,
         micro_batch_tokens=spec.micro_batch_tokens,
         device=spec.device,
+        quantization=spec.quantization,
     )
     training = LocalTrainingActivities(
         ledger,

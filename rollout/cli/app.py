@@ -14,6 +14,7 @@ from rollout.cli import (
     evals,
     gateway,
     ledger,
+    models,
     monitor,
     run,
     sandbox,
@@ -47,6 +48,7 @@ app.add_typer(worker.app, name="worker")
 app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(config.app, name="config")
 app.add_typer(ledger.app, name="ledger")
+app.add_typer(models.app, name="models")
 
 
 def main() -> None:

@@ -16,6 +16,7 @@ from rich.console import Console
 
 from rollout import config
 from rollout.ledger.errors import LedgerError
+from rollout.stack.engine import EngineNotRunnableError
 from rollout.stack.postgres import CorruptDataDirError
 from rollout.stack.processes import PortTakenError
 
@@ -113,7 +114,21 @@ def guarded[T](action: Callable[[], T]) -> T:
     """Run a stack action, turning the errors users can fix into one clear message."""
     try:
         return action()
-    except (PortTakenError, CorruptDataDirError, LedgerError) as error:
+    except (PortTakenError, CorruptDataDirError, EngineNotRunnableError, LedgerError) as error:
         fail(str(error))
     except RuntimeError as error:
         fail(f"{error}\nLogs are under the data directory's logs/ folder; `rollout status` shows what runs.")
+
+
+def local_model(spec: str, settings: config.Settings) -> str:
+    """Where the model `spec` is (made once for the built-in ones); a catalog model not pulled yet is one clear
+    error saying how to pull it."""
+    from pathlib import Path
+
+    from rollout.catalog import ModelNotPulled
+    from rollout.engines.models import resolve
+
+    try:
+        return resolve(spec, Path(settings.models_dir).expanduser())
+    except ModelNotPulled as error:
+        fail(str(error))

@@ -1,16 +1,19 @@
-"""`rollout engine serve`: an inference engine over vLLM's HTTP dialect, with its serving follower."""
+"""`rollout engine serve`: an inference engine over vLLM's HTTP dialect, with its serving follower.
+`rollout engine follow`: the serving follower alone, beside an engine started elsewhere (a `vllm serve`)."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import shutil
-from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, blob_store, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, blob_store, err, fail, load_settings, local_model
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
+    from rollout.engines.follower import FollowerConfig
 
 app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
 
@@ -68,8 +71,9 @@ def serve(
 
     Beside the engine runs its serving follower (--no-follow to run without): it loads each checkpoint the
     trainer publishes and records what the engine serves, which is how the gateway routes turns. --kind vllm
-    replaces this process with `vllm serve` and runs no follower: that engine serves the base model only, and
-    the gateway reaches it through `rollout gateway --engine-url URL`.
+    starts `vllm serve` as a child process (runtime LoRA loading and sleep mode on; services.engine.vllm_* shape
+    its command line) and runs the follower beside it; stopping this command stops vLLM. For a `vllm serve` you
+    started yourself, run `rollout engine follow --engine-url URL --kind vllm` beside it instead.
     """
     from rollout.engines.factory import (
         SERVED_FORMATS,
@@ -80,7 +84,6 @@ def serve(
         serve_engine,
     )
     from rollout.engines.follower import FollowerConfig
-    from rollout.engines.models import resolve
     from rollout.net import port_is_free
 
     settings = load_settings(overrides)
@@ -94,14 +97,19 @@ def serve(
             fail(str(error), code=2)
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
-    model_path = resolve(model, Path(settings.models_dir).expanduser())
+    model_path = local_model(model, settings)
+    follower = FollowerConfig(
+        engine=name or f"engine-{port}",
+        url=f"http://{host}:{port}",
+        base=served_name,
+        formats=SERVED_FORMATS[kind],
+        gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
+    )
     if kind == "vllm":
-        from rollout.engines.vllm_launcher import VLLMLaunch, command
-
         if shutil.which("vllm") is None:
             fail("vLLM is not installed here: `uv sync --extra vllm` (it needs a CUDA GPU)")
-        argv, env = command(VLLMLaunch(model_path, host=host, port=port, served_name=served_name))
-        os.execvpe(argv[0], argv, {**os.environ, **env})
+        _serve_vllm(settings, model_path, host, port, served_name, follower if follow else None)
+        return
     spec = EngineSpec(
         kind=kind,
         model=model,
@@ -119,13 +127,6 @@ def serve(
     except EngineSetupError as error:
         fail(str(error), code=2)
     err.print(f"{spec.describe()} as '{served_name}' on http://{host}:{port}")
-    follower = FollowerConfig(
-        engine=name or f"engine-{port}",
-        url=f"http://{host}:{port}",
-        base=served_name,
-        formats=SERVED_FORMATS[kind],
-        gpu=gpu,
-    )
     asyncio.run(
         serve_engine(
             engine,
@@ -138,3 +139,122 @@ def serve(
             report=err.print,
         )
     )
+
+
+def _serve_vllm(
+    settings: Settings,
+    model_path: str,
+    host: str,
+    port: int,
+    served_name: str,
+    follower: FollowerConfig | None,
+) -> None:
+    from rollout.engines.vllm_launcher import VLLMLaunch
+    from rollout.engines.vllm_process import VLLMStartError, serve_vllm
+
+    engine = settings.services.engine
+    launch = VLLMLaunch(
+        model_path,
+        host=host,
+        port=port,
+        served_name=served_name,
+        max_model_len=engine.vllm_max_model_len or settings.services.gateway.max_context,
+        gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
+        max_lora_rank=engine.vllm_max_lora_rank,
+        max_loras=engine.vllm_max_loras,
+        quantization=engine.vllm_quantization,
+        extra_args=tuple(engine.vllm_extra_args),
+    )
+    log_path = settings.data_path / "logs" / f"vllm-{port}.log"
+    err.print(f"starting vllm serve {model_path} on http://{host}:{port} (its output: {log_path})")
+    try:
+        status = asyncio.run(
+            serve_vllm(
+                launch,
+                follower=follower,
+                ledger_url=settings.worker_ledger_url,
+                store=lambda: blob_store(settings),
+                cache_dir=settings.data_path / "engines",
+                log_path=log_path,
+                report=err.print,
+            )
+        )
+    except VLLMStartError as error:
+        fail(str(error))
+    except asyncio.CancelledError:  # stopped (SIGTERM, Ctrl-C): vLLM was stopped with it
+        err.print("stopped vllm serve")
+        return
+    if status != 0:
+        fail(f"vllm serve exited with status {status}; its output is in {log_path}", code=status)
+
+
+@app.command("follow")
+def follow(
+    overrides: Overrides = None,
+    engine_url: Annotated[
+        str, typer.Option(help="The engine to follow, speaking vLLM's HTTP API (e.g. http://127.0.0.1:8100).")
+    ] = "http://127.0.0.1:8100",
+    kind: Annotated[
+        str, typer.Option(help="What it is: vllm, local or tinker (which checkpoint formats it loads).")
+    ] = "vllm",
+    name: Annotated[
+        str | None, typer.Option(help="The engine's name in serving acks (default: engine-PORT).")
+    ] = None,
+    served_name: Annotated[str, typer.Option(help="The name its base weights are served under.")] = "base",
+    gpu: Annotated[
+        str | None,
+        typer.Option(
+            help="One-GPU mode: put it to sleep while the trainer holds this GPU's lease, wake it after."
+        ),
+    ] = None,
+    run: Annotated[
+        list[str] | None,
+        typer.Option(help="Serve only this run's checkpoints (repeat for several; default: every run's)."),
+    ] = None,
+) -> None:
+    """Run the serving follower beside an engine started elsewhere (a `vllm serve` you started, say).
+
+    It reads the checkpoints the trainer publishes from the ledger, fetches their files from the blob store
+    (the engine must read the same filesystem: run it on the engine's machine), loads them into the engine
+    through vLLM's runtime LoRA endpoints, unloads those no admissible turn can use, and acks what the engine
+    serves, which is how the gateway routes turns to it. Stop it with Ctrl-C; the engine keeps serving.
+    """
+    from urllib.parse import urlsplit
+
+    from rollout.engines.factory import SERVED_FORMATS, follow_forever
+    from rollout.engines.follower import FollowerConfig
+    from rollout.engines.vllm_client import VLLMEngine
+
+    settings = load_settings(overrides)
+    as_service(settings)
+    if kind not in SERVED_FORMATS or kind == "scripted":
+        fail(f"--kind must be vllm, local or tinker, not {kind!r}", code=2)
+    address = urlsplit(engine_url)
+    if address.scheme not in ("http", "https") or not address.hostname:
+        fail(f"--engine-url must be an http(s) URL such as http://127.0.0.1:8100, not {engine_url!r}", code=2)
+    engine_name = name or f"engine-{address.port or 80}"
+    engine = VLLMEngine(engine_url, name=engine_name)
+    config = FollowerConfig(
+        engine=engine_name,
+        url=engine_url.rstrip("/"),
+        base=served_name,
+        formats=SERVED_FORMATS[kind],
+        gpu=gpu,
+        runs=tuple(run or ()),
+    )
+    err.print(f"following {engine_url} as {engine_name!r} ({kind}: loads {', '.join(config.formats)})")
+
+    async def follow_engine() -> None:
+        try:
+            await follow_forever(
+                engine,
+                config,
+                settings.worker_ledger_url,
+                blob_store(settings),
+                settings.data_path / "engines",
+                err.print,
+            )
+        finally:
+            await engine.close()
+
+    asyncio.run(follow_engine())

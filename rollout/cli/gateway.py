@@ -6,12 +6,11 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import asdict
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings, local_model
 from rollout.ledger.errors import LedgerError
 
 if TYPE_CHECKING:
@@ -101,7 +100,6 @@ def gateway(
     """
     from transformers import AutoTokenizer
 
-    from rollout.engines.models import resolve
     from rollout.gateway.assembly import parse_externals, serve_gateway
     from rollout.gateway.operator import OPERATOR_KEY_FILE, is_loopback, load_operator_key
     from rollout.gateway.seats import load_secret
@@ -122,7 +120,7 @@ def gateway(
         externals = parse_externals(external or [])
     except ValueError as error:
         fail(str(error), code=2)
-    model_path = resolve(model, Path(settings.models_dir).expanduser())
+    model_path = local_model(model, settings)
     model_renderer = ModelRenderer(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
     )

@@ -9,7 +9,7 @@ from typing import Annotated, Any
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, blob_store, err, fail, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, blob_store, err, fail, load_settings, local_model, out
 from rollout.ledger.errors import LedgerError
 
 
@@ -34,7 +34,6 @@ def sft(
     import socket
 
     from rollout.cli.warm_start import WarmStartExists, warm_start
-    from rollout.engines.models import resolve
     from rollout.ledger import Ledger
     from rollout.training.sft import ConversationError, SftConfig, read_conversations
 
@@ -48,7 +47,7 @@ def sft(
         fail(f'{error}\nEach line is {{"messages": [...]}} whose last message is the assistant\'s.', code=2)
     if not spec.lora_rank:
         fail("the warm start trains a LoRA adapter: set trainer.lora_rank= to 1 or more", code=2)
-    model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
+    model_path = local_model(spec.model, settings)
     config_ = SftConfig(
         lora_rank=spec.lora_rank, lora_alpha=spec.lora_alpha, learning_rate=spec.learning_rate, epochs=epochs
     )

@@ -8,12 +8,21 @@ import logging
 import os
 import time
 import uuid
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, connect_temporal, err, fail, guarded, load_settings, out
+from rollout.cli.common import (
+    JsonFlag,
+    Overrides,
+    connect_temporal,
+    err,
+    fail,
+    guarded,
+    load_settings,
+    local_model,
+    out,
+)
 from rollout.config import Settings
 
 if TYPE_CHECKING:
@@ -53,7 +62,6 @@ def train(
     from rollout.cli.live import outlasting
     from rollout.cli.preflight import PreflightFailed, confirm_runner_loads
     from rollout.cli.training_view import run_input
-    from rollout.engines.models import resolve
     from rollout.environment import EnvironmentLoadError, load_environment
     from rollout.references import import_path
     from rollout.stack.embedded import Stack
@@ -69,14 +77,30 @@ def train(
             f"trainer.model={settings.trainer.model} but the engines serve services.gateway.model="
             f"{settings.services.gateway.model}: set both to the same model"
         )
+    if (
+        settings.trainer.provider == "local"
+        and not settings.trainer.lora_rank
+        and settings.engine_kind == "vllm"
+    ):
+        fail(
+            "a full-weight run (trainer.lora_rank=0) cannot be served by services.engine.kind=vllm yet (it loads "
+            "LoRA adapters at run time; full weights would need a restart per checkpoint): train LoRA "
+            "(trainer.lora_rank=32) or serve on services.engine.kind=local",
+            code=2,
+        )
+    engine = settings.services.engine
+    if settings.engine_kind == "vllm" and settings.trainer.lora_rank > engine.vllm_max_lora_rank:
+        fail(
+            f"trainer.lora_rank={settings.trainer.lora_rank} is above what vLLM loads "
+            f"(services.engine.vllm_max_lora_rank={engine.vllm_max_lora_rank}): raise that, or lower the rank",
+            code=2,
+        )
     stack = Stack(settings)
 
     def start_stack() -> None:
         with err.status("starting the stack…") as spinner:
             stack.up(report=lambda line: spinner.update(line))
-            _check_engine_model(
-                settings, resolve(settings.services.gateway.model, Path(settings.models_dir).expanduser())
-            )
+            _check_engine_model(settings, local_model(settings.services.gateway.model, settings))
             spinner.update("trainer: starting")
             stack.start_trainer()
             if loaded.sandbox is not None:  # the sandboxes its episodes claim, one per episode in flight

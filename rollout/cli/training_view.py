@@ -33,6 +33,18 @@ TRAINER_PREFIX = "trainer."
 IMPORT_PATH = "launch.import_path"
 
 
+def serve_formats(settings: Settings) -> list[str]:
+    """The bridge each checkpoint goes through for the stack's engine: Tinker's sampler path; a LoRA adapter where
+    the engine loads adapters, else the adapter merged into full weights; full weights as they are."""
+    from rollout.engines.factory import SERVED_FORMATS
+
+    trainer = settings.trainer
+    if trainer.provider == "tinker":
+        return ["tinker"]
+    loads = SERVED_FORMATS.get(settings.engine_kind.value, ("lora", "full"))
+    return ["lora"] if trainer.lora_rank and "lora" in loads else ["merged"]
+
+
 def run_input(
     settings: Settings,
     environment: str,
@@ -42,7 +54,7 @@ def run_input(
     evaluation: EvalInput | None = None,
 ) -> RunInput:
     trainer = settings.trainer
-    formats = ["tinker"] if trainer.provider == "tinker" else ["lora"] if trainer.lora_rank else ["merged"]
+    formats = serve_formats(settings)
     training = TrainingSpec(
         steps=trainer.steps,
         groups_per_batch=trainer.groups_per_batch,

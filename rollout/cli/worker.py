@@ -6,12 +6,21 @@ import asyncio
 import os
 import socket
 from collections.abc import Awaitable, Callable
-from pathlib import Path
+from dataclasses import replace
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, blob_store, connect_temporal, err, fail, load_settings
+from rollout.cli.common import (
+    Overrides,
+    as_service,
+    blob_store,
+    connect_temporal,
+    err,
+    fail,
+    load_settings,
+    local_model,
+)
 from rollout.config import Settings
 from rollout.ledger.errors import LedgerError
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -94,12 +103,11 @@ def trainer(
     and publishes it for serving. Runs started with training (`rollout train`) need one."""
     from rollout.activities.trainer_setup import TrainerSetupError, check_trainer_settings, trainer_activities
     from rollout.config import TrainerProvider
-    from rollout.engines.models import resolve
     from rollout.workers.trainer import trainer_worker
 
     settings = load_settings(overrides)
     as_service(settings)
-    spec = settings.trainer
+    spec = replace(settings.trainer, gpu_lease=settings.gpu_lease)  # gpu.mode=shared names the lease
     try:
         check_trainer_settings(spec)
     except TrainerSetupError as error:
@@ -107,7 +115,7 @@ def trainer(
     model_path = None
     if spec.provider == TrainerProvider.local:
         with err.status(f"preparing {spec.model}…"):
-            model_path = resolve(spec.model, Path(settings.models_dir).expanduser())
+            model_path = local_model(spec.model, settings)
     store = blob_store(settings)
     name = holder or f"trainer-{socket.gethostname()}-{os.getpid()}"
 

@@ -21,16 +21,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.engines.follower import FollowerConfig, ServingFollower
+from rollout.engines.follower import FollowedEngine, FollowerConfig, ServingFollower
 from rollout.engines.vllm_server import ServedEngine, build_app
 from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerError
 
-ENGINE_KINDS = ("local", "tinker", "scripted")
+ENGINE_KINDS = ("local", "tinker", "scripted")  # built here; vllm runs as `vllm serve`
 SERVED_FORMATS: dict[str, tuple[str, ...]] = {
-    "local": ("lora",),
+    "local": ("lora", "full"),
     "tinker": ("tinker",),
     "scripted": ("lora", "full", "tinker"),
+    "vllm": ("lora",),  # runtime LoRA (VLLM_ALLOW_RUNTIME_LORA_UPDATING); full weights need a restart
 }
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,7 @@ async def serve_engine(
     import uvicorn
 
     following = (
-        asyncio.create_task(_follow_forever(engine, follower, ledger_url, store(), cache_dir, report))
+        asyncio.create_task(follow_forever(engine, follower, ledger_url, store(), cache_dir, report))
         if follower is not None
         else None
     )
@@ -137,14 +138,15 @@ async def serve_engine(
             following.cancel()
 
 
-async def _follow_forever(
-    engine: ServedEngine,
+async def follow_forever(
+    engine: FollowedEngine,
     config: FollowerConfig,
     ledger_url: str,
     store: BlobStore,
     cache_dir: Path,
     report: Callable[[str], None],
 ) -> None:
+    """Keep `engine` following the ledger's serving targets until cancelled, across ledger outages."""
     while True:
         try:
             async with await Ledger.connect(ledger_url) as ledger:

@@ -8,10 +8,12 @@ Contract:
   gateway routes by the newest ack. Its first ack, as it starts, serves only the base model: a restarted engine
   never claims what it no longer holds. A checkpoint that is dropped is left out of the ack first and unloaded
   `grace_s` later, so turns already routed to it finish.
-- A checkpoint that fails to load is recorded in the ack (`failed`) and not tried again; the engine keeps serving
-  what it served before.
+- A checkpoint that fails to load is reported (a warning, and `failed` in the ack: checkpoint, error, attempts,
+  seconds to the next try) and tried again with exponential backoff (`retry_s`, doubling up to `retry_max_s`) for
+  as long as it is wanted; the engine keeps serving what it served before. A later success clears the report.
 - One-GPU mode (`gpu` set): while another holder has the ledger lease `gpu/{gpu}` (the trainer, for a step), the
-  engine sleeps and its ack says so; when the lease is free it wakes.
+  engine sleeps and its ack says so; when the lease is free it wakes. A follower starting wakes its engine first
+  (it may have been left asleep by a follower that died).
 """
 
 from __future__ import annotations
@@ -54,9 +56,18 @@ class FollowerConfig:
     poll_s: float = 0.5
     grace_s: float = 5.0
     gpu: str | None = None
+    retry_s: float = 2.0  # the first retry of a failed load; each next one waits twice as long
+    retry_max_s: float = 120.0
     runs: tuple[
         str, ...
     ] = ()  # serve only these runs' checkpoints (an engine pool of its own); () serves all
+
+
+@dataclass(frozen=True)
+class _Failure:
+    error: str
+    attempts: int
+    retry_at: float  # time.monotonic() of the next try
 
 
 class ServingFollower:
@@ -73,8 +84,7 @@ class ServingFollower:
         self.incarnation = uuid.uuid4().hex[:10]
         self.targets: list[ServingTarget] = []
         self.serving: dict[str, Served] = {}  # checkpoint name -> what it is
-        self.failed: set[str] = set()
-        self.last_failure: dict[str, str] | None = None
+        self.failed: dict[str, _Failure] = {}  # checkpoint name -> its failed loads, while it is wanted
         self.retiring: dict[str, float] = {}  # checkpoint name -> when to unload it
         self.sleeping = False
         self._cursor = 0
@@ -82,6 +92,12 @@ class ServingFollower:
         self.requests = ServingRequests()
 
     async def run(self) -> None:
+        # A follower that restarted does not know whether its engine sleeps: wake it (a no-op when awake); the GPU
+        # lease, if held by the trainer, puts it back to sleep on the first step.
+        try:
+            await self.engine.wake()
+        except Exception as error:  # an engine without sleep mode, or one not up yet: nothing to wake
+            log.info("serving follower: could not wake the engine at start (%s)", error)
         await self.ack()
         while True:
             try:
@@ -98,7 +114,7 @@ class ServingFollower:
         changed = await self.requests.refresh(self.ledger) or changed
         if self.config.gpu is not None:
             await self._follow_gpu()
-        if changed and not self.sleeping:
+        if (changed or self._retry_due()) and not self.sleeping:
             await self.reconcile()
         await self._unload_retired()
 
@@ -118,19 +134,32 @@ class ServingFollower:
     async def reconcile(self) -> None:
         want = desired(self.targets, self.config.formats, self.config.keep, self.requests.wanted())
         wanted_names = {t.checkpoint for t in want}
+        now = time.monotonic()
+        for name in [name for name in self.failed if name not in wanted_names]:
+            del self.failed[name]  # no longer wanted: stop retrying it
         for target in want:  # newest first: the checkpoint turns are waiting for comes first
-            if target.checkpoint in self.serving or target.checkpoint in self.failed:
+            failure = self.failed.get(target.checkpoint)
+            if target.checkpoint in self.serving or (failure is not None and failure.retry_at > now):
                 continue
             try:
                 await self._load(target)
             except Exception as error:  # any failure to load keeps the previous checkpoints served
-                log.warning("could not load %s: %s", target.checkpoint, error)
-                self.failed.add(target.checkpoint)
-                self.last_failure = {
-                    "checkpoint": target.checkpoint,
-                    "error": f"{type(error).__name__}: {error}",
-                }
+                attempts = 1 if failure is None else failure.attempts + 1
+                wait_s = min(self.config.retry_max_s, self.config.retry_s * 2 ** min(attempts - 1, 16))
+                self.failed[target.checkpoint] = _Failure(
+                    error=f"{type(error).__name__}: {error}",
+                    attempts=attempts,
+                    retry_at=time.monotonic() + wait_s,
+                )
+                log.warning(
+                    "could not load %s (attempt %d): %s; trying again in %.0f s",
+                    target.checkpoint,
+                    attempts,
+                    error,
+                    wait_s,
+                )
             else:
+                self.failed.pop(target.checkpoint, None)
                 self.serving[target.checkpoint] = Served(target.policy, target.checkpoint, target.version)
                 self.retiring.pop(target.checkpoint, None)
             await self.ack()
@@ -171,6 +200,22 @@ class ServingFollower:
             await self.ack()
             await self.reconcile()
 
+    def _retry_due(self) -> bool:
+        now = time.monotonic()
+        return any(failure.retry_at <= now for failure in self.failed.values())
+
+    def _failure_report(self) -> dict[str, str] | None:
+        """The newest failure still being retried, as acks carry it."""
+        if not self.failed:
+            return None
+        name, failure = max(self.failed.items(), key=lambda item: item[1].retry_at)
+        return {
+            "checkpoint": name,
+            "error": failure.error,
+            "attempts": str(failure.attempts),
+            "retry_in_s": f"{max(0.0, failure.retry_at - time.monotonic()):.1f}",
+        }
+
     def state(self) -> ServingAck:
         serving = tuple(sorted(self.serving.values(), key=lambda s: (s.policy, -s.version)))
         return ServingAck(
@@ -182,7 +227,7 @@ class ServingFollower:
             serving=serving,
             sleeping=self.sleeping,
             gpu=self.config.gpu,
-            failed=self.last_failure,
+            failed=self._failure_report(),
         )
 
     async def ack(self) -> ServingAck:

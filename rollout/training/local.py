@@ -11,6 +11,10 @@ Contract:
 - LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
+- `quantization="nf4"` (QLoRA, CUDA only) loads the frozen base in 4 bits through bitsandbytes, with gradient
+  checkpointing; asked for where it cannot run (CPU, full weights), the constructor raises `ValueError` saying so.
+- `offload()` moves the weights and optimiser state to CPU memory and frees the device; `onload()` brings them
+  back (one-GPU mode, between steps). On CPU both do nothing.
 """
 
 from __future__ import annotations
@@ -45,6 +49,7 @@ class LocalTrainerConfig:
     micro_batch_tokens: int = 4096
     device: str | None = None  # default: cuda when there is one
     seed: int = 0
+    quantization: str | None = None  # nf4: QLoRA (the frozen base in 4 bits through bitsandbytes; CUDA only)
 
 
 def _micro_batches(segments: tuple[WeightedSegment, ...], budget: int) -> list[list[WeightedSegment]]:
@@ -64,6 +69,31 @@ def _micro_batches(segments: tuple[WeightedSegment, ...], budget: int) -> list[l
     return batches
 
 
+def _quantized(config: LocalTrainerConfig, device: str) -> dict[str, Any]:
+    """`from_pretrained` arguments for a quantized base (QLoRA), refused where it cannot run."""
+    if config.quantization is None:
+        return {}
+    if config.quantization != "nf4":
+        raise ValueError(f"trainer.quantization must be nf4 (or null), not {config.quantization!r}")
+    if config.lora_rank is None:
+        raise ValueError(
+            "trainer.quantization=nf4 trains LoRA adapters on a frozen 4-bit base: set trainer.lora_rank"
+        )
+    if not device.startswith("cuda"):
+        raise ValueError("trainer.quantization=nf4 needs a CUDA GPU (bitsandbytes' 4-bit kernels)")
+    from transformers import BitsAndBytesConfig
+
+    return {
+        "quantization_config": BitsAndBytesConfig(
+            load_in_4bit=True,
+            bnb_4bit_quant_type="nf4",
+            bnb_4bit_compute_dtype=torch.bfloat16,
+            bnb_4bit_use_double_quant=False,
+        ),
+        "device_map": {"": device},
+    }
+
+
 class LocalTrainer:
     def __init__(
         self, model_path: str, config: LocalTrainerConfig, loss: LossConfig, *, adapter: str | None = None
@@ -76,8 +106,15 @@ class LocalTrainer:
         self.device = config.device or ("cuda" if torch.cuda.is_available() else "cpu")
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         model: Any = AutoModelForCausalLM.from_pretrained(
-            adapter if adapter and config.lora_rank is None else model_path, dtype=dtype
+            adapter if adapter and config.lora_rank is None else model_path,
+            dtype=dtype,
+            **_quantized(config, self.device),
         )
+        if config.quantization is not None:
+            # Not peft's prepare_model_for_kbit_training: it casts every weight left unquantized (embeddings, LM
+            # head) to float32, twice their memory. Gradients reach the adapters through checkpointed blocks.
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+            model.enable_input_require_grads()
         if config.lora_rank is not None:
             from peft import LoraConfig, PeftModel, get_peft_model
 
@@ -91,7 +128,8 @@ class LocalTrainer:
                     task_type="CAUSAL_LM",
                 )
                 model = get_peft_model(model, lora)
-        self.model: Any = model.to(self.device).train()
+        # A quantized model is placed on the device as it loads (bitsandbytes packs its weights there).
+        self.model: Any = (model if config.quantization else model.to(self.device)).train()
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
@@ -164,6 +202,25 @@ class LocalTrainer:
             "tokens": float(batch.sampled_tokens),
             **_combine(parts),
         }
+
+    def offload(self) -> None:
+        """Move the weights and optimiser state to CPU memory and free the device (one-GPU mode, between steps)."""
+        self._place("cpu")
+        if self.device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Bring them back to the device before a step."""
+        self._place(self.device)
+
+    def _place(self, device: str) -> None:
+        if not self.device.startswith("cuda"):
+            return  # on CPU there is nothing to free
+        self.model.to(device)
+        for state in self.optimizer.state.values():
+            for key, value in state.items():
+                if isinstance(value, torch.Tensor) and key != "step":  # AdamW keeps its step count on CPU
+                    state[key] = value.to(device)
 
     def save(self, directory: Path) -> None:
         directory.mkdir(parents=True, exist_ok=True)

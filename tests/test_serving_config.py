@@ -1,0 +1,128 @@
+"""Choosing engines and fitting one GPU: the presets, the stack's engine, the memory budget, `rollout models pull`.
+
+Everything here runs on CPU: what a GPU machine would start is checked as the command line the stack builds and
+as the budget's arithmetic; the refusals (vLLM without a GPU, a model not pulled, no network) run for real.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from rollout.catalog import CATALOG, settings_budget
+from rollout.cli.common import load_settings
+from rollout.config import EngineKind, trainer_overrides
+from rollout.net import free_port
+from rollout.stack.engine import engine_arguments, engine_overrides, engine_problem
+
+ROLLOUT = shutil.which("rollout") or "rollout"
+
+
+def rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [ROLLOUT, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
+    )
+
+
+def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> None:
+    settings = load_settings(["preset=minecraft-one-gpu"])
+    assert (
+        settings.engine_kind == EngineKind.vllm
+        and settings.services.engine.vllm_quantization == "bitsandbytes"
+    )
+    assert (settings.trainer.quantization, settings.trainer.lora_rank) == ("nf4", 32)
+    assert settings.trainer.model == settings.services.gateway.model == "qwen3.5-9b"
+    assert settings.gpu_lease == "0", "gpu.mode=shared: the trainer holds the GPU's lease while it steps"
+    assert "trainer.gpu_lease=0" in trainer_overrides(settings)
+    arguments = engine_arguments(settings)
+    assert arguments[arguments.index("--kind") + 1] == "vllm" and arguments[-2:] == ("--gpu", "0")
+    overrides = engine_overrides(settings)
+    assert "services.engine.vllm_quantization=bitsandbytes" in overrides
+    extra = load_settings(
+        ["preset=minecraft-one-gpu", 'services.engine.vllm_extra_args=["--enforce-eager","-O0"]']
+    )
+    carried = load_settings(list(engine_overrides(extra))).services.engine
+    assert carried == extra.services.engine, "the engine process reads the same services.engine.* back"
+
+    budget = settings_budget(settings)
+    assert budget.fits, budget.table()
+    assert budget.peak_gib <= 16 - budget.headroom_gib
+    assert budget.engine_needs_gib <= (budget.engine_share_gib or 0), (
+        "vLLM's share holds its weights and cache"
+    )
+    assert 6 < sum(i.gib for i in budget.training if "weights" in i.name) < 9, (
+        "a 4-bit 9B base with bf16 embeddings"
+    )
+
+    # The budget bites: logits at every position no longer fit, nor does twice the context, nor a bf16 base.
+    assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "gpu.sampled_tokens=null"])).fits
+    longer = load_settings(["preset=minecraft-one-gpu", "services.gateway.max_context=8192"])
+    assert not settings_budget(longer).fits
+    assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "trainer.quantization=null"])).fits
+
+
+def test_rollout_config_budget_prints_the_phases_and_fails_a_configuration_that_does_not_fit() -> None:
+    fits = rollout("config", "budget", "--preset", "minecraft-one-gpu", "--json")
+    assert fits.returncode == 0, fits.stderr
+    report = json.loads(fits.stdout)
+    assert (
+        report["fits"]
+        and report["device_gib"] == 16
+        and "trainer weights (nf4 blocks, bf16 embeddings)" in report["training"]
+    )
+    too_big = rollout("config", "budget", "--preset", "minecraft-one-gpu", "trainer.micro_batch_tokens=8192")
+    assert too_big.returncode == 1 and "does NOT fit" in too_big.stdout
+    assert "lower trainer.micro_batch_tokens" in too_big.stderr and "Traceback" not in too_big.stderr
+    unknown = rollout("config", "budget")
+    assert unknown.returncode == 2 and "budgets know the catalog's models" in unknown.stderr
+
+
+def test_the_stack_starts_the_engine_its_settings_choose() -> None:
+    local = load_settings([])
+    assert local.engine_kind == EngineKind.local and local.gpu_lease is None
+    assert engine_arguments(local)[:4] == (
+        "engine",
+        "serve",
+        "--kind",
+        "local",
+    ) and "--gpu" not in engine_arguments(local)
+    tinker = load_settings(["trainer.provider=tinker", "trainer.tinker_base_model=Qwen/Qwen3-8B"])
+    assert tinker.engine_kind == EngineKind.tinker, "trainer.provider=tinker brings a Tinker engine"
+    assert engine_arguments(tinker)[-2:] == ("--tinker-base-model", "Qwen/Qwen3-8B")
+    pinned = load_settings(["trainer.provider=tinker", "services.engine.kind=local"])
+    assert pinned.engine_kind == EngineKind.local, "an explicit kind wins over auto"
+    vllm = load_settings(["services.engine.kind=vllm"])
+    problem = engine_problem(vllm)
+    if shutil.which("vllm") is None:
+        assert problem is not None and "uv sync --extra vllm" in problem
+
+
+def test_rollout_up_refuses_an_engine_that_cannot_run_here_before_starting_anything(tmp_path: Path) -> None:
+    if shutil.which("vllm") is not None and Path("/proc/driver/nvidia/gpus").is_dir():
+        pytest.skip("this machine can run vLLM: the refusal is for machines that cannot")
+    data = tmp_path / "data"
+    refused = rollout("up", f"data_dir={data}", "services.engine.kind=vllm")
+    assert refused.returncode == 1, refused.stdout + refused.stderr
+    assert "services.engine.kind=vllm needs" in refused.stderr and "Traceback" not in refused.stderr
+    assert not data.exists(), "nothing was started or created"
+
+
+def test_models_pull_without_a_network_fails_clearly_and_a_model_not_pulled_is_refused(
+    tmp_path: Path,
+) -> None:
+    models = tmp_path / "models"
+    offline = {"HF_ENDPOINT": f"http://127.0.0.1:{free_port()}", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    pulled = rollout("models", "pull", "qwen3-0.6b", f"models_dir={models}", env=offline)
+    assert pulled.returncode == 1, pulled.stdout + pulled.stderr
+    assert "could not download Qwen/Qwen3-0.6B" in pulled.stderr and "Traceback" not in pulled.stderr
+    assert not (models / "qwen3-0.6b" / "config.json").exists()
+    listed = rollout("models", "list", f"models_dir={models}", "--json")
+    assert {row["name"]: row["pulled"] for row in json.loads(listed.stdout)} == dict.fromkeys(CATALOG, False)
+    serve = rollout("engine", "serve", "--model", "qwen3-0.6b", "--no-follow", f"models_dir={models}")
+    assert serve.returncode == 1 and "rollout models pull qwen3-0.6b" in serve.stderr
+    assert "Traceback" not in serve.stderr
