@@ -246,6 +246,20 @@ class Supervisor:
                 return
             self.exits[pid] = status
 
+    def _await_exit(self, pid: int, within_s: float = 5.0) -> None:
+        """Wait a little for our child `pid` to become reapable. A multi-threaded process (Temporal is Go) shows
+        as a zombie while its other threads still exit, and cannot be reaped until they have."""
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            try:
+                reaped, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                return  # not our child (adopted from an earlier supervisor), or reaped already
+            if reaped == pid:
+                self.exits[pid] = status
+                return
+            time.sleep(0.05)
+
     def _pid(self, spec: ServiceSpec) -> int | None:
         return running_pid(self.data_dir, spec)
 
@@ -286,6 +300,8 @@ class Supervisor:
 
     def _exit_of(self, pid: int | None, otherwise: str) -> str:
         self._reap()
+        if pid is not None and pid not in self.exits:
+            self._await_exit(pid)
         status = self.exits.pop(pid, None) if pid is not None else None
         return describe_exit(status) if status is not None else f"{otherwise} (status unknown: not our child)"
 
