@@ -1,5 +1,7 @@
 """The migrated database is exactly what the SQLModel schema declares, and migrating twice is harmless."""
 
+import uuid
+
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
@@ -16,3 +18,17 @@ def test_migrations_match_the_models_and_are_idempotent(ledger_url: str) -> None
         assert context.get_current_revision() == migrate.head_revision() == "0004"
         assert compare_metadata(context, SQLModel.metadata) == []
     engine.dispose()
+
+
+def test_a_current_ledger_skips_alembic_and_an_older_one_is_upgraded(ledger_url: str) -> None:
+    from alembic import command
+
+    assert migrate.newest_shipped() == migrate.head_revision()
+    assert migrate.applied_revision(ledger_url) == migrate.head_revision()
+    older = ledger_url.rsplit("/", 1)[0] + f"/older_{uuid.uuid4().hex[:8]}"
+    migrate.ensure_database(older)
+    assert migrate.applied_revision(older) is None  # a new database has no schema yet
+    command.upgrade(migrate.alembic_config(older), "0003")
+    assert migrate.applied_revision(older) == "0003"
+    migrate.upgrade(older)
+    assert migrate.applied_revision(older) == migrate.head_revision()

@@ -40,10 +40,10 @@ from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.sandboxes import is_sandboxes, sandbox_process, sandboxes_status
 from rollout.stack.supervisor import (
     ServiceSpec,
-    ServiceState,
+    failed_since,
     process_of,
     read_state,
-    running_pid,
+    runs_as_wanted,
     state_path,
     supervisor_process,
     unwant,
@@ -214,29 +214,33 @@ class Stack:
 
     def _start_services(self, report: Callable[[str], None]) -> None:
         if self.postgres is not None:
-            self._keep(ServiceSpec.postgres(self.postgres), report)
+            self._keep(report, ServiceSpec.postgres(self.postgres))
         self._migrate(report)
         if self.temporal is not None:
             self.temporal.db_path.parent.mkdir(parents=True, exist_ok=True)
-            self._keep(ServiceSpec.of(self.temporal.process, 60), report)
+            self._keep(report, ServiceSpec.of(self.temporal.process, 60))
             # Open ports are not readiness: the frontend answers health checks a little later.
             report("Temporal: waiting until it answers")
             self._wait_until_healthy(self._temporal_status, timeout_s=90)
+        # The rest need only Postgres and Temporal: the supervisor starts them together.
+        together: list[ServiceSpec] = []
         if self.engine is not None and self.gateway is not None:
             # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU); vLLM loading
             # a large model and capturing its CUDA graphs can take many minutes.
             ready_s = 1800 if self.settings.engine_kind == EngineKind.vllm else 600
-            self._keep(ServiceSpec.of(self.engine, ready_s), report)
-            self._keep(ServiceSpec.of(self.gateway, 120), report)
+            together += [ServiceSpec.of(self.engine, ready_s), ServiceSpec.of(self.gateway, 120)]
         if self.runner is not None:
             # A runner started with a narrower import path is restarted with this one (its episodes in
             # flight are retried by Temporal on the new runner).
-            self._keep(ServiceSpec.of(self.runner, 60), report)
+            together.append(ServiceSpec.of(self.runner, 60))
         if self.monitor is not None:
-            self._keep(ServiceSpec.of(self.monitor, 60), report)
-        for spec in wanted(self.data_dir):  # those `rollout train` asked for, with its settings
-            if (spec.name == "Trainer" and self.trainer is not None) or is_sandboxes(spec.name):
-                self._keep(spec, report)
+            together.append(ServiceSpec.of(self.monitor, 60))
+        together += [  # those `rollout train` asked for, with its settings
+            spec
+            for spec in wanted(self.data_dir)
+            if (spec.name == "Trainer" and self.trainer is not None) or is_sandboxes(spec.name)
+        ]
+        self._keep(report, *together)
         open_store(
             self.settings.blob_url,
             s3_endpoint=self.settings.services.blobs.s3_endpoint,
@@ -264,27 +268,33 @@ class Stack:
             report("supervisor: starting")
             supervisor.start()
 
-    def _keep(self, spec: ServiceSpec, report: Callable[[str], None]) -> None:
-        """Have the supervisor keep `spec` running and wait until it runs; raise with its reason (and stop
-        keeping it) when it cannot start."""
-        state = read_state(self.data_dir).get(spec.name)
-        label = spec.name if spec.name in ("Postgres", "Temporal") else spec.name.lower()
-        running = _runs(self.data_dir, spec, state)
-        report(f"{label}: already running" if running else f"{label}: starting")
+    def _keep(self, report: Callable[[str], None], *specs: ServiceSpec) -> None:
+        """Have the supervisor keep each of `specs` running (it starts them together) and wait until they run;
+        raise with the reason of the first that cannot start (and stop keeping that one)."""
         asked = time.time()
-        want(self.data_dir, spec)
+        was_running: dict[str, bool] = {}
+        for spec in specs:
+            state = read_state(self.data_dir).get(spec.name)
+            label = spec.name if spec.name in ("Postgres", "Temporal") else spec.name.lower()
+            was_running[spec.name] = runs_as_wanted(self.data_dir, spec, state)
+            report(f"{label}: already running" if was_running[spec.name] else f"{label}: starting")
+            want(self.data_dir, spec)
+        for spec in specs:
+            self._await_running(spec, asked=asked, was_running=was_running[spec.name])
+
+    def _await_running(self, spec: ServiceSpec, *, asked: float, was_running: bool) -> None:
         deadline = time.monotonic() + spec.start_timeout_s + 30
         settled_at: float | None = None
         while True:
             state = read_state(self.data_dir).get(spec.name)
-            if state is not None and _failed_since(state, asked):
+            if state is not None and failed_since(state, asked):
                 unwant(self.data_dir, spec.name)
                 log = self.data_dir / "logs" / f"{spec.name.lower()}.log"
                 tail = log.read_text(errors="replace")[-2000:] if log.exists() else ""
                 reason = state.last_error or state.last_exit
                 raise RuntimeError(f"{spec.name} did not start ({reason}):\n{tail}")
-            if _runs(self.data_dir, spec, state):
-                if spec.ports or running:
+            if runs_as_wanted(self.data_dir, spec, state):
+                if spec.ports or was_running:
                     return
                 # A process with no port is ready when it has not died on start (a bad setting, an unreachable
                 # service): watch it a few seconds.
@@ -314,7 +324,7 @@ class Stack:
             current = next((s for s in wanted(self.data_dir) if s.name == "Trainer"), None)
             if not restart and current is not None and self.trainer.pid() is not None:
                 return
-            self._keep(ServiceSpec.of(self.trainer, 120), lambda _: None)
+            self._keep(lambda _: None, ServiceSpec.of(self.trainer, 120))
 
     def keep_sandboxes(
         self, kind: str, *, seats: int, count: int, report: Callable[[str], None] = lambda _: None
@@ -327,7 +337,7 @@ class Stack:
         )
         with self._lock():
             self._ensure_supervisor(report)
-            self._keep(ServiceSpec.of(process, 60), report)
+            self._keep(report, ServiceSpec.of(process, 60))
 
     @staticmethod
     def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
@@ -464,28 +474,6 @@ class Stack:
             self.temporal.pid() if self.temporal else None,
             "embedded" if self.temporal else "external",
         )
-
-
-def _failed_since(state: ServiceState, asked: float) -> bool:
-    """Whether a start the supervisor began after `asked` has failed (the end of an older process is not)."""
-    return (
-        state.started_at is not None
-        and state.started_at >= asked
-        and state.last_exit_at is not None
-        and state.last_exit_at >= state.started_at
-    )
-
-
-def _runs(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool:
-    """Whether the supervisor runs `spec` as asked, and its process is alive (the supervisor may be a tick
-    behind a process that just died)."""
-    return (
-        state is not None
-        and state.state == "running"
-        and state.spec == spec.as_json()
-        and state.pid is not None
-        and running_pid(data_dir, spec) == state.pid
-    )
 
 
 def _runner_import_path(data_dir: Path, wanted: list[str] | None) -> list[str]:

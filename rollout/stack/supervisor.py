@@ -7,8 +7,9 @@ Contract:
   supervisor reads it on every tick; it never writes it.
 - Every tick (`TICK_S`) it reaps its exited children (it is a child subreaper, so Postgres's postmaster, forked
   behind `pg_ctl`, is its child too) and records each one's exit: an exit code, or the signal that killed it.
-- A wanted service that is not running is started when every service listed before it runs (the list is in
-  dependency order: Postgres, Temporal, engine, gateway, runner, trainer) and its backoff has passed: 1 s after
+- A wanted service that is not running is started when the foundations listed before it run (the list is in
+  dependency order: Postgres, then Temporal, then the services that need only those two: engine, gateway,
+  runner, trainer, dashboard, sandboxes, which start together) and its backoff has passed: 1 s after
   the first failure, doubling to `MAX_BACKOFF_S`; a service that stayed up `HEALTHY_AFTER_S` starts again from
   1 s. A service whose ports do not accept connections within its start timeout is killed and counted a failure.
 - A running service whose spec changed (a runner's import path, a trainer's settings) is stopped and started
@@ -41,6 +42,7 @@ FIRST_BACKOFF_S = 1.0
 MAX_BACKOFF_S = 30.0
 HEALTHY_AFTER_S = 60.0
 PR_SET_CHILD_SUBREAPER = 36
+FOUNDATIONS = ("Postgres", "Temporal")  # every other service needs these, and only these, to start
 
 State = Literal["starting", "running", "backoff"]
 
@@ -189,6 +191,28 @@ def running_pid(data_dir: Path, spec: ServiceSpec) -> int | None:
     return process_of(data_dir, spec).pid()
 
 
+def failed_since(state: ServiceState, asked: float) -> bool:
+    """Whether a start the supervisor began after `asked` has failed (the end of an older process is not)."""
+    return (
+        state.started_at is not None
+        and state.started_at >= asked
+        and state.last_exit_at is not None
+        and state.last_exit_at >= state.started_at
+    )
+
+
+def runs_as_wanted(data_dir: Path, spec: ServiceSpec, state: ServiceState | None) -> bool:
+    """Whether the supervisor runs `spec` as asked, and its process is alive (the supervisor may be a tick
+    behind a process that just died)."""
+    return (
+        state is not None
+        and state.state == "running"
+        and state.spec == spec.as_json()
+        and state.pid is not None
+        and running_pid(data_dir, spec) == state.pid
+    )
+
+
 def describe_exit(status: int) -> str:
     code = os.waitstatus_to_exitcode(status)
     if code < 0:
@@ -233,7 +257,7 @@ class Supervisor:
             self._watch(spec, state)
             if not blocked and state.state != "running":
                 self._maybe_start(spec, state)
-            blocked = blocked or state.state != "running"
+            blocked = blocked or (spec.name in FOUNDATIONS and state.state != "running")
         _write_json(state_path(self.data_dir), {name: s.as_json() for name, s in self.states.items()})
 
     def _reap(self) -> None:
