@@ -34,7 +34,8 @@ def peak_flops(device_name: str) -> float | None:
     return next((flops for key, flops in PEAK_BF16.items() if key in device_name), None)
 
 
-def synthetic_batch(vocab: int) -> Any:
+def synthetic_batch(vocab: int, *, rows: int = ROWS, length: int = LENGTH) -> Any:
+    """`rows` sequences of `length` random tokens, the second half of each sampled, advantages ±1."""
     import torch
 
     from rollout.training.batches import Batch, WeightedSegment
@@ -42,16 +43,16 @@ def synthetic_batch(vocab: int) -> Any:
 
     generator = torch.Generator().manual_seed(0)
     segments = []
-    for row in range(ROWS):
-        tokens = tuple(int(t) for t in torch.randint(100, vocab - 100, (LENGTH,), generator=generator))
-        mask = (0,) * (LENGTH // 2) + (1,) * (LENGTH - LENGTH // 2)
+    for row in range(rows):
+        tokens = tuple(int(t) for t in torch.randint(100, vocab - 100, (length,), generator=generator))
+        mask = (0,) * (length // 2) + (1,) * (length - length // 2)
         segment = TrainingSegment(
             segment_id=f"s{row}",
             seat="seat",
             tokens_T=tokens,
             mask_T=mask,
             behaviour_logprobs_T=tuple(-2.0 if m else 0.0 for m in mask),
-            versions_T=(0,) * LENGTH,
+            versions_T=(0,) * length,
         )
         segments.append(
             WeightedSegment(episode=f"e{row}", agent="a", advantage=1.0 if row % 2 else -1.0, segment=segment)

@@ -267,11 +267,15 @@ class ConfigError(ValueError):
 ConfigStore.instance().store(name="settings_schema", node=Settings)
 
 
-def load(overrides: list[str] | None = None) -> Settings:
-    """Compose the config with `overrides` (`key=value` strings) into validated settings."""
+def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None = None) -> Settings:
+    """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are more
+    places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger, rollout.presets)."""
+    search = (
+        [f"hydra.searchpath=[{','.join(d.resolve().as_uri() for d in preset_dirs)}]"] if preset_dirs else []
+    )
     try:
         with initialize_config_module(config_module="rollout.conf", version_base="1.3"):
-            composed = compose(config_name="config", overrides=list(overrides or []))
+            composed = compose(config_name="config", overrides=[*search, *(overrides or [])])
         settings = OmegaConf.to_object(composed)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
@@ -304,7 +308,10 @@ def _explain(error: BaseException) -> str:
         key_match = re.search(r"full_key: ([\w.]+)", text)
         if key_match is None:
             continue
-        key, detail = key_match.group(1), text.splitlines()[0]
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        key, detail = key_match.group(1), lines[0]
+        if detail.endswith("composing config:") and len(lines) > 1:  # an error inside a preset's file: say it
+            return f"{detail.removesuffix(' raised while composing config:')}: {lines[1]}"
         if isinstance(candidate, ConfigAttributeError) or "not in" in detail:
             parent = key.rpartition(".")[0]
             choices = ", ".join(valid_keys(parent)) or "(none)"

@@ -80,3 +80,26 @@ async def test_vllm_follows_three_checkpoints_of_a_lora_run_sleeping_while_each_
         assert before and before[-1].sleeping, f"vLLM slept while {checkpoint} was trained"
         assert any(ack.serves(checkpoint) for when, ack in acks if when > at), f"vLLM served {checkpoint}"
     assert all(ack.failed is None for _, ack in acks)
+
+
+@pytest.mark.timeout(900)
+def test_the_qlora_trainer_steps_in_four_bits_and_frees_the_gpu_between_steps(tiny_qwen3: str) -> None:
+    """trainer.quantization=nf4 on CUDA: a step runs on the 4-bit base; offload leaves (almost) nothing on the
+    device, onload brings it back, and the next step still works (the optimiser state moved with it)."""
+    import torch
+
+    from benchmarks.gpu import synthetic_batch
+    from rollout.training.local import LocalTrainer, LocalTrainerConfig
+    from rollout.training.losses import LossConfig
+
+    config = LocalTrainerConfig(lora_rank=8, lora_alpha=16, device="cuda", quantization="nf4")
+    trainer = LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))
+    assert any("4bit" in type(m).__name__ for m in trainer.model.modules()), "the base is quantized"
+    batch = synthetic_batch(trainer.model.config.vocab_size)
+    trainer.step(batch)
+    on_device = torch.cuda.memory_allocated()
+    trainer.offload()
+    assert torch.cuda.memory_allocated() < on_device / 10, "offload frees the device for the engine"
+    trainer.onload()
+    metrics = trainer.step(batch)
+    assert metrics["step"] == 2.0 and metrics["tokens"] > 0

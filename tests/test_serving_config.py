@@ -12,8 +12,6 @@ import shutil
 import subprocess
 from pathlib import Path
 
-import pytest
-
 from rollout.catalog import CATALOG, settings_budget
 from rollout.cli.common import load_settings
 from rollout.config import EngineKind, trainer_overrides
@@ -103,13 +101,24 @@ def test_the_stack_starts_the_engine_its_settings_choose() -> None:
 
 
 def test_rollout_up_refuses_an_engine_that_cannot_run_here_before_starting_anything(tmp_path: Path) -> None:
-    if shutil.which("vllm") is not None and Path("/proc/driver/nvidia/gpus").is_dir():
-        pytest.skip("this machine can run vLLM: the refusal is for machines that cannot")
+    # Tinker without a key cannot run anywhere: that refusal is checked on every machine.
     data = tmp_path / "data"
-    refused = rollout("up", f"data_dir={data}", "services.engine.kind=vllm")
+    env = {key: value for key, value in os.environ.items() if key != "TINKER_API_KEY"}
+    refused = subprocess.run(
+        [ROLLOUT, "up", f"data_dir={data}", "services.engine.kind=tinker"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+    )
     assert refused.returncode == 1, refused.stdout + refused.stderr
-    assert "services.engine.kind=vllm needs" in refused.stderr and "Traceback" not in refused.stderr
+    assert "needs a Tinker API key" in refused.stderr and "Traceback" not in refused.stderr
     assert not data.exists(), "nothing was started or created"
+    # vLLM is refused where it cannot run (no extra or no GPU), with the same care.
+    if engine_problem(load_settings(["services.engine.kind=vllm"])) is not None:
+        vllm = rollout("up", f"data_dir={data}", "services.engine.kind=vllm")
+        assert vllm.returncode == 1 and "services.engine.kind=vllm needs" in vllm.stderr
+        assert not data.exists()
 
 
 def test_models_pull_without_a_network_fails_clearly_and_a_model_not_pulled_is_refused(

@@ -187,3 +187,15 @@ def test_logprobs_are_computed_only_where_sampled_tokens_are_and_match_the_full_
     assert torch.allclose(logprobs[sampled], expected[sampled], atol=1e-5)
     unused = ~sampled.any(dim=0)  # positions where no row predicts a sampled token
     assert unused.any() and (logprobs[:, unused] == 0).all(), "no logits where no sampled token is predicted"
+
+
+@pytest.mark.parametrize(
+    ("quantization", "lora_rank", "refusal"),
+    [("nf4", 8, "needs a CUDA GPU"), ("nf4", None, "set trainer.lora_rank"), ("int3", 8, "must be nf4")],
+)
+def test_a_quantized_trainer_is_refused_where_it_cannot_run(
+    tiny_qwen3: str, quantization: str, lora_rank: int | None, refusal: str
+) -> None:
+    config = LocalTrainerConfig(lora_rank=lora_rank, device="cpu", quantization=quantization)
+    with pytest.raises(ValueError, match=refusal):
+        LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from rollout.cli import (
+    cluster,
     config,
     engine,
     env,
@@ -16,6 +17,7 @@ from rollout.cli import (
     ledger,
     models,
     monitor,
+    preset,
     run,
     sandbox,
     seat,
@@ -49,6 +51,8 @@ app.add_typer(sandbox.app, name="sandbox")
 app.add_typer(config.app, name="config")
 app.add_typer(ledger.app, name="ledger")
 app.add_typer(models.app, name="models")
+app.add_typer(preset.app, name="preset")
+app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:

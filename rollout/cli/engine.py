@@ -10,9 +10,19 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from rollout.cli.common import Overrides, as_service, blob_store, err, fail, load_settings, local_model
+from rollout.cli.placement import (
+    GpusOption,
+    PlacementOption,
+    RayAddressOption,
+    RayGroupOption,
+    check_placement,
+    ray_resources,
+    rerun_on_ray,
+)
 
 if TYPE_CHECKING:
     from rollout.config import Settings
+    from rollout.engines.factory import EngineSpec
     from rollout.engines.follower import FollowerConfig
 
 app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
@@ -62,6 +72,10 @@ def serve(
         str | None,
         typer.Option(help="One-GPU mode: sleep while the trainer holds this GPU's lease, wake after."),
     ] = None,
+    placement: PlacementOption = "here",
+    ray_address: RayAddressOption = None,
+    gpus: GpusOption = 0.0,
+    ray_group: RayGroupOption = None,
 ) -> None:
     """Serve a model over vLLM's HTTP dialect: the local engine, a real `vllm serve`, or Tinker's sampler.
 
@@ -90,6 +104,10 @@ def serve(
     as_service(settings)
     if kind not in (*SERVED_FORMATS, "vllm"):
         fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
+    check_placement(placement)
+    if placement == "ray" and kind == "vllm":  # vLLM runs as a child process: run the whole command there
+        rerun_on_ray("vLLM engine", gpus=gpus, address=ray_address, group=ray_group)
+        return
     if kind != "vllm":
         try:
             check_engine_options(kind, script=script)
@@ -121,6 +139,9 @@ def serve(
         tinker_base_model=tinker_base_model,
         tinker_url=tinker_url,
     )
+    if placement == "ray":
+        _serve_on_ray(settings, spec, port, gpus, ray_address, ray_group, follower if follow else None)
+        return
     try:
         with err.status(f"loading {model}…"):
             engine = build_engine(spec)
@@ -139,6 +160,37 @@ def serve(
             report=err.print,
         )
     )
+
+
+def _serve_on_ray(
+    settings: Settings,
+    spec: EngineSpec,
+    port: int,
+    gpus: float,
+    address: str | None,
+    group: str | None,
+    follower: FollowerConfig | None,
+) -> None:
+    from rollout.stack.ray_actors import BlobAccess, RayEngineError, RayUnavailable, serve_on_ray
+
+    blobs = settings.services.blobs
+    try:
+        serve_on_ray(
+            spec,
+            port=port,
+            gpus=gpus,
+            address=address,
+            resources=ray_resources(group),
+            follower=follower,
+            ledger_url=settings.worker_ledger_url,
+            blobs=BlobAccess(settings.blob_url, blobs.s3_endpoint, blobs.s3_secure),
+            cache_dir=settings.data_path / "engines",
+            report=err.print,
+        )
+    except (RayUnavailable, RayEngineError) as error:
+        fail(str(error))
+    except KeyboardInterrupt:
+        err.print("stopped: the engine actor goes with this driver")
 
 
 def _serve_vllm(

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 import typer
 from rich.table import Table
 
+from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import JsonFlag, Overrides, connect_temporal, fail, ledger_call, load_settings, out
 from rollout.cli.evals import CheckpointOption, SuiteArgument, eval_input, suite_named
 from rollout.config import Settings
@@ -33,6 +34,7 @@ def schedule(
     every: Annotated[
         float | None, typer.Option("--every", help="Or an interval in seconds between evals.", min=1)
     ] = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Evaluate SUITE on a schedule (a Temporal Schedule): each time it fires, the checkpoint is resolved anew (so
@@ -54,7 +56,7 @@ def schedule(
 
     if (cron is None) == (every is None):
         fail("give the schedule one of --cron EXPRESSION or --every SECONDS", code=2)
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
 
     async def create() -> str:
         from datetime import timedelta
@@ -130,9 +132,11 @@ async def _schedule_rows(settings: Settings) -> list[dict[str, Any]]:
 
 
 @schedules.command("list")
-def schedules_list(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+def schedules_list(
+    overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
+) -> None:
     """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires next."""
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     rows = asyncio.run(_schedule_rows(settings))
     if as_json:
         print(json.dumps(rows))
@@ -148,7 +152,7 @@ def schedules_list(overrides: Overrides = None, as_json: JsonFlag = False) -> No
     out.print(table)
 
 
-def _on_schedule(overrides: list[str] | None, schedule_id: str, action: str) -> None:
+def _on_schedule(overrides: list[str], schedule_id: str, action: str) -> None:
     from temporalio.service import RPCError, RPCStatusCode
 
     settings = load_settings(overrides)
@@ -172,18 +176,24 @@ def _on_schedule(overrides: list[str] | None, schedule_id: str, action: str) -> 
 
 
 @schedules.command("pause")
-def schedules_pause(schedule_id: ScheduleArgument, overrides: Overrides = None) -> None:
+def schedules_pause(
+    schedule_id: ScheduleArgument, overrides: Overrides = None, cluster: ClusterFlag = False
+) -> None:
     """Stop a schedule from firing until it is resumed."""
-    _on_schedule(overrides, schedule_id, "pause")
+    _on_schedule(cluster_overrides(cluster, overrides), schedule_id, "pause")
 
 
 @schedules.command("resume")
-def schedules_resume(schedule_id: ScheduleArgument, overrides: Overrides = None) -> None:
+def schedules_resume(
+    schedule_id: ScheduleArgument, overrides: Overrides = None, cluster: ClusterFlag = False
+) -> None:
     """Let a paused schedule fire again."""
-    _on_schedule(overrides, schedule_id, "resume")
+    _on_schedule(cluster_overrides(cluster, overrides), schedule_id, "resume")
 
 
 @schedules.command("delete")
-def schedules_delete(schedule_id: ScheduleArgument, overrides: Overrides = None) -> None:
+def schedules_delete(
+    schedule_id: ScheduleArgument, overrides: Overrides = None, cluster: ClusterFlag = False
+) -> None:
     """Delete a schedule (the results it recorded stay in the ledger)."""
-    _on_schedule(overrides, schedule_id, "delete")
+    _on_schedule(cluster_overrides(cluster, overrides), schedule_id, "delete")

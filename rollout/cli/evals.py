@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.table import Table
 
+from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import (
     JsonFlag,
     Overrides,
@@ -140,6 +141,7 @@ def _checked(suite: Suite) -> Suite:
 def register_(
     file: Annotated[str, typer.Argument(help="A suite file (.yaml or .py), or package.module:attribute.")],
     overrides: Overrides = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Record a suite version in the ledger under NAME@VERSION with its content hash. Registering the same
@@ -148,7 +150,7 @@ def register_(
     from rollout.evals.records import register
     from rollout.ledger import Ledger
 
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     try:
         suite = load_suite(file)
     except SuiteError as error:
@@ -176,17 +178,19 @@ def run_(
     suite: SuiteArgument,
     overrides: Overrides = None,
     checkpoint: CheckpointOption = "base",
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Score SUITE on one checkpoint and print a score per environment (with its 95% interval). Starts what
-    is missing of the embedded stack. A suite version already scored on that checkpoint is not played again:
-    its recorded scores are shown."""
+    is missing of the embedded stack (with --cluster, the cluster's runners play it and nothing starts here). A
+    suite version already scored on that checkpoint is not played again: its recorded scores are shown."""
     from rollout.stack.embedded import Stack
 
-    settings = load_settings(overrides)
-    stack = Stack(settings)
-    with err.status("starting the stack…") as spinner:
-        guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
+    settings = load_settings(cluster_overrides(cluster, overrides))
+    stack = None if cluster else Stack(settings)
+    if stack is not None:
+        with err.status("starting the stack…") as spinner:
+            guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
     chosen_suite, outcome = asyncio.run(_run(settings, stack, suite, checkpoint))
     rows = [asdict(s) for s in outcome.scores]
     if as_json:
@@ -206,7 +210,9 @@ def run_(
     out.print(table)
 
 
-async def _run(settings: Settings, stack: Stack, source: str, checkpoint: str) -> tuple[Suite, EvalOutcome]:
+async def _run(
+    settings: Settings, stack: Stack | None, source: str, checkpoint: str
+) -> tuple[Suite, EvalOutcome]:
     from temporalio.client import WorkflowFailureError
     from temporalio.common import WorkflowIDConflictPolicy
 
@@ -224,8 +230,9 @@ async def _run(settings: Settings, stack: Stack, source: str, checkpoint: str) -
                 chosen = await resolve(ledger, checkpoint)
             except UnknownCheckpoint as error:
                 fail(str(error))
-            if chosen.needs_serving and not chosen.formats:
-                # No engine can load it yet (an SFT adapter): the trainer worker bridges it first.
+            if chosen.needs_serving and not chosen.formats and stack is not None:
+                # No engine can load it yet (an SFT adapter): the trainer worker bridges it first (a cluster's
+                # trainer runs already).
                 with err.status("trainer: starting (to make the checkpoint servable)"):
                     await asyncio.to_thread(guarded, lambda: stack.start_trainer(restart=False))
             client = await connect_temporal(settings)
@@ -292,13 +299,14 @@ def results(
     suite: Annotated[str | None, typer.Argument(help="NAME or NAME@VERSION (default: every suite).")] = None,
     overrides: Overrides = None,
     run: Annotated[str | None, typer.Option("--run", help="Only the checkpoints of this run.")] = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Recorded scores: one row per suite version and checkpoint, one column per environment."""
     from rollout.evals.records import results as read_results
     from rollout.ledger import Ledger
 
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     name, _, version = (suite or "").partition("@")
 
     async def read() -> list[EvalResult]:
@@ -340,6 +348,7 @@ def compare(
     max_drop: Annotated[
         float, typer.Option("--max-drop", help="The largest drop of any environment's score allowed.", min=0)
     ] = 0.0,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Compare two checkpoints' recorded scores per environment; exit 1 when any environment's score drops by
@@ -350,7 +359,7 @@ def compare(
     from rollout.evals.scoring import changes
     from rollout.ledger import Ledger
 
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     name, _, version = suite.partition("@")
 
     async def read() -> tuple[str, str, str, list[EvalResult]]:

@@ -1,4 +1,5 @@
-"""`rollout ledger tail`: a stream's events as JSON lines, once or following."""
+"""`rollout ledger tail`: a stream's events as JSON lines, once or following. `rollout ledger migrate`: the
+ledger's schema brought to the newest migration."""
 
 from __future__ import annotations
 
@@ -48,3 +49,35 @@ def tail(
         fail(str(error))
     except KeyboardInterrupt:
         pass
+
+
+@app.command("migrate")
+def migrate_ledger(
+    overrides: Overrides = None,
+    wait_s: Annotated[
+        float,
+        typer.Option(help="How long to wait for Postgres to answer (a cluster's may still be starting)."),
+    ] = 300.0,
+) -> None:
+    """Create the ledger's database if needed and bring its schema to the newest migration.
+
+    Safe to run from several places at once (an advisory lock makes migrators take turns), and a no-op on a ledger
+    that is current. The embedded stack runs it on `rollout up`; a cluster runs it as the chart's migration Job.
+    Connects with services.postgres.url (the owner's: it may create tables).
+    """
+    import time
+
+    from rollout.ledger import migrate
+    from rollout.ledger.errors import LedgerUnreachableError
+
+    settings = load_settings(overrides)
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            migrate.upgrade(settings.ledger_url)
+            break
+        except LedgerUnreachableError as error:
+            if time.monotonic() > deadline:
+                fail(f"{error}\nPostgres did not answer within {wait_s:.0f} s: check services.postgres.url.")
+            time.sleep(2.0)
+    print(f"ledger at schema {migrate.head_revision()}", flush=True)

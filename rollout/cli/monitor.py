@@ -14,6 +14,7 @@ from typing import Annotated
 
 import typer
 
+from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
 from rollout.cli.common import Overrides, err, load_settings
 
 
@@ -23,12 +24,19 @@ def monitor(
         str | None, typer.Option(help="Address to bind (default: services.monitor.host).")
     ] = None,
     port: Annotated[int | None, typer.Option(help="Port (default: services.monitor.port).")] = None,
+    cluster: ClusterFlag = False,
 ) -> None:
     """Open the dashboard: runs (curves, pause/resume/max_lag), transcripts (tokens coloured by logprob), the
     checkpoint tree, evals, and machines (services, engines, workers, sandboxes, leases). It reads the ledger and
-    Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login."""
+    Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login. With --cluster it shows
+    the current cluster context's runs (`rollout cluster connect`)."""
     from rollout.monitor.context import OVERRIDES_VARIABLE
 
+    if cluster:  # the dashboard, here, on the cluster's ledger and Temporal (no ingress needed)
+        context = load_context()
+        overrides = cluster_overrides(True, overrides)
+        if context.monitor_url:
+            err.print(f"the cluster's own dashboard: {context.monitor_url}", highlight=False)
     settings = load_settings(overrides)
     host = host or settings.services.monitor.host
     port = port or settings.services.monitor.port

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.table import Table
 
+from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import (
     JsonFlag,
     Overrides,
@@ -100,6 +101,7 @@ def start(
         typer.Option(help="How many checkpoints behind the newest a turn may sample (default: run.max_lag)."),
     ] = None,
     wait: Annotated[bool, typer.Option(help="Wait for the run to end and print its status.")] = False,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Start a run: episodes of ENVIRONMENT, played by runner workers (`rollout worker runner`, or the stack's).
@@ -110,7 +112,7 @@ def start(
     from rollout.workflows.client import start_run
     from rollout.workflows.types import RunInput
 
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     run_id = run or f"run-{uuid.uuid4().hex[:8]}"
     given = RunInput(
         run=run_id,
@@ -180,9 +182,9 @@ async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
 
 
 @app.command("list")
-def list_(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+def list_(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False) -> None:
     """Every run the ledger holds, newest first: its environment, state, episodes and steps."""
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     rows: list[dict[str, Any]] = ledger_call(_rows(settings, None))
     if as_json:
         print(json.dumps(rows))
@@ -211,11 +213,12 @@ def status(
     run: RunArgument,
     overrides: Overrides = None,
     watch: Annotated[bool, typer.Option("--watch", help="Keep refreshing every 2 s until Ctrl-C.")] = False,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones), steps;
     and from its workflow while it plays: paused, max_lag."""
-    settings = load_settings(overrides)
+    settings = load_settings(cluster_overrides(cluster, overrides))
     try:
         while True:
             row = ledger_call(_rows(settings, run))[0]
@@ -245,16 +248,19 @@ def status(
 def attach(
     run: RunArgument,
     overrides: Overrides = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Reattach to a training run (after its `rollout train` died): restart its trainer with the settings the
-    run recorded, and show it live until it ends. Ctrl-C pauses it again."""
+    run recorded, and show it live until it ends. Ctrl-C pauses it again. With --cluster, a run on the current
+    cluster context: its trainer is the cluster's, and nothing is restarted here."""
     from rollout.cli.train import follow_to_the_end
     from rollout.cli.training_view import recorded_trainer_overrides
     from rollout.ledger import Ledger
     from rollout.ledger.queries import find_run
     from rollout.stack.embedded import Stack
 
+    overrides = cluster_overrides(cluster, overrides)
     settings = load_settings(overrides)
 
     async def recorded() -> dict[str, Any] | None:
@@ -276,12 +282,12 @@ def attach(
         fail(
             f"run {run} is not playing (its workflow is {state.lower()}): `rollout run status {run}` shows where it ended"
         )
-    stack = Stack(settings)
-    try:
-        with err.status("trainer: starting with the run's settings…"):
-            stack.start_trainer()
-    except RuntimeError as error:
-        fail(str(error))
+    if not cluster:
+        try:
+            with err.status("trainer: starting with the run's settings…"):
+                Stack(settings).start_trainer()
+        except RuntimeError as error:
+            fail(str(error))
     if status_.paused and not status_.pause_reason:
         update_run(settings, run, "resume")
     policy = next(iter(status_.trained), "default")
@@ -297,8 +303,10 @@ def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> d
 
 
 def _simple_update(update: RunUpdate, help_text: str) -> None:
-    def command(run: RunArgument, overrides: Overrides = None, as_json: JsonFlag = False) -> None:
-        _print_status(update_run(load_settings(overrides), run, update), as_json)
+    def command(
+        run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
+    ) -> None:
+        _print_status(update_run(load_settings(cluster_overrides(cluster, overrides)), run, update), as_json)
 
     command.__doc__ = help_text
     app.command(update)(command)
@@ -314,6 +322,7 @@ def set_(
     run: RunArgument,
     setting: Annotated[str, typer.Argument(help="max_lag=N")],
     overrides: Overrides = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Change a run's setting while it plays (max_lag=N); the gateway applies it on the next turn."""
@@ -323,4 +332,5 @@ def set_(
             f"{setting!r}: the setting a run takes is max_lag=N, with N a whole number (0 = on-policy)",
             code=2,
         )
-    _print_status(update_run(load_settings(overrides), run, "set_max_lag", int(value)), as_json)
+    settings = load_settings(cluster_overrides(cluster, overrides))
+    _print_status(update_run(settings, run, "set_max_lag", int(value)), as_json)

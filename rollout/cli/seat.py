@@ -11,6 +11,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
+from rollout.cli.cluster import ClusterFlag, load_context
 from rollout.cli.common import JsonFlag, Overrides, fail, load_settings
 from rollout.ledger.errors import LedgerError
 from rollout.redaction import unscrubbed
@@ -33,13 +34,15 @@ def new(
     gateway_url: Annotated[
         str, typer.Option(help="The gateway the seat is used through.")
     ] = "http://127.0.0.1:8000",
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Open a seat by hand (to point Claude Code or Codex at a checkpoint, say): prints its base URL and key."""
+    """Open a seat by hand (to point Claude Code or Codex at a checkpoint, say): prints its base URL and key.
+    With --cluster, the cluster's gateway opens it (its operator route, with the context's operator key)."""
     from rollout.gateway.seats import load_secret, open_seat
     from rollout.ledger import Ledger
 
-    settings = load_settings(overrides)
+    settings = load_settings(overrides)  # with --cluster the gateway opens the seat: these are not needed
 
     async def make() -> tuple[str, str]:
         async with await Ledger.connect(settings.ledger_url) as ledger:
@@ -55,10 +58,15 @@ def new(
             )
         return seat.seat_id, token
 
-    try:
-        seat_id, token = asyncio.run(make())
-    except LedgerError as error:
-        fail(str(error))
+    if cluster:
+        gateway_url, seat_id, token = _open_on_cluster(
+            {"agent": agent, "policy": policy, "run": run, "episode": episode, "checkpoint": checkpoint}
+        )
+    else:
+        try:
+            seat_id, token = asyncio.run(make())
+        except LedgerError as error:
+            fail(str(error))
     base_url = f"{gateway_url.rstrip('/')}/s/{token}/v1"
     # The one output that hands a seat's key out: it is written past the scrubbing every other output gets.
     clear = unscrubbed(sys.stdout)
@@ -71,3 +79,33 @@ def new(
         f"Claude Code: ANTHROPIC_BASE_URL={gateway_url.rstrip('/')}/s/{token} ANTHROPIC_API_KEY={token} claude",
         highlight=False,
     )
+
+
+def _open_on_cluster(fields: dict[str, str | None]) -> tuple[str, str, str]:
+    """POST /operator/seats on the current cluster context's gateway: (gateway URL, seat id, key)."""
+    import httpx
+
+    context = load_context()
+    if not context.gateway_url:
+        fail(
+            f"cluster {context.name} has no gateway URL: `rollout cluster connect {context.name} --gateway-url URL …`"
+        )
+    headers = {"Authorization": f"Bearer {context.operator_key}"} if context.operator_key else {}
+    url = f"{context.gateway_url.rstrip('/')}/operator/seats"
+    try:
+        answer = httpx.post(
+            url, json={k: v for k, v in fields.items() if v is not None}, headers=headers, timeout=30
+        )
+    except httpx.HTTPError as error:
+        fail(
+            f"the cluster's gateway at {context.gateway_url} did not answer ({error}): `rollout status --cluster`"
+        )
+    if answer.status_code != 201:
+        hint = (
+            " (`rollout cluster connect … --operator-key-file FILE` keeps its key)"
+            if answer.status_code in (401, 403)
+            else ""
+        )
+        fail(f"the cluster's gateway refused the seat ({answer.status_code}: {answer.text[:300]}){hint}")
+    body = answer.json()
+    return context.gateway_url, str(body["seat"]), str(body["api_key"])

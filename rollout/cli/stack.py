@@ -7,6 +7,7 @@ import json
 import typer
 from rich.table import Table
 
+from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
 from rollout.cli.common import JsonFlag, Overrides, err, guarded, load_settings, out
 from rollout.stack.embedded import ServiceStatus, Stack
 
@@ -50,10 +51,18 @@ def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
         raise typer.Exit(1)
 
 
-def status(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
+def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False) -> None:
     """Report every service: address, health, what each engine serves, and the Temporal web UI URL. Exits 1
-    when one is down."""
-    services = guarded(Stack(load_settings(overrides)).status)
+    when one is down. With --cluster, the current cluster context's services instead (the ledger, Temporal, the
+    blob store, the gateway and the dashboard), probed from here."""
+    if cluster:
+        from rollout.stack.health import cluster_status
+
+        context = load_context()
+        settings = load_settings(cluster_overrides(True, overrides))
+        services = cluster_status(settings, context.gateway_url, context.monitor_url)
+    else:
+        services = guarded(Stack(load_settings(overrides)).status)
     print_status(services, as_json)
     if not all(service.healthy for service in services):
         raise typer.Exit(1)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from rollout.cli.cluster import ClusterFlag, cluster_settings
 from rollout.cli.common import (
     JsonFlag,
     Overrides,
@@ -42,9 +43,13 @@ def train(
     overrides: Overrides = None,
     preset: Annotated[
         str,
-        typer.Option(help="cpu-micro (a tiny random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU)."),
+        typer.Option(
+            help="cpu-micro (a tiny random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU); with --cluster, "
+            "also the presets stored in the cluster's ledger (NAME or NAME@VERSION)."
+        ),
     ] = "none",
     run: Annotated[str | None, typer.Option("--run", help="The run's id (default: a new one).")] = None,
+    cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
     """Train a policy on ENVIRONMENT: starts what is missing (stack, engine, gateway, runner, trainer, and the
@@ -55,6 +60,11 @@ def train(
     $PYTHONPATH; the stack's runner imports from the same places. Overrides after the environment:
     `trainer.steps=5 trainer.learning_rate=1e-4 run.max_lag=2`. Ctrl-C pauses the run (it stays paused across
     restarts); `rollout run attach RUN` resumes it and shows it again.
+
+    With --cluster the run starts on the current cluster context (`rollout cluster connect`) and nothing starts
+    here: the cluster's runners play it and its trainer trains it (with the trainer settings the release was
+    deployed with), and --preset NAME[@VERSION] is the preset as the cluster's ledger stores it (`rollout preset
+    load DIR --cluster`), else the built-in one. The cluster's runners must be able to import ENVIRONMENT.
     """
     from temporalio.exceptions import WorkflowAlreadyStartedError
     from temporalio.service import RPCError
@@ -67,7 +77,10 @@ def train(
     from rollout.stack.embedded import Stack
     from rollout.stack.sandboxes import sandboxes_needed
 
-    settings = load_settings([f"preset={preset}", *(overrides or [])])
+    if cluster:
+        settings = cluster_settings(preset, overrides)
+    else:
+        settings = load_settings([f"preset={preset}", *(overrides or [])])
     try:
         loaded = load_environment(environment)
     except EnvironmentLoadError as error:
@@ -113,7 +126,8 @@ def train(
 
     if (settings.eval.suite is None) != (settings.eval.every < 1):
         fail("evals during training need both eval.suite=SUITE and eval.every=N (N ≥ 1)", code=2)
-    guarded(start_stack)
+    if not cluster:
+        guarded(start_stack)
     run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
     given = run_input(
         settings,

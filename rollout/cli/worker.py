@@ -21,6 +21,14 @@ from rollout.cli.common import (
     load_settings,
     local_model,
 )
+from rollout.cli.placement import (
+    GpusOption,
+    PlacementOption,
+    RayAddressOption,
+    RayGroupOption,
+    check_placement,
+    rerun_on_ray,
+)
 from rollout.config import Settings
 from rollout.ledger.errors import LedgerError
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -97,6 +105,10 @@ def trainer(
     holder: Annotated[
         str | None, typer.Option(help="This trainer's name in its leases (default: trainer-HOST-PID).")
     ] = None,
+    placement: PlacementOption = "here",
+    ray_address: RayAddressOption = None,
+    gpus: GpusOption = 0.0,
+    ray_group: RayGroupOption = None,
 ) -> None:
     """Run a trainer worker: it trains steps (`trainer.*` settings; `trainer.provider=tinker` trains through
     Tinker's API, with `trainer.tinker_base_model=` and TINKER_API_KEY), bridges each checkpoint for the engines
@@ -107,6 +119,10 @@ def trainer(
 
     settings = load_settings(overrides)
     as_service(settings)
+    check_placement(placement)
+    if placement == "ray":
+        rerun_on_ray("trainer worker", gpus=gpus, address=ray_address, group=ray_group)
+        return
     spec = replace(settings.trainer, gpu_lease=settings.gpu_lease)  # gpu.mode=shared names the lease
     try:
         check_trainer_settings(spec)

@@ -59,7 +59,7 @@ async def serve_vllm(
             stdin=asyncio.subprocess.DEVNULL,
             stdout=output,
             stderr=asyncio.subprocess.STDOUT,
-            preexec_fn=_exit_with_parent,
+            preexec_fn=exit_with_parent,
         )
     engine = VLLMEngine(f"http://{launch.host}:{launch.port}", name=follower.engine if follower else "vllm")
     following: asyncio.Task[None] | None = None
@@ -99,7 +99,7 @@ def _stop_on_signals() -> None:
         loop.add_signal_handler(signum, first_signal)
 
 
-def _exit_with_parent() -> None:
+def exit_with_parent() -> None:
     """In the child, before exec: SIGTERM it when its parent dies (Linux), even of SIGKILL."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # 1: PR_SET_PDEATHSIG

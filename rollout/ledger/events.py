@@ -32,6 +32,7 @@ class Kind(StrEnum):
     SEAT_OPENED = "SeatOpened"
     SEAT_CLOSED = "SeatClosed"
     SANDBOX_REGISTERED = "SandboxRegistered"
+    PRESET_STORED = "PresetStored"
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import os
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -143,3 +143,23 @@ async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
             "unreachable: connection refused" if "ConnectionRefused" in text else f"unreachable: {text}",
         )
     return healthy, f"namespace {namespace}" if healthy else "health check failed"
+
+
+def cluster_status(
+    settings: Settings, gateway_url: str | None, monitor_url: str | None
+) -> list[ServiceStatus]:
+    """A deployed rollout's services, probed from here: the ledger, Temporal, the blob store, and the gateway and
+    dashboard when their URLs are known."""
+    services = [
+        postgres_status(settings.ledger_url, None, "external"),
+        temporal_status(
+            settings.temporal_address, None, settings.services.temporal.namespace, None, "external"
+        ),
+        blobs_status(settings),
+    ]
+    if gateway_url:
+        services.append(replace(http_status("gateway", None, gateway_url, "answering"), mode="external"))
+    if monitor_url:
+        dashboard = http_status("monitor", None, monitor_url, "answering", health="/_stcore/health")
+        services.append(replace(dashboard, mode="external"))
+    return services

@@ -13,6 +13,9 @@ Contract:
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
 - `quantization="nf4"` (QLoRA, CUDA only) loads the frozen base in 4 bits through bitsandbytes, with gradient
   checkpointing; asked for where it cannot run (CPU, full weights), the constructor raises `ValueError` saying so.
+- Data parallel: `step(batch, shard=(rank, world))` in each of `world` processes (torch.distributed initialised,
+  e.g. by Ray Train) trains on every world-th segment and sums the gradients: the update equals `step(batch)` in
+  one process. A non-finite loss on any process fails the step on all of them.
 - `offload()` moves the weights and optimiser state to CPU memory and frees the device; `onload()` brings them
   back (one-GPU mode, between steps). On CPU both do nothing.
 """
@@ -166,27 +169,34 @@ class LocalTrainer:
         aligned = {"mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "advantages": advantages[:, 1:]}
         return logprobs, {k: v.to(self.device) for k, v in aligned.items()}
 
-    def step(self, batch: Batch) -> dict[str, float]:
+    def step(self, batch: Batch, *, shard: tuple[int, int] | None = None) -> dict[str, float]:
+        """One AdamW step over `batch`. With `shard=(rank, world)` (data parallel, torch.distributed initialised),
+        this process takes segments rank, rank + world, ... and the gradients are summed across processes before
+        clipping: every process makes the update one process would make on the whole batch."""
         if not batch.segments or batch.sampled_tokens == 0:
             raise ValueError("a batch with no sampled tokens has nothing to train on")
+        segments = batch.segments if shard is None else batch.segments[shard[0] :: shard[1]]
         self.optimizer.zero_grad(set_to_none=True)
         parts: list[tuple[float, LossMetrics]] = []
-        total = 0.0
-        for micro in _micro_batches(batch.segments, self.config.micro_batch_tokens):
+        total, finite = 0.0, True
+        for micro in _micro_batches(segments, self.config.micro_batch_tokens):
             logprobs, aligned = self.token_logprobs(micro)
             loss, metrics = policy_loss(
                 logprobs, aligned["behaviour"], aligned["advantages"], aligned["mask"], self.loss
             )
-            share = metrics.tokens / batch.sampled_tokens
+            share = metrics.tokens / batch.sampled_tokens  # of the whole batch: shards sum to the whole
             scaled = loss * share
             if not math.isfinite(scaled.item()):
-                self.optimizer.zero_grad(set_to_none=True)
-                raise NonFiniteLoss(
-                    f"step {self.steps + 1}: the loss is {scaled.item()}; no weights were changed"
-                )
+                finite = False
+                break
             scaled.backward()
             total += scaled.item()
             parts.append((share, metrics))
+        if shard is not None:  # every process learns whether any failed, then they sum what they computed
+            finite, total = _all_reduce_step(self.parameters, finite, total)
+        if not finite:
+            self.optimizer.zero_grad(set_to_none=True)
+            raise NonFiniteLoss(f"step {self.steps + 1}: the loss is not finite; no weights were changed")
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.parameters, self.config.max_grad_norm))
         if not math.isfinite(grad_norm):
             self.optimizer.zero_grad(set_to_none=True)
@@ -238,6 +248,24 @@ class LocalTrainer:
             trainer.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_STATE, weights_only=True))
         trainer.steps = int(state["steps"])
         return trainer
+
+
+def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: float) -> tuple[bool, float]:
+    """Data parallel: whether every process's loss was finite, the summed loss, and the summed gradients."""
+    import torch.distributed as dist
+
+    device = parameters[0].device
+    all_finite = torch.tensor([1.0 if finite else 0.0], dtype=torch.float64, device=device)
+    summed = torch.tensor([total], dtype=torch.float64, device=device)
+    dist.all_reduce(all_finite, op=dist.ReduceOp.MIN)
+    dist.all_reduce(summed, op=dist.ReduceOp.SUM)
+    if all_finite.item() < 1.0:
+        return False, math.nan
+    for parameter in parameters:
+        if parameter.grad is None:  # this shard did not reach it: it contributes zeros
+            parameter.grad = torch.zeros_like(parameter)
+        dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
+    return True, float(summed.item())
 
 
 def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:

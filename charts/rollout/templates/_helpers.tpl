@@ -1,0 +1,112 @@
+{{/* Names, labels, and the settings every rollout container gets. */}}
+{{- define "rollout.name" -}}{{ .Chart.Name }}{{- end -}}
+
+{{- define "rollout.fullname" -}}
+{{- if contains .Chart.Name .Release.Name -}}{{ .Release.Name | trunc 50 | trimSuffix "-" }}
+{{- else -}}{{ printf "%s-%s" .Release.Name .Chart.Name | trunc 50 | trimSuffix "-" }}{{- end -}}
+{{- end -}}
+
+{{- define "rollout.labels" -}}
+app.kubernetes.io/name: {{ include "rollout.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end -}}
+
+{{- define "rollout.selector" -}}
+app.kubernetes.io/name: {{ include "rollout.name" .root }}
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end -}}
+
+{{- define "rollout.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+{{- define "rollout.gpuImage" -}}{{ .Values.image.gpuRepository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
+
+{{- define "rollout.secretName" -}}{{ .Values.secrets.existingSecret | default (printf "%s-secrets" (include "rollout.fullname" .)) }}{{- end -}}
+
+{{- define "rollout.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create -}}{{ .Values.serviceAccount.name | default (include "rollout.fullname" .) }}
+{{- else -}}{{ .Values.serviceAccount.name | default "default" }}{{- end -}}
+{{- end -}}
+
+{{/* Where the services are: the user's, or the chart's dev ones. */}}
+{{- define "rollout.postgresUrl" -}}
+{{- if .Values.services.postgres.url -}}{{ .Values.services.postgres.url }}
+{{- else -}}postgresql://rollout:$(ROLLOUT_DATABASE_PASSWORD)@{{ include "rollout.fullname" . }}-postgres:5432/rollout{{- end -}}
+{{- end -}}
+{{- define "rollout.temporalAddress" -}}{{ .Values.services.temporal.address | default (printf "%s-temporal:7233" (include "rollout.fullname" .)) }}{{- end -}}
+{{- define "rollout.s3Endpoint" -}}{{ .Values.services.blobs.s3_endpoint | default (printf "%s-minio:9000" (include "rollout.fullname" .)) }}{{- end -}}
+{{- define "rollout.gatewayUrl" -}}http://{{ include "rollout.fullname" . }}-gateway:{{ .Values.gateway.port }}{{- end -}}
+{{- define "rollout.rayAddress" -}}ray://{{ include "rollout.fullname" . }}-ray-head-svc:10001{{- end -}}
+{{- define "rollout.engineUrl" -}}http://{{ include "rollout.fullname" . }}-engine:{{ .Values.engine.port }}{{- end -}}
+
+{{/* The settings (command-line overrides) every rollout process takes; secrets arrive as $(VAR) from env. */}}
+{{- define "rollout.settings" -}}
+- data_dir=/data
+- services.postgres.url={{ include "rollout.postgresUrl" . }}
+- services.postgres.worker_url={{ include "rollout.postgresUrl" . }}
+- services.temporal.address={{ include "rollout.temporalAddress" . }}
+- services.blobs.url={{ .Values.services.blobs.url }}
+- services.blobs.s3_endpoint={{ include "rollout.s3Endpoint" . }}
+- services.blobs.s3_secure={{ .Values.services.blobs.s3_secure }}
+- services.gateway.model={{ .Values.model }}
+- services.gateway.max_context={{ .Values.maxContext }}
+- gpu.mode={{ .Values.trainer.gpuMode }}
+{{- range .Values.extraSettings }}
+- {{ . | quote }}
+{{- end }}
+{{- end -}}
+
+{{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer. */}}
+{{- define "rollout.placement" -}}
+{{- $role := get .root.Values .role -}}
+{{- if eq $role.placement "ray" }}
+- --placement
+- ray
+- --ray-address
+- {{ include "rollout.rayAddress" .root }}
+- --gpus
+- {{ $role.gpus | quote }}
+{{- with $role.rayGroup }}
+- --ray-group
+- {{ . }}
+{{- end }}
+{{- end }}
+{{- end -}}
+
+{{- define "rollout.env" -}}
+- name: ROLLOUT_DATABASE_PASSWORD
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: databasePassword}}
+- name: AWS_ACCESS_KEY_ID
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: s3AccessKey}}
+- name: AWS_SECRET_ACCESS_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: s3SecretKey}}
+- name: TINKER_API_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: tinkerApiKey, optional: true}}
+- name: ROLLOUT_DATA_DIR
+  value: /data
+{{- end -}}
+
+{{- define "rollout.podSecurity" -}}
+securityContext:
+  {{- toYaml .Values.podSecurityContext | nindent 2 }}
+{{- end -}}
+
+{{/* /data: scratch, with the seat secret and the operator key (shared by gateway and runners) from the Secret. */}}
+{{- define "rollout.dataMounts" -}}
+- {name: data, mountPath: /data}
+- {name: keys, mountPath: /data/gateway.secret, subPath: gatewaySecret, readOnly: true}
+- {name: keys, mountPath: /data/operator.key, subPath: operatorKey, readOnly: true}
+{{- end -}}
+{{- define "rollout.dataVolumes" -}}
+- name: data
+  emptyDir: {}
+- name: keys
+  secret:
+    secretName: {{ include "rollout.secretName" . }}
+    defaultMode: 0440
+    items:
+      - {key: gatewaySecret, path: gatewaySecret}
+      - {key: operatorKey, path: operatorKey}
+{{- end -}}

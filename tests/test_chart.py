@@ -1,0 +1,167 @@
+"""The Helm chart, checked offline: `helm lint`, rendering with each values file, every object validated strictly
+against the Kubernetes schemas, the RayCluster against KubeRay's CRD, and every command a container runs exists in
+the CLI and takes the settings the chart gives it.
+
+Helm itself comes from helm-python-sdk (Helm's Go SDK through a C library: no helm binary, no cluster).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+import helm_python as helm
+import jsonschema
+import kubernetes_validate
+import pytest
+import yaml
+
+from rollout.config import Settings, load
+from rollout.net import free_port
+
+ROOT = Path(__file__).resolve().parent.parent
+CHART = ROOT / "charts" / "rollout"
+VALUES = {"default": None, "k3s": CHART / "values-k3s.yaml", "multi-node": CHART / "values-multinode.yaml"}
+KUBERNETES_VERSION = "1.33.0"
+
+
+def values_of(name: str) -> dict[str, Any]:
+    path = VALUES[name]
+    return yaml.safe_load(path.read_text()) if path else {}
+
+
+@cache
+def rendered(name: str) -> tuple[dict[str, Any], ...]:
+    with helm.Chart.load(str(CHART)) as chart:
+        manifests = chart.render(values_of(name), name="demo", namespace="rollout")
+    return tuple(doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc)
+
+
+def containers(objects: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str, Any]]]:
+    found: list[tuple[str, dict[str, Any]]] = []
+    for obj in objects:
+        templates = []
+        if obj["kind"] in ("Deployment", "StatefulSet", "Job"):
+            templates.append(obj["spec"]["template"])
+        if obj["kind"] == "RayCluster":
+            templates.append(obj["spec"]["headGroupSpec"]["template"])
+            templates.extend(group["template"] for group in obj["spec"].get("workerGroupSpecs", []))
+        for template in templates:
+            found.extend((obj["metadata"]["name"], c) for c in template["spec"]["containers"])
+    return found
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_helm_lint_passes(name: str) -> None:
+    report = helm.lint(str(CHART), values=values_of(name))
+    assert not report["errors"], report
+    assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]  # info only (no icon)
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_every_rendered_object_is_valid_kubernetes_and_the_raycluster_matches_kuberay(name: str) -> None:
+    objects = rendered(name)
+    kinds = {obj["kind"] for obj in objects}
+    assert {"Deployment", "Service", "ConfigMap", "RayCluster", "NetworkPolicy", "ServiceAccount"} <= kinds
+    raycluster_schema = json.loads((ROOT / "tests" / "schemas" / "raycluster-v1.schema.json").read_text())
+    for obj in objects:
+        if obj["kind"] == "RayCluster":
+            jsonschema.validate(obj, raycluster_schema)
+            groups = [obj["spec"]["headGroupSpec"], *obj["spec"].get("workerGroupSpecs", [])]
+            for group in groups:  # each pod template is a Kubernetes PodTemplateSpec
+                pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}}
+                kubernetes_validate.validate(
+                    {**pod_template, "template": group["template"]}, KUBERNETES_VERSION, strict=True
+                )
+        else:
+            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+
+
+def test_strict_validation_refuses_a_misplaced_field() -> None:
+    """The validation is not vacuous: a field in the wrong place fails, in Kubernetes' schema and KubeRay's."""
+    deployment = next(obj for obj in rendered("default") if obj["kind"] == "Deployment")
+    broken = json.loads(json.dumps(deployment))
+    broken["spec"]["template"]["spec"]["containers"][0]["argz"] = ["gateway"]
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(broken, KUBERNETES_VERSION, strict=True)
+    raycluster = next(obj for obj in rendered("default") if obj["kind"] == "RayCluster")
+    raycluster = json.loads(json.dumps(raycluster))
+    raycluster["spec"]["workerGroupSpecs"][0]["gpus"] = 1
+    schema = json.loads((ROOT / "tests" / "schemas" / "raycluster-v1.schema.json").read_text())
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(raycluster, schema)
+
+
+def test_the_k3s_values_fit_one_gpu_and_the_multinode_values_use_external_services() -> None:
+    k3s = rendered("k3s")
+    workers = [g for o in k3s if o["kind"] == "RayCluster" for g in o["spec"]["workerGroupSpecs"]]
+    gpus = [g["template"]["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"] for g in workers]
+    assert sum(gpus) == 1, "one GPU in all"
+    assert {o["kind"] for o in k3s} >= {"StatefulSet"}, "the dev Postgres runs in the cluster"
+    multinode = rendered("multi-node")
+    names = {
+        o["metadata"]["name"] for o in multinode if o["kind"] in ("Deployment", "StatefulSet", "Service")
+    }
+    assert not {"demo-rollout-postgres", "demo-rollout-temporal", "demo-rollout-minio"} & names
+    assert not any(o["kind"] == "Secret" for o in multinode), "an existing Secret is used, none is made"
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(name: str) -> None:
+    seen = 0
+    for owner, container in containers(rendered(name)):
+        if (
+            not container["image"].split(":")[0].endswith(("/rollout", "/rollout-gpu"))
+            or "args" not in container
+        ):
+            continue
+        args = [str(a) for a in container["args"]]
+        command = [a for a in args if not a.startswith("-") and "=" not in a]
+        subcommand = command[: 2 if command[0] in ("worker", "engine", "ledger") else 1]
+        helped = subprocess.run(
+            ["rollout", *subcommand, "--help"], capture_output=True, text=True, timeout=60
+        )
+        assert helped.returncode == 0, f"{owner}: `rollout {' '.join(subcommand)}` is not a command"
+        for option in (a for a in args if a.startswith("--")):
+            assert option in helped.stdout, f"{owner}: `rollout {' '.join(subcommand)}` has no {option}"
+        # The settings compose (secrets arrive as $(VAR), which Kubernetes expands from the environment).
+        overrides = [re.sub(r"\$\((\w+)\)", "secret", a) for a in args if "=" in a and not a.startswith("-")]
+        settings = load(overrides)
+        assert settings.services.temporal.address and settings.services.postgres.url
+        seen += 1
+    assert seen >= 4, "gateway, runner, monitor and the migration at least"
+
+
+def test_values_schema_refuses_a_misspelt_key_and_a_bad_value() -> None:
+    with helm.Chart.load(str(CHART)) as chart:
+        chart.validate_schema(values_of("k3s"))
+        with pytest.raises(helm.HelmError, match="gatway"):
+            chart.validate_schema({"gatway": {"replicas": 2}})
+        with pytest.raises(helm.HelmError):
+            chart.validate_schema({"trainer": {"gpuMode": "sometimes"}})
+
+
+def test_the_migration_job_command_migrates_a_ledger_and_explains_an_unreachable_one(
+    stack_settings: Settings,
+) -> None:
+    migrated = subprocess.run(
+        ["rollout", "ledger", "migrate", f"services.postgres.url={stack_settings.ledger_url}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert migrated.returncode == 0, migrated.stderr
+    assert migrated.stdout.startswith("ledger at schema ")
+    unreachable = f"postgresql://rollout@127.0.0.1:{free_port()}/rollout"
+    refused = subprocess.run(
+        ["rollout", "ledger", "migrate", "--wait-s", "1", f"services.postgres.url={unreachable}"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert refused.returncode == 1 and "did not answer within 1 s" in refused.stderr
+    assert "Traceback" not in refused.stderr
