@@ -8,6 +8,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass, field, fields
 from enum import StrEnum
@@ -177,6 +178,10 @@ class TrainerSettings:
     tinker_url: str | None = None  # None: Tinker's hosted API; the key comes from TINKER_API_KEY
     warm_start: str | None = None  # a checkpoint the first step trains from (`rollout sft` makes one)
     quantization: str | None = None  # nf4: QLoRA, the base in 4 bits (bitsandbytes, CUDA only)
+    data_parallel_workers: int = (
+        1  # more: each step trains data-parallel on this many Ray workers (the ray extra)
+    )
+    ray_address: str | None = None  # their Ray cluster (None: RAY_ADDRESS, else a local one)
 
 
 @dataclass
@@ -267,9 +272,21 @@ class ConfigError(ValueError):
 ConfigStore.instance().store(name="settings_schema", node=Settings)
 
 
+def hydra_quote(value: str) -> str:
+    """`value` as a quoted override value, so a URL's `?`, `=`, `,` or `#` reach the setting as they are."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
 def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None = None) -> Settings:
     """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are more
-    places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger, rollout.presets)."""
+    places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger, rollout.presets),
+    and so are the folders in $ROLLOUT_PRESET_PATH (`:`-separated: a deployment's presets, mounted)."""
+    mounted = [
+        Path(d)
+        for d in os.environ.get("ROLLOUT_PRESET_PATH", "").split(os.pathsep)
+        if Path(d or "-").is_dir()
+    ]
+    preset_dirs = [*(preset_dirs or []), *mounted]
     search = (
         [f"hydra.searchpath=[{','.join(d.resolve().as_uri() for d in preset_dirs)}]"] if preset_dirs else []
     )

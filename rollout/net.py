@@ -26,6 +26,17 @@ def port_is_free(host: str, port: int) -> bool:
     return True
 
 
+def reachable_host(host: str) -> str:
+    """The address others reach a server bound to `host` at: `host` itself, or for all interfaces (0.0.0.0, ::)
+    this machine's own address (a pod's IP, a Ray node's)."""
+    if host not in ("0.0.0.0", "::", ""):
+        return host
+    try:
+        return socket.gethostbyname(socket.gethostname())
+    except OSError:
+        return "127.0.0.1"
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for tests and benchmarks that start their own stack)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:

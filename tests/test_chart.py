@@ -51,7 +51,10 @@ def containers(objects: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str,
             templates.append(obj["spec"]["headGroupSpec"]["template"])
             templates.extend(group["template"] for group in obj["spec"].get("workerGroupSpecs", []))
         for template in templates:
-            found.extend((obj["metadata"]["name"], c) for c in template["spec"]["containers"])
+            spec = template["spec"]
+            found.extend(
+                (obj["metadata"]["name"], c) for c in [*spec.get("initContainers", []), *spec["containers"]]
+            )
     return found
 
 
@@ -133,7 +136,7 @@ def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(nam
             continue
         args = [str(a) for a in container["args"]]
         command = [a for a in args if not a.startswith("-") and "=" not in a]
-        subcommand = command[: 2 if command[0] in ("worker", "engine", "ledger") else 1]
+        subcommand = command[: 2 if command[0] in ("worker", "engine", "ledger", "models") else 1]
         helped = help_of(tuple(subcommand))
         assert helped is not None, f"{owner}: `rollout {' '.join(subcommand)}` is not a command"
         for option in (a for a in args if a.startswith("--")):
@@ -143,7 +146,7 @@ def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(nam
         settings = load(overrides)
         assert settings.services.temporal.address and settings.services.postgres.url
         seen += 1
-    assert seen >= 4, "gateway, runner, monitor and the migration at least"
+    assert seen >= 8, "gateway, runner, engine, trainer, monitor, and their migrations and model pulls"
 
 
 def test_values_schema_refuses_a_misspelt_key_and_a_bad_value() -> None:
@@ -153,6 +156,12 @@ def test_values_schema_refuses_a_misspelt_key_and_a_bad_value() -> None:
             chart.validate_schema({"gatway": {"replicas": 2}})
         with pytest.raises(helm.HelmError):
             chart.validate_schema({"trainer": {"gpuMode": "sometimes"}})
+        # What the schema cannot say, the templates refuse: an engine on Ray needs its worker group, and a pod
+        # takes whole GPUs.
+        with pytest.raises(helm.HelmError, match=r"engine\.rayGroup"):
+            chart.render({"engine": {"rayGroup": ""}}, name="demo", namespace="rollout")
+        with pytest.raises(helm.HelmError, match="whole number"):
+            chart.render({"trainer": {"placement": "pod", "gpus": 0.5}}, name="demo", namespace="rollout")
 
 
 def test_the_migration_job_command_migrates_a_ledger_and_explains_an_unreachable_one(

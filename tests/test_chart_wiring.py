@@ -1,8 +1,8 @@
-"""The chart's wiring, run for real without Kubernetes: render the chart, start each of its rollout containers
-(the migration Job, gateway, engine, runner, trainer) as a local process with the command, arguments and
-environment Kubernetes would give it (Secret values resolved, `$(VAR)` expanded, each pod's /data its own folder
-with the Secret's files mounted in it, Service names resolved to this machine), against a local Postgres, Temporal
-and an S3 server standing in for the cluster's. Then `rollout cluster connect`, `rollout preset load … --cluster`
+"""The chart's wiring, run for real without Kubernetes: render the chart, start each of its rollout pods (gateway,
+engine, runner, trainer: each pod's init containers first, the ledger migration and the model pull) as local
+processes with the command, arguments and environment Kubernetes would give them (Secret values resolved, `$(VAR)`
+expanded, each pod's /data its own folder with the Secret's files in it, ConfigMaps mounted, Service names
+resolved to this machine), against a local Postgres, Temporal and an S3 server standing in for the cluster's. Then `rollout cluster connect`, `rollout preset load … --cluster`
 and a 2-step `rollout train … --preset NAME --cluster` with the preset read from the cluster's ledger, and a seat
 opened through the gateway's operator route with the Secret's operator key."""
 
@@ -17,6 +17,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -65,52 +66,92 @@ def render(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Pod:
-    """One rendered container, run here as Kubernetes would run it."""
+    """One rendered pod, run here as Kubernetes would run it: its init containers one after another, each to its
+    end, then its container."""
 
-    def __init__(self, name: str, spec: dict[str, Any], secret: dict[str, str], root: Path) -> None:
-        self.name, self.root = name, root / name
-        container = spec["containers"][0]
-        volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+    def __init__(
+        self,
+        name: str,
+        spec: dict[str, Any],
+        secret: dict[str, str],
+        config_maps: dict[str, dict[str, str]],
+        root: Path,
+    ) -> None:
+        self.name, self.root, self.secret = name, root / name, secret
+        self.spec = spec
         self.data = self.root / "data"
         self.data.mkdir(parents=True)
-        for mount in container.get("volumeMounts", []):  # /data, with the Secret's files in it
+        self.mounts = {"/data": self.data}  # a path in the pod -> where it is here
+        container = spec["containers"][0]
+        volumes = {volume["name"]: volume for volume in spec.get("volumes", [])}
+        for mount in container.get("volumeMounts", []):  # /data, the Secret's files in it, ConfigMaps
             volume = volumes[mount["name"]]
-            target = self.local(mount["mountPath"])
             if "secret" in volume:
+                target = self.data / Path(mount["mountPath"]).relative_to("/data")
                 target.write_text(secret[mount["subPath"]])
                 target.chmod(0o440)
-        self.env: dict[str, str] = {}
-        for variable in container.get("env", []):
-            value = variable.get("value")
-            if value is None:
-                value = secret.get(variable["valueFrom"]["secretKeyRef"]["key"], "")
-            self.env[variable["name"]] = str(self.local(value)) if value == "/data" else str(value)
-        self.args = [self.resolve(argument) for argument in container["args"]]
+            elif "configMap" in volume:
+                folder = self.root / "mounts" / mount["mountPath"].lstrip("/")
+                folder.mkdir(parents=True)
+                for file, text in config_maps[volume["configMap"]["name"]].items():
+                    (folder / file).write_text(text)
+                self.mounts[mount["mountPath"]] = folder
+        self.env = self.env_of(container)
         self.ports = [port["containerPort"] for port in container.get("ports", [])]
         self.probe = container.get("readinessProbe", {}).get("httpGet", {}).get("path")
         self.process: subprocess.Popen[bytes] | None = None
 
-    def local(self, path: str) -> Path:
-        return self.data / Path(path).relative_to("/data") if path.startswith("/data") else Path(path)
+    def env_of(self, container: dict[str, Any]) -> dict[str, str]:
+        env: dict[str, str] = {}
+        for variable in container.get("env", []):
+            value = variable.get("value")
+            source = variable.get("valueFrom", {})
+            if "secretKeyRef" in source:
+                value = self.secret.get(source["secretKeyRef"]["key"], "")
+            elif "fieldRef" in source:
+                assert source["fieldRef"]["fieldPath"] == "metadata.name", source
+                value = f"{RELEASE}-{self.name}-0"
+            env[variable["name"]] = str(self.local(str(value)))
+        return env
 
-    def resolve(self, argument: str) -> str:
-        argument = re.sub(r"\$\((\w+)\)", lambda match: self.env.get(match.group(1), ""), argument)
-        argument = argument.replace("data_dir=/data", f"data_dir={self.data}")
-        return re.sub(
-            rf"//{RELEASE}-rollout-[a-z-]+:", "//127.0.0.1:", argument
-        )  # Service names: this machine
+    def local(self, path: str) -> Path | str:
+        """Where a path in the pod is here (other values as they are)."""
+        if not path.startswith("/"):
+            return path
+        for mounted, here in self.mounts.items():
+            if path == mounted or path.startswith(mounted + "/") or mounted.startswith(path + "/"):
+                if mounted.startswith(path + "/"):  # a parent of a mount (a search path holding it)
+                    return here.parents[len(Path(mounted).relative_to(path).parts) - 1]
+                return here / Path(path).relative_to(mounted)
+        return path
+
+    def command(self, container: dict[str, Any], env: dict[str, str]) -> list[str]:
+        """The image's entrypoint (`rollout`) and the container's args, as the kubelet expands them."""
+        resolved = []
+        for argument in container["args"]:
+            argument = re.sub(r"\$\((\w+)\)", lambda match: env.get(match.group(1), ""), argument)
+            argument = argument.replace("=/data", f"={self.data}")
+            resolved.append(re.sub(rf"//{RELEASE}-rollout-[a-z-]+:", "//127.0.0.1:", argument))  # Services
+        return [ROLLOUT, *resolved]
+
+    def _run(self, container: dict[str, Any]) -> subprocess.Popen[bytes]:
+        env = self.env_of(container)
+        with (self.root / "log").open("ab") as log:
+            return subprocess.Popen(
+                self.command(container, env),
+                cwd=self.root,
+                env={**os.environ, **env},
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
 
     def start(self) -> None:
-        log = (self.root / "log").open("ab")
-        self.process = subprocess.Popen(
-            [ROLLOUT, *self.args],  # the image's entrypoint is `rollout`
-            cwd=self.root,
-            env={**os.environ, **self.env},
-            stdin=subprocess.DEVNULL,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
+        for init in self.spec.get("initContainers", []):
+            done = self._run(init).wait(timeout=180)
+            assert done == 0, f"{self.name}: init container {init['name']} failed:\n{self.tail()}"
+        self.process = self._run(self.spec["containers"][0])
 
     def tail(self) -> str:
         path = self.root / "log"
@@ -158,19 +199,18 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
             "ray": {"enabled": False},
             "engine": {"kind": "local", "placement": "pod", "gpus": 0, "device": "cpu", "port": engine_port},
             "trainer": {"placement": "pod", "device": "cpu", "gpus": 0, "preset": "cpu-micro"},
-            "extraSettings": [f"models_dir={models_dir}"],
+            "extraSettings": [f"models_dir={models_dir}"],  # the built-in models, made once per machine
         }
     )
     specs = pod_specs(objects)
-    assert {"migrate", *ROLES} <= specs.keys(), specs.keys()
+    assert set(ROLES) <= specs.keys(), specs.keys()
+    assert all(spec["initContainers"][0]["name"] == "migrate" for spec in specs.values())
     secret = secret_of(objects)
-    pods = {name: Pod(name, specs[name], secret, tmp_path / "pods") for name in ("migrate", *ROLES)}
+    config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
+    pods = {name: Pod(name, specs[name], secret, config_maps, tmp_path / "pods") for name in ROLES}
     try:
-        migrate = pods["migrate"]
-        migrate.start()
-        assert migrate.process is not None and migrate.process.wait(timeout=120) == 0, migrate.tail()
-        for name in ROLES:
-            pods[name].start()
+        with ThreadPoolExecutor(len(ROLES)) as starting:  # pods start side by side, as Kubernetes starts them
+            list(starting.map(Pod.start, pods.values()))
         for name in ROLES:
             wait_ready(pods[name])
 

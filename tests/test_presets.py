@@ -14,7 +14,7 @@ import pytest
 
 from rollout.config import Settings, load
 from rollout.ledger import Ledger
-from rollout.presets import UnknownPreset, newest, store, stored, write_presets
+from rollout.presets import PresetVersion, UnknownPreset, newest, store, stored, write_presets
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART_PRESETS = ROOT / "charts" / "rollout" / "files" / "presets"
@@ -91,8 +91,44 @@ def test_preset_load_with_a_cluster_context_stores_versions_and_refuses_a_bad_pr
     refused = rollout("preset", "load", str(presets), "--cluster", home=home)
     assert refused.returncode == 2 and "broken" in refused.stderr and "stepz" in refused.stderr
     assert "Traceback" not in refused.stderr
+    (presets / "broken.yaml").unlink()
+    (presets / "cpu-micro.yaml").write_text("trainer:\n  stepz: 3\n")  # the file is checked, not the built-in
+    shadowing = rollout("preset", "load", str(presets), "--cluster", home=home)
+    assert shadowing.returncode == 2 and "cpu-micro" in shadowing.stderr and "stepz" in shadowing.stderr
 
 
 def test_cluster_without_a_context_says_how_to_make_one(tmp_path: Path) -> None:
     listed = rollout("preset", "list", "--cluster", home=tmp_path / "empty")
     assert listed.returncode == 1 and "rollout cluster connect" in listed.stderr
+
+
+def test_presets_mounted_on_the_preset_path_compose(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A deployment's presets (the chart mounts its ConfigMap) are found through $ROLLOUT_PRESET_PATH."""
+    write_presets([PresetVersion("mounted-here", 1, "", "trainer:\n  steps: 7\n")], tmp_path)
+    monkeypatch.setenv("ROLLOUT_PRESET_PATH", f"{tmp_path / 'missing'}:{tmp_path}")
+    assert load(["preset=mounted-here"]).trainer.steps == 7
+
+
+def test_a_cluster_context_is_read_from_the_values_a_release_was_installed_with(tmp_path: Path) -> None:
+    home = tmp_path / "config"
+    values = ROOT / "charts" / "rollout" / "values-multinode.yaml"
+    connected = rollout("cluster", "connect", "prod", "--values", str(values), home=home)
+    assert connected.returncode == 0, connected.stderr
+    shown = json.loads(rollout("cluster", "show", "--json", home=home).stdout)
+    assert shown["postgres_url"] == "postgresql://rollout@postgres.data.svc:5432/rollout"
+    assert shown["temporal_address"] == "temporal-frontend.temporal.svc:7233"
+    assert (shown["blobs_url"], shown["s3_endpoint"], shown["s3_secure"]) == (
+        "s3://rollout-prod/",
+        "s3.us-east-1.amazonaws.com",
+        True,
+    )
+    # The dev services live inside the release: their addresses must be given.
+    dev = rollout(
+        "cluster",
+        "connect",
+        "dev",
+        "--values",
+        str(ROOT / "charts" / "rollout" / "values-k3s.yaml"),
+        home=home,
+    )
+    assert dev.returncode == 2 and "--postgres-url" in dev.stderr and "Traceback" not in dev.stderr

@@ -29,3 +29,15 @@ def test_stale_and_reused_pids_read_as_not_running(tmp_path: Path) -> None:
     pid_file.write_text("garbage")
     assert read_pid_file(pid_file) is None
     assert read_pid_file(tmp_path / "missing.pid") is None
+
+
+def test_a_jump_of_the_wall_clock_leaves_a_live_process_alive(tmp_path: Path) -> None:
+    """A virtual machine restored from a snapshot sees its wall clock jump: the start times read from it then
+    disagree with the recorded ones, the start ticks since boot do not."""
+    path = tmp_path / "me.pid"
+    write_pid_file(path, os.getpid())
+    recorded = json.loads(path.read_text())
+    path.write_text(json.dumps({**recorded, "started_at": recorded["started_at"] - 3600}))
+    assert read_pid_file(path) is not None
+    path.write_text(json.dumps({**recorded, "start_ticks": recorded["start_ticks"] - 1}))
+    assert read_pid_file(path) is None, "another start time is another process"

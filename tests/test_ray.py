@@ -1,6 +1,6 @@
 """placement=ray on CPU: a local Ray cluster (`ray start --head`, as the chart's RayCluster head) shared by the
-module; an engine as a Ray actor that the gateway samples through, a trainer worker placed by a Ray actor, each
-stopped with its driver; and a data-parallel step on two Ray Train workers."""
+module; an engine and a trainer worker each run by a Ray actor (the gateway samples through the engine), each
+stopped with its driver; and a trainer training data-parallel on two Ray workers, across steps and a resume."""
 
 from __future__ import annotations
 
@@ -59,7 +59,7 @@ def ray_head() -> Iterator[str]:
 
 
 @pytest.mark.timeout(400)
-def test_an_engine_runs_as_a_ray_actor_the_gateway_samples_through_it_and_it_stops_with_its_driver(
+def test_an_engine_placed_on_ray_serves_the_gateway_and_stops_with_its_driver(
     cluster: Cluster, ray_head: str, tiny_qwen3: str
 ) -> None:
     port = free_port()
@@ -80,7 +80,10 @@ def test_an_engine_runs_as_a_ray_actor_the_gateway_samples_through_it_and_it_sto
         str(port),
     )
     cluster._ready(driver, port, timeout_s=240)
-    cluster._logged(driver, "serving as a Ray actor at http://", timeout_s=60)
+    assert "local engine: placing it on the Ray cluster" in driver.log.read_text()
+    serving = [c.pid for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port and c.pid]
+    driven = {c.pid for c in psutil.Process(driver.process.pid).children(recursive=True)}
+    assert serving and not set(serving) & driven, "the engine runs under Ray's actor, not under its driver"
     engine_url = f"http://127.0.0.1:{port}"
     gateway_url = cluster.gateway(engine_url)
     seat = subprocess.run(
@@ -146,35 +149,40 @@ def engine_answers(url: str) -> bool:
 
 
 @pytest.mark.timeout(600)
-def test_a_data_parallel_step_on_two_ray_workers_makes_the_one_process_update(
+def test_a_data_parallel_trainer_on_two_ray_workers_makes_the_one_process_updates_and_resumes(
     ray_head: str, tiny_qwen3: str, tmp_path: Path
 ) -> None:
+    import ray
     import torch
     from safetensors.torch import load_file
 
     from benchmarks.gpu import synthetic_batch
-    from rollout.stack.ray_train import data_parallel_step
+    from rollout.training.data_parallel import DataParallel
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
     from rollout.training.losses import LossConfig
 
-    config = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3, device="cpu")
-    alone = LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))
-    batch = synthetic_batch(alone.model.config.vocab_size, rows=4, length=48)
-    expected = alone.step(batch)
+    config, loss = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3, device="cpu"), LossConfig("ppo")
+    alone = LocalTrainer(tiny_qwen3, config, loss)
+    vocab = alone.model.config.vocab_size
+    batches = [synthetic_batch(vocab, rows=4, length=48), synthetic_batch(vocab, rows=5, length=40)]
+    expected = [alone.step(batch) for batch in batches]
     alone.save(tmp_path / "alone")
-    metrics = data_parallel_step(
-        model_path=tiny_qwen3,
-        trainer_config=config,
-        loss=LossConfig("ppo"),
-        batch=batch,
-        output=tmp_path / "parallel",
-        workers=2,
-        address=ray_head,
-        storage=tmp_path / "ray-results",
-    )
-    assert metrics["workers"] == 2.0 and metrics["tokens"] == expected["tokens"]
-    assert metrics["loss"] == pytest.approx(expected["loss"], rel=1e-4, abs=1e-6)
-    assert metrics["grad_norm"] == pytest.approx(expected["grad_norm"], rel=1e-4)
+    group = DataParallel(workers=2, address=ray_head)
+    try:
+        parallel = group.build(tiny_qwen3, config, loss)
+        got = [parallel.step(batches[0])]
+        parallel.save(tmp_path / "after-one")
+        parallel.close()
+        resumed = group.resume(tmp_path / "after-one", config, loss)  # a new group, from the checkpoint
+        assert resumed.steps == 1
+        got.append(resumed.step(batches[1]))
+        resumed.save(tmp_path / "parallel")
+    finally:
+        ray.shutdown()
+    for metrics, want in zip(got, expected, strict=True):
+        assert metrics["tokens"] == want["tokens"]
+        assert metrics["loss"] == pytest.approx(want["loss"], rel=1e-4, abs=1e-6)
+        assert metrics["grad_norm"] == pytest.approx(want["grad_norm"], rel=1e-4)
     one = load_file(str(tmp_path / "alone" / "model.safetensors"))
     two = load_file(str(tmp_path / "parallel" / "model.safetensors"))
     assert one.keys() == two.keys()

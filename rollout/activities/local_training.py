@@ -1,4 +1,5 @@
-"""The trainer worker's activities for the local provider: it keeps one `LocalTrainer` in memory per policy.
+"""The trainer worker's activities for the local provider: it keeps one trainer in memory per policy (a
+`LocalTrainer`, or with `builder=DataParallel(...)` a group of them training data-parallel on Ray workers).
 
 Contract:
 - `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) wraps
@@ -7,7 +8,9 @@ Contract:
   holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
   the base model), trains on the recorded batch, saves, and publishes the checkpoint fenced by the lease, so
   an attempt that lost the lease (a zombie) cannot publish.
-- A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published.
+- A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published. A step
+  that fails otherwise, or is cancelled, drops the policy's trainer (its thread may still change it): the retry
+  starts again from the parent checkpoint.
 - One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking that
   GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer, trains,
   saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake to the new
@@ -42,7 +45,7 @@ from rollout.training.checkpoints import (
     lineage_version,
     publish_checkpoint,
 )
-from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
+from rollout.training.local import LocalTrainerConfig, NonFiniteLoss, OneProcess, Trainer, TrainerBuilder
 from rollout.training.losses import LossConfig, staleness_histogram
 from rollout.workflows import trainer_stubs
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
@@ -64,14 +67,14 @@ class LocalTrainingActivities:
         scratch: Path | None = None,
         gpu_lease: str | None = None,
         lease_ttl_s: float = LEASE_TTL_S,
+        builder: TrainerBuilder | None = None,
     ) -> None:
         self.ledger, self.store = ledger, store
         self.model_path, self.config, self.loss = model_path, config, loss
         self.holder = holder
         self.scratch = scratch or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
-        self.trainers: dict[
-            str, tuple[LocalTrainer, str | None]
-        ] = {}  # policy -> (trainer, checkpoint it is at)
+        self.builder = builder or OneProcess()  # in this process, or data-parallel across Ray workers
+        self.trainers: dict[str, tuple[Trainer, str | None]] = {}  # policy -> (trainer, checkpoint it is at)
         # How soon another trainer may take a dead one's policy over: the leases' TTL.
         self.leases = PolicyLeases(ledger, holder, lease_ttl_s)
         self.gpu_lease = gpu_lease
@@ -102,6 +105,11 @@ class LocalTrainingActivities:
                 except NonFiniteLoss as error:
                     self.trainers.pop(given.policy, None)  # its optimiser state is no longer trustworthy
                     raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
+                except BaseException:
+                    self.trainers.pop(
+                        given.policy, None
+                    )  # a failed step (a lost shard): rebuild from a checkpoint
+                    raise
                 directory = self.scratch / given.policy / f"step-{given.step:06d}"
                 await asyncio.to_thread(trainer.save, directory)
                 record = await publish_step(
@@ -132,7 +140,7 @@ class LocalTrainingActivities:
             await self.ledger.release(lease)
 
     @contextlib.asynccontextmanager
-    async def _on_device(self, trainer: LocalTrainer) -> AsyncIterator[LocalTrainer]:
+    async def _on_device(self, trainer: Trainer) -> AsyncIterator[Trainer]:
         """One-GPU mode: the trainer's weights and optimiser state are on the device for the step, and wait in CPU
         memory between steps."""
         if self.gpu_lease is None:
@@ -144,19 +152,19 @@ class LocalTrainingActivities:
         finally:
             await asyncio.to_thread(self._one_at_a_time, trainer.offload)
 
-    async def _trainer_at(self, policy: str, parent: str | None) -> LocalTrainer:
+    async def _trainer_at(self, policy: str, parent: str | None) -> Trainer:
         if policy in self.trainers and self.trainers[policy][1] == parent:
             return self.trainers[policy][0]
         if parent is None:
             return await asyncio.to_thread(
-                self._one_at_a_time, LocalTrainer, self.model_path, self.config, self.loss
+                self._one_at_a_time, self.builder.build, self.model_path, self.config, self.loss
             )
         record = await self._record(policy, parent)
         directory = await asyncio.to_thread(
             fetch_checkpoint, self.store, record, self.scratch / policy / f"fetched-{parent}"
         )
         return await asyncio.to_thread(
-            self._one_at_a_time, LocalTrainer.resume, directory, self.config, self.loss
+            self._one_at_a_time, self.builder.resume, directory, self.config, self.loss
         )
 
     def _one_at_a_time[**P, T](self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollout.activities.bridges import BridgeActivities
 from rollout.activities.local_training import LocalTrainingActivities
@@ -19,6 +20,9 @@ from rollout.blobs import BlobStore
 from rollout.config import TrainerProvider, TrainerSettings
 from rollout.ledger import Ledger
 from rollout.training.losses import LossConfig
+
+if TYPE_CHECKING:
+    from rollout.training.local import TrainerBuilder
 
 
 class TrainerSetupError(ValueError):
@@ -33,6 +37,14 @@ class TrainerWorkerActivities:
 
 
 def check_trainer_settings(spec: TrainerSettings) -> None:
+    if spec.data_parallel_workers < 1:
+        raise TrainerSetupError(
+            "trainer.data_parallel_workers is how many workers train each step: 1 or more"
+        )
+    if spec.data_parallel_workers > 1 and spec.provider != TrainerProvider.local:
+        raise TrainerSetupError(
+            "trainer.data_parallel_workers applies to the local trainer; Tinker spreads its own training"
+        )
     if spec.provider == TrainerProvider.tinker and (not spec.tinker_base_model or not spec.lora_rank):
         raise TrainerSetupError(
             "trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
@@ -97,9 +109,26 @@ def trainer_activities(
         scratch=scratch,
         gpu_lease=spec.gpu_lease,
         lease_ttl_s=spec.lease_ttl_s,
+        builder=_builder(spec),
+    )
+    workers = (
+        f", data-parallel on {spec.data_parallel_workers} Ray workers"
+        if spec.data_parallel_workers > 1
+        else ""
     )
     return TrainerWorkerActivities(
         training=training,
         bridges=BridgeActivities(ledger, store, base_model=model_path, scratch=scratch),
-        describe=f"{spec.model} ({spec.loss.value})",
+        describe=f"{spec.model} ({spec.loss.value}{workers})",
+    )
+
+
+def _builder(spec: TrainerSettings) -> TrainerBuilder | None:
+    if spec.data_parallel_workers == 1:
+        return None
+    from rollout.training.data_parallel import DataParallel
+
+    on_cuda = (spec.device or "").startswith("cuda")  # each worker asks Ray for a GPU of its own
+    return DataParallel(
+        spec.data_parallel_workers, gpus_per_worker=1.0 if on_cuda else 0.0, address=spec.ray_address
     )

@@ -54,15 +54,17 @@ class ClusterContext:
     operator_key: str | None = None
 
     def overrides(self) -> list[str]:
+        from rollout.config import hydra_quote
+
         settings = [
-            f"services.postgres.url={self.postgres_url}",
-            f"services.postgres.worker_url={self.postgres_url}",
-            f"services.temporal.address={self.temporal_address}",
-            f"services.blobs.url={self.blobs_url}",
+            f"services.postgres.url={hydra_quote(self.postgres_url)}",
+            f"services.postgres.worker_url={hydra_quote(self.postgres_url)}",
+            f"services.temporal.address={hydra_quote(self.temporal_address)}",
+            f"services.blobs.url={hydra_quote(self.blobs_url)}",
             f"services.blobs.s3_secure={self.s3_secure}",
         ]
         if self.s3_endpoint:
-            settings.append(f"services.blobs.s3_endpoint={self.s3_endpoint}")
+            settings.append(f"services.blobs.s3_endpoint={hydra_quote(self.s3_endpoint)}")
         return settings
 
 
@@ -147,12 +149,14 @@ def cluster_settings(preset: str, overrides: list[str] | None) -> Settings:
 def connect(
     name: Annotated[str, typer.Argument(help="A name for this cluster.")],
     postgres_url: Annotated[
-        str, typer.Option(help="The ledger: postgresql://USER:PASSWORD@HOST:5432/rollout.")
-    ],
-    temporal: Annotated[str, typer.Option(help="Temporal's frontend, host:port.")],
-    blobs_url: Annotated[str, typer.Option(help="The blob store: s3://BUCKET/PREFIX or file:///path.")],
+        str | None, typer.Option(help="The ledger: postgresql://USER:PASSWORD@HOST:5432/rollout.")
+    ] = None,
+    temporal: Annotated[str | None, typer.Option(help="Temporal's frontend, host:port.")] = None,
+    blobs_url: Annotated[
+        str | None, typer.Option(help="The blob store: s3://BUCKET/PREFIX or file:///path.")
+    ] = None,
     s3_endpoint: Annotated[str | None, typer.Option(help="The S3 API, host:port (MinIO, AWS).")] = None,
-    s3_secure: Annotated[bool, typer.Option(help="Reach the S3 API over TLS.")] = True,
+    s3_secure: Annotated[bool | None, typer.Option(help="Reach the S3 API over TLS (default: yes).")] = None,
     gateway_url: Annotated[str | None, typer.Option(help="The gateway, for agents and `seat new`.")] = None,
     monitor_url: Annotated[str | None, typer.Option(help="The dashboard, for `monitor --cluster`.")] = None,
     kube_context: Annotated[
@@ -164,17 +168,40 @@ def connect(
             help="The gateway's operator key (the chart's Secret, key operatorKey), for `seat new`."
         ),
     ] = None,
+    values: Annotated[
+        Path | None,
+        typer.Option(
+            help="The chart's values file the release was installed with: the services' addresses it names "
+            "fill the options not given (the database password: $PGPASSWORD, or in --postgres-url)."
+        ),
+    ] = None,
 ) -> None:
     """Record where a deployed rollout's services are, and make it the current cluster (`--cluster` uses it)."""
     if operator_key_file is not None and not operator_key_file.is_file():
         fail(f"--operator-key-file {operator_key_file}: no such file", code=2)
+    given = _from_values(values) if values is not None else {}
+    postgres_url, temporal = postgres_url or given.get("postgres_url"), temporal or given.get("temporal")
+    blobs_url, s3_endpoint = blobs_url or given.get("blobs_url"), s3_endpoint or given.get("s3_endpoint")
+    missing = [
+        f"--{n}"
+        for n, v in (("postgres-url", postgres_url), ("temporal", temporal), ("blobs-url", blobs_url))
+        if not v
+    ]
+    if missing:
+        fail(
+            f"cluster {name}: give {', '.join(missing)} (a values file names them only for services outside the "
+            "release: services.postgres.url, services.temporal.address, services.blobs.url)",
+            code=2,
+        )
+    assert postgres_url and temporal and blobs_url
+    secure = s3_secure if s3_secure is not None else given.get("s3_secure", "true") == "true"
     context = ClusterContext(
         name=name,
         postgres_url=postgres_url,
         temporal_address=temporal,
         blobs_url=blobs_url,
         s3_endpoint=s3_endpoint,
-        s3_secure=s3_secure,
+        s3_secure=secure,
         gateway_url=gateway_url,
         monitor_url=monitor_url,
         kube_context=kube_context,
@@ -182,6 +209,27 @@ def connect(
     )
     path = save_context(context)
     err.print(f"cluster {name} saved in {path}; commands given --cluster now use it")
+
+
+def _from_values(path: Path) -> dict[str, str]:
+    """The services' addresses a chart values file names (only those outside the release have one)."""
+    import yaml
+
+    try:
+        tree = yaml.safe_load(path.read_text()) or {}
+        services = tree.get("services", {}) if isinstance(tree, dict) else {}
+    except (OSError, yaml.YAMLError) as error:
+        fail(f"--values {path}: {error}", code=2)
+    postgres, temporal, blobs = (services.get(k) or {} for k in ("postgres", "temporal", "blobs"))
+    found = {
+        "postgres_url": postgres.get("url"),
+        "temporal": temporal.get("address"),
+        "blobs_url": blobs.get("url"),
+        "s3_endpoint": blobs.get("s3_endpoint"),
+    }
+    if blobs.get("s3_secure") is not None:
+        found["s3_secure"] = str(blobs["s3_secure"]).lower()
+    return {key: str(value) for key, value in found.items() if value not in (None, "")}
 
 
 @app.command("use")

@@ -16,13 +16,11 @@ from rollout.cli.placement import (
     RayAddressOption,
     RayGroupOption,
     check_placement,
-    ray_resources,
     rerun_on_ray,
 )
 
 if TYPE_CHECKING:
     from rollout.config import Settings
-    from rollout.engines.factory import EngineSpec
     from rollout.engines.follower import FollowerConfig
 
 app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
@@ -98,15 +96,17 @@ def serve(
         serve_engine,
     )
     from rollout.engines.follower import FollowerConfig
-    from rollout.net import port_is_free
+    from rollout.net import port_is_free, reachable_host
 
     settings = load_settings(overrides)
     as_service(settings)
     if kind not in (*SERVED_FORMATS, "vllm"):
         fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
     check_placement(placement)
-    if placement == "ray" and kind == "vllm":  # vLLM runs as a child process: run the whole command there
-        rerun_on_ray("vLLM engine", gpus=gpus, address=ray_address, group=ray_group)
+    if placement == "ray":  # the whole command runs where Ray places it: it resolves its model and port there
+        if gpus <= 0 and kind == "vllm":
+            fail("vLLM needs a GPU: give the engine one with `--gpus 1`", code=2)
+        rerun_on_ray(f"{kind} engine", gpus=gpus, address=ray_address, group=ray_group)
         return
     if kind != "vllm":
         try:
@@ -118,7 +118,7 @@ def serve(
     model_path = local_model(model, settings)
     follower = FollowerConfig(
         engine=name or f"engine-{port}",
-        url=f"http://{host}:{port}",
+        url=f"http://{reachable_host(host)}:{port}",  # where the gateway reaches it, read from its acks
         base=served_name,
         formats=SERVED_FORMATS[kind],
         gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
@@ -139,9 +139,6 @@ def serve(
         tinker_base_model=tinker_base_model,
         tinker_url=tinker_url,
     )
-    if placement == "ray":
-        _serve_on_ray(settings, spec, port, gpus, ray_address, ray_group, follower if follow else None)
-        return
     try:
         with err.status(f"loading {model}…"):
             engine = build_engine(spec)
@@ -160,37 +157,6 @@ def serve(
             report=err.print,
         )
     )
-
-
-def _serve_on_ray(
-    settings: Settings,
-    spec: EngineSpec,
-    port: int,
-    gpus: float,
-    address: str | None,
-    group: str | None,
-    follower: FollowerConfig | None,
-) -> None:
-    from rollout.stack.ray_actors import BlobAccess, RayEngineError, RayUnavailable, serve_on_ray
-
-    blobs = settings.services.blobs
-    try:
-        serve_on_ray(
-            spec,
-            port=port,
-            gpus=gpus,
-            address=address,
-            resources=ray_resources(group),
-            follower=follower,
-            ledger_url=settings.worker_ledger_url,
-            blobs=BlobAccess(settings.blob_url, blobs.s3_endpoint, blobs.s3_secure),
-            cache_dir=settings.data_path / "engines",
-            report=err.print,
-        )
-    except (RayUnavailable, RayEngineError) as error:
-        fail(str(error))
-    except KeyboardInterrupt:
-        err.print("stopped: the engine actor goes with this driver")
 
 
 def _serve_vllm(

@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, local_model, out
 
 app = typer.Typer(help="List and fetch the models presets name.", no_args_is_help=True)
 
@@ -49,7 +49,12 @@ def pull(
     download resumes where it stopped; a model already pulled is left as it is.
     """
     from rollout.catalog import CATALOG, PullError, pull_model
+    from rollout.engines.models import BUILTIN
 
+    # A built-in model is built from the packages installed here: nothing to download (a chart's pods pull any).
+    if name in BUILTIN:
+        out.print(f"{name}: built in, at {local_model(name, load_settings(overrides))}", highlight=False)
+        return
     if name not in CATALOG:
         fail(
             f"no model {name!r} in the catalog; `rollout models list` shows them ({', '.join(CATALOG)})",

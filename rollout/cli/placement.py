@@ -66,16 +66,17 @@ def without_placement(arguments: list[str]) -> list[str]:
 
 def rerun_on_ray(role: str, *, gpus: float, address: str | None, group: str | None) -> None:
     """Run this command (less its placement options) on the Ray cluster; see the module contract."""
-    from rollout.stack.ray_actors import RayUnavailable
-    from rollout.stack.ray_command import run_on_ray
+    from rollout.stack.ray_command import RayUnavailable, RoleStopped, run_on_ray
 
     command = [sys.executable, "-m", "rollout.cli", *without_placement(sys.argv[1:])]
     where = f" in worker group {group}" if group else ""
     err.print(f"{role}: placing it on the Ray cluster{where} with {gpus:g} GPU")
     try:
         code = run_on_ray(command, gpus=gpus, address=address, resources=ray_resources(group))
-    except RayUnavailable as error:
-        fail(str(error))
+    except (RayUnavailable, RoleStopped) as error:
+        fail(f"the {role}: {error}")
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None  # Ray ends the actor, and the role with it
     if code != 0:
         fail(f"the {role} on the Ray cluster exited with status {code} (its output is above)")
 

@@ -40,9 +40,11 @@ def load_presets(
                 check_preset(name, text)
             except BadPreset as error:
                 fail(str(error), code=2)
-            write_presets([PresetVersion(name, 0, "", text)], Path(scratch))
+            # Under a name of its own: a file named like a built-in preset is checked, not the built-in.
+            checked = f"checked-{name}"
+            write_presets([PresetVersion(checked, 0, "", text)], Path(scratch))
             try:
-                load([f"preset={name}"], preset_dirs=[Path(scratch)])
+                load([f"preset={checked}"], preset_dirs=[Path(scratch)])
             except ConfigError as error:
                 fail(f"preset {name} ({directory / (name + '.yaml')}) does not compose: {error}", code=2)
     settings = load_settings(cluster_overrides(cluster, overrides))

@@ -121,6 +121,8 @@ def trainer(
     as_service(settings)
     check_placement(placement)
     if placement == "ray":
+        if gpus <= 0 and (settings.trainer.device or "").startswith("cuda"):
+            fail("trainer.device=cuda on Ray needs a GPU: give the trainer one with `--gpus 1`", code=2)
         rerun_on_ray("trainer worker", gpus=gpus, address=ray_address, group=ray_group)
         return
     spec = replace(settings.trainer, gpu_lease=settings.gpu_lease)  # gpu.mode=shared names the lease

@@ -1,8 +1,9 @@
 """Detached service processes tracked by pid files that survive the CLI that started them.
 
 Contract:
-- A pid file records the pid and the process's start time; a pid whose start time differs is a stale file
-  (the pid was reused), and is treated exactly like a dead process.
+- A pid file records the pid and the process's start time (in clock ticks since boot where /proc has it, so a
+  jump of the wall clock does not make a live process look like another); a pid whose start time differs is a
+  stale file (the pid was reused), and is treated exactly like a dead process.
 - `start_detached` starts a process in its own session, so it outlives the CLI and a Ctrl-C in the terminal.
 - `terminate` sends SIGTERM, waits, then SIGKILLs the whole process group.
 """
@@ -37,33 +38,56 @@ class PortTakenError(RuntimeError):
 class PidRecord:
     pid: int
     started_at: float
+    start_ticks: int | None = (
+        None  # since boot (Linux): unlike `started_at`, a jump of the wall clock moves it not
+    )
 
     def alive(self) -> bool:
         try:
             process = psutil.Process(self.pid)
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return False
             # A pid is reused after its process dies: the start time tells the two apart.
-            return (
-                abs(process.create_time() - self.started_at) < 1.0
-                and process.status() != psutil.STATUS_ZOMBIE
-            )
+            ticks = start_ticks(self.pid)
+            if self.start_ticks is not None and ticks is not None:
+                return ticks == self.start_ticks
+            return abs(process.create_time() - self.started_at) < 1.0
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             return False
+
+
+def start_ticks(pid: int) -> int | None:
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat), or None where there is no /proc. The wall
+    clock can jump (a virtual machine restored from a snapshot, NTP): a start time read from it cannot be
+    compared with one recorded before the jump, this one can."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    return int(stat.rsplit(")", 1)[1].split()[19])  # field 22; the command name before ")" may hold spaces
 
 
 def read_pid_file(path: Path) -> PidRecord | None:
     """The live process a pid file names; a missing, unreadable or stale file gives None."""
     try:
         data = json.loads(path.read_text())
-        record = PidRecord(pid=int(data["pid"]), started_at=float(data["started_at"]))
-    except (FileNotFoundError, ValueError, KeyError, TypeError):
+        ticks = data.get("start_ticks")
+        record = PidRecord(
+            pid=int(data["pid"]),
+            started_at=float(data["started_at"]),
+            start_ticks=int(ticks) if ticks is not None else None,
+        )
+    except (FileNotFoundError, ValueError, KeyError, TypeError, AttributeError):
         return None
     return record if record.alive() else None
 
 
 def write_pid_file(path: Path, pid: int) -> PidRecord:
-    record = PidRecord(pid=pid, started_at=psutil.Process(pid).create_time())
+    record = PidRecord(pid=pid, started_at=psutil.Process(pid).create_time(), start_ticks=start_ticks(pid))
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"pid": record.pid, "started_at": record.started_at}))
+    tmp.write_text(
+        json.dumps({"pid": record.pid, "started_at": record.started_at, "start_ticks": record.start_ticks})
+    )
     tmp.replace(path)
     return record
 

@@ -26,7 +26,7 @@ import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -248,6 +248,32 @@ class LocalTrainer:
             trainer.optimizer.load_state_dict(torch.load(directory / OPTIMIZER_STATE, weights_only=True))
         trainer.steps = int(state["steps"])
         return trainer
+
+
+class Trainer(Protocol):
+    """What the trainer worker's activities need of a trainer: `LocalTrainer`, or a data-parallel group of them."""
+
+    steps: int
+
+    def step(self, batch: Batch) -> dict[str, float]: ...
+    def save(self, directory: Path) -> None: ...
+    def offload(self) -> None: ...
+    def onload(self) -> None: ...
+
+
+class TrainerBuilder(Protocol):
+    def build(self, model_path: str, config: LocalTrainerConfig, loss: LossConfig) -> Trainer: ...
+    def resume(self, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> Trainer: ...
+
+
+class OneProcess:
+    """Builds `LocalTrainer`s in this process (rollout.training.data_parallel builds groups of them on Ray)."""
+
+    def build(self, model_path: str, config: LocalTrainerConfig, loss: LossConfig) -> Trainer:
+        return LocalTrainer(model_path, config, loss)
+
+    def resume(self, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> Trainer:
+        return LocalTrainer.resume(directory, config, loss)
 
 
 def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: float) -> tuple[bool, float]:

@@ -33,7 +33,7 @@ app.kubernetes.io/component: {{ .component }}
 {{/* Where the services are: the user's, or the chart's dev ones. */}}
 {{- define "rollout.postgresUrl" -}}
 {{- if .Values.services.postgres.url -}}{{ .Values.services.postgres.url }}
-{{- else -}}postgresql://rollout:$(ROLLOUT_DATABASE_PASSWORD)@{{ include "rollout.fullname" . }}-postgres:5432/rollout{{- end -}}
+{{- else -}}postgresql://rollout@{{ include "rollout.fullname" . }}-postgres:5432/rollout{{- end -}}
 {{- end -}}
 {{- define "rollout.temporalAddress" -}}{{ .Values.services.temporal.address | default (printf "%s-temporal:7233" (include "rollout.fullname" .)) }}{{- end -}}
 {{- define "rollout.s3Endpoint" -}}{{ .Values.services.blobs.s3_endpoint | default (printf "%s-minio:9000" (include "rollout.fullname" .)) }}{{- end -}}
@@ -41,14 +41,16 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "rollout.rayAddress" -}}ray://{{ include "rollout.fullname" . }}-ray-head-svc:10001{{- end -}}
 {{- define "rollout.engineUrl" -}}http://{{ include "rollout.fullname" . }}-engine:{{ .Values.engine.port }}{{- end -}}
 
-{{/* The settings (command-line overrides) every rollout process takes; secrets arrive as $(VAR) from env. */}}
+{{/* The settings (command-line overrides) every rollout process takes; URLs quoted for Hydra. No secret is
+among them: the database password reaches libpq as PGPASSWORD, S3 keys as AWS_*. */}}
 {{- define "rollout.settings" -}}
 - data_dir=/data
-- services.postgres.url={{ include "rollout.postgresUrl" . }}
-- services.postgres.worker_url={{ include "rollout.postgresUrl" . }}
-- services.temporal.address={{ include "rollout.temporalAddress" . }}
-- services.blobs.url={{ .Values.services.blobs.url }}
-- services.blobs.s3_endpoint={{ include "rollout.s3Endpoint" . }}
+- models_dir=/data/models
+- services.postgres.url={{ include "rollout.postgresUrl" . | squote }}
+- services.postgres.worker_url={{ include "rollout.postgresUrl" . | squote }}
+- services.temporal.address={{ include "rollout.temporalAddress" . | squote }}
+- services.blobs.url={{ .Values.services.blobs.url | squote }}
+- services.blobs.s3_endpoint={{ include "rollout.s3Endpoint" . | squote }}
 - services.blobs.s3_secure={{ .Values.services.blobs.s3_secure }}
 - services.gateway.model={{ .Values.model }}
 - services.gateway.max_context={{ .Values.maxContext }}
@@ -58,25 +60,49 @@ app.kubernetes.io/component: {{ .component }}
 {{- end }}
 {{- end -}}
 
-{{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer. */}}
-{{- define "rollout.placement" -}}
-{{- $role := get .root.Values .role -}}
-{{- if eq $role.placement "ray" }}
-- --placement
-- ray
-- --ray-address
-- {{ include "rollout.rayAddress" .root }}
-- --gpus
-- {{ $role.gpus | quote }}
-{{- with $role.rayGroup }}
-- --ray-group
-- {{ . }}
-{{- end }}
+{{/* Before a rollout container starts: the ledger at the newest schema (idempotent; migrators take turns), and
+with .models the chart's model pulled into /data/models (`rollout models pull`: built-in ones are built). */}}
+{{- define "rollout.initContainers" -}}
+{{- $root := .root -}}
+- name: migrate
+  image: {{ include "rollout.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args:
+    - ledger
+    - migrate
+    - --wait-s
+    - "600"
+    {{- include "rollout.settings" $root | nindent 4 }}
+  env:
+    {{- include "rollout.env" $root | nindent 4 }}
+  resources:
+    requests: {cpu: 100m, memory: 256Mi}
+    limits: {memory: 512Mi}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
+{{- if and .models $root.Values.models.pull }}
+- name: models
+  image: {{ include "rollout.image" $root }}
+  imagePullPolicy: {{ $root.Values.image.pullPolicy }}
+  args:
+    - models
+    - pull
+    - {{ $root.Values.model }}
+    {{- include "rollout.settings" $root | nindent 4 }}
+  env:
+    {{- include "rollout.env" $root | nindent 4 }}
+  resources:
+    requests: {cpu: 250m, memory: 1Gi}
+    limits: {memory: 4Gi}
+  securityContext:
+    {{- toYaml $root.Values.securityContext | nindent 4 }}
+  volumeMounts:
+    - {name: data, mountPath: /data}
 {{- end }}
 {{- end -}}
 
 {{- define "rollout.env" -}}
-- name: ROLLOUT_DATABASE_PASSWORD
+- name: PGPASSWORD
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: databasePassword}}
 - name: AWS_ACCESS_KEY_ID
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: s3AccessKey}}
@@ -109,4 +135,21 @@ securityContext:
     items:
       - {key: gatewaySecret, path: gatewaySecret}
       - {key: operatorKey, path: operatorKey}
+{{- end -}}
+
+{{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer. */}}
+{{- define "rollout.placement" -}}
+{{- $role := get .root.Values .role -}}
+{{- if eq $role.placement "ray" }}
+- --placement
+- ray
+- --ray-address
+- {{ include "rollout.rayAddress" .root }}
+- --gpus
+- {{ $role.gpus | quote }}
+{{- with $role.rayGroup }}
+- --ray-group
+- {{ . }}
+{{- end }}
+{{- end }}
 {{- end -}}
