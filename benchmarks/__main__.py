@@ -16,6 +16,7 @@ BENCHMARKS = {
     "monitor": "benchmarks.monitor",
     "minecraft": "benchmarks.minecraft",
     "gpu": "benchmarks.gpu",
+    "race": "benchmarks.race",
 }
 
 

@@ -16,6 +16,7 @@ Targets (issue 4): >= 20 one-turn episodes/s; <= 50 ms overhead per episode.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
 import statistics
@@ -94,6 +95,25 @@ async def _episode_latencies_ms(client: Any, run: str, episodes: list[str]) -> l
     return latencies
 
 
+async def _timeline_ms(client: Any, run: str, episodes: list[str]) -> dict[str, float]:
+    """Where an episode's time goes: the median ms between consecutive events of its Temporal history, each step
+    named by the event that ends it (a history's events are the same kinds in the same order for every
+    episode of one environment)."""
+    from temporalio.api.enums.v1 import EventType
+
+    from rollout.workflows.names import episode_workflow_id
+
+    steps: dict[str, list[float]] = {}
+    for episode in episodes:
+        history = await client.get_workflow_handle(episode_workflow_id(run, episode)).fetch_history()
+        events = history.events
+        for before, after in itertools.pairwise(events):
+            gap = (after.event_time.ToDatetime() - before.event_time.ToDatetime()).total_seconds() * 1000
+            name = EventType.Name(after.event_type).removeprefix("EVENT_TYPE_").lower()
+            steps.setdefault(f"{after.event_id:02d} {name}", []).append(gap)
+    return {step: round(statistics.median(gaps), 1) for step, gaps in sorted(steps.items())}
+
+
 async def measure(settings: Any, queue: str, quick: bool) -> dict[str, Any]:
     from temporalio.client import Client
 
@@ -109,6 +129,8 @@ async def measure(settings: Any, queue: str, quick: bool) -> dict[str, Any]:
         (run, status), _ = await _run(client, queue, single, 1, sequential)
         assert status.episodes_finished == sequential, status
         latencies = await _episode_latencies_ms(client, run, [episode_id(g, 0) for g in range(sequential)])
+        timeline = await _timeline_ms(client, run, [episode_id(g, 0) for g in range(sequential)])
+        print(f"{name}, median ms before each event of an episode's history: {timeline}", file=sys.stderr)
         (run, status), wall_s = await _run(client, queue, reference, 8, groups)
         finished = status.episodes_finished
         assert finished == groups * environment.group_size and status.episodes_failed == 0, status

@@ -23,8 +23,12 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
 
 BUDGET_S = 30 * 60
 QUICK_BUDGET_S = 5 * 60
@@ -59,34 +63,58 @@ def _train(
     ]
     started = time.monotonic()
     with log.open("wb") as out:
-        process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            # A shell starts a background job with SIGINT ignored, and children inherit that: restore Ctrl-C.
+            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
+        )
         try:
             return process.wait(timeout=budget_s), time.monotonic() - started
         except subprocess.TimeoutExpired:
+            wall_s = time.monotonic() - started
             process.send_signal(signal.SIGINT)  # the user's Ctrl-C: the run pauses
-            process.wait(timeout=120)
-            return None, time.monotonic() - started
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:  # the pause hangs: the stack is shut down after all the same
+                process.kill()
+                process.wait()
+            return None, wall_s
 
 
-async def _curve(ledger_url: str, run: str) -> list[dict[str, Any]]:
+async def _curve(ledger_url: str, run: str, *, skipped: bool = False) -> list[dict[str, Any]]:
+    """Each trained step's batch mean reward, its time since the run was created (`minutes`) and its wall-clock
+    time (`at`, epoch seconds). `skipped`: also the steps whose every group had no signal (no checkpoint,
+    `trained` false), at the time their batch was assembled."""
     from rollout.ledger import Kind, Ledger
-    from rollout.ledger.streams import policy_checkpoints_stream, run_stream
+    from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
     from rollout.workflows.types import run_policy
 
+    policy = run_policy(run, "default")
     async with await Ledger.connect(ledger_url) as ledger:
         began = next(e for e in await ledger.read(run_stream(run)) if e.kind == Kind.RUN_CREATED).recorded_at
-        created = [
-            e
-            for e in await ledger.read(policy_checkpoints_stream(run_policy(run, "default")), limit=100000)
+        points = [
+            (int(e.payload["version"]), e.recorded_at, float(e.payload["metrics"]["reward_mean"]), True)
+            for e in await ledger.read(policy_checkpoints_stream(policy), limit=100000)
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
+        if skipped:
+            points += [
+                (int(e.payload["step"]), e.recorded_at, float(e.payload["reward_mean"]), False)
+                for e in await ledger.read(run_batches_stream(run, policy), limit=100000)
+                if e.kind == Kind.BATCH_ASSEMBLED and int(e.payload["sampled_tokens"]) == 0
+            ]
     return [
         {
-            "step": int(e.payload["version"]),
-            "minutes": (e.recorded_at - began).total_seconds() / 60,
-            "reward": float(e.payload["metrics"]["reward_mean"]),
+            "step": step,
+            "minutes": (at - began).total_seconds() / 60,
+            "at": at.timestamp(),
+            "reward": reward,
+            "trained": trained,
         }
-        for e in created
+        for step, at, reward, trained in sorted(points, key=lambda p: p[0])
     ]
 
 
@@ -112,30 +140,57 @@ def _plot(curve: list[dict[str, Any]], title: str) -> None:
     plt.close(figure)
 
 
-def main(quick: bool = False) -> int:
-    from rollout import config
-    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
-
-    models_dir = Path(
+def models_dir() -> Path:
+    """Where the benchmarks keep converted and built-in models (as the tests do)."""
+    return Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
-    preset, steps = ("cpu-micro", 3) if quick else ("cpu-tiny", STEPS)
-    resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir)
-    run = f"learning-{uuid.uuid4().hex[:6]}"
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-learning-") as scratch:
-        overrides = _overrides(Path(scratch) / "data", models_dir)
+
+
+@dataclass(frozen=True)
+class Trained:
+    """A `rollout train` on an embedded stack: its exit code (None: interrupted at the budget), when it started
+    (epoch seconds), how long it ran, its reward curve (see `_curve`), its settings and the tail of its output."""
+
+    exit_code: int | None
+    started_at: float
+    wall_s: float
+    curve: list[dict[str, Any]]
+    settings: Settings
+    log_tail: str
+
+
+def train_on_stack(preset: str, steps: int, budget_s: float, name: str, *, skipped: bool = False) -> Trained:
+    """`rollout train arithmetic.environment:environment --preset PRESET` on a stack of its own in a scratch
+    directory, for `steps` steps or until `budget_s` has passed (then Ctrl-C); the stack is shut down after."""
+    from rollout import config
+
+    run = f"{name}-{uuid.uuid4().hex[:6]}"
+    with tempfile.TemporaryDirectory(prefix=f"rollout-bench-{name}-", ignore_cleanup_errors=True) as scratch:
+        overrides = _overrides(Path(scratch) / "data", models_dir())
         settings = config.load([f"preset={preset}", *overrides])
         log = Path(scratch) / "train.log"
+        started_at = time.time()
         try:
-            exit_code, wall_s = _train(
-                overrides, preset, run, steps, log, QUICK_BUDGET_S if quick else BUDGET_S
-            )
-            curve = asyncio.run(_curve(settings.ledger_url, run))
+            exit_code, wall_s = _train(overrides, preset, run, steps, log, budget_s)
+            curve = asyncio.run(_curve(settings.ledger_url, run, skipped=skipped))
         finally:
             subprocess.run([sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True)
-        if exit_code not in (None, 0) or not curve or (quick and exit_code is None):
-            print(log.read_text(errors="replace")[-3000:], file=sys.stderr)
-            raise SystemExit(f"rollout train failed (exit {exit_code}); its output is above")
+        return Trained(
+            exit_code, started_at, wall_s, curve, settings, log.read_text(errors="replace")[-3000:]
+        )
+
+
+def main(quick: bool = False) -> int:
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
+
+    preset, steps = ("cpu-micro", 3) if quick else ("cpu-tiny", STEPS)
+    resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir())
+    trained = train_on_stack(preset, steps, QUICK_BUDGET_S if quick else BUDGET_S, "learning")
+    exit_code, wall_s, curve, settings = trained.exit_code, trained.wall_s, trained.curve, trained.settings
+    if exit_code not in (None, 0) or not curve or (quick and exit_code is None):
+        print(trained.log_tail, file=sys.stderr)
+        raise SystemExit(f"rollout train failed (exit {exit_code}); its output is above")
     rewards = [p["reward"] for p in curve]
     window = min(WINDOW, max(1, len(rewards) // 2))
     first, last = statistics.mean(rewards[:window]), statistics.mean(rewards[-window:])

@@ -30,8 +30,9 @@ from rollout.ledger.streams import (
 from rollout.rendering import ModelRenderer
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
+from rollout.workflows import runner_stubs
 from rollout.workflows.client import run_handle, start_run
-from rollout.workflows.names import run_workflow_id
+from rollout.workflows.names import episode_id, episode_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import (
     AssembleInput,
@@ -114,6 +115,14 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
     assert [len(p) for p in prompts.values()] == [1, 1]
     created = await find_run(ledger, run)
     assert created is not None and created.settings["max_lag"] == defaults.MAX_LAG  # the one default
+    # One seat, replayable, no sandbox: played and recorded in one activity.
+    history = await client.get_workflow_handle(episode_workflow_id(run, episode_id(0, 0))).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert scheduled == [runner_stubs.play_episode.__name__]
 
 
 async def test_updates_change_the_runs_settings_in_the_ledger(

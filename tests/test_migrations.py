@@ -2,6 +2,7 @@
 
 import uuid
 
+import psycopg
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy import create_engine
@@ -15,7 +16,7 @@ def test_migrations_match_the_models_and_are_idempotent(ledger_url: str) -> None
     engine = create_engine(migrate.sqlalchemy_url(ledger_url))
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert context.get_current_revision() == migrate.head_revision() == "0004"
+        assert context.get_current_revision() == migrate.head_revision() == "0005"
         assert compare_metadata(context, SQLModel.metadata) == []
     engine.dispose()
 
@@ -32,3 +33,11 @@ def test_a_current_ledger_skips_alembic_and_an_older_one_is_upgraded(ledger_url:
     assert migrate.applied_revision(older) == "0003"
     migrate.upgrade(older)
     assert migrate.applied_revision(older) == migrate.head_revision()
+    # 0005 replaces ledger_append: down and up again, it keeps its definer's rights and pinned search path.
+    command.downgrade(migrate.alembic_config(older), "0004")
+    command.upgrade(migrate.alembic_config(older), "head")
+    with psycopg.connect(older) as conn:
+        secure, settings = conn.execute(
+            "SELECT prosecdef, proconfig FROM pg_proc WHERE proname = 'ledger_append'"
+        ).fetchone() or (False, None)
+    assert secure and any(s.startswith("search_path=") for s in settings or [])

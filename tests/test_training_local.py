@@ -9,8 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from rollout.training import logprobs
 from rollout.training.batches import Batch, WeightedSegment
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
+from rollout.training.logprobs import Rows, micro_batches, sampled_logprobs
 from rollout.training.losses import LossConfig
 from rollout.training.segments import TrainingSegment
 
@@ -31,15 +33,26 @@ def segment(first: int, length: int = 12, sampled: int = 5) -> TrainingSegment:
     )
 
 
+def logprobs_by_segment(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> list[list[float]]:
+    """The trainer's logprob of each sampled token (after the first position), segment by segment."""
+    with torch.no_grad():
+        flat = sampled_logprobs(trainer.model, Rows.build(weighted, packed=trainer.packed)).tolist()
+    by_segment, start = [], 0
+    for w in weighted:
+        count = sum(w.segment.mask_T[1:])
+        by_segment.append(flat[start : start + count])
+        start += count
+    assert start == len(flat)
+    return by_segment
+
+
 def on_policy(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> Batch:
     """The segments with behaviour logprobs set to the trainer's own (as if it had just sampled them)."""
-    with torch.no_grad():
-        logprobs, _ = trainer.token_logprobs(weighted)
     rebuilt = []
-    for row, w in enumerate(weighted):
+    for w, own in zip(weighted, logprobs_by_segment(trainer, weighted), strict=True):
         s = w.segment
-        behaviour = (0.0, *logprobs[row, : len(s.tokens_T) - 1].tolist())
-        behaviour = tuple(b if m else 0.0 for b, m in zip(behaviour, s.mask_T, strict=True))
+        sampled = iter(own)
+        behaviour = (0.0, *(next(sampled) if m else 0.0 for m in s.mask_T[1:]))
         rebuilt.append(
             WeightedSegment(
                 episode=w.episode,
@@ -68,9 +81,7 @@ def on_policy(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> Batch:
 
 
 def sampled_logprob(trainer: LocalTrainer, weighted: WeightedSegment) -> float:
-    with torch.no_grad():
-        logprobs, aligned = trainer.token_logprobs([weighted])
-    return float((logprobs * aligned["mask"]).sum())
+    return sum(logprobs_by_segment(trainer, [weighted])[0])
 
 
 @pytest.mark.parametrize("advantage", [1.0, -1.0])
@@ -165,28 +176,62 @@ def test_full_weights_train_too(tiny_qwen3: str, tmp_path: Path) -> None:
     )
 
 
-def test_logprobs_are_computed_only_where_sampled_tokens_are_and_match_the_full_forward(
-    tiny_qwen3: str,
+def full_forward_logprobs(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> torch.Tensor:
+    """The reference: each segment alone through the model's own forward, log-softmax over every position."""
+    expected = []
+    for w in weighted:
+        tokens = torch.tensor([w.segment.tokens_T])
+        full = trainer.model(input_ids=tokens).logits[0, :-1].float()
+        picked = torch.log_softmax(full, dim=-1).gather(-1, tokens[0, 1:, None]).squeeze(-1)
+        expected.append(picked[torch.tensor(w.segment.mask_T[1:]) > 0])
+    return torch.cat(expected)
+
+
+@pytest.mark.parametrize("path", ["packed", "padded", "chunked", "model's own head"])
+def test_sampled_logprobs_and_their_gradients_match_each_segment_alone_through_the_full_forward(
+    tiny_qwen3: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
+    assert trainer.packed, "Qwen3 is packed: attention is its only mixing across positions"
+    if path == "chunked":
+        monkeypatch.setattr(logprobs, "CHUNK", 3)  # recomputed in backward, chunk by chunk
+    if path == "model's own head":  # as for a soft-capped head: the model's forward, logits_to_keep
+        monkeypatch.setattr(logprobs, "LOGIT_TRANSFORMS", ("hidden_size",))
     weighted = [
         WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(100)),
         WeightedSegment(episode="f", agent="solver", advantage=1.0, segment=segment(300, length=9)),
+        WeightedSegment(
+            episode="g", agent="solver", advantage=1.0, segment=segment(700, length=20, sampled=11)
+        ),
     ]
-    with torch.no_grad():
-        logprobs, aligned = trainer.token_logprobs(weighted)
-        tokens = torch.zeros((2, logprobs.shape[1] + 1), dtype=torch.long)
-        attention = torch.zeros_like(tokens)
-        for row, w in enumerate(weighted):
-            tokens[row, : len(w.segment.tokens_T)] = torch.tensor(w.segment.tokens_T)
-            attention[row, : len(w.segment.tokens_T)] = 1
-        full = trainer.model(input_ids=tokens, attention_mask=attention).logits[:, :-1].float()
-        expected = torch.log_softmax(full, dim=-1).gather(-1, tokens[:, 1:, None]).squeeze(-1)
-    sampled = aligned["mask"] > 0
-    assert sampled.sum() > 0
-    assert torch.allclose(logprobs[sampled], expected[sampled], atol=1e-5)
-    unused = ~sampled.any(dim=0)  # positions where no row predicts a sampled token
-    assert unused.any() and (logprobs[:, unused] == 0).all(), "no logits where no sampled token is predicted"
+    rows = Rows.build(weighted, packed=path != "padded")
+    assert rows.input_ids_RL.shape == ((1, 41) if path != "padded" else (3, 20)), (
+        "packed: one row, no padding"
+    )
+    got = sampled_logprobs(trainer.model, rows)
+    got.sum().backward()
+    got_grads = [p.grad.clone() for p in trainer.parameters if p.grad is not None]
+    trainer.model.zero_grad()
+    expected = full_forward_logprobs(trainer, weighted)
+    expected.sum().backward()
+    assert len(got) == 5 + 5 + 11 and torch.allclose(got, expected, atol=1e-5)
+    expected_grads = [p.grad for p in trainer.parameters if p.grad is not None]
+    assert len(got_grads) == len(expected_grads) > 0
+    assert all(
+        torch.allclose(a, b, rtol=1e-4, atol=1e-4) for a, b in zip(got_grads, expected_grads, strict=True)
+    )
+
+
+def test_packed_micro_batches_fill_rows_up_to_the_budget() -> None:
+    weighted = [
+        WeightedSegment(episode=str(n), agent="x", advantage=1.0, segment=segment(10 * n, length))
+        for n, length in enumerate([10, 10, 30, 5, 50])
+    ]
+    lengths = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, packed=True)]
+    assert lengths == [[10, 10], [30], [5], [50]], "a segment longer than the budget gets a row of its own"
+    padded = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, packed=False)]
+    assert padded == [[10, 10], [30], [5], [50]]
+    assert micro_batches(weighted[:2] + weighted[3:4], 25, packed=True) == [weighted[:2] + weighted[3:4]]
 
 
 @pytest.mark.parametrize(

@@ -51,11 +51,14 @@ from rollout.workflows.types import (
     AgentResult,
     ClaimInput,
     EnvironmentInfo,
+    EpisodeInput,
     EpisodeRecord,
+    EpisodeResult,
     RunInput,
     SandboxGrant,
     SandboxNeed,
     SettingsChange,
+    episode_record,
     run_policy,
 )
 
@@ -248,6 +251,15 @@ class RunnerActivities:
     async def release_sandbox(self, grant: SandboxGrant) -> None:
         await SandboxPool(self.ledger).release(_claim_of(grant))
 
+    @activity.defn(name=runner_stubs.play_episode.__name__)
+    async def play_episode(self, attempt: AgentAttempt) -> EpisodeResult:
+        played = await self.play_agent(attempt)
+        given = attempt.input
+        episode = EpisodeInput(given.run, given.episode, given.group, given.environment)
+        record = episode_record(episode, [played], [])
+        await self.record_episode(record)
+        return record.result
+
     @activity.defn(name=runner_stubs.abandon_attempt.__name__)
     async def abandon_attempt(self, abandon: AbandonInput) -> None:
         attempt = abandon.attempt
@@ -300,6 +312,7 @@ class RunnerActivities:
             self.create_run,
             self.change_settings,
             self.play_agent,
+            self.play_episode,
             self.abandon_attempt,
             self.record_episode,
             self.claim_sandbox,

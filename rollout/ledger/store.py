@@ -45,7 +45,9 @@ RECONNECT_WINDOW_S = 120.0
 type Connection = psycopg.AsyncConnection[TupleRow]
 type QueryParams = Sequence[Any] | Mapping[str, Any]
 
-_APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%s, %s, %s, %s, %s, %s)"
+# Parameters in binary (%b): arrays of keys, kinds and payloads go without text escaping, a quarter of a batch's
+# time in the client (benchmarks/RESULTS.md, ledger).
+_APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%b, %b, %b, %b, %b, %b)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
 _RELEASE = "SELECT ledger_release(%(resource)s, %(holder)s, %(epoch)s)"

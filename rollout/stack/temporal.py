@@ -4,6 +4,8 @@ Contract:
 - State lives in `{data_dir}/temporal/temporal.db` (SQLite), so workflows survive a restart of the server.
 - The server runs detached (rollout.stack.managed), tracked by `{data_dir}/run/temporal.pid`.
 - Ports that another process holds are reported with the setting to change, before anything is started.
+- Its history queues read new tasks as soon as they exist (`DISPATCH_SETTINGS`), not at the default 20 reads a
+  second that would make every workflow task of an episode wait ~50 ms.
 """
 
 from __future__ import annotations
@@ -14,6 +16,17 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.stack.managed import ManagedProcess
+
+# The dev server runs one history shard, whose queue processors read new tasks at most 20 times a second by
+# default: every workflow task and every child start then waits for the next read, ~50 ms a step. A one-turn
+# episode took 104 ms, 64 of them in two such waits (benchmarks/RESULTS.md, episodes). A cluster with many shards
+# spreads the same load over a processor each.
+DISPATCH_SETTINGS = (
+    "--dynamic-config-value",
+    "history.transferProcessorMaxPollRPS=1000",
+    "--dynamic-config-value",
+    "history.visibilityProcessorMaxPollRPS=1000",
+)
 
 
 def temporal_binary() -> Path:
@@ -68,6 +81,7 @@ class EmbeddedTemporal:
             "--log-level",
             "warn",
             "--ui-disable-news-fetch",
+            *DISPATCH_SETTINGS,
         )
         ports = ((self.port, "services.temporal.port"), (self.ui_port, "services.temporal.ui_port"))
         return ManagedProcess(

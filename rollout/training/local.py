@@ -7,7 +7,8 @@ Contract:
   AdamW step. It returns the step's metrics. A loss that is not finite raises `NonFiniteLoss` before any
   weight changes: the step is not published.
 - Each segment trains as one sequence: position t predicts token t+1; the loss mask, behaviour logprobs and
-  advantages are those of the predicted tokens.
+  advantages are those of the predicted tokens. Segments are packed end to end where the model allows, and the
+  LM head runs only where a sampled token is predicted (rollout.training.logprobs).
 - LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
@@ -30,7 +31,8 @@ from typing import Any, Protocol
 
 import torch
 
-from rollout.training.batches import Batch, WeightedSegment
+from rollout.training.batches import Batch
+from rollout.training.logprobs import Rows, micro_batches, packable, sampled_logprobs
 from rollout.training.losses import LossConfig, LossMetrics, policy_loss
 
 TRAINER_STATE = "trainer.json"
@@ -53,23 +55,6 @@ class LocalTrainerConfig:
     device: str | None = None  # default: cuda when there is one
     seed: int = 0
     quantization: str | None = None  # nf4: QLoRA (the frozen base in 4 bits through bitsandbytes; CUDA only)
-
-
-def _micro_batches(segments: tuple[WeightedSegment, ...], budget: int) -> list[list[WeightedSegment]]:
-    batches: list[list[WeightedSegment]] = []
-    current: list[WeightedSegment] = []
-    longest = 0
-    for weighted in segments:
-        length = len(weighted.segment.tokens_T)
-        # A padded micro-batch costs (its longest sequence) × (its sequences).
-        if current and max(longest, length) * (len(current) + 1) > budget:
-            batches.append(current)
-            current, longest = [], 0
-        current.append(weighted)
-        longest = max(longest, length)
-    if current:
-        batches.append(current)
-    return batches
 
 
 def _quantized(config: LocalTrainerConfig, device: str) -> dict[str, Any]:
@@ -138,36 +123,7 @@ class LocalTrainer:
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
         )
         self.steps = 0
-
-    def token_logprobs(self, segments: list[WeightedSegment]) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
-        """π_θ's logprob of each next token [B, T-1], and the aligned behaviour logprobs, advantages and mask."""
-        length = max(len(w.segment.tokens_T) for w in segments)
-        rows = len(segments)
-        tokens = torch.zeros((rows, length), dtype=torch.long)
-        attention = torch.zeros((rows, length), dtype=torch.long)
-        mask = torch.zeros((rows, length), dtype=torch.float32)
-        behaviour = torch.zeros((rows, length), dtype=torch.float32)
-        advantages = torch.zeros((rows, length), dtype=torch.float32)
-        for row, weighted in enumerate(segments):
-            s, n = weighted.segment, len(weighted.segment.tokens_T)
-            tokens[row, :n] = torch.tensor(s.tokens_T)
-            attention[row, :n] = 1
-            mask[row, :n] = torch.tensor(s.mask_T, dtype=torch.float32)
-            behaviour[row, :n] = torch.tensor(s.behaviour_logprobs_T, dtype=torch.float32)
-            advantages[row, :n] = weighted.advantage
-        tokens, attention = tokens.to(self.device), attention.to(self.device)
-        # Logits only where a sampled token is predicted (position t predicts token t + 1): a command agent's
-        # prompt runs to thousands of tokens around a few sampled ones, and logits over the whole vocabulary at
-        # every position would take gigabytes. Other positions carry logprob 0; the mask leaves them out.
-        kept_T = torch.nonzero(mask[:, 1:].any(dim=0)).squeeze(-1).to(self.device)
-        logits = self.model(input_ids=tokens, attention_mask=attention, logits_to_keep=kept_T).logits.float()
-        picked = torch.log_softmax(logits, dim=-1).gather(-1, tokens[:, 1:][:, kept_T, None]).squeeze(-1)
-        logprobs = torch.zeros((rows, length - 1), dtype=picked.dtype, device=self.device)
-        logprobs = logprobs.index_put(
-            (torch.arange(rows, device=self.device)[:, None], kept_T[None, :]), picked
-        )
-        aligned = {"mask": mask[:, 1:], "behaviour": behaviour[:, 1:], "advantages": advantages[:, 1:]}
-        return logprobs, {k: v.to(self.device) for k, v in aligned.items()}
+        self.packed = packable(self.model.config)
 
     def step(self, batch: Batch, *, shard: tuple[int, int] | None = None) -> dict[str, float]:
         """One AdamW step over `batch`. With `shard=(rank, world)` (data parallel, torch.distributed initialised),
@@ -179,10 +135,16 @@ class LocalTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         parts: list[tuple[float, LossMetrics]] = []
         total, finite = 0.0, True
-        for micro in _micro_batches(segments, self.config.micro_batch_tokens):
-            logprobs, aligned = self.token_logprobs(micro)
+        for micro in micro_batches(segments, self.config.micro_batch_tokens, packed=self.packed):
+            rows = Rows.build(micro, packed=self.packed).to(self.device)
+            logprobs_N = sampled_logprobs(self.model, rows)
+            # One flat row of the sampled tokens: the loss is token-level, so [1, N] is the batch's sum.
             loss, metrics = policy_loss(
-                logprobs, aligned["behaviour"], aligned["advantages"], aligned["mask"], self.loss
+                logprobs_N[None],
+                rows.behaviour_N[None],
+                rows.advantage_N[None],
+                torch.ones_like(rows.behaviour_N)[None],
+                self.loss,
             )
             share = metrics.tokens / batch.sampled_tokens  # of the whole batch: shards sum to the whole
             scaled = loss * share

@@ -6,7 +6,9 @@ every id is a business key built from run, episode, group, agent and attempt (ro
 
 Contract:
 - `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a
-  one-seat episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold.
+  one-seat episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold. A
+  one-seat episode of a replayable environment with no sandbox plays and records in one activity
+  (`play_episode`, one workflow task fewer); if that fails, the episode is recorded abandoned as any other.
   A replayable environment keeps one seat and lets Temporal retry the play activity on any runner (a dead
   runner is noticed by its heartbeat); the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
   recorded as abandoned (never trained) and a new one starts.
@@ -47,11 +49,11 @@ from rollout.workflows.types import (
     AgentResult,
     ClaimInput,
     EpisodeInput,
-    EpisodeRecord,
     EpisodeResult,
     SandboxGrant,
     SupplyCounts,
     SupplyInput,
+    episode_record,
 )
 
 PLAY_HEARTBEAT = timedelta(seconds=10)
@@ -62,6 +64,8 @@ FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fail
 REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
 FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
+# Workflows started before one-seat episodes played and recorded in one activity replay the old commands.
+PLAY_AND_RECORD = "play-and-record"
 
 
 def _reason(error: BaseException) -> str:
@@ -71,10 +75,22 @@ def _reason(error: BaseException) -> str:
     return str(cause) or type(cause).__name__
 
 
+def _play_retry(replayable: bool) -> RetryPolicy:
+    return RetryPolicy(
+        maximum_interval=timedelta(seconds=10),
+        maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
+        non_retryable_error_types=FOR_GOOD,
+    )
+
+
+def _seat(given: AgentInput) -> str:
+    return f"{given.run}/{given.episode}/{given.agent.name}"
+
+
 async def play_seat(given: AgentInput) -> AgentResult:
     """One agent's play, with its attempts (workflow code: runs in `AgentWorkflow`, or inline in a one-seat
     episode's `EpisodeWorkflow`)."""
-    seat = f"{given.run}/{given.episode}/{given.agent.name}"
+    seat = _seat(given)
     replayable = given.environment.replayable and not given.agent.command
     attempts = 1 if replayable else FRESH_ATTEMPTS
     for attempt in range(1, attempts + 1):
@@ -85,11 +101,7 @@ async def play_seat(given: AgentInput) -> AgentResult:
                 try_,
                 start_to_close_timeout=PLAY_TIMEOUT,
                 heartbeat_timeout=PLAY_HEARTBEAT,
-                retry_policy=RetryPolicy(
-                    maximum_interval=timedelta(seconds=10),
-                    maximum_attempts=REPLAY_ATTEMPTS if replayable else 1,
-                    non_retryable_error_types=FOR_GOOD,
-                ),
+                retry_policy=_play_retry(replayable),
             )
         except ActivityError as error:
             cause = error.cause
@@ -99,6 +111,21 @@ async def play_seat(given: AgentInput) -> AgentResult:
                 runner_stubs.abandon_attempt, AbandonInput(try_, _reason(error)), **QUICK
             )
     raise ApplicationError(f"agent {given.agent.name} failed {attempts} fresh attempts", type="AgentGaveUp")
+
+
+def _agent_inputs(given: EpisodeInput, grant: SandboxGrant | None) -> list[AgentInput]:
+    return [
+        AgentInput(
+            run=given.run,
+            episode=given.episode,
+            group=given.group,
+            environment=given.environment,
+            agent=agent,
+            sandbox=grant,
+            sandbox_seat=seat,
+        )
+        for seat, agent in enumerate(given.environment.agents)
+    ]
 
 
 @workflow.defn(name="AgentWorkflow")
@@ -115,7 +142,26 @@ class EpisodeWorkflow:
         need = given.environment.sandbox
         grant: SandboxGrant | None = None
         outcomes: list[AgentResult | BaseException] = []
-        if need is not None:
+        inputs = _agent_inputs(given, None)
+        if (
+            need is None
+            and len(inputs) == 1
+            and given.environment.replayable
+            and not inputs[0].agent.command
+            and workflow.patched(PLAY_AND_RECORD)
+        ):
+            # One replayable seat and no sandbox: played and recorded in one activity, one workflow task fewer.
+            try:
+                return await workflow.execute_activity(
+                    runner_stubs.play_episode,
+                    AgentAttempt(inputs[0], 1, _seat(inputs[0])),
+                    start_to_close_timeout=PLAY_TIMEOUT,
+                    heartbeat_timeout=PLAY_HEARTBEAT,
+                    retry_policy=_play_retry(True),
+                )
+            except ActivityError as error:
+                outcomes = [error]  # recorded below as abandoned, the way a multi-seat episode's is
+        elif need is not None:
             try:
                 grant = await workflow.execute_activity(
                     runner_stubs.claim_sandbox,
@@ -141,43 +187,19 @@ class EpisodeWorkflow:
                         await keeper
                 if grant is not None:
                     await workflow.execute_activity(runner_stubs.release_sandbox, grant, **QUICK)
-        results = [o for o in outcomes if isinstance(o, AgentResult)]
-        errors = [_reason(o) for o in outcomes if isinstance(o, BaseException)]
-        result = EpisodeResult(
-            given.run,
-            given.episode,
-            given.group,
-            finished=not errors,
-            rewards={r.agent: r.reward for r in results},
-            error="; ".join(errors) or None,
-        )
-        record = EpisodeRecord(
-            result,
-            given.environment.reference,
-            seats={r.agent: r.seat for r in results},
-            turns={r.agent: r.turns for r in results},
-            metrics={r.agent: r.metrics for r in results},
-            untrained={r.agent: r.untrained for r in results if r.untrained},
+        record = episode_record(
+            given,
+            [o for o in outcomes if isinstance(o, AgentResult)],
+            [_reason(o) for o in outcomes if isinstance(o, BaseException)],
             sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
         )
         await workflow.execute_activity(runner_stubs.record_episode, record, **QUICK)
-        return result
+        return record.result
 
     async def _play_agents(
         self, given: EpisodeInput, grant: SandboxGrant | None
     ) -> list[AgentResult | BaseException]:
-        inputs = [
-            AgentInput(
-                run=given.run,
-                episode=given.episode,
-                group=given.group,
-                environment=given.environment,
-                agent=agent,
-                sandbox=grant,
-                sandbox_seat=seat,
-            )
-            for seat, agent in enumerate(given.environment.agents)
-        ]
+        inputs = _agent_inputs(given, grant)
         if len(inputs) == 1:
             # One seat: play it here. A child workflow would cost a round trip through Temporal per episode
             # (about a third of a one-turn episode's overhead, benchmarks/RESULTS.md) and buy nothing.

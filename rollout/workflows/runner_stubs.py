@@ -25,6 +25,7 @@ from rollout.workflows.types import (
     ClaimInput,
     EnvironmentInfo,
     EpisodeRecord,
+    EpisodeResult,
     EvalLookup,
     EvalRecordInput,
     EvalScore,
@@ -60,6 +61,15 @@ async def play_agent(attempt: AgentAttempt) -> AgentResult:
     """Open the attempt's seat and play the agent's task through the gateway (or its external command),
     heartbeating; return its reward and turns. A retry of a replayable seat resumes by replay. Fails for good
     with `TaskFailed`, `InvalidReward` or `EnvironmentLoadError`."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def play_episode(attempt: AgentAttempt) -> EpisodeResult:
+    """A one-seat episode with a replayable environment and no sandbox, in one activity: `play_agent`, then
+    `record_episode` of its result; returns the episode's result. A retry resumes the play by replay and records
+    once. A failure (for good, or after the retries) records nothing: the workflow records the episode
+    abandoned."""
     raise NotImplementedError
 
 

@@ -213,6 +213,29 @@ class EpisodeRecord:
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])  # by agent: segment ids
 
 
+def episode_record(
+    given: EpisodeInput, results: list[AgentResult], errors: list[str], *, sandbox: str | None = None
+) -> EpisodeRecord:
+    """What `record_episode` records of an episode whose agents gave `results` and failed with `errors`."""
+    result = EpisodeResult(
+        given.run,
+        given.episode,
+        given.group,
+        finished=not errors,
+        rewards={r.agent: r.reward for r in results},
+        error="; ".join(errors) or None,
+    )
+    return EpisodeRecord(
+        result,
+        given.environment.reference,
+        seats={r.agent: r.seat for r in results},
+        turns={r.agent: r.turns for r in results},
+        metrics={r.agent: r.metrics for r in results},
+        untrained={r.agent: r.untrained for r in results if r.untrained},
+        sandbox=sandbox,
+    )
+
+
 @dataclass
 class AssembleInput:
     """Which batch to assemble: the run, the policy it trains, the step (the batch's business key)."""
