@@ -157,7 +157,7 @@ def main(quick: bool = False) -> int:
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
     resolve(TINY_QWEN3, models_dir)
-    steps = 3 if quick else 12
+    steps = 3 if quick else 40
     with tempfile.TemporaryDirectory(prefix="rollout-bench-async-") as scratch:
         settings = config.load(isolated_overrides(Path(scratch) / "data"))
         stack = Stack(settings)
