@@ -17,6 +17,7 @@ BENCHMARKS = {
     "minecraft": "benchmarks.minecraft",
     "gpu": "benchmarks.gpu",
     "race": "benchmarks.race",
+    "stability": "benchmarks.stability",
 }
 
 

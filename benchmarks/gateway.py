@@ -59,11 +59,22 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
                 raise RuntimeError(f"{url} answered {response.status_code}: {response.text[:200]}")
 
     async with httpx.AsyncClient(timeout=60, limits=limits) as client:
-        await client.post(
-            url,
-            json={"model": "base", "max_tokens": 4, "messages": [{"role": "user", "content": "warm"}]},
-            headers=headers[0],
-        )  # open the connection before the clock starts
+        # One request per worker, at once, before the clock starts: every connection is open and every server
+        # pool has grown (at concurrency 64 that first wave took a few hundred ms of a one-second phase).
+        await asyncio.gather(
+            *[
+                client.post(
+                    url,
+                    json={
+                        "model": "base",
+                        "max_tokens": 4,
+                        "messages": [{"role": "user", "content": "warm"}],
+                    },
+                    headers=headers[i % len(headers)],
+                )
+                for i in range(concurrency)
+            ]
+        )
         started = time.perf_counter()
         await asyncio.gather(*[worker(client, headers[i % len(headers)]) for i in range(concurrency)])
         elapsed = time.perf_counter() - started
@@ -117,7 +128,7 @@ def main(quick: bool = False) -> int:
     from rollout.stack.embedded import Stack
     from tests.stackutil import isolated_overrides
 
-    requests_for = {1: 60, 16: 200, 64: 320} if not quick else {1: 10, 16: 32, 64: 64}
+    requests_for = {1: 200, 16: 640, 64: 1280} if not quick else {1: 10, 16: 32, 64: 64}
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )

@@ -23,6 +23,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -85,9 +86,9 @@ def _train(
 
 
 async def _curve(ledger_url: str, run: str, *, skipped: bool = False) -> list[dict[str, Any]]:
-    """Each trained step's batch mean reward, its time since the run was created (`minutes`) and its wall-clock
-    time (`at`, epoch seconds). `skipped`: also the steps whose every group had no signal (no checkpoint,
-    `trained` false), at the time their batch was assembled."""
+    """Each trained step's batch mean reward, its time since the run was created (`minutes`), its wall-clock
+    time (`at`, epoch seconds) and all its checkpoint's `metrics`. `skipped`: also the steps whose every group
+    had no signal (no checkpoint, `trained` false, `metrics` empty), at the time their batch was assembled."""
     from rollout.ledger import Kind, Ledger
     from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
     from rollout.workflows.types import run_policy
@@ -96,13 +97,19 @@ async def _curve(ledger_url: str, run: str, *, skipped: bool = False) -> list[di
     async with await Ledger.connect(ledger_url) as ledger:
         began = next(e for e in await ledger.read(run_stream(run)) if e.kind == Kind.RUN_CREATED).recorded_at
         points = [
-            (int(e.payload["version"]), e.recorded_at, float(e.payload["metrics"]["reward_mean"]), True)
+            (
+                int(e.payload["version"]),
+                e.recorded_at,
+                float(e.payload["metrics"]["reward_mean"]),
+                True,
+                dict(e.payload["metrics"]),
+            )
             for e in await ledger.read(policy_checkpoints_stream(policy), limit=100000)
             if e.kind == Kind.CHECKPOINT_CREATED
         ]
         if skipped:
             points += [
-                (int(e.payload["step"]), e.recorded_at, float(e.payload["reward_mean"]), False)
+                (int(e.payload["step"]), e.recorded_at, float(e.payload["reward_mean"]), False, {})
                 for e in await ledger.read(run_batches_stream(run, policy), limit=100000)
                 if e.kind == Kind.BATCH_ASSEMBLED and int(e.payload["sampled_tokens"]) == 0
             ]
@@ -113,8 +120,9 @@ async def _curve(ledger_url: str, run: str, *, skipped: bool = False) -> list[di
             "at": at.timestamp(),
             "reward": reward,
             "trained": trained,
+            "metrics": metrics,
         }
-        for step, at, reward, trained in sorted(points, key=lambda p: p[0])
+        for step, at, reward, trained, metrics in sorted(points, key=lambda p: p[0])
     ]
 
 
@@ -160,22 +168,31 @@ class Trained:
     log_tail: str
 
 
-def train_on_stack(preset: str, steps: int, budget_s: float, name: str, *, skipped: bool = False) -> Trained:
+def train_on_stack(
+    preset: str,
+    steps: int,
+    budget_s: float,
+    name: str,
+    *,
+    skipped: bool = False,
+    overrides: Sequence[str] = (),
+) -> Trained:
     """`rollout train arithmetic.environment:environment --preset PRESET` on a stack of its own in a scratch
-    directory, for `steps` steps or until `budget_s` has passed (then Ctrl-C); the stack is shut down after."""
+    directory, for `steps` steps or until `budget_s` has passed (then Ctrl-C); the stack is shut down after.
+    `overrides` are more settings for the command (`run.max_lag=8`, `trainer.loss=truncated_is`)."""
     from rollout import config
 
     run = f"{name}-{uuid.uuid4().hex[:6]}"
     with tempfile.TemporaryDirectory(prefix=f"rollout-bench-{name}-", ignore_cleanup_errors=True) as scratch:
-        overrides = _overrides(Path(scratch) / "data", models_dir())
-        settings = config.load([f"preset={preset}", *overrides])
+        stack = _overrides(Path(scratch) / "data", models_dir())
+        settings = config.load([f"preset={preset}", *stack, *overrides])
         log = Path(scratch) / "train.log"
         started_at = time.time()
         try:
-            exit_code, wall_s = _train(overrides, preset, run, steps, log, budget_s)
+            exit_code, wall_s = _train([*stack, *overrides], preset, run, steps, log, budget_s)
             curve = asyncio.run(_curve(settings.ledger_url, run, skipped=skipped))
         finally:
-            subprocess.run([sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True)
+            subprocess.run([sys.executable, "-m", "rollout.cli", "down", *stack], capture_output=True)
         return Trained(
             exit_code, started_at, wall_s, curve, settings, log.read_text(errors="replace")[-3000:]
         )

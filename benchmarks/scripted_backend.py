@@ -143,7 +143,11 @@ def main() -> None:
     parser.add_argument("--ids", required=True, help="comma-separated completion token ids")
     args = parser.parse_args()
     app = build([int(x) for x in args.ids.split(",")])
-    uvicorn.run(app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False)
+    # Keep-alive longer than any pause of a loaded client: a server closing an idle connection as the client
+    # reuses it is a read error on the client, not a measurement.
+    uvicorn.run(
+        app, host="127.0.0.1", port=args.port, log_level="warning", access_log=False, timeout_keep_alive=60
+    )
 
 
 if __name__ == "__main__":
