@@ -20,6 +20,7 @@ from temporalio.client import Client
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import run_episodes_stream, run_stream, seat_stream
 from rollout.stack.embedded import Stack
+from rollout.workflows import runner_stubs
 from rollout.workflows.names import agent_workflow_id, episode_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus
@@ -27,6 +28,8 @@ from tests.cluster import Cluster
 from tests.stackutil import isolated_settings
 
 pytestmark = pytest.mark.slow
+# A one-seat episode plays (and records) in `play_episode`; a seat of a multi-agent one in `play_agent`.
+PLAYS = {runner_stubs.play_agent.__name__, runner_stubs.play_episode.__name__}
 
 
 async def seat_turns(ledger: Ledger, seat: str) -> list[str]:
@@ -52,7 +55,7 @@ async def play_attempts(client: Client, workflow_id: str) -> list[tuple[int, str
             scheduled[event.event_id] = event.activity_task_scheduled_event_attributes.activity_type.name
         if event.HasField("activity_task_started_event_attributes"):
             attributes = event.activity_task_started_event_attributes
-            if scheduled.get(attributes.scheduled_event_id) == "play_agent":
+            if scheduled.get(attributes.scheduled_event_id) in PLAYS:
                 started.append((attributes.attempt, attributes.identity))
     return started
 
