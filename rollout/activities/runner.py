@@ -6,6 +6,8 @@ Contract:
   after a crash writes nothing twice.
 - `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
   the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
+  `play_episode` plays a one-seat episode's seat the same way and records the episode (`record_episode`) in the
+  same activity.
 - A seat with an external `command` is played by that command (rollout.activities.external_loop). When the
   play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it keeps
   out of training go back with the agent's result and into the episode's record (`untrained`).
