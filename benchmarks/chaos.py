@@ -136,7 +136,12 @@ def ledger_counts(settings: Any, run: str) -> dict[str, Any]:
     """What the ledger holds for `run`: the counts a case is judged by, and the doubles it must not hold."""
     from rollout.ledger import Kind, Ledger
     from rollout.ledger.queries import read_all, run_progress, run_turns
-    from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream, policy_checkpoints_stream
+    from rollout.ledger.streams import (
+        SERVING_TARGETS,
+        policy_bridges_stream,
+        policy_checkpoints_stream,
+        run_episodes_stream,
+    )
     from rollout.workflows.types import run_policy
 
     async def read() -> dict[str, Any]:
@@ -157,6 +162,12 @@ def ledger_counts(settings: Any, run: str) -> dict[str, Any]:
                 e for e in await read_all(ledger, SERVING_TARGETS) if e.payload.get("policy") == policy
             ]
             turns = await run_turns(ledger, run)
+            # Why an episode or an attempt ended unfinished: a failed case says what went wrong.
+            abandoned = [
+                e
+                for e in await read_all(ledger, run_episodes_stream(run))
+                if e.kind == Kind.EPISODE_ABANDONED
+            ]
         per_turn = Counter(
             (e.stream, int(e.payload["turn_index"])) for e in turns if not e.payload.get("aborted")
         )
@@ -172,6 +183,7 @@ def ledger_counts(settings: Any, run: str) -> dict[str, Any]:
             "serving_targets": len(targets),
             "turns": sum(per_turn.values()),
             "turns_doubled": sum(1 for n in per_turn.values() if n > 1),
+            "abandoned_errors": [str(e.payload.get("error"))[-600:] for e in abandoned][:4],
         }
 
     return asyncio.run(read())
@@ -196,7 +208,8 @@ def judge(
         problems.append(f"{counts['turns_doubled']} turns recorded twice")
     if counts["attempts_abandoned"] or counts["episodes_failed"]:
         problems.append(
-            f"{counts['attempts_abandoned']} attempts abandoned, {counts['episodes_failed']} episodes failed"
+            f"{counts['attempts_abandoned']} attempts abandoned, {counts['episodes_failed']} episodes failed: "
+            + " | ".join(counts.get("abandoned_errors", []))
         )
     if set(summary.get("served", [])) != set(summary.get("checkpoints", [])):
         problems.append("not every checkpoint was served during the run")

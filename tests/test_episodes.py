@@ -10,10 +10,12 @@ from typing import Any
 
 import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
+from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
 from transformers import AutoTokenizer
 
 from rollout import defaults
+from rollout.activities.runner import RunnerActivities
 from rollout.activities.trainer import TrainerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
@@ -32,9 +34,11 @@ from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
 from rollout.workflows import runner_stubs
 from rollout.workflows.client import run_handle, start_run
+from rollout.workflows.episodes import EpisodeWorkflow
 from rollout.workflows.names import episode_id, episode_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import (
+    AgentAttempt,
     AssembleInput,
     RunInput,
     RunStatus,
@@ -123,6 +127,35 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
         if e.HasField("activity_task_scheduled_event_attributes")
     ]
     assert scheduled == [runner_stubs.play_episode.__name__]
+
+
+async def test_a_play_retried_after_its_episode_was_recorded_plays_nothing_and_records_nothing(
+    runner: tuple[Client, str], ledger: Ledger, renderer: ModelRenderer
+) -> None:
+    """A runner that dies between recording an episode and reporting it gets its play retried: the retry must
+    return what was recorded (the seat is closed by then) and record nothing more."""
+    client, queue = runner
+    run = f"retry-{uuid.uuid4().hex[:6]}"
+    await client.execute_workflow(
+        RunWorkflow.run,
+        RunInput(run, "arithmetic.environment:environment", groups_in_flight=1, max_groups=1),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
+    handle = client.get_workflow_handle_for(EpisodeWorkflow.run, episode_workflow_id(run, episode_id(0, 0)))
+    first = await handle.result()
+    scheduled = next(
+        e.activity_task_scheduled_event_attributes
+        for e in (await handle.fetch_history()).events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    )
+    [attempt] = await client.data_converter.decode(scheduled.input.payloads, [AgentAttempt])
+    before = await events(ledger, run_episodes_stream(run))
+    async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, solve)) as gateway:
+        activities = RunnerActivities(ledger, gateway_url=gateway.url, seat_secret=b"s" * 32)
+        again = await ActivityEnvironment().run(activities.play_episode, attempt)
+    assert again == first
+    assert await events(ledger, run_episodes_stream(run)) == before
 
 
 async def test_updates_change_the_runs_settings_in_the_ledger(

@@ -7,7 +7,7 @@ Contract:
 - `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
   the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
   `play_episode` plays a one-seat episode's seat the same way and records the episode (`record_episode`) in the
-  same activity.
+  same activity; a retry that finds the episode recorded returns what was recorded and plays nothing.
 - A seat with an external `command` is played by that command (rollout.activities.external_loop). When the
   play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it keeps
   out of training go back with the agent's result and into the episode's record (`untrained`).
@@ -40,7 +40,7 @@ from rollout.environment import Environment, EnvironmentLoadError, load_environm
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
 from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
-from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, turn_recorded
+from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ended_key, turn_recorded
 from rollout.ledger.queries import count_events, read_all
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
 from rollout.redaction import scrub
@@ -255,8 +255,18 @@ class RunnerActivities:
 
     @activity.defn(name=runner_stubs.play_episode.__name__)
     async def play_episode(self, attempt: AgentAttempt) -> EpisodeResult:
-        played = await self.play_agent(attempt)
         given = attempt.input
+        # A retry after the episode was recorded (its runner died before reporting) plays nothing: the seat is
+        # closed by then, so a replay would fail and record the episode a second time, as failed.
+        recorded = await self.ledger.find(
+            run_episodes_stream(given.run), episode_ended_key(given.episode, finished=True)
+        )
+        if recorded is not None:
+            ended = EpisodeEnded.from_payload(recorded.payload)
+            for seat in ended.seats.values():
+                await self._close(seat, "finished")
+            return EpisodeResult(ended.run, ended.episode, ended.group, finished=True, rewards=ended.rewards)
+        played = await self.play_agent(attempt)
         episode = EpisodeInput(given.run, given.episode, given.group, given.environment)
         record = episode_record(episode, [played], [])
         await self.record_episode(record)

@@ -201,6 +201,11 @@ def turn_recorded(payload: Mapping[str, Any]) -> RecordedTurn:
     )
 
 
+def episode_ended_key(episode: str, *, finished: bool) -> str:
+    """The key an episode's `EpisodeFinished` (or whole-episode `EpisodeAbandoned`) is recorded under."""
+    return f"{episode}/finished" if finished else f"{episode}/failed"
+
+
 @dataclass(frozen=True)
 class EpisodeEnded:
     """An episode recorded for good: `EpisodeFinished` (every agent rewarded), or `EpisodeAbandoned` with the
@@ -226,7 +231,7 @@ class EpisodeEnded:
 
     @property
     def key(self) -> str:
-        return f"{self.episode}/finished" if self.finished else f"{self.episode}/failed"
+        return episode_ended_key(self.episode, finished=self.finished)
 
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
