@@ -4,7 +4,10 @@ sampling degrades?
 Two runs, one after the other, of the user's command `rollout train arithmetic.environment:environment --preset
 cpu-tiny` (SmolLM2-135M-Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack of its
 own in a scratch directory, as `benchmarks.learning` runs it), each until `BUDGET_S` (12 minutes) has passed,
-then Ctrl-C. Both with `run.max_lag=8` and `run.groups_in_flight=18`; they differ only in the loss:
+then Ctrl-C. Both with `run.max_lag=8`, `run.groups_in_flight=18` and `trainer.learning_rate=5e-4` (2.5× the
+preset's: at 2e-4 the policy moves so little in 8 steps that the ratios stay near 1, ESS ≥ 0.98 in both runs,
+and the loss makes no difference; at 1e-3 both runs collapse to identical replies whatever the loss, see
+benchmarks/RESULTS.md); they differ only in the loss:
 - `ppo`: decoupled PPO (the default, `trainer.loss=ppo`): the behaviour weight π_old/μ is capped at
   `trainer.is_cap` (2, the default) and the ratio π_θ/π_old clipped (the local trainer makes one update per
   batch, so π_old = π_θ and r = 1: in effect it is the capped behaviour weight that acts).
@@ -18,18 +21,20 @@ it is allowed, on the oldest checkpoint the bound permits, so once the pipeline 
 flight and sampling the slower side, staleness would stay near 4 / 2 − 1 = 1).
 
 Per batch, from the ledger (each step's `CheckpointCreated` metrics; a step whose every group had no signal is
-skipped, has no checkpoint and counts for the reward only): the batch mean reward, the effective sample size
-(ESS, (Σρ)² / (n Σρ²) over the sampled tokens' ρ = π_θ/μ), ratio_max, clipped_fraction, staleness mean and max,
-and grad_norm (before clipping to trainer.max_grad_norm). Progress goes to stderr; the last line on stdout is one
+skipped, has no checkpoint and counts for the reward only): the batch mean reward, the effective sample size of
+the ratios (ESS, (Σρ)² / (n Σρ²) over the sampled tokens' ρ = π_θ/μ: how far sampler and learner drifted apart,
+whatever the loss) and of the weights the loss applies (`weight_ess`: ρ itself for unclipped IS, the capped or
+clipped weight for PPO), ratio_max, clipped_fraction, staleness mean and max, and grad_norm (before clipping to
+trainer.max_grad_norm). Progress goes to stderr; the last line on stdout is one
 JSON object: per run the batches it ran (`batches_run`) and, over the first `compared_batches` of each (the
 fewer of the two runs' counts: the runs are compared at equal steps, so one that started slower on a colder
 machine is not judged on fewer, less stale steps), the steps, the reward's mean over the first and last `WINDOW`
-batches, the ESS's mean over the last `WINDOW` trained steps and its minimum, staleness mean and max, grad_norm
-max; and the verdict.
+batches, both ESSs' means over the last `WINDOW` trained steps and their minima, staleness mean and max,
+grad_norm max; and the verdict.
 A run is stable when its last window's reward is not below its first window's by more than two standard errors
-(step-to-step noise) and its ESS never fell below `ESS_MIN` = 0.5: ESS = 1 / (1 + CV²) of the ratios, so below
-0.5 their standard deviation exceeds their mean and a few tokens dominate the batch's gradient (the usual
-resampling threshold of importance samplers, N/2). Target (issue 20): `ppo_stable` and not `is_stable`.
+(step-to-step noise) and its weight ESS never fell below `ESS_MIN` = 0.5: ESS = 1 / (1 + CV²) of the weights,
+so below 0.5 their standard deviation exceeds their mean and a few tokens dominate the batch's gradient (the
+usual resampling threshold of importance samplers, N/2). Target (issue 20): `ppo_stable` and not `is_stable`.
 Not in `--quick`: the plot `benchmarks/stability.png` (reward moving mean, ESS and staleness against step).
 `--quick` runs the same for 2 minutes each (it checks the benchmark works; the lag barely fills in that time).
 """
@@ -54,8 +59,10 @@ GROUPS_PER_BATCH = 2  # cpu-tiny's; set explicitly so the in-flight count below 
 GROUPS_IN_FLIGHT = (MAX_LAG + 1) * GROUPS_PER_BATCH  # the supply's whole allowance ahead of training
 WINDOW = 5
 ESS_MIN = 0.5
+LEARNING_RATE = 5e-4  # 2.5x cpu-tiny's: see the docstring
 COMMON = [
     f"run.max_lag={MAX_LAG}",
+    f"trainer.learning_rate={LEARNING_RATE}",
     f"run.groups_in_flight={GROUPS_IN_FLIGHT}",
     f"trainer.groups_per_batch={GROUPS_PER_BATCH}",
 ]
@@ -77,7 +84,14 @@ def _not_below(last: list[float], first: list[float]) -> bool:
 
 def _steps(trained: Trained) -> list[dict[str, Any]]:
     """One record per batch: step, minutes, reward, trained, and the trained steps' diagnostics (None if skipped)."""
-    keys = ("effective_sample_size", "ratio_max", "clipped_fraction", "staleness_mean", "staleness_max")
+    keys = (
+        "effective_sample_size",
+        "weight_ess",
+        "ratio_max",
+        "clipped_fraction",
+        "staleness_mean",
+        "staleness_max",
+    )
     return [
         {
             "step": p["step"],
@@ -94,10 +108,14 @@ def _summary(name: str, trained: Trained, steps: list[dict[str, Any]]) -> dict[s
     rewards = [s["reward"] for s in steps]
     done = [s for s in steps if s["trained"]]
     ess = [float(s["effective_sample_size"]) for s in done]
+    # Steps trained before `weight_ess` was a diagnostic have none: their ratios are their weights' upper bound.
+    weight_ess = [
+        float(s["weight_ess"] if s["weight_ess"] is not None else s["effective_sample_size"]) for s in done
+    ]
     window = min(WINDOW, max(1, len(rewards) // 2))
     ess_window = min(WINDOW, max(1, len(ess) // 2))
     first, last = rewards[:window], rewards[-window:]
-    ess_min = min(ess)
+    weight_ess_min = min(weight_ess)
     return {
         "loss": RUNS[name],
         "steps": len(steps),
@@ -109,7 +127,9 @@ def _summary(name: str, trained: Trained, steps: list[dict[str, Any]]) -> dict[s
         "reward_first": round(statistics.mean(first), 4),
         "reward_last": round(statistics.mean(last), 4),
         "ess_last_mean": round(statistics.mean(ess[-ess_window:]), 4),
-        "ess_min": round(ess_min, 4),
+        "ess_min": round(min(ess), 4),
+        "weight_ess_last_mean": round(statistics.mean(weight_ess[-ess_window:]), 4),
+        "weight_ess_min": round(weight_ess_min, 4),
         "ratio_max": round(max(float(s["ratio_max"]) for s in done), 3),
         "clipped_fraction_mean": round(statistics.mean(float(s["clipped_fraction"]) for s in done), 4),
         "staleness_mean": round(statistics.mean(float(s["staleness_mean"]) for s in done), 3),
@@ -117,8 +137,9 @@ def _summary(name: str, trained: Trained, steps: list[dict[str, Any]]) -> dict[s
         "grad_norm_max": round(max(float(s["grad_norm"] or 0.0) for s in done), 3),
         "reward_by_step": [round(r, 3) for r in rewards],
         "ess_by_step": [round(e, 3) for e in ess],
+        "weight_ess_by_step": [round(e, 3) for e in weight_ess],
         "staleness_max_by_step": [s["staleness_max"] for s in done],
-        "stable": _not_below(last, first) and ess_min >= ESS_MIN,
+        "stable": _not_below(last, first) and weight_ess_min >= ESS_MIN,
     }
 
 
@@ -138,7 +159,10 @@ def _plot(runs: dict[str, list[dict[str, Any]]], title: str) -> None:
         reward.plot(x, smoothed, "-", color=color, label=f"{name}: mean of last {WINDOW} batches")
         done = [s for s in steps if s["trained"]]
         trained_x = [s["step"] for s in done]
-        ess.plot(trained_x, [s["effective_sample_size"] for s in done], "-", color=color, label=name)
+        ess.plot(trained_x, [s["weight_ess"] for s in done], "-", color=color, label=f"{name}: weights")
+        ess.plot(
+            trained_x, [s["effective_sample_size"] for s in done], ":", color=color, label=f"{name}: ratios"
+        )
         staleness.plot(
             trained_x, [s["staleness_mean"] for s in done], "-", color=color, label=f"{name}: mean"
         )
@@ -199,7 +223,7 @@ def main(quick: bool = False) -> int:
         _plot(
             per_step,
             f"{PRESET} on arithmetic ({settings.trainer.model}, LoRA r={settings.trainer.lora_rank}, "
-            f"{os.cpu_count()} CPUs), max_lag {MAX_LAG}, {GROUPS_IN_FLIGHT} groups in flight, "
+            f"{os.cpu_count()} CPUs),\nlr {LEARNING_RATE:g}, max_lag {MAX_LAG}, {GROUPS_IN_FLIGHT} groups in flight, "
             f"{budget_s / 60:.0f} min each",
         )
     summary = {
@@ -217,7 +241,8 @@ def main(quick: bool = False) -> int:
         "ppo_stable": ppo["stable"],
         "is_stable": unclipped["stable"],
         "staleness_reached_max_lag": min(ppo["staleness_max"], unclipped["staleness_max"]) >= MAX_LAG,
-        "ess_min_difference": round(ppo["ess_min"] - unclipped["ess_min"], 4),
+        "learning_rate": LEARNING_RATE,
+        "weight_ess_min_difference": round(ppo["weight_ess_min"] - unclipped["weight_ess_min"], 4),
         "reward_last_difference": round(ppo["reward_last"] - unclipped["reward_last"], 4),
         "plot": str(PLOT) if not quick else None,
         "target_met": ppo["stable"] and not unclipped["stable"],

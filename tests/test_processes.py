@@ -1,4 +1,4 @@
-"""Pid files: a reused pid is not mistaken for our service."""
+"""Pid files: a reused pid is not mistaken for our service; a service that loses its port to a race between\nthe check and its bind is started again."""
 
 import json
 import os
@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from rollout.net import free_port
+from rollout.stack.managed import BIND_ATTEMPTS, ManagedProcess
 from rollout.stack.processes import read_pid_file, write_pid_file
 
 
@@ -41,3 +45,63 @@ def test_a_jump_of_the_wall_clock_leaves_a_live_process_alive(tmp_path: Path) ->
     assert read_pid_file(path) is not None
     path.write_text(json.dumps({**recorded, "start_ticks": recorded["start_ticks"] - 1}))
     assert read_pid_file(path) is None, "another start time is another process"
+
+
+# A service whose first `refusals` starts exit saying their port is taken (as a Go or Python server says it), and
+# that counts its starts in `starts`.
+SERVICE = """
+import socket, sys
+from pathlib import Path
+port, refusals, starts = int(sys.argv[1]), Path(sys.argv[2]), Path(sys.argv[3])
+with starts.open("a") as f:
+    f.write("x")
+left = int(refusals.read_text())
+if left > 0:
+    refusals.write_text(str(left - 1))
+    sys.exit(f"listen tcp 127.0.0.1:{port}: bind: address already in use")
+server = socket.create_server(("127.0.0.1", port))
+while True:
+    server.accept()[0].close()
+"""
+
+
+def _service(tmp_path: Path, refusals: int, script: str = SERVICE) -> ManagedProcess:
+    (tmp_path / "service.py").write_text(script)
+    (tmp_path / "refusals").write_text(str(refusals))
+    port = free_port()
+    arguments = (str(port), str(tmp_path / "refusals"), str(tmp_path / "starts"))
+    return ManagedProcess(
+        name="Service",
+        command=(sys.executable, str(tmp_path / "service.py"), *arguments),
+        data_dir=tmp_path,
+        host="127.0.0.1",
+        ports=((port, "services.service.port"),),
+    )
+
+
+def _starts(tmp_path: Path) -> int:
+    return len((tmp_path / "starts").read_text())
+
+
+def test_a_service_that_lost_its_port_to_a_race_is_started_again(tmp_path: Path) -> None:
+    service = _service(tmp_path, refusals=BIND_ATTEMPTS - 1)
+    try:
+        assert service.start(timeout_s=20)
+        assert _starts(tmp_path) == BIND_ATTEMPTS
+    finally:
+        service.stop()
+
+
+def test_a_port_taken_at_every_start_is_reported_after_the_last_attempt(tmp_path: Path) -> None:
+    service = _service(tmp_path, refusals=BIND_ATTEMPTS)
+    with pytest.raises(RuntimeError, match=r"(?s)Service did not come up.*address already in use"):
+        service.start(timeout_s=20)
+    assert _starts(tmp_path) == BIND_ATTEMPTS
+
+
+def test_a_service_failing_for_another_reason_is_not_started_again(tmp_path: Path) -> None:
+    failing = "import sys, pathlib; pathlib.Path(sys.argv[3]).write_text('x'); sys.exit('no such config')"
+    service = _service(tmp_path, refusals=0, script=failing)
+    with pytest.raises(RuntimeError, match="no such config"):
+        service.start(timeout_s=20)
+    assert _starts(tmp_path) == 1

@@ -46,6 +46,8 @@ def test_truncated_importance_sampling_caps_weights_and_masks_tokens() -> None:
     )
     assert metrics.clipped_fraction == pytest.approx(0.5)
     assert metrics.effective_sample_size == pytest.approx(2.5**2 / ((4 + 0.25) * 2))
+    # The weights applied are 1.5 (capped) and 0.5: their spread, not the ratios', is what the gradient sees.
+    assert metrics.weight_ess == pytest.approx(2.0**2 / ((1.5**2 + 0.5**2) * 2))
 
 
 def test_decoupled_ppo_clips_the_ratio_to_the_old_policy_and_weights_by_old_over_behaviour() -> None:
@@ -64,6 +66,7 @@ def test_decoupled_ppo_clips_the_ratio_to_the_old_policy_and_weights_by_old_over
         "clipped tokens carry no gradient"
     )
     assert metrics.clipped_fraction == pytest.approx(2 / 3)
+    assert metrics.weight_ess == pytest.approx(1 / 3), "one token of three carries the whole gradient"
     assert metrics.kl_k1 == pytest.approx((math.log(0.25) - math.log(0.5)) / 3)
     assert metrics.kl_k3 == pytest.approx((2 - 1 - math.log(2)) / 3)
 

@@ -203,6 +203,7 @@ def diagnostics(datums: list[TinkerDatum], current: list[list[float]], loss: Los
         "ratio_max": metrics.ratio_max,
         "clipped_fraction": metrics.clipped_fraction,
         "effective_sample_size": metrics.effective_sample_size,
+        "weight_ess": metrics.weight_ess,
         "kl_k1": metrics.kl_k1,
         "kl_k3": metrics.kl_k3,
     }

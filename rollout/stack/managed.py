@@ -3,7 +3,9 @@
 Contract:
 - `start` is idempotent: a live process named by the pid file is left alone; a stale file is ignored.
 - Ports are checked before starting, and a taken one is reported with the setting to change.
-- `start` returns once the process accepts connections on every port (or raises with the tail of its log).
+- `start` returns once the process accepts connections on every port (or raises with the tail of its log). A
+  process that exits saying a port was taken after the check ("address already in use") is started again, up
+  to `BIND_ATTEMPTS` times in all.
 - The environment variables it was started with on top of ours (`env`) are recorded beside its pid file.
 """
 
@@ -24,6 +26,9 @@ from rollout.stack.processes import (
     wait_for_port,
     write_pid_file,
 )
+
+BIND_ATTEMPTS = 3
+BIND_RACE = "address already in use"
 
 
 @dataclass(frozen=True)
@@ -81,12 +86,21 @@ class ManagedProcess:
         """Start the process and wait for its ports; False when ours was already running."""
         if self.pid() is not None:
             return False
-        pid = self.launch().pid
-        if not all(wait_for_port(self.host, port, timeout_s, pid) for port, _ in self.ports):
+        attempt = 1
+        while True:
+            logged = self.log_path.stat().st_size if self.log_path.exists() else 0
+            pid = self.launch().pid
+            if all(wait_for_port(self.host, port, timeout_s, pid) for port, _ in self.ports):
+                return True
             terminate(pid)
-            tail = self.log_path.read_text(errors="replace")[-2000:] if self.log_path.exists() else ""
-            raise RuntimeError(f"{self.name} did not come up within {timeout_s:.0f}s:\n{tail}")
-        return True
+            with self.log_path.open("rb") as log:
+                log.seek(logged)
+                said = log.read().decode(errors="replace")
+            # A port free when checked can be taken before the process binds it (by another process, or by
+            # the process itself: Temporal's dev server picks its internal services' ports at random).
+            if attempt == BIND_ATTEMPTS or BIND_RACE not in said.lower():
+                raise RuntimeError(f"{self.name} did not come up within {timeout_s:.0f}s:\n{said[-2000:]}")
+            attempt += 1
 
     def stop(self) -> bool:
         pid = self.pid()

@@ -258,7 +258,15 @@ def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: 
 
 def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:
     """Micro-batch diagnostics, weighted by their share of the batch's sampled tokens (maxima stay maxima)."""
-    keys = ("ratio_mean", "clipped_fraction", "masked_fraction", "effective_sample_size", "kl_k1", "kl_k3")
+    keys = (
+        "ratio_mean",
+        "clipped_fraction",
+        "masked_fraction",
+        "effective_sample_size",
+        "weight_ess",
+        "kl_k1",
+        "kl_k3",
+    )
     combined: dict[str, float] = {
         key: sum(share * float(getattr(m, key)) for share, m in parts) for key in keys
     }

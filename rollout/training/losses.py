@@ -51,6 +51,10 @@ class LossMetrics:
     clipped_fraction: float  # tokens whose weight or ratio was clipped
     masked_fraction: float  # tokens dropped by the IcePop bounds
     effective_sample_size: float  # (Σρ)² / Σρ² / n, in (0, 1]
+    # The same of the weights the loss applies (ρ capped or clipped, IcePop's masked tokens out): how evenly the
+    # gradient is spread over the tokens. Unclipped importance sampling applies ρ itself; PPO and capped IS
+    # bound the weights, so theirs stays up when ρ spreads.
+    weight_ess: float
     kl_k1: float  # mean(log μ − log π_old): sampler–trainer KL, k1 estimator
     kl_k3: float  # mean((r − 1) − log r), r = π_old/μ: the k3 estimator
 
@@ -102,6 +106,8 @@ def policy_loss(
             ((advantages > 0) & (r > 1.0 + config.clip_high))
             | ((advantages < 0) & (r < 1.0 - config.clip_low))
         ).to(mask.dtype)
+        # A clipped token's ratio carries no gradient: its weight is zero.
+        weight = (behaviour_weight * r * (1.0 - clipped)).detach()
     # Multiplying by the mask keeps masked tokens out of the graph's gradient, even where per_token is inf.
     loss = torch.where(kept > 0, per_token, torch.zeros_like(per_token)).sum() / denominator
 
@@ -114,11 +120,22 @@ def policy_loss(
         ratio_max=float(ratios.max()) if tokens else 1.0,
         clipped_fraction=float((clipped * kept).sum() / denominator),
         masked_fraction=float(masked_out.sum() / denominator),
-        effective_sample_size=float(ratios.sum() ** 2 / (ratios.pow(2).sum() * tokens)) if tokens else 1.0,
+        effective_sample_size=_ess(ratios),
+        weight_ess=_ess(weight.detach()[kept > 0], tokens),
         kl_k1=float((-old_log_ratio).mean()) if tokens else 0.0,
         kl_k3=float((torch.exp(old_log_ratio) - 1 - old_log_ratio).mean()) if tokens else 0.0,
     )
     return loss, metrics
+
+
+def _ess(weights: torch.Tensor, n: int | None = None) -> float:
+    """(Σw)² / (n Σw²): 1 when the weights are equal, 1/n when one token holds them all (n defaults to their
+    count; 1.0 with no weight, 0.0 when every weight is zero)."""
+    n = int(weights.numel()) if n is None else n
+    if n == 0:
+        return 1.0
+    squares = float(weights.pow(2).sum())
+    return float(weights.sum()) ** 2 / (squares * n) if squares > 0 else 0.0
 
 
 def staleness_histogram(newest_version: int, sampled_versions: Sequence[int]) -> dict[int, int]:
