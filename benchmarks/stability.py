@@ -108,10 +108,7 @@ def _summary(name: str, trained: Trained, steps: list[dict[str, Any]]) -> dict[s
     rewards = [s["reward"] for s in steps]
     done = [s for s in steps if s["trained"]]
     ess = [float(s["effective_sample_size"]) for s in done]
-    # Steps trained before `weight_ess` was a diagnostic have none: their ratios are their weights' upper bound.
-    weight_ess = [
-        float(s["weight_ess"] if s["weight_ess"] is not None else s["effective_sample_size"]) for s in done
-    ]
+    weight_ess = [float(s["weight_ess"]) for s in done]
     window = min(WINDOW, max(1, len(rewards) // 2))
     ess_window = min(WINDOW, max(1, len(ess) // 2))
     first, last = rewards[:window], rewards[-window:]

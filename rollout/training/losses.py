@@ -53,7 +53,7 @@ class LossMetrics:
     effective_sample_size: float  # (Σρ)² / Σρ² / n, in (0, 1]
     # The same of the weights the loss applies (ρ capped or clipped, IcePop's masked tokens out): how evenly the
     # gradient is spread over the tokens. Unclipped importance sampling applies ρ itself; PPO and capped IS
-    # bound the weights, so theirs stays up when ρ spreads.
+    # bound the weights from above, so a few large ratios cannot dominate (many small ones still lower it).
     weight_ess: float
     kl_k1: float  # mean(log μ − log π_old): sampler–trainer KL, k1 estimator
     kl_k3: float  # mean((r − 1) − log r), r = π_old/μ: the k3 estimator
