@@ -1,12 +1,11 @@
 """The minecraft sandbox kind: a real flying-squid world and real mineflayer bots (the pinned npm packages,
 installed once per machine), served over HTTP as a sandbox.
 
-What must hold: every bot sees the other three; a claim's epoch gets a fresh world and an older epoch can
-neither act nor reopen; a world whose process is killed answers "lost" until the next claim brings a fresh one;
-placing is decided by the server (two bots placing into one cell: one wins, the other is told) and chat cannot
-run the server's commands; the install
-fails with a clear next step without npm or a reachable registry; and 4 bots acting for a while leak neither
-processes nor memory.
+What must hold: every bot sees the other three and stays where a task's setup put it; a claim's epoch gets a
+fresh world and an older epoch can neither act nor reopen; a world whose process is killed answers "lost"
+until the next claim brings a fresh one; placing is decided by the server (two bots placing into one cell: one
+wins, the other is told) and chat cannot run the server's commands; the install fails with a clear next step
+without npm or a reachable registry; and 4 bots acting for a while leak neither processes nor memory.
 """
 
 from __future__ import annotations
@@ -72,8 +71,23 @@ async def test_bots_see_each_other_and_each_claim_gets_a_fresh_world(
         ground = views[0]["ground_y"]
         gold, above = [0, ground + 1, 0], [0, ground + 2, 0]
         await first[0].act({"op": "setup", "blocks": [{"name": "gold_block", "at": gold}]})
-        for seat, side in ((1, [2, ground + 1, 0]), (2, [-2, ground + 1, 0])):
-            await first[seat].act({"op": "setup", "start": side, "items": [{"name": "red_wool", "count": 2}]})
+        starts = {
+            0: [0, ground + 1, 3],
+            1: [2, ground + 1, 0],
+            2: [-2, ground + 1, 0],
+            3: [0, ground + 1, -3],
+        }
+        for seat, start in starts.items():
+            await first[seat].act(
+                {"op": "setup", "start": start, "items": [{"name": "red_wool", "count": 2}]}
+            )
+        # A bot moved just after the world came up stays there (flying-squid once sent it back to its spawn).
+        settled = await asyncio.gather(*(first[s].act({"op": "wait", "seconds": 1.5}) for s in starts))
+        for seat, view in zip(starts, settled, strict=True):
+            x, _, z = view["position"]
+            assert [round(x - 0.5), round(z - 0.5)] == starts[seat][::2], (
+                f"{view['name']} is at {view['position']}"
+            )
         # Two bots place into one cell at once: the server decides, one is told the other got there first.
         placing = [first[s].act({"op": "place", "x": above[0], "y": above[1], "z": above[2]}) for s in (1, 2)]
         outcomes = await asyncio.gather(*placing, return_exceptions=True)
@@ -92,7 +106,7 @@ async def test_bots_see_each_other_and_each_claim_gets_a_fresh_world(
         assert dug == {"name": "air", "at": above, "placed_by": None}, "a dug block is nobody's any more"
         with pytest.raises(SandboxActionError, match="commands are not allowed"):
             await first[0].act({"op": "chat", "text": "/stop"})  # a model must not run the server's commands
-        far = [int(v) + 12 for v in views[3]["position"]]
+        far = [int(v) + 12 for v in settled[3]["position"]]
         with pytest.raises(SandboxActionError, match="move within"):
             await first[3].act({"op": "dig", "x": far[0], "y": ground, "z": far[2]})
         pid = world.sidecar.pid if world.sidecar else None

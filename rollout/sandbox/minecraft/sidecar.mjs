@@ -39,6 +39,10 @@ const registry = require('prismarine-registry')(VERSION)
 const Item = require('prismarine-item')(registry)
 
 serv.on('newPlayer', (player) => {
+  // flying-squid sends a joining player back to its login position once the client first reports standing
+  // still (a 'flying' or 'look' packet). A bot may send that only seconds later, after a task's setup has
+  // teleported it, and then it snaps back to where it spawned. Let that resend happen now, during the join.
+  player.waitPlayerLogin = async () => {}
   // flying-squid writes the player list to the players already there, not to the one who joins: without this
   // a bot never learns of those who joined before it, and ignores their entities.
   const toOthers = player._writeOthers.bind(player)
@@ -79,6 +83,7 @@ const readUpTo = config.names.map(() => 0)
 const placedBy = new Map() // "x,y,z" -> seat that placed the block there
 const placements = new EventEmitter() // "seat@x,y,z" -> whether the server placed that seat's block there
 const PLACE_TIMEOUT_MS = 5000
+const DIG_TIMEOUT_MS = 5000
 const once = (emitter, name, ms) => new Promise((resolve) => {
   const timer = setTimeout(() => { emitter.removeListener(name, done); resolve(undefined) }, ms)
   function done (value) { clearTimeout(timer); resolve(value) }
@@ -178,6 +183,12 @@ async function dig (bot, args) {
   if (!block || block.name === 'air') throw new Error(`there is nothing to dig at (${at.x}, ${at.y}, ${at.z})`)
   if (block.name === 'bedrock') throw new Error('bedrock cannot be dug')
   await bot.dig(block, true)
+  // mineflayer counts a dig done once it has asked: wait until the server's world (what `blocks` reads) has it
+  const deadline = Date.now() + DIG_TIMEOUT_MS
+  while ((await serv.overworld.getBlock(at))?.name !== 'air') {
+    if (Date.now() > deadline) throw new Error(`the server did not dig (${at.x}, ${at.y}, ${at.z})`)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  }
   return { dug: block.name, at: [at.x, at.y, at.z] }
 }
 
