@@ -4,15 +4,17 @@ sampling degrades?
 Two runs, one after the other, of the user's command `rollout train arithmetic.environment:environment --preset
 cpu-tiny` (SmolLM2-135M-Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack of its
 own in a scratch directory, as `benchmarks.learning` runs it), each until `BUDGET_S` (12 minutes) has passed,
-then Ctrl-C. Both with `run.max_lag=8`, `run.groups_in_flight=18` and `trainer.learning_rate=5e-4` (2.5× the
-preset's: at 2e-4 the policy moves so little in 8 steps that the ratios stay near 1, ESS ≥ 0.98 in both runs,
-and the loss makes no difference; at 1e-3 both runs collapse to identical replies whatever the loss, see
-benchmarks/RESULTS.md); they differ only in the loss:
+then Ctrl-C. Both with `run.max_lag=8`, `run.groups_in_flight=18`, cpu-tiny's learning rate (2e-4) and
+`trainer.updates_per_batch=4`: four AdamW steps over each batch against the π_old of its first pass, as PPO
+is meant to run. With one update per batch PPO's ratio π_θ/π_old is 1 and its clip never acts, and the two
+losses differed only in the cap on the behaviour weight: at 2e-4 neither moved far enough in 8 steps to matter
+(ESS ≥ 0.98 in both), at 5e-4 and 1e-3 both collapsed to one reply whatever the loss (benchmarks/RESULTS.md).
+They differ only in the loss:
 - `ppo`: decoupled PPO (the default, `trainer.loss=ppo`): the behaviour weight π_old/μ is capped at
-  `trainer.is_cap` (2, the default) and the ratio π_θ/π_old clipped (the local trainer makes one update per
-  batch, so π_old = π_θ and r = 1: in effect it is the capped behaviour weight that acts).
+  `trainer.is_cap` (2, the default) and the ratio π_θ/π_old clipped to [0.8, 1.28], which from the second
+  update on stops the tokens that already moved in their advantage's direction.
 - `unclipped_is`: `trainer.loss=truncated_is trainer.is_cap=1e9`: every token weighted by its whole ratio
-  π_θ/μ, a cap no ratio reaches.
+  π_θ/μ, a cap no ratio reaches, and nothing stops a token within the batch's updates.
 Why 18 groups in flight: the supply may have started (steps trained + max_lag + 1) × groups_per_batch groups
 (`rollout.training.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups per
 step. With 18 in flight the in-flight cap never binds before that allowance does: every group starts the moment
@@ -24,8 +26,9 @@ Per batch, from the ledger (each step's `CheckpointCreated` metrics; a step whos
 skipped, has no checkpoint and counts for the reward only): the batch mean reward, the effective sample size of
 the ratios (ESS, (Σρ)² / (n Σρ²) over the sampled tokens' ρ = π_θ/μ: how far sampler and learner drifted apart,
 whatever the loss) and of the weights the loss applies (`weight_ess`: ρ itself for unclipped IS, the capped or
-clipped weight for PPO), ratio_max, clipped_fraction, staleness mean and max, and grad_norm (before clipping to
-trainer.max_grad_norm). Progress goes to stderr; the last line on stdout is one
+clipped weight for PPO; a token the clip stopped weighs 0, so PPO's clip acting lowers its weight ESS too),
+ratio_max, clipped_fraction, staleness mean and max, and grad_norm (before clipping to trainer.max_grad_norm),
+each over the batch's four updates (means averaged, maxima the largest). Progress goes to stderr; the last line on stdout is one
 JSON object: per run the batches it ran (`batches_run`) and, over the first `compared_batches` of each (the
 fewer of the two runs' counts: the runs are compared at equal steps, so one that started slower on a colder
 machine is not judged on fewer, less stale steps), the steps, the reward's mean over the first and last `WINDOW`
@@ -59,10 +62,12 @@ GROUPS_PER_BATCH = 2  # cpu-tiny's; set explicitly so the in-flight count below 
 GROUPS_IN_FLIGHT = (MAX_LAG + 1) * GROUPS_PER_BATCH  # the supply's whole allowance ahead of training
 WINDOW = 5
 ESS_MIN = 0.5
-LEARNING_RATE = 5e-4  # 2.5x cpu-tiny's: see the docstring
+LEARNING_RATE = 2e-4  # cpu-tiny's: see the docstring
+UPDATES_PER_BATCH = 4  # PPO's epochs: from the second update on, its clip acts
 COMMON = [
     f"run.max_lag={MAX_LAG}",
     f"trainer.learning_rate={LEARNING_RATE}",
+    f"trainer.updates_per_batch={UPDATES_PER_BATCH}",
     f"run.groups_in_flight={GROUPS_IN_FLIGHT}",
     f"trainer.groups_per_batch={GROUPS_PER_BATCH}",
 ]
@@ -220,7 +225,8 @@ def main(quick: bool = False) -> int:
         _plot(
             per_step,
             f"{PRESET} on arithmetic ({settings.trainer.model}, LoRA r={settings.trainer.lora_rank}, "
-            f"{os.cpu_count()} CPUs),\nlr {LEARNING_RATE:g}, max_lag {MAX_LAG}, {GROUPS_IN_FLIGHT} groups in flight, "
+            f"{os.cpu_count()} CPUs),\nlr {LEARNING_RATE:g}, {UPDATES_PER_BATCH} updates per batch, "
+            f"max_lag {MAX_LAG}, {GROUPS_IN_FLIGHT} groups in flight, "
             f"{budget_s / 60:.0f} min each",
         )
     summary = {
@@ -239,6 +245,7 @@ def main(quick: bool = False) -> int:
         "is_stable": unclipped["stable"],
         "staleness_reached_max_lag": min(ppo["staleness_max"], unclipped["staleness_max"]) >= MAX_LAG,
         "learning_rate": LEARNING_RATE,
+        "updates_per_batch": UPDATES_PER_BATCH,
         "weight_ess_min_difference": round(ppo["weight_ess_min"] - unclipped["weight_ess_min"], 4),
         "reward_last_difference": round(ppo["reward_last"] - unclipped["reward_last"], 4),
         "plot": str(PLOT) if not quick else None,

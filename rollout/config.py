@@ -165,6 +165,7 @@ class TrainerSettings:
     learning_rate: float = 1e-5
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
+    updates_per_batch: int = 1  # optimiser steps over each batch (PPO's epochs; the local trainer)
     loss: LossKind = LossKind.ppo
     is_cap: float = 2.0
     advantage: AdvantageKind = AdvantageKind.group_norm

@@ -244,3 +244,24 @@ def test_a_quantized_trainer_is_refused_where_it_cannot_run(
     config = LocalTrainerConfig(lora_rank=lora_rank, device="cpu", quantization=quantization)
     with pytest.raises(ValueError, match=refusal):
         LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))
+
+
+def test_several_updates_per_batch_let_ppos_clip_hold_the_policy_back(tiny_qwen3: str) -> None:
+    """From the second update on, PPO's ratio π_θ/π_old leaves 1 and its clip stops the tokens that moved far
+    enough; unclipped importance sampling keeps pushing them."""
+    weighted = [WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(300, 12, 8))]
+    moved: dict[str, float] = {}
+    for name, loss in (("ppo", LossConfig("ppo")), ("is", LossConfig("truncated_is", is_cap=1e9))):
+        config = LocalTrainerConfig(**{**CONFIG.__dict__, "updates_per_batch": 6})
+        trainer = LocalTrainer(tiny_qwen3, config, loss)
+        batch = on_policy(trainer, weighted)
+        before = sampled_logprob(trainer, weighted[0])
+        metrics = trainer.step(batch)
+        moved[name] = sampled_logprob(trainer, weighted[0]) - before
+        assert metrics["step"] == 1 and trainer.steps == 1, "a step counts batches, not updates"
+        assert metrics["updates"] == 6 and metrics["ratio_max"] > 1.0
+        if name == "ppo":
+            assert metrics["clipped_fraction"] > 0, "the clip never acted"
+    assert moved["is"] > moved["ppo"] > 0, moved
+    with pytest.raises(ValueError, match="1 or more"):
+        LocalTrainerConfig(updates_per_batch=0)

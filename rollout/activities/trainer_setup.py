@@ -45,6 +45,14 @@ def check_trainer_settings(spec: TrainerSettings) -> None:
         raise TrainerSetupError(
             "trainer.data_parallel_workers applies to the local trainer; Tinker spreads its own training"
         )
+    if spec.updates_per_batch < 1:
+        raise TrainerSetupError(
+            "trainer.updates_per_batch is how many optimiser steps each batch takes: 1 or more"
+        )
+    if spec.updates_per_batch > 1 and spec.provider != TrainerProvider.local:
+        raise TrainerSetupError(
+            "trainer.updates_per_batch applies to the local trainer; with Tinker each batch takes one step"
+        )
     if spec.provider == TrainerProvider.tinker and (not spec.tinker_base_model or not spec.lora_rank):
         raise TrainerSetupError(
             "trainer.provider=tinker needs trainer.tinker_base_model=NAME (Tinker's name of the model, e.g. "
@@ -96,6 +104,7 @@ def trainer_activities(
         learning_rate=spec.learning_rate,
         max_grad_norm=spec.max_grad_norm,
         micro_batch_tokens=spec.micro_batch_tokens,
+        updates_per_batch=spec.updates_per_batch,
         device=spec.device,
         quantization=spec.quantization,
     )

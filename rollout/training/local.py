@@ -3,9 +3,12 @@
 Contract:
 - `LocalTrainer.step(batch)` runs forward/backward over the batch's segments in micro-batches of at most
   `micro_batch_tokens` tokens, with the loss of rollout.training.losses normalised over the whole batch's
-  sampled tokens (so micro-batching does not change the gradient), clips the gradient norm, and takes one
-  AdamW step. It returns the step's metrics. A loss that is not finite raises `NonFiniteLoss` before any
-  weight changes: the step is not published.
+  sampled tokens (so micro-batching does not change the gradient), clips the gradient norm, and takes an
+  AdamW step; `updates_per_batch` times over the same batch (PPO's epochs), against π_old, the policy before
+  the first (its logprobs kept from the first pass: from the second update on, PPO's clip acts). It returns
+  the step's metrics over all its updates: means averaged, maxima the largest. A loss that is not finite
+  raises `NonFiniteLoss` before its update changes any weight: the step is not published (earlier updates of
+  the step have changed this trainer in memory: its caller drops it and resumes from the parent checkpoint).
 - Each segment trains as one sequence: position t predicts token t+1; the loss mask, behaviour logprobs and
   advantages are those of the predicted tokens. Segments are packed end to end where the model allows, and the
   LM head runs only where a sampled token is predicted (rollout.training.logprobs).
@@ -55,6 +58,11 @@ class LocalTrainerConfig:
     device: str | None = None  # default: cuda when there is one
     seed: int = 0
     quantization: str | None = None  # nf4: QLoRA (the frozen base in 4 bits through bitsandbytes; CUDA only)
+    updates_per_batch: int = 1  # AdamW steps over each batch (PPO's epochs); the step count counts batches
+
+    def __post_init__(self) -> None:
+        if self.updates_per_batch < 1:
+            raise ValueError("updates_per_batch is how many optimiser steps each batch takes: 1 or more")
 
 
 def _quantized(config: LocalTrainerConfig, device: str) -> dict[str, Any]:
@@ -132,12 +140,32 @@ class LocalTrainer:
         if not batch.segments or batch.sampled_tokens == 0:
             raise ValueError("a batch with no sampled tokens has nothing to train on")
         segments = batch.segments if shard is None else batch.segments[shard[0] :: shard[1]]
+        olds: list[torch.Tensor] = []  # π_old's logprobs per micro-batch, from the first update's pass
+        updates: list[dict[str, float]] = []
+        for update in range(self.config.updates_per_batch):
+            updates.append(self._update(batch, segments, olds, shard=shard, first=update == 0))
+        self.steps += 1
+        return {"step": float(self.steps), **_over_updates(updates)}
+
+    def _update(
+        self,
+        batch: Batch,
+        segments: tuple[Any, ...],
+        olds: list[torch.Tensor],
+        *,
+        shard: tuple[int, int] | None,
+        first: bool,
+    ) -> dict[str, float]:
+        """One AdamW step over the segments; the first update records π_old's logprobs into `olds`."""
         self.optimizer.zero_grad(set_to_none=True)
         parts: list[tuple[float, LossMetrics]] = []
         total, finite = 0.0, True
-        for micro in micro_batches(segments, self.config.micro_batch_tokens, packed=self.packed):
+        micros = micro_batches(segments, self.config.micro_batch_tokens, packed=self.packed)
+        for index, micro in enumerate(micros):
             rows = Rows.build(micro, packed=self.packed).to(self.device)
             logprobs_N = sampled_logprobs(self.model, rows)
+            if first:
+                olds.append(logprobs_N.detach())
             # One flat row of the sampled tokens: the loss is token-level, so [1, N] is the batch's sum.
             loss, metrics = policy_loss(
                 logprobs_N[None],
@@ -145,6 +173,7 @@ class LocalTrainer:
                 rows.advantage_N[None],
                 torch.ones_like(rows.behaviour_N)[None],
                 self.loss,
+                old_logprobs_BT=olds[index][None],
             )
             share = metrics.tokens / batch.sampled_tokens  # of the whole batch: shards sum to the whole
             scaled = loss * share
@@ -166,14 +195,8 @@ class LocalTrainer:
                 f"step {self.steps + 1}: the gradient norm is {grad_norm}; no weights were changed"
             )
         self.optimizer.step()
-        self.steps += 1
-        return {
-            "step": float(self.steps),
-            "loss": total,
-            "grad_norm": grad_norm,
-            "tokens": float(batch.sampled_tokens),
-            **_combine(parts),
-        }
+        tokens = float(batch.sampled_tokens)
+        return {"loss": total, "grad_norm": grad_norm, "tokens": tokens, **_combine(parts)}
 
     def offload(self) -> None:
         """Move the weights and optimiser state to CPU memory and free the device (one-GPU mode, between steps)."""
@@ -254,6 +277,17 @@ def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: 
             parameter.grad = torch.zeros_like(parameter)
         dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
     return True, float(summed.item())
+
+
+def _over_updates(updates: list[dict[str, float]]) -> dict[str, float]:
+    """A step's metrics from its updates': maxima (ratio_max, grad_norm) the largest, the rest averaged."""
+    if len(updates) == 1:
+        return updates[0]
+    combined = {key: sum(u[key] for u in updates) / len(updates) for key in updates[0]}
+    for key in ("ratio_max", "grad_norm"):
+        combined[key] = max(u[key] for u in updates)
+    combined["updates"] = float(len(updates))
+    return combined
 
 
 def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:
