@@ -45,8 +45,9 @@ RunArgument = Annotated[str, typer.Argument(help="The run's id (`rollout run lis
 
 
 async def workflow_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
-    """The run workflow's execution status (RUNNING, COMPLETED, FAILED, …, or MISSING) and, while it runs, its
-    own status (paused, max_lag, …)."""
+    """The run workflow's execution status (RUNNING, COMPLETED, FAILED, …, MISSING, or NO_WORKER: running, but no
+    worker answers its query, e.g. the stack is down) and, while it runs and answers, its own status (paused,
+    max_lag, …)."""
     from temporalio.service import RPCError
 
     from rollout.workflows.client import run_handle
@@ -60,7 +61,10 @@ async def workflow_state(client: Client, run: str) -> tuple[str, RunStatus | Non
     state = description.status.name if description.status is not None else "UNKNOWN"
     if state != "RUNNING":
         return state, None
-    return state, await handle.query(RunWorkflow.status)
+    try:
+        return state, await handle.query(RunWorkflow.status)
+    except RPCError:  # "no poller seen for task queue recently": nothing executes the workflow right now
+        return "NO_WORKER", None
 
 
 async def _update(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
@@ -142,7 +146,8 @@ def _state_word(state: str, status: RunStatus | None) -> str:
         if status.pause_reason:
             return "paused (" + status.pause_reason + ")"
         return "paused" if status.paused else "stopping" if status.stopped else "playing"
-    return {"COMPLETED": "finished", "MISSING": "gone"}.get(state, state.lower())
+    words = {"COMPLETED": "finished", "MISSING": "gone", "NO_WORKER": "waiting for a worker (`rollout up`)"}
+    return words.get(state, state.lower())
 
 
 def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | None) -> dict[str, Any]:
@@ -280,7 +285,7 @@ def attach(
     state, status_ = asyncio.run(_workflow_state(settings, run))
     if state != "RUNNING" or status_ is None:
         fail(
-            f"run {run} is not playing (its workflow is {state.lower()}): `rollout run status {run}` shows where it ended"
+            f"run {run} is not playing (its workflow is {_state_word(state, None)}): `rollout run status {run}` shows where it ended"
         )
     if not cluster:
         try:
