@@ -107,7 +107,8 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
                 await browser.close()
             await playing.terminate("test over")
     finally:
-        monitor.terminate()
+        if monitor.returncode is None:  # one that exited on its own (its port was taken) has its say above
+            monitor.terminate()
         await asyncio.wait_for(monitor.wait(), 30)
         log.close()
     assert {p.name for p in SCREENSHOTS.iterdir()} >= {
@@ -160,7 +161,8 @@ async def test_the_dashboard_waits_out_a_ledger_outage_and_recovers_by_itself(
             await page.screenshot(path=str(SCREENSHOTS / "ledger-back.png"), full_page=True)
             await browser.close()
     finally:
-        monitor.terminate()
+        if monitor.returncode is None:  # one that exited on its own (its port was taken) has its say above
+            monitor.terminate()
         await asyncio.wait_for(monitor.wait(), 30)
         log.close()
         if relay is not None:
