@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import random
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import uvicorn
 from starlette.types import ASGIApp
@@ -38,10 +40,27 @@ def reachable_host(host: str) -> str:
 
 
 def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on right now (for tests and benchmarks that start their own stack)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+    """A port nothing listens on right now (for tests and benchmarks that start their own stack).
+
+    Chosen below the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be
+    taken as the local end of any outgoing connection between being picked here and being bound by the
+    server it is for, or while that server restarts, and the server then fails with "address in use"."""
+    low = _ephemeral_range_start()
+    for _ in range(64):
+        port = random.randrange(max(1024, low - 12_000), low)
+        if port_is_free(host, port):
+            return port
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # a crowded range: any free port
         probe.bind((host, 0))
         return probe.getsockname()[1]
+
+
+def _ephemeral_range_start() -> int:
+    """The first port of the ephemeral range outgoing connections use (Linux's default where unreadable)."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768
 
 
 @asynccontextmanager

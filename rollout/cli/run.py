@@ -33,8 +33,6 @@ from rollout.cli.common import (
 from rollout.config import Settings
 
 if TYPE_CHECKING:
-    from temporalio.client import Client
-
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.workflows.client import RunUpdate
     from rollout.workflows.types import RunStatus
@@ -42,29 +40,6 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
 
 RunArgument = Annotated[str, typer.Argument(help="The run's id (`rollout run list` shows them).")]
-
-
-async def workflow_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
-    """The run workflow's execution status (RUNNING, COMPLETED, FAILED, …, MISSING, or NO_WORKER: running, but no
-    worker answers its query, e.g. the stack is down) and, while it runs and answers, its own status (paused,
-    max_lag, …)."""
-    from temporalio.service import RPCError
-
-    from rollout.workflows.client import run_handle
-    from rollout.workflows.run import RunWorkflow
-
-    handle = run_handle(client, run)
-    try:
-        description = await handle.describe()
-    except RPCError:
-        return "MISSING", None
-    state = description.status.name if description.status is not None else "UNKNOWN"
-    if state != "RUNNING":
-        return state, None
-    try:
-        return state, await handle.query(RunWorkflow.status)
-    except RPCError:  # "no poller seen for task queue recently": nothing executes the workflow right now
-        return "NO_WORKER", None
 
 
 async def _update(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
@@ -169,6 +144,7 @@ def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | Non
 async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
     from rollout.ledger import Ledger
     from rollout.ledger.queries import find_run, list_runs, run_progress
+    from rollout.workflows.client import run_state
 
     client = await connect_temporal(settings)
     async with await Ledger.connect(settings.ledger_url) as ledger:
@@ -181,7 +157,7 @@ async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
             runs = [found]
         rows = []
         for run in runs:
-            state, status = await workflow_state(client, run.run)
+            state, status = await run_state(client, run.run)
             rows.append(_row(run, await run_progress(ledger, run.run), state, status))
         return rows
 
@@ -300,7 +276,9 @@ def attach(
 
 
 async def _workflow_state(settings: Settings, run: str) -> tuple[str, RunStatus | None]:
-    return await workflow_state(await connect_temporal(settings), run)
+    from rollout.workflows.client import run_state
+
+    return await run_state(await connect_temporal(settings), run)
 
 
 def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:

@@ -10,6 +10,10 @@ Contract:
 - `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
   gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
   `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
+- `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there is
+  none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down) and, while it runs and
+  answers, its own `RunStatus`. It answers at once when no worker polls the run's queue, and within
+  `STATUS_QUERY_TIMEOUT` when one polled lately but does not answer (Temporal would hold a query 30 s).
 - `failure_reason(error)` is the message a workflow's failure started from (the workflow failure wraps the
   activity's error, which wraps the worker's `ApplicationError`): what to show a person.
 - Only temporalio and rollout.workflows are imported here: nothing heavy, nothing with side effects.
@@ -17,8 +21,12 @@ Contract:
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Literal
 
+from temporalio.api.enums.v1 import TaskQueueType
+from temporalio.api.taskqueue.v1 import TaskQueue
+from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
 from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError
@@ -48,6 +56,38 @@ def run_handle(client: Client, run: str) -> WorkflowHandle[RunWorkflow, RunStatu
     (`temporalio.service.RPCError`, status NOT_FOUND).
     """
     return client.get_workflow_handle_for(RunWorkflow.run, run_workflow_id(run))
+
+
+# A live worker answers a status query in milliseconds; a loaded one (a trainer sharing two cores) in seconds.
+STATUS_QUERY_TIMEOUT = timedelta(seconds=10)
+
+
+async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
+    """Run `run`'s workflow state and, while it runs and a worker answers, its `RunStatus` (see the contract)."""
+    handle = run_handle(client, run)
+    try:
+        description = await handle.describe()
+    except RPCError:
+        return "MISSING", None
+    state = description.status.name if description.status is not None else "UNKNOWN"
+    if state != "RUNNING":
+        return state, None
+    if not await _polled(client, description.task_queue):
+        return "NO_WORKER", None
+    try:
+        return state, await handle.query(RunWorkflow.status, rpc_timeout=STATUS_QUERY_TIMEOUT)
+    except RPCError:  # a worker polled lately but is gone or stuck: "no poller seen", or the query's deadline
+        return "NO_WORKER", None
+
+
+async def _polled(client: Client, task_queue: str) -> bool:
+    """Whether a worker polled `task_queue` for workflow tasks lately (Temporal lists a poller for minutes)."""
+    request = DescribeTaskQueueRequest(
+        namespace=client.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    return bool((await client.workflow_service.describe_task_queue(request)).pollers)
 
 
 RunUpdate = Literal["pause", "resume", "stop", "set_max_lag"]

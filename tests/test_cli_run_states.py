@@ -1,0 +1,69 @@
+"""`rollout run list` for a run whose workflow nothing executes (the workers are down, `rollout up` not run
+again): the run is listed as waiting for a worker, in the table and in `--json`, never as a traceback. Real
+Postgres and Temporal; the run's workflow is started on a task queue no worker polls."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from temporalio.client import Client
+
+from rollout.config import Settings
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import run_stream
+from rollout.workflows.names import run_workflow_id
+from rollout.workflows.run import RunWorkflow
+from rollout.workflows.types import RunInput
+from tests.stackutil import monitor_overrides
+
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+
+
+async def test_a_run_no_worker_answers_is_listed_as_waiting_for_one(
+    stack_settings: Settings, ledger: Ledger, models_dir: Path
+) -> None:
+    run = f"orphan-{uuid.uuid4().hex[:8]}"
+    created = {
+        "run": run,
+        "environment": "tests.example_envs:coin",
+        "settings": {"max_lag": 1, "paused": False},
+    }
+    await ledger.append_one(run_stream(run), NewEvent("created", Kind.RUN_CREATED, created))
+    client = await Client.connect(stack_settings.temporal_address)
+    handle = await client.start_workflow(
+        RunWorkflow.run,
+        RunInput(run, "tests.example_envs:coin"),
+        id=run_workflow_id(run),
+        task_queue=f"nobody-polls-{run}",
+    )
+    overrides = monitor_overrides(stack_settings, models_dir)
+    started = time.monotonic()
+    try:
+        listed = await _rollout("run", "list", "--json", *overrides)
+        assert listed.returncode == 0 and "Traceback" not in listed.stderr, listed.stderr[-3000:]
+        row = next(row for row in json.loads(listed.stdout) if row["run"] == run)
+        assert row["state"] == "waiting for a worker (`rollout up`)"
+        assert row["episodes_finished"] == 0 and row["steps"] == 0
+        assert time.monotonic() - started < 20, "a queue no worker polls is seen at once, not after 30 s"
+
+        table = await _rollout("run", "list", *overrides, env={"COLUMNS": "200"})  # one line per run
+        assert table.returncode == 0 and "Traceback" not in table.stderr, table.stderr[-3000:]
+        assert "waiting for a worker" in table.stdout, table.stdout
+    finally:
+        await handle.terminate("test over")
+
+
+async def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    process = await asyncio.create_subprocess_exec(
+        ROLLOUT, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env={**os.environ, **(env or {})}
+    )
+    stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
+    assert process.returncode is not None
+    return subprocess.CompletedProcess(args, process.returncode, stdout.decode(), stderr.decode())
