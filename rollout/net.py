@@ -39,16 +39,21 @@ def reachable_host(host: str) -> str:
         return "127.0.0.1"
 
 
+_handed_out: set[int] = set()
+
+
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for tests and benchmarks that start their own stack).
 
     Chosen below the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be
     taken as the local end of any outgoing connection between being picked here and being bound by the
-    server it is for, or while that server restarts, and the server then fails with "address in use"."""
+    server it is for, or while that server restarts, and the server then fails with "address in use". A port
+    is not handed out twice by one process (a stack's six ports are picked before any is bound)."""
     low = _ephemeral_range_start()
     for _ in range(64):
         port = random.randrange(max(1024, low - 12_000), low)
-        if port_is_free(host, port):
+        if port not in _handed_out and port_is_free(host, port):
+            _handed_out.add(port)
             return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # a crowded range: any free port
         probe.bind((host, 0))
