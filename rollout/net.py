@@ -7,6 +7,7 @@ import asyncio
 import errno
 import random
 import socket
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -40,32 +41,44 @@ def reachable_host(host: str) -> str:
 
 
 _handed_out: set[int] = set()
+_handing_out = threading.Lock()
+_random = random.SystemRandom()  # not the global RNG: a test that seeds it must not make every pick the same
 
 
 def free_port(host: str = "127.0.0.1") -> int:
     """A port nothing listens on right now (for tests and benchmarks that start their own stack).
 
-    Chosen below the kernel's ephemeral range: a port from that range (what binding port 0 gives) can be
-    taken as the local end of any outgoing connection between being picked here and being bound by the
-    server it is for, or while that server restarts, and the server then fails with "address in use". A port
-    is not handed out twice by one process (a stack's six ports are picked before any is bound)."""
-    low = _ephemeral_range_start()
-    for _ in range(64):
-        port = random.randrange(max(1024, low - 12_000), low)
-        if port not in _handed_out and port_is_free(host, port):
-            _handed_out.add(port)
-            return port
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # a crowded range: any free port
-        probe.bind((host, 0))
-        return probe.getsockname()[1]
+    Chosen outside the kernel's ephemeral range (below it, or above it where below is too narrow): a port from
+    that range (what binding port 0 gives) can be taken as the local end of any outgoing connection between
+    being picked here and being bound by the server it is for, or while that server restarts, and the server
+    then fails with "address in use". A port is not handed out twice by one process (a stack's six ports are
+    picked before any is bound)."""
+    with _handing_out:
+        if (span := _outside_ephemeral_range()) is not None:
+            for _ in range(64):
+                port = _random.randrange(*span)
+                if port not in _handed_out and port_is_free(host, port):
+                    _handed_out.add(port)
+                    return port
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:  # crowded or no room: any free port
+            probe.bind((host, 0))
+            port = probe.getsockname()[1]
+        _handed_out.add(port)
+        return port
 
 
-def _ephemeral_range_start() -> int:
-    """The first port of the ephemeral range outgoing connections use (Linux's default where unreadable)."""
+def _outside_ephemeral_range(width: int = 12_000) -> tuple[int, int] | None:
+    """Up to `width` unprivileged ports next to the ephemeral range outgoing connections use (Linux's default
+    range where unreadable), as randrange's bounds; None where neither side has room."""
     try:
-        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return 32768
+        low, high = map(int, Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[:2])
+    except (OSError, ValueError):
+        low, high = 32768, 60999
+    if low - 1024 >= 2_000:
+        return max(1024, low - width), low
+    if 65535 - high >= 2_000:
+        return high + 1, min(65536, high + 1 + width)
+    return None
 
 
 @asynccontextmanager

@@ -121,7 +121,12 @@ def _state_word(state: str, status: RunStatus | None) -> str:
         if status.pause_reason:
             return "paused (" + status.pause_reason + ")"
         return "paused" if status.paused else "stopping" if status.stopped else "playing"
-    words = {"COMPLETED": "finished", "MISSING": "gone", "NO_WORKER": "waiting for a worker (`rollout up`)"}
+    words = {
+        "COMPLETED": "finished",
+        "MISSING": "gone",
+        "NO_WORKER": "waiting for a worker (`rollout up`)",
+        "UNANSWERED": "running (its worker did not answer in time)",
+    }
     return words.get(state, state.lower())
 
 
@@ -259,6 +264,10 @@ def attach(
         )
     settings = load_settings([*trainer, *(overrides or [])])
     state, status_ = asyncio.run(_workflow_state(settings, run))
+    if state == "UNANSWERED":
+        fail(
+            f"run {run}'s workflow did not answer in time (its worker is busy or stuck): try `rollout run attach {run}` again"
+        )
     if state != "RUNNING" or status_ is None:
         fail(
             f"run {run} is not playing (its workflow is {_state_word(state, None)}): `rollout run status {run}` shows where it ended"

@@ -11,9 +11,10 @@ Contract:
   gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
   `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
 - `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there is
-  none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down) and, while it runs and
-  answers, its own `RunStatus`. It answers at once when no worker polls the run's queue, and within
-  `STATUS_QUERY_TIMEOUT` when one polled lately but does not answer (Temporal would hold a query 30 s).
+  none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down; UNANSWERED when a worker
+  polls its queue but did not answer the status query in time, e.g. busy) and, while it runs and answers, its
+  own `RunStatus`. It answers at once when no worker polled the run's queue in the last 5 minutes, and within
+  `STATUS_QUERY_TIMEOUT` otherwise (Temporal would hold a query 30 s).
 - `failure_reason(error)` is the message a workflow's failure started from (the workflow failure wraps the
   activity's error, which wraps the worker's `ApplicationError`): what to show a person.
 - Only temporalio and rollout.workflows are imported here: nothing heavy, nothing with side effects.
@@ -27,9 +28,15 @@ from typing import Literal
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
 from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
-from temporalio.client import Client, WorkflowHandle, WorkflowUpdateFailedError
+from temporalio.client import (
+    Client,
+    WorkflowHandle,
+    WorkflowQueryFailedError,
+    WorkflowQueryRejectedError,
+    WorkflowUpdateFailedError,
+)
 from temporalio.exceptions import FailureError
-from temporalio.service import RPCError
+from temporalio.service import RPCError, RPCStatusCode
 
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
@@ -67,8 +74,8 @@ async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
     handle = run_handle(client, run)
     try:
         description = await handle.describe()
-    except RPCError:
-        return "MISSING", None
+    except RPCError as error:
+        return ("MISSING" if error.status == RPCStatusCode.NOT_FOUND else "UNKNOWN"), None
     state = description.status.name if description.status is not None else "UNKNOWN"
     if state != "RUNNING":
         return state, None
@@ -76,18 +83,26 @@ async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
         return "NO_WORKER", None
     try:
         return state, await handle.query(RunWorkflow.status, rpc_timeout=STATUS_QUERY_TIMEOUT)
-    except RPCError:  # a worker polled lately but is gone or stuck: "no poller seen", or the query's deadline
-        return "NO_WORKER", None
+    except RPCError as error:
+        # Temporal says so just before the deadline when no worker took the query; any other failure (the
+        # deadline itself, a busy worker) leaves the run running, its own status unknown.
+        return ("NO_WORKER" if "no poller seen" in error.message else "UNANSWERED"), None
+    except (WorkflowQueryFailedError, WorkflowQueryRejectedError):
+        return "UNANSWERED", None
 
 
 async def _polled(client: Client, task_queue: str) -> bool:
-    """Whether a worker polled `task_queue` for workflow tasks lately (Temporal lists a poller for minutes)."""
+    """Whether a worker polled `task_queue` for workflow tasks in the last minutes (Temporal lists a poller for
+    5 minutes after its last poll); where the server will not say, assume one did (the query decides)."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=task_queue),
         task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
     )
-    return bool((await client.workflow_service.describe_task_queue(request)).pollers)
+    try:
+        return bool((await client.workflow_service.describe_task_queue(request)).pollers)
+    except RPCError:
+        return True
 
 
 RunUpdate = Literal["pause", "resume", "stop", "set_max_lag"]
