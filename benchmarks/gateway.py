@@ -67,7 +67,7 @@ async def _load(url: str, headers: list[dict[str, str]], concurrency: int, reque
             await post(session, body, seat_headers)
             latencies.append(time.perf_counter() - started)
 
-    connector = aiohttp.TCPConnector(limit=concurrency, force_close=False)
+    connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=60)) as session:
         # One request per worker, at once, before the clock starts: every connection is open and every server
         # pool has grown (at concurrency 64 that first wave took a few hundred ms of a one-second phase).
