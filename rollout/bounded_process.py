@@ -5,7 +5,8 @@ is read and dropped, `truncated` says so); `keep="tail"` keeps the last ones. On
 awaiting task is cancelled, the command's session is killed with SIGKILL (children included) and reaped;
 a timed-out command has no exit code. The command runs what an agent or a model chose: it inherits this
 process's environment less every variable named like a secret (API keys, tokens, passwords: an agent reads its
-environment, and what it reads reaches its transcript and the ledger), with `env` on top.
+environment, and what it reads reaches its transcript and the ledger), with `env` on top; with `inherit=False`
+its environment is `env` alone. `preexec_fn` is subprocess's (a jail enters its limits there).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import asyncio
 import contextlib
 import os
 import signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -38,11 +39,14 @@ async def run_bounded(
     timeout_s: float,
     max_output_bytes: int,
     keep: Literal["head", "tail"] = "head",
+    inherit: bool = True,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> ProcessOutcome:
     process = await asyncio.create_subprocess_exec(
         *argv,
         cwd=cwd,
-        env={**without_secrets(os.environ), **env},
+        env={**without_secrets(os.environ), **env} if inherit else dict(env),
+        preexec_fn=preexec_fn,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,

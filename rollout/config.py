@@ -126,6 +126,18 @@ class GpuSettings:
     )
 
 
+class SandboxIsolation(StrEnum):
+    bwrap = "bwrap"  # every command an agent chooses runs in a bubblewrap jail (Linux; docs/sandboxes.md)
+    none = "none"  # unjailed: agents' commands run as the sandbox's own user, only when a person chose it
+
+
+@dataclass
+class SandboxSettings:
+    """How the commands agents choose (a shell tool's, a command seat's) are confined: docs/sandboxes.md."""
+
+    isolation: SandboxIsolation = SandboxIsolation.bwrap
+
+
 @dataclass
 class ServiceSettings:
     postgres: PostgresSettings = field(default_factory=PostgresSettings)
@@ -213,6 +225,7 @@ class Settings:
     run: RunDefaults = field(default_factory=RunDefaults)
     eval: EvalSettings = field(default_factory=EvalSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
+    sandbox: SandboxSettings = field(default_factory=SandboxSettings)
 
     @property
     def engine_kind(self) -> EngineKind:

@@ -50,8 +50,11 @@ class Sandbox:
 @asynccontextmanager
 async def served_sandbox(workdir: Path) -> AsyncIterator[Sandbox]:
     world = ShellWorld(workdir, seats=1)
-    async with serving(build_sandbox_app(world, kind="shell", name="coding-test", seats=1)) as url:
-        yield Sandbox(url, workdir)
+    try:
+        async with serving(build_sandbox_app(world, kind="shell", name="coding-test", seats=1)) as url:
+            yield Sandbox(url, world.workdir)
+    finally:
+        await world.close()
 
 
 def context(seat: SandboxSeat, episode: str = "episode-0") -> RunContext:

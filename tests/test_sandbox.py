@@ -35,9 +35,10 @@ async def test_the_shell_runs_commands_in_its_directory_within_limits(tmp_path: 
     loud = await world.act(0, {"command": "yes 0123456789 | head -c 200000"})
     assert loud["truncated"] and len(loud["output"]) == MAX_OUTPUT_BYTES and loud["exit_code"] == 0
     await world.reset()
-    assert list((tmp_path / "box").iterdir()) == [], "a new claim starts from a clean directory"
+    assert list(world.workdir.iterdir()) == [], "a new claim starts from a clean directory"
     with pytest.raises(ValueError, match="command"):
         await world.act(0, {"cmd": "ls"})
+    await world.close()
 
 
 async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_path: Path) -> None:

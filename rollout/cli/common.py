@@ -132,3 +132,14 @@ def local_model(spec: str, settings: config.Settings) -> str:
         return resolve(spec, Path(settings.models_dir).expanduser())
     except ModelNotPulled as error:
         fail(str(error))
+
+
+def refuse_without_jail(settings: config.Settings, why: str) -> None:
+    """Stop, in one paragraph, when commands agents choose would run jailed but no jail can be made here."""
+    from rollout.sandbox.jail import jail_problem
+
+    if (
+        settings.sandbox.isolation is config.SandboxIsolation.bwrap
+        and (problem := jail_problem()) is not None
+    ):
+        fail(f"{why}, and every such command runs in a jail; but {problem[0].lower()}{problem[1:]}")

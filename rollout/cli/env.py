@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import JsonFlag, err, out
+from rollout.cli.common import JsonFlag, Overrides, err, load_settings, out
 
 app = typer.Typer(help="Environments: check one before a run plays it.", no_args_is_help=True)
 
@@ -16,6 +16,7 @@ app = typer.Typer(help="Environments: check one before a run plays it.", no_args
 @app.command("check")
 def check(
     reference: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
+    overrides: Overrides = None,
     as_json: JsonFlag = False,
 ) -> None:
     """Import an environment, check its tools, and play one episode per agent against a scripted model.
@@ -34,7 +35,8 @@ def check(
     setting_up.setLevel(logging.INFO)
     if not setting_up.handlers:
         setting_up.addHandler(logging.StreamHandler())
-    report = asyncio.run(check_environment(reference))
+    settings = load_settings(overrides)  # sandbox.isolation=none checks it unjailed
+    report = asyncio.run(check_environment(reference, isolation=settings.sandbox.isolation))
     if as_json:
         print(json.dumps({"ok": report.ok, **asdict(report)}))
     else:

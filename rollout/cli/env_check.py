@@ -8,7 +8,9 @@ Contract:
   services needed): the environment's own `scripted_reply` when it has one, else a model that answers "ok".
   A seat with an external command is started only by a run; the check validates its Task's first observation.
 - An environment that needs a sandbox gets one of its kind, served in process on a local port for the check
-  (claimed under epoch 1); its agents then play at the same time, each on its seat, as in a run.
+  (claimed under epoch 1); its agents then play at the same time, each on its seat, as in a run. A kind that
+  runs agents' commands runs them under `isolation` (jailed by default): where no jail can be made, that is a
+  finding saying how to fix it.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout.activities.agent_loop import InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.config import SandboxIsolation
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
 from rollout.harness import RunContext, SandboxSeat
 from rollout.net import serving
-from rollout.sandbox import SandboxClient, load_kind
+from rollout.sandbox import SandboxClient
+from rollout.sandbox.hosting import build_world
+from rollout.sandbox.jail import JailUnavailable
 from rollout.sandbox.server import build_sandbox_app
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -92,7 +97,9 @@ class _Scripted:
         return self.reply_with(messages, tools)
 
 
-async def check_environment(reference: str | Environment) -> CheckReport:
+async def check_environment(
+    reference: str | Environment, *, isolation: SandboxIsolation = SandboxIsolation.bwrap
+) -> CheckReport:
     """Check the environment at `reference` (package.module:attribute), or one already in hand."""
     if isinstance(reference, Environment):
         environment, reference = reference, reference.name
@@ -114,7 +121,7 @@ async def check_environment(reference: str | Environment) -> CheckReport:
         for agent in environment.agents:
             await _check_agent(environment, agent.name, bool(agent.command), parameters, report, None)
         return report
-    async with _sandbox_for_check(environment.sandbox, report) as seats:
+    async with _sandbox_for_check(environment.sandbox, report, isolation) as seats:
         if seats is not None:
             await asyncio.gather(
                 *(
@@ -129,11 +136,16 @@ async def check_environment(reference: str | Environment) -> CheckReport:
 
 @asynccontextmanager
 async def _sandbox_for_check(
-    need: SandboxSpec, report: CheckReport
+    need: SandboxSpec, report: CheckReport, isolation: SandboxIsolation
 ) -> AsyncIterator[list[SandboxSeat] | None]:
     where = f"{report.reference} sandbox {need.kind!r}"
+    workdir = Path(tempfile.mkdtemp(prefix="rollout-env-check-"))
     try:
-        world = load_kind(need.kind)(Path(tempfile.mkdtemp(prefix="rollout-env-check-")), need.seats)
+        world = build_world(need.kind, workdir, need.seats, isolation)
+    except JailUnavailable as error:
+        report.findings.append(Finding(where, f"its commands run in a jail, but {error}"))
+        yield None
+        return
     except Exception as error:
         report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
         yield None

@@ -12,7 +12,7 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, err, fail, load_settings
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings, refuse_without_jail
 from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(
@@ -58,9 +58,11 @@ def serve(
     if count > 1 and port:
         fail("--count serves each sandbox on a free port of its own: leave out --port", code=2)
     try:
-        load_kind(kind)
+        factory = load_kind(kind)
     except UnknownSandboxKind as error:
         fail(str(error), code=2)
+    if getattr(factory, "runs_agent_commands", False):
+        refuse_without_jail(settings, f"the {kind!r} sandbox runs the commands agents choose")
     if kind.partition("#")[0] in INSTALLABLE:
         # Before the event loop: the first install (npm) takes a while, and Ctrl-C must still stop it.
         from rollout.sandbox.minecraft.install import ensure_installed, minecraft_home
@@ -93,6 +95,7 @@ def serve(
                         workdir=sandbox_workdir(settings.data_path, kind, each),
                         host=host,
                         port=port if count == 1 else free_port(),
+                        isolation=settings.sandbox.isolation,
                     )
                 )
                 err.print(

@@ -23,6 +23,7 @@ from rollout.cli.common import (
     load_settings,
     local_model,
     out,
+    refuse_without_jail,
 )
 from rollout.config import Settings
 
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.cli.training_view import TrainingProgress
+    from rollout.environment import Environment
     from rollout.workflows.types import EvalInput, RunInput, RunStatus
 
 # `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
@@ -108,6 +110,8 @@ def train(
             f"(services.engine.vllm_max_lora_rank={engine.vllm_max_lora_rank}): raise that, or lower the rank",
             code=2,
         )
+    if not cluster and _runs_agent_commands(loaded):
+        refuse_without_jail(settings, f"{environment} runs commands its agents choose")
     stack = Stack(settings)
 
     def start_stack() -> None:
@@ -298,3 +302,18 @@ def _check_engine_model(settings: Settings, model_path: str) -> None:
 
 def register(app: typer.Typer) -> None:
     app.command()(train)
+
+
+def _runs_agent_commands(environment: Environment) -> bool:
+    """Whether an environment's episodes run what its agents choose: a command seat, or a sandbox kind that does."""
+    from rollout.sandbox import load_kind
+    from rollout.sandbox.world import UnknownSandboxKind
+
+    if any(agent.command for agent in environment.agents):
+        return True
+    if environment.sandbox is None:
+        return False
+    try:
+        return bool(getattr(load_kind(environment.sandbox.kind), "runs_agent_commands", False))
+    except UnknownSandboxKind:
+        return False  # its sandboxes fail to start, and say why

@@ -1,24 +1,41 @@
 """Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block runs.
 
 `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
-closed when hosting ends (a kind that runs a server process stops it there).
+closed when hosting ends (a kind that runs a server process stops it there). A kind that runs what agents
+choose (`runs_agent_commands`) is built with the host's `isolation` (rollout.sandbox.jail).
+`sandbox_workdir` is where a served sandbox keeps its world: outside the data directory (a jail binds it,
+and nothing of the data directory may be reachable from there), in the machine's temporary folder.
 """
 
 from __future__ import annotations
 
+import hashlib
+import os
+import re
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+from rollout.config import SandboxIsolation
 from rollout.ledger import Ledger
 from rollout.net import serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
 from rollout.sandbox.server import build_sandbox_app
-from rollout.sandbox.world import load_kind
+from rollout.sandbox.world import SandboxWorld, load_kind
 
 
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:
-    return data_path / "sandboxes" / kind.replace(":", "-").replace("/", "-") / name
+    stack = hashlib.sha256(str(data_path).encode()).hexdigest()[:12]  # one folder per data directory
+    folder = re.sub(r"[^A-Za-z0-9.#_-]+", "-", kind)
+    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / stack / folder / name
+
+
+def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolation) -> SandboxWorld:
+    factory = load_kind(kind)
+    if getattr(factory, "runs_agent_commands", False):
+        return factory(workdir, seats, isolation=isolation)
+    return factory(workdir, seats)
 
 
 @asynccontextmanager
@@ -32,8 +49,9 @@ async def hosted_sandbox(
     host: str = "127.0.0.1",
     port: int | None = None,
     host_ttl_s: float = 30,
+    isolation: SandboxIsolation = SandboxIsolation.bwrap,
 ) -> AsyncIterator[SandboxRegistration]:
-    world = load_kind(kind)(workdir, seats)
+    world = build_world(kind, workdir, seats, isolation)
     try:
         async with serving(build_sandbox_app(world, kind=kind, name=name, seats=seats), host, port) as url:
             registration = SandboxRegistration(kind=kind, name=name, address=url, seats=seats)

@@ -6,8 +6,9 @@ Contract:
   epoch again is a no-op (a retried open); an older one is refused with 409. Epochs come from the ledger lease,
   so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
   be brought up for the new epoch answers 503, and the epoch does not change.
-- `POST /act {epoch, seat, action}` acts for a seat under the current epoch (409 otherwise, 400 for a seat out
-  of range or an action the world rejects, with the reason; 503 when the world is lost for this claim).
+- `POST /act {epoch, seat, action}` acts for a seat under the current epoch (409 otherwise, and when a newer
+  claim's reset killed the action; 400 for a seat out of range or an action the world rejects, with the reason;
+  503 when the world is lost for this claim).
 - `GET /health` answers the kind, name, seats and current epoch.
 """
 
@@ -21,6 +22,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.world import SandboxWorld, SandboxWorldLost
 
 
@@ -81,6 +83,8 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
             return _error(400, str(error))
         except SandboxWorldLost as error:
             return _error(503, str(error))
+        except CommandKilled as error:
+            return _error(409, f"{error} (epoch {claims.epoch} is current)")
         return JSONResponse(result)
 
     async def health(request: Request) -> JSONResponse:

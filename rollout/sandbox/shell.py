@@ -1,22 +1,26 @@
 """The `shell` sandbox kind: a computer, i.e. a working directory and a process runner that agents drive.
 
 Contract:
-- Every seat shares one working directory; `reset()` empties it (a claim starts from a clean directory).
-- `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in that directory and
-  answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order.
-- Limits (rollout.bounded_process): a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at
-  `MAX_TIMEOUT_S`); then its whole process group is killed, `timed_out` is true and `exit_code` is null. Output
-  beyond `MAX_OUTPUT_BYTES` is dropped (the command keeps running to its end) and `truncated` is true.
+- Every seat shares one working directory, the jail's workspace (rollout.sandbox.jail: the only place a command
+  may write, at `/work` inside; a tmpfs of `limits.disk_bytes` when run by root). `reset()` kills every command
+  still running (and all they started) and empties it: a claim starts from a clean directory, alone.
+- `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in its own jail and
+  answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order. A command
+  killed by `reset()` (its claim was superseded) raises `CommandKilled`.
+- Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
+  whole tree is killed, `timed_out` is true and `exit_code` is null. Output beyond `MAX_OUTPUT_BYTES` is dropped
+  (the command keeps running to its end) and `truncated` is true. What it may use is `limits` (`SHELL_LIMITS`).
 - `SHELL_TOOL` is the tool an agent drives it with; `shell_result_text` renders a result for the model.
 """
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
-from rollout.bounded_process import run_bounded
 from rollout.contracts import ToolSpec
+from rollout.sandbox.jail import Isolation, Jail, jail_uid
+from rollout.sandbox.limits import SHELL_LIMITS, JailLimits
+from rollout.sandbox.workspace import Workspace
 from rollout.sandbox.world import JsonObject
 
 DEFAULT_TIMEOUT_S = 10.0
@@ -50,29 +54,43 @@ def shell_result_text(result: JsonObject) -> str:
 
 
 class ShellWorld:
-    def __init__(self, workdir: Path, seats: int) -> None:
-        self.workdir = workdir
+    runs_agent_commands = True
+
+    def __init__(
+        self,
+        workdir: Path,
+        seats: int,
+        *,
+        isolation: Isolation = Isolation.bwrap,
+        limits: JailLimits = SHELL_LIMITS,
+    ) -> None:
         self.seats = seats
-        workdir.mkdir(parents=True, exist_ok=True)
+        self.workspace = Workspace(workdir, disk_bytes=limits.disk_bytes, owner=jail_uid())
+        self.jail = Jail(self.workspace, limits=limits, isolation=isolation)
+
+    @property
+    def workdir(self) -> Path:
+        return self.workspace.path
 
     async def reset(self) -> None:
-        for entry in self.workdir.iterdir():
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        await self.jail.kill_all()
+        self.workspace.clear()
 
     async def act(self, seat: int, action: JsonObject) -> JsonObject:
         command = action.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ValueError("a shell action needs a non-empty 'command' string")
-        timeout_s = min(float(action.get("timeout_s") or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
-        done = await run_bounded(
+        timeout = action.get("timeout_s")
+        if timeout is not None and (
+            not isinstance(timeout, int | float) or isinstance(timeout, bool) or timeout <= 0
+        ):
+            raise ValueError(f"'timeout_s' must be a positive number of seconds (at most {MAX_TIMEOUT_S:g})")
+        timeout_s = min(float(timeout or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        done = await self.jail.run(
             ["bash", "-c", command],
-            cwd=self.workdir,
             timeout_s=timeout_s,
             max_output_bytes=MAX_OUTPUT_BYTES,
-            env={"HOME": str(self.workdir), "ROLLOUT_SANDBOX_SEAT": str(seat)},
+            env={"ROLLOUT_SANDBOX_SEAT": str(seat)},
         )
         return {
             "exit_code": done.exit_code,
@@ -82,4 +100,5 @@ class ShellWorld:
         }
 
     async def close(self) -> None:
-        return None
+        await self.jail.close()
+        self.workspace.close()

@@ -1,7 +1,8 @@
 """What a sandbox kind implements: a world with seats, reset for each claim, acted on by seat.
 
 Contract:
-- A kind is a factory `(workdir, seats) -> SandboxWorld`. `shell` is built in; any other kind is named by a
+- A kind is a factory `(workdir, seats) -> SandboxWorld`. A kind that runs commands agents choose says so
+  (`runs_agent_commands = True`) and takes `isolation=` too: it runs them in a jail (rollout.sandbox.jail). `shell` is built in; any other kind is named by a
   reference `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`).
   A `#suffix` names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
 - `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
@@ -15,7 +16,6 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any, Protocol, cast
 
 from rollout.references import ReferenceLoadError, import_reference
@@ -31,7 +31,7 @@ class SandboxWorld(Protocol):
     async def close(self) -> None: ...
 
 
-SandboxKind = Callable[[Path, int], SandboxWorld]
+SandboxKind = Callable[..., SandboxWorld]  # (workdir: Path, seats: int, *, isolation=...) -> world
 
 BUILT_IN = {
     "shell": "rollout.sandbox.shell:ShellWorld",

@@ -58,6 +58,7 @@ def sandbox_process(
             f"data_dir={settings.data_path}",
             f"log_level={settings.log_level.value}",
             f"services.postgres.worker_url={settings.worker_ledger_url}",
+            f"sandbox.isolation={settings.sandbox.isolation.value}",
         ),
         data_dir=settings.data_path,
         host="127.0.0.1",

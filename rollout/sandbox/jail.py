@@ -1,0 +1,274 @@
+"""Jails: every command an agent chooses (a shell tool's command, a command seat's whole process tree) runs in one.
+
+Contract:
+- `Jail(workspace, limits=, readable=, isolation=)` runs commands (`run`) whose only writable place is the
+  workspace's folder, seen inside at `INSIDE` (`/work`): their current directory, and their HOME.
+- Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC, UTS,
+  cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further user
+  namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files of
+  `/etc` (`ETC_FILES`; none that could hold a credential), the `readable` paths (read-only, at the same path),
+  private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and `/tmp` (a tmpfs of `limits.tmp_bytes`).
+  The host's other files, its processes, their environments and command lines, and the data directory do not
+  exist there. Its environment is `env` over `BASE_ENV`: nothing of the host's is inherited.
+- Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
+  of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user, with
+  the rlimits only.
+- A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it, daemons
+  and `setsid` children included. A command that ends takes its background children with it.
+- Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail, rollout.bounded_process).
+- Isolation `none` runs each command straight from this process, in the workspace, with the same environment
+  rules and rlimits but no namespaces: only when a person chose it (`sandbox.isolation=none`).
+- `jail_problem()` says, in a sentence that says how to fix it, why bubblewrap cannot jail on this machine, or
+  None; it is checked once per process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import os
+import shutil
+import subprocess
+import uuid
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Literal
+
+from rollout.bounded_process import ProcessOutcome, run_bounded
+from rollout.config import SandboxIsolation as Isolation
+from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
+from rollout.sandbox.staging import staged
+from rollout.sandbox.workspace import Workspace
+
+INSIDE = "/work"
+JAIL_UID = 65534  # nobody: the uid jailed processes run as when rollout runs as root
+BASE_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": INSIDE,
+    "LANG": "C.UTF-8",
+    "TERM": "dumb",
+    "TMPDIR": "/tmp",
+}
+# What of /etc a command may read: name resolution and the libraries' own configuration, never a credential
+# (no pip.conf, npmrc or gitconfig: they can hold a registry's token).
+ETC_FILES = (
+    "alternatives",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "localtime",
+    "mime.types",
+    "nsswitch.conf",
+    "passwd",
+    "group",
+    "hosts",
+    "ssl/certs",
+    "ca-certificates",
+    "python3",
+    "python3.11",
+)
+INSTALL_BWRAP = (
+    "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`), "
+    "or run agents' commands unjailed with `sandbox.isolation=none` (only on a machine you would let the policy "
+    "have)"
+)
+
+
+class CommandKilled(RuntimeError):
+    """The command was killed by `Jail.kill_all()` (the sandbox's claim ended) before it finished."""
+
+
+class JailUnavailable(RuntimeError):
+    """bubblewrap cannot jail commands on this machine; the message says how to fix it."""
+
+
+def _cancelling() -> bool:
+    """Whether the calling task itself is being cancelled (not just a command it awaits)."""
+    current = asyncio.current_task()
+    return current is not None and current.cancelling() > 0
+
+
+def jail_uid() -> int:
+    return JAIL_UID if os.geteuid() == 0 else os.getuid()
+
+
+@functools.cache
+def jail_problem() -> str | None:
+    """Why bubblewrap cannot jail here (missing, or no user namespaces), or None."""
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return f"bubblewrap (`bwrap`) is not installed: {INSTALL_BWRAP}."
+    probe = [bwrap, *_namespaces(), *_root_filesystem(()), "--", "/bin/true"]
+    try:
+        done = subprocess.run(
+            probe, capture_output=True, timeout=30, env=BASE_ENV, preexec_fn=_drop_privileges, check=False
+        )
+    except (OSError, subprocess.TimeoutExpired) as error:
+        return f"bubblewrap does not run here ({error}): {INSTALL_BWRAP}."
+    if done.returncode != 0:
+        why = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+        return (
+            f"bubblewrap cannot create namespaces here ({why}): allow unprivileged user namespaces "
+            "(`sysctl kernel.unprivileged_userns_clone=1`, or in a container give it a seccomp profile that "
+            f"allows them), or {INSTALL_BWRAP.split(', or ', 1)[1]}."
+        )
+    return None
+
+
+def _drop_privileges() -> None:
+    if os.geteuid() == 0:
+        os.setgroups([])
+        os.setgid(JAIL_UID)
+        os.setuid(JAIL_UID)
+
+
+def _namespaces() -> list[str]:
+    return [
+        "--unshare-user",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-net",
+        "--unshare-cgroup-try",
+        "--disable-userns",
+        "--die-with-parent",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+        "--hostname",
+        "sandbox",
+    ]
+
+
+def _root_filesystem(readable: Sequence[tuple[Path, Path]], tmp_bytes: int = 64 * 1024 * 1024) -> list[str]:
+    """The jail's read-only root; `readable` are (source, path): folders bound read-only at `path`, from where
+    the jail's uid reaches them (rollout.sandbox.staging)."""
+    argv = ["--ro-bind", "/usr", "/usr"]
+    for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        path = Path("/", top)
+        if path.is_symlink():
+            argv += ["--symlink", os.readlink(path), str(path)]
+        elif path.is_dir():
+            argv += ["--ro-bind", str(path), str(path)]
+    for name in ETC_FILES:
+        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    for source, path in readable:
+        argv += ["--ro-bind", str(source), str(path)]
+    size = str(tmp_bytes)
+    argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
+    argv += ["--size", size, "--tmpfs", "/tmp"]
+    return argv
+
+
+class Jail:
+    def __init__(
+        self,
+        workspace: Workspace,
+        *,
+        limits: JailLimits,
+        readable: Sequence[Path] = (),
+        isolation: Isolation = Isolation.bwrap,
+    ) -> None:
+        if isolation is Isolation.bwrap and (problem := jail_problem()) is not None:
+            raise JailUnavailable(problem)
+        self.workspace = workspace
+        self.limits = limits
+        self.isolation = isolation
+        self.uid = jail_uid()
+        self.readable = tuple(Path(p).resolve() for p in readable)
+        self._sources = (
+            tuple(staged(p, self.uid) for p in self.readable) if isolation is Isolation.bwrap else ()
+        )
+        self.cgroup = JailCgroup.create(f"rollout-jail-{uuid.uuid4().hex[:12]}", limits)
+        self._running: set[asyncio.Task[ProcessOutcome]] = set()
+
+    @property
+    def inside(self) -> str:
+        """Where the workspace is, as its commands see it."""
+        return INSIDE if self.isolation is Isolation.bwrap else str(self.workspace.path)
+
+    def _argv(self, command: Sequence[str]) -> list[str]:
+        bwrap = shutil.which("bwrap") or "bwrap"
+        return [
+            bwrap,
+            *_namespaces(),
+            *_root_filesystem(list(zip(self._sources, self.readable, strict=True)), self.limits.tmp_bytes),
+            "--bind",
+            str(self.workspace.path),
+            INSIDE,
+            "--remount-ro",
+            "/dev",
+            "--remount-ro",
+            "/",
+            "--chdir",
+            INSIDE,
+            "--",
+            *command,
+        ]
+
+    def _enter(self, processes: int) -> None:
+        """In the child, before exec: the cgroup, the rlimits, then the jail's uid (nothing but system calls)."""
+        if self.cgroup is not None:
+            self.cgroup.join()
+        apply_rlimits(self.limits, processes)
+        _drop_privileges()
+
+    def _process_limit(self) -> int:
+        """RLIMIT_NPROC for the next command. It counts every task of the jail's uid on the host: with a cgroup
+        capping the jail, it is only a backstop (the uid's tasks of every jail); without one, what the uid runs
+        already plus the jail's share."""
+        if self.cgroup is not None:
+            return self.limits.processes * 16
+        return tasks_of_uid(self.uid) + self.limits.processes
+
+    async def run(
+        self,
+        command: Sequence[str],
+        *,
+        timeout_s: float,
+        max_output_bytes: int,
+        keep: Literal["head", "tail"] = "head",
+        env: Mapping[str, str] = {},
+    ) -> ProcessOutcome:
+        """Run `command` in the jail; see the module's contract. Cancelling the caller kills the command."""
+        environment = {**BASE_ENV, "HOME": self.inside, **env}
+        bwrap = self.isolation is Isolation.bwrap
+        running = asyncio.create_task(
+            run_bounded(
+                self._argv(command) if bwrap else list(command),
+                cwd="/" if bwrap else self.workspace.path,  # bubblewrap enters the workspace itself
+                env=environment,
+                inherit=False,
+                timeout_s=timeout_s,
+                max_output_bytes=max_output_bytes,
+                keep=keep,
+                preexec_fn=functools.partial(self._enter, self._process_limit()),
+            )
+        )
+        self._running.add(running)
+        try:
+            return await asyncio.shield(running)
+        except asyncio.CancelledError:
+            if running.cancelled() and not _cancelling():
+                raise CommandKilled("the command was killed: its sandbox's claim ended") from None
+            raise
+        finally:
+            if not running.done():
+                running.cancel()
+                await asyncio.gather(running, return_exceptions=True)
+            self._running.discard(running)
+
+    async def kill_all(self) -> None:
+        """Kill every command running in the jail, and whatever it started, and wait until they are gone."""
+        running = list(self._running)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
+        if self.cgroup is not None:
+            self.cgroup.kill()
+
+    async def close(self) -> None:
+        await self.kill_all()
+        if self.cgroup is not None:
+            self.cgroup.remove()
+            self.cgroup = None

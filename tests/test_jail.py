@@ -1,0 +1,145 @@
+"""The jail every agent's command runs in (bubblewrap, real processes): what a command can see, write and reach,
+its limits, and that its whole tree dies with its time limit and with the sandbox's reset. The attacks that
+would harm this machine if the jail failed (a fork bomb, a large write) run only after the same test has seen,
+from inside, the PID namespace and the limits in force."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import subprocess
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rollout.config import SandboxIsolation
+from rollout.sandbox.jail import Jail, jail_problem, jail_uid
+from rollout.sandbox.limits import JailLimits, MiB
+from rollout.sandbox.shell import ShellWorld
+from rollout.sandbox.workspace import Workspace
+
+SMALL = JailLimits(
+    processes=48, memory_bytes=256 * MiB, file_bytes=8 * MiB, disk_bytes=16 * MiB, tmp_bytes=4 * MiB
+)
+
+
+def test_this_machine_can_jail() -> None:
+    assert jail_problem() is None, (
+        "bubblewrap must be installed and able to create namespaces (.ci/run installs it)"
+    )
+
+
+async def _sh(world: ShellWorld, command: str, timeout_s: float = 10) -> dict[str, object]:
+    return await world.act(0, {"command": command, "timeout_s": timeout_s})
+
+
+async def test_a_command_sees_its_workspace_and_nothing_of_the_host(tmp_path: Path) -> None:
+    secret = tmp_path / "operator.key"
+    secret.write_text("the-host-secret")
+    os.environ["ROLLOUT_JAIL_TEST_MARKER"] = marker = uuid.uuid4().hex
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    world = ShellWorld(tmp_path / "box", seats=1, limits=SMALL)
+    try:
+        seen = await _sh(
+            world,
+            f"cat {secret} 2>&1; ls {tmp_path} 2>&1; ls /proc | grep -c '^[0-9]'; "
+            "cat /proc/*/environ /proc/*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c ROLLOUT_JAIL[_]TEST; "
+            "touch /usr/x /etc/x /x 2>&1 | grep -c 'Read-only'; id -u; pwd; echo $HOME; "
+            f"(exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo connected || echo refused; "
+            "ls /etc | grep -c -x 'pip.conf\\|npmrc\\|gitconfig\\|shadow'",
+        )
+        lines = str(seen["output"]).splitlines()
+        assert "the-host-secret" not in str(seen["output"]) and "No such file" in lines[0]
+        processes, marked, read_only, uid, pwd, home, refused, credentials = lines[-8:]
+        assert int(processes) <= 4, "its own PID namespace: bubblewrap, bash and the pipeline"
+        assert marked == "0", "no process of the host, and none of its environment, is visible"
+        assert read_only == "3", "the root, /usr and /etc are read-only"
+        assert uid == ("65534" if os.geteuid() == 0 else str(os.getuid()))
+        assert (pwd, home) == ("/work", "/work")
+        assert refused == "refused", "no network: the host's loopback is not its loopback"
+        assert credentials == "0"
+        assert marker not in str(seen["output"])
+        made = await _sh(world, "echo kept > note && cat note")
+        assert made["output"] == "kept\n" and (world.workdir / "note").read_text() == "kept\n"
+    finally:
+        listener.close()
+        os.environ.pop("ROLLOUT_JAIL_TEST_MARKER")
+        await world.close()
+
+
+async def _on_host(tag: str) -> str:
+    """The host's processes whose command line starts with this test's sleeper tag."""
+    found = await asyncio.create_subprocess_exec(
+        "pgrep", "-f", f"^sleep-{tag}", stdout=asyncio.subprocess.PIPE
+    )
+    out, _ = await found.communicate()
+    return out.decode()
+
+
+async def test_limits_hold_and_a_commands_whole_tree_dies_with_it(tmp_path: Path) -> None:
+    world = ShellWorld(tmp_path / "box", seats=1, limits=SMALL)
+    tag = uuid.uuid4().hex[:8]
+    try:
+        # First, from inside: its own PID namespace, and the limits in force.
+        inside = await _sh(world, "echo $$; ulimit -u; ulimit -f; ulimit -v; df -k --output=size . | tail -1")
+        pid, processes, file_blocks, address_kib, disk_kib = str(inside["output"]).split()
+        assert int(pid) < 10, "bash is one of the first processes of a PID namespace of its own"
+        assert int(processes) >= SMALL.processes and int(file_blocks) * 1024 == SMALL.file_bytes
+        assert int(address_kib) * 1024 == SMALL.address_space_bytes
+        if os.geteuid() == 0:
+            assert int(disk_kib) * 1024 == SMALL.disk_bytes, "the workspace is a tmpfs of its quota"
+            assert world.jail.cgroup is not None, "root caps a jail's processes and memory with a cgroup"
+
+        # Now the attacks: a fork bomb, a write far past the quota, a setsid daemon.
+        bomb = await _sh(world, ":(){ :|:& };: ; sleep 1; echo survived", timeout_s=5)
+        assert (await asyncio.to_thread(subprocess.run, ["true"], check=False)).returncode == 0, (
+            "the host still forks"
+        )
+        assert "survived" in str(bomb["output"]) or bomb["timed_out"]
+        write = await _sh(
+            world, "for i in $(seq 40); do head -c 8M /dev/zero > big$i || break; done; du -sk ."
+        )
+        used_kib = int(str(write["output"]).split()[-2])
+        assert used_kib * 1024 <= SMALL.disk_bytes + MiB, "writing past the quota fails"
+
+        def sleeper(seconds: int) -> str:  # a sleep whose command line carries the tag
+            return f"bash -c 'exec -a sleep-{tag} sleep {seconds}'"
+
+        started = await _sh(
+            world, f"setsid {sleeper(1000)} & ({sleeper(1001)} &); sleep 0.2; pgrep -c -f ^sleep-{tag}"
+        )
+        assert started["output"] == "2\n", "both daemons ran (inside the jail)"
+        slow = await _sh(world, f"setsid {sleeper(1002)} & sleep 30", timeout_s=0.5)
+        assert slow["timed_out"]
+        await asyncio.sleep(0.2)
+        assert await _on_host(tag) == "", (
+            "a command's daemons and setsid children end with it, and at its time limit"
+        )
+
+        # A reset kills a command still running and clears a folder the jail locked.
+        running = asyncio.ensure_future(
+            _sh(world, f"mkdir -p locked/deep && chmod 000 locked; {sleeper(1003)}")
+        )
+        await asyncio.sleep(0.5)
+        await world.reset()
+        with pytest.raises(RuntimeError, match="killed"):
+            await running
+        assert list(world.workdir.iterdir()) == []
+        assert await _on_host(tag) == ""
+    finally:
+        await world.close()
+
+
+async def test_unjailed_only_when_chosen(tmp_path: Path) -> None:
+    workspace = Workspace(tmp_path / "plain", disk_bytes=SMALL.disk_bytes, owner=jail_uid())
+    jail = Jail(workspace, limits=SMALL, isolation=SandboxIsolation.none)
+    try:
+        done = await jail.run(["bash", "-c", "ls /var; pwd"], timeout_s=5, max_output_bytes=1000)
+        assert "lib" in done.output, "isolation=none runs on the host as it is"
+        assert done.output.splitlines()[-1] == str(workspace.path)
+    finally:
+        await jail.close()
+        workspace.close()
