@@ -21,6 +21,7 @@ import json
 import os
 import platform
 import random
+import secrets
 import statistics
 import tempfile
 import time
@@ -31,6 +32,7 @@ from rollout.harness import SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
+from rollout.sandbox.keys import claim_secret
 from rollout.sandbox.minecraft import MinecraftWorld
 from rollout.sandbox.server import build_sandbox_app
 
@@ -95,13 +97,22 @@ async def run(soak_s: float) -> dict[str, Any]:
     world = MinecraftWorld(workdir, SEATS)
     epoch = 0
     try:
-        async with serving(build_sandbox_app(world, kind="minecraft", name="bench", seats=SEATS)) as url:
+        key = secrets.token_bytes(32)
+        async with serving(
+            build_sandbox_app(world, kind="minecraft", name="bench", seats=SEATS, key=key)
+        ) as url:
 
             def clients(epoch: int) -> list[SandboxClient]:
                 return [
                     SandboxClient(
                         SandboxSeat(
-                            address=url, kind="minecraft", name="bench", epoch=epoch, seat=s, holder="bench"
+                            address=url,
+                            kind="minecraft",
+                            name="bench",
+                            epoch=epoch,
+                            seat=s,
+                            holder="bench",
+                            secret=claim_secret(key, "minecraft", "bench", epoch, "bench"),
                         )
                     )
                     for s in range(SEATS)

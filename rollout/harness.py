@@ -11,13 +11,16 @@ Contract:
   `run.sandbox` is this agent's seat in the episode's claimed sandbox (reach it with
   `rollout.sandbox.SandboxClient`); every agent of the episode is in the same sandbox.
 - A seat played by an external command (Claude Code, Codex, a script): `start` gives the prompt the command is
-  started with, and `finish` scores the command's outcome when it ends. `respond` is never called.
+  started with, `prepare` fills its working directory and may add to its environment before it starts (the
+  Task's own code, run outside the command's jail: it may reach the sandbox, the command may not), and `finish`
+  scores the command's outcome when it ends. `respond` is never called.
 """
 
 from __future__ import annotations
 
 import abc
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from rollout.contracts import Message, ToolSpec
 
@@ -46,7 +49,8 @@ class End(Observation):
 
 @dataclass(frozen=True)
 class SandboxSeat:
-    """An agent's place in a claimed sandbox: the server, the claim's epoch (its fence) and the seat number."""
+    """An agent's place in a claimed sandbox: the server, the claim's epoch (its fence) and the seat number, and
+    the claim's secret that proves it to the server (rollout.sandbox.keys; never shown to an agent)."""
 
     address: str
     kind: str
@@ -54,6 +58,7 @@ class SandboxSeat:
     epoch: int
     seat: int
     holder: str = ""
+    secret: str = field(default="", repr=False)
 
 
 @dataclass(frozen=True)
@@ -80,6 +85,16 @@ class CommandOutcome:
     timed_out: bool = False
 
 
+@dataclass
+class CommandSetup:
+    """How a command seat's command starts; the Task's `prepare` may fill the folder and change the rest."""
+
+    workdir: Path  # the command's working directory on this machine: the only place it may write
+    inside: str  # the same folder as the command sees it (`/work` in its jail): what `{workdir}` becomes
+    environment: dict[str, str]  # its variables (the seat's base URLs and key, the prompt, HOME): add to them
+    cwd: str = ""  # where in `workdir` it starts: "" for `workdir` itself, or a folder prepare made there
+
+
 class Task(abc.ABC):
     """One episode's environment, from one agent's point of view."""
 
@@ -92,6 +107,10 @@ class Task(abc.ABC):
         raise NotImplementedError(
             f"{type(self).__name__} is played by the built-in loop: implement Task.respond to answer replies"
         )
+
+    async def prepare(self, run: RunContext, setup: CommandSetup) -> None:
+        """Before an external command starts: lay out what it works on in `setup.workdir` (nothing by default)."""
+        return None
 
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
         """Score an external agent command that has ended (a seat with a `command`)."""

@@ -1,7 +1,8 @@
 """Secrets out of text: what a service writes to its log, an error recorded in the ledger, a status line.
 
 Contract:
-- `scrub(text)` replaces with `***`: every seat token (`rs-` + 40 hex) and operator key (`ro-` + 48 hex),
+- `scrub(text)` replaces with `***`: every seat token (`rs-` + 40 hex), sandbox claim secret (`rsc-` + 40 hex)
+  and operator key (`ro-` + 48 hex),
   however they appear (a base URL's `/s/TOKEN`, a header, a message); the password of every URL
   (`scheme://user:PASSWORD@host`); and the value of every secret registered with `register_secret` or found in
   the environment under a secret's name (`*_API_KEY`, `*_SECRET`, `*_SECRET_KEY`, `*_SECRET_ACCESS_KEY`,
@@ -31,6 +32,7 @@ MIN_SECRET_LENGTH = 8
 
 # Whole tokens only: not the tail of a longer word, not the head of a longer hex string.
 SEAT_TOKEN = re.compile(r"(?<![A-Za-z0-9])rs-[0-9a-f]{40}(?![0-9a-f])")
+CLAIM_SECRET = re.compile(r"(?<![A-Za-z0-9])rsc-[0-9a-f]{40}(?![0-9a-f])")
 OPERATOR_KEY = re.compile(r"(?<![A-Za-z0-9])ro-[0-9a-f]{48}(?![0-9a-f])")
 # scheme://user:password@host — the password runs from the colon to the '@' (in a URL a password holds '@', '/'
 # or ':' only percent-encoded).
@@ -91,6 +93,7 @@ def scrub(text: str) -> str:
             text = text.replace(secret, MASK)
     text = SEAT_TOKEN.sub(MASK, text)
     text = OPERATOR_KEY.sub(MASK, text)
+    text = CLAIM_SECRET.sub(MASK, text)
     return _URL_PASSWORD.sub(lambda match: match.group("head") + MASK, text)
 
 

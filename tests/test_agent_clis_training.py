@@ -23,6 +23,7 @@ from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import BatchInfo, RunInput, RunStatus, TrainingSpec, run_policy
+from tests.sandboxutil import SANDBOX_KEY
 from tests.test_agent_clis import cli
 from tests.test_training_loop import training_loop
 
@@ -38,8 +39,12 @@ async def test_claude_code_and_codex_train_on_the_coding_environment(
     monkeypatch.setenv("CODING_CLAUDE", await asyncio.to_thread(cli, "@anthropic-ai/claude-code", "claude"))
     monkeypatch.setenv("CODING_CODEX", await asyncio.to_thread(cli, "@openai/codex", "codex"))
     async with (
-        hosted_sandbox(ledger, "shell#cli-train", "box-0", seats=2, workdir=tmp_path / "box-0"),
-        hosted_sandbox(ledger, "shell#cli-train", "box-1", seats=2, workdir=tmp_path / "box-1"),
+        hosted_sandbox(
+            ledger, "shell#cli-train", "box-0", seats=2, workdir=tmp_path / "box-0", key=SANDBOX_KEY
+        ),
+        hosted_sandbox(
+            ledger, "shell#cli-train", "box-1", seats=2, workdir=tmp_path / "box-1", key=SANDBOX_KEY
+        ),
         # The CLIs' system prompts and tool lists run to tens of thousands of tokens.
         training_loop(stack_settings, ledger, tiny_qwen3, tmp_path, max_context=65536) as loop,
     ):

@@ -4,13 +4,12 @@ tool calls answered as tool errors, and command agents through `python -m coding
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
 import subprocess
 import sys
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -24,11 +23,13 @@ from rollout.activities.agent_loop import play
 from rollout.activities.external_loop import play_external
 from rollout.cli.env_check import check_environment
 from rollout.contracts import Message, ToolCall, ToolSpec
-from rollout.harness import RunContext, SandboxSeat
+from rollout.harness import CommandSetup, RunContext, SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
+from rollout.sandbox.client import SandboxRefused
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
+from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 
@@ -41,7 +42,7 @@ class Sandbox:
 
     async def claim(self) -> SandboxSeat:
         self.epoch += 1
-        seat = SandboxSeat(address=self.url, kind="shell", name="coding-test", epoch=self.epoch, seat=0)
+        seat = claimed_seat(self.url, "shell", "coding-test", epoch=self.epoch, seat=0)
         async with SandboxClient(seat) as box:
             await box.open()
         return seat
@@ -51,7 +52,9 @@ class Sandbox:
 async def served_sandbox(workdir: Path) -> AsyncIterator[Sandbox]:
     world = ShellWorld(workdir, seats=1)
     try:
-        async with serving(build_sandbox_app(world, kind="shell", name="coding-test", seats=1)) as url:
+        async with serving(
+            build_sandbox_app(world, kind="shell", name="coding-test", seats=1, key=SANDBOX_KEY)
+        ) as url:
             yield Sandbox(url, world.workdir)
     finally:
         await world.close()
@@ -227,7 +230,7 @@ print("fixed", task.id)
 async def play_command(
     sandbox: Sandbox, task_id: str, command: tuple[str, ...]
 ) -> tuple[float, dict[str, float]]:
-    task = CommandCoding(task_named(task_id))
+    task = CommandCoding(task_named(task_id), "plain")
 
     async def no_turns() -> int:
         return 0
@@ -258,11 +261,11 @@ async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_s
         assert reward == 0.4 and metrics["tests_passed"] == 2, (
             "an agent that changes nothing gets partial credit"
         )
-        reward, metrics = await play_command(sandbox, "durations", ("true",))
-        assert reward == 0.0 and metrics["tests_passed"] == 0, "a command not started through coding.agents"
+        reward, metrics = await play_command(sandbox, "durations", ("sh", "-c", "cd .. && rm -rf repo"))
+        assert reward == 0.0 and metrics["tests_passed"] == 0, "a command that removes its repository"
 
 
-async def test_the_agents_wrapper_copies_the_repository_out_and_configures_codex(tmp_path: Path) -> None:
+async def test_prepare_copies_the_repository_out_and_configures_codex(tmp_path: Path) -> None:
     task = task_named("inventory")
     async with served_sandbox(tmp_path / "box") as sandbox:
         seat = await sandbox.claim()
@@ -270,42 +273,27 @@ async def test_the_agents_wrapper_copies_the_repository_out_and_configures_codex
             await lay_out(box, dict(task.files), clear=True, folder=seat_folder(seat.seat))
             copied = await read_back(box, folder=seat_folder(seat.seat))
             assert {name: data.decode() for name, data in copied.items()} == task.files
-        variables = {
-            "ROLLOUT_SANDBOX_URL": seat.address,
-            "ROLLOUT_SANDBOX_EPOCH": str(seat.epoch),
-            "ROLLOUT_SANDBOX_SEAT": str(seat.seat),
-            "OPENAI_BASE_URL": "http://gateway.test/s/tok/v1",
-        }
-        shown = 'cat "$CODEX_HOME/config.toml"; echo "home=$HOME"; pwd; ls store'
-        # In a thread: the sandbox server answers on this test's event loop.
-        done = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "coding.agents", "codex", str(tmp_path / "work"), "--", "sh", "-c", shown],
-            env={**os.environ, **variables},
-            capture_output=True,
-            text=True,
-            timeout=60,
+        work = tmp_path / "work"
+        work.mkdir()
+        setup = CommandSetup(
+            workdir=work, inside="/work", environment={"OPENAI_BASE_URL": "http://gateway.test/s/tok/v1"}
         )
-        assert done.returncode == 0, done.stderr
+        await CommandCoding(task, "codex").prepare(context(seat), setup)
+        assert setup.cwd == "repo"
+        laid = {p.relative_to(work / "repo").as_posix() for p in (work / "repo").rglob("*") if p.is_file()}
+        assert laid == set(task.files)
+        config = (work / "home" / ".codex" / "config.toml").read_text()
         assert (
-            'base_url = "http://gateway.test/s/tok/v1"' in done.stdout
-            and 'env_key = "ROLLOUT_API_KEY"' in done.stdout
+            'base_url = "http://gateway.test/s/tok/v1"' in config and 'env_key = "ROLLOUT_API_KEY"' in config
         )
-        assert (
-            f"home={tmp_path / 'work' / 'home'}" in done.stdout
-            and f"{tmp_path / 'work' / 'repo'}\n" in done.stdout
+        assert setup.environment["CODEX_HOME"] == "/work/home/.codex", (
+            "the path the command sees, in its jail"
         )
-        assert "inventory.py" in done.stdout
-        stale = {**variables, "ROLLOUT_SANDBOX_EPOCH": "0"}  # an older claim: the sandbox refuses it
-        refused = await asyncio.to_thread(
-            subprocess.run,
-            [sys.executable, "-m", "coding.agents", "plain", str(tmp_path / "late"), "--", "true"],
-            env={**os.environ, **stale},
-            capture_output=True,
-            text=True,
-            timeout=60,
-        )
-        assert refused.returncode == 3 and "could not be copied out of the sandbox" in refused.stderr
+        stale = replace(seat, epoch=0)  # an older claim: the sandbox refuses it
+        with pytest.raises(SandboxRefused):
+            await CommandCoding(task, "plain").prepare(
+                context(stale), replace(setup, workdir=tmp_path / "late")
+            )
 
 
 @pytest.mark.parametrize("reference", ["coding.environment:claude_code", "coding.environment:codex"])
@@ -314,8 +302,8 @@ async def test_the_command_agent_variants_pass_env_check(reference: str) -> None
     assert report.ok, report.findings
     from rollout.environment import load_environment
 
-    command = load_environment(reference).agent("solver").command
-    assert (
-        command[:5] == (sys.executable, "-m", "coding.agents", command[3], "{workdir}")
-        and "{prompt}" in command
-    )
+    loaded = load_environment(reference)
+    assert "{prompt}" in loaded.agent("solver").command
+    flavour = reference.rpartition(":")[2].replace("_", "-")
+    task = loaded.make_task(loaded.source.parameters(0), "solver")
+    assert isinstance(task, CommandCoding) and task.flavour == flavour

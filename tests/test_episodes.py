@@ -45,6 +45,7 @@ from rollout.workflows.types import (
     run_policy,
 )
 from tests.gatewayutil import serve_gateway
+from tests.sandboxutil import SANDBOX_KEY
 
 
 def solve(prompt: str) -> Message:
@@ -69,7 +70,12 @@ async def runner(
     queue = f"runner-{uuid.uuid4().hex[:8]}"
     async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, solve)) as gateway:
         worker: Worker = runner_worker(
-            client, ledger, gateway_url=gateway.url, seat_secret=b"s" * 32, task_queue=queue
+            client,
+            ledger,
+            gateway_url=gateway.url,
+            seat_secret=b"s" * 32,
+            sandbox_key=SANDBOX_KEY,
+            task_queue=queue,
         )
         async with worker:
             yield client, queue
@@ -152,7 +158,9 @@ async def test_a_play_retried_after_its_episode_was_recorded_plays_nothing_and_r
     [attempt] = await client.data_converter.decode(scheduled.input.payloads, [AgentAttempt])
     before = await events(ledger, run_episodes_stream(run))
     async with serve_gateway(ledger, renderer, ScriptedEngine(renderer, solve)) as gateway:
-        activities = RunnerActivities(ledger, gateway_url=gateway.url, seat_secret=b"s" * 32)
+        activities = RunnerActivities(
+            ledger, gateway_url=gateway.url, seat_secret=b"s" * 32, sandbox_key=SANDBOX_KEY
+        )
         again = await ActivityEnvironment().run(activities.play_episode, attempt)
     assert again == first
     assert await events(ledger, run_episodes_stream(run)) == before
@@ -224,7 +232,9 @@ async def test_episodes_claim_a_shell_sandbox_and_release_it(
 ) -> None:
     client, queue = runner
     run = f"shell-{uuid.uuid4().hex[:6]}"
-    async with hosted_sandbox(ledger, "shell#episodes-test", "box-0", seats=1, workdir=tmp_path / "box"):
+    async with hosted_sandbox(
+        ledger, "shell#episodes-test", "box-0", seats=1, workdir=tmp_path / "box", key=SANDBOX_KEY
+    ):
         status = await client.execute_workflow(
             RunWorkflow.run,
             RunInput(run, "tests.example_envs:shell_arithmetic", groups_in_flight=1, max_groups=2),

@@ -24,13 +24,13 @@ from pathlib import Path
 import pytest
 
 from benchmarks.minecraft import processes_in_session, rss_mb
-from rollout.harness import SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError, SandboxLost
 from rollout.sandbox.minecraft import BOT_NAMES, MinecraftWorld
 from rollout.sandbox.minecraft.install import MinecraftInstallError, ensure_installed
 from rollout.sandbox.server import build_sandbox_app
+from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
 SEATS = 4
 # The soak's length: 45 s here (CI), ten minutes with ROLLOUT_MINECRAFT_SOAK_S=600 (benchmarks/RESULTS.md).
@@ -42,7 +42,9 @@ SOAK_RSS_GROWTH_MB = 120  # the bound: the world's memory after the soak, over i
 async def served_world(workdir: Path) -> AsyncIterator[tuple[MinecraftWorld, str]]:
     world = MinecraftWorld(workdir, SEATS)
     try:
-        async with serving(build_sandbox_app(world, kind="minecraft", name="mc", seats=SEATS)) as url:
+        async with serving(
+            build_sandbox_app(world, kind="minecraft", name="mc", seats=SEATS, key=SANDBOX_KEY)
+        ) as url:
             yield world, url
     finally:
         await world.close()
@@ -50,9 +52,7 @@ async def served_world(workdir: Path) -> AsyncIterator[tuple[MinecraftWorld, str
 
 def seats(url: str, epoch: int) -> list[SandboxClient]:
     return [
-        SandboxClient(
-            SandboxSeat(address=url, kind="minecraft", name="mc", epoch=epoch, seat=s, holder=f"ep{epoch}")
-        )
+        SandboxClient(claimed_seat(url, "minecraft", "mc", epoch=epoch, seat=s, holder=f"ep{epoch}"))
         for s in range(SEATS)
     ]
 

@@ -12,14 +12,15 @@ import time
 import uuid
 from pathlib import Path
 
+import httpx
 import pytest
 
-from rollout.harness import SandboxSeat
 from rollout.ledger import Ledger
 from rollout.sandbox import NoSandboxFree, SandboxClient, SandboxPool, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.shell import MAX_OUTPUT_BYTES, ShellWorld
+from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
 
 async def test_the_shell_runs_commands_in_its_directory_within_limits(tmp_path: Path) -> None:
@@ -43,9 +44,11 @@ async def test_the_shell_runs_commands_in_its_directory_within_limits(tmp_path: 
 
 async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_path: Path) -> None:
     name = f"fence-{uuid.uuid4().hex[:6]}"
-    async with hosted_sandbox(ledger, "shell", name, seats=2, workdir=tmp_path / name) as box:
-        old = SandboxSeat(box.address, "shell", name, epoch=1, seat=0, holder="old")
-        new = SandboxSeat(box.address, "shell", name, epoch=2, seat=1, holder="new")
+    async with hosted_sandbox(
+        ledger, "shell", name, seats=2, workdir=tmp_path / name, key=SANDBOX_KEY
+    ) as box:
+        old = claimed_seat(box.address, "shell", name, epoch=1, seat=0, holder="old")
+        new = claimed_seat(box.address, "shell", name, epoch=2, seat=1, holder="new")
         async with SandboxClient(old) as zombie, SandboxClient(new) as holder:
             await zombie.open()
             await zombie.act({"command": "touch left-by-old"})
@@ -55,9 +58,25 @@ async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_pat
                 await zombie.act({"command": "touch late"})
             with pytest.raises(SandboxSuperseded):
                 await zombie.open()
+            # Without the claim's secret, with another's, from a web page or to a foreign Host: refused.
+            async with httpx.AsyncClient(base_url=box.address) as anyone:
+                act = {"epoch": 2, "holder": "new", "seat": 0, "action": {"command": "touch forged"}}
+                assert (await anyone.post("/act", json=act)).status_code == 401
+                forged = {"authorization": f"Bearer {old.secret}"}
+                assert (await anyone.post("/act", json=act, headers=forged)).status_code == 403
+                assert (
+                    await anyone.post("/open", json={"epoch": 3, "holder": "x"}, headers=forged)
+                ).status_code == 403
+                page = {"authorization": f"Bearer {new.secret}", "origin": "http://evil.test"}
+                assert (await anyone.post("/act", json=act, headers=page)).status_code == 403
+                rebound = {"authorization": f"Bearer {new.secret}", "host": "evil.test"}
+                assert (await anyone.post("/act", json=act, headers=rebound)).status_code == 403
+                health = (await anyone.get("/health")).json()
+                assert health == {"kind": "shell", "name": name, "seats": 2}, "no epoch handed out"
+            assert "forged" not in (await holder.act({"command": "ls"}))["output"]
             with pytest.raises(SandboxActionError, match=re.escape("seats 0..1")):
                 await SandboxClient(
-                    SandboxSeat(address=box.address, kind="shell", name=name, epoch=2, seat=5)
+                    claimed_seat(box.address, "shell", name, epoch=2, seat=5, holder="new")
                 ).act({"command": "ls"})
 
 
@@ -67,7 +86,7 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
     kind = f"shell#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "pool-0"
     pool = SandboxPool(ledger)
-    async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name):
+    async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY):
         registered = await pool.registered(kind)
         assert [(s.name, s.seats) for s in registered] == [(name, 4)]
         first = await pool.claim(kind, 2, "run/a", ttl_s=30, wait_s=1)
@@ -108,7 +127,7 @@ async def test_a_claim_whose_holder_died_expires_and_the_sandbox_is_claimed_agai
 ) -> None:
     kind = f"rollout.sandbox.shell:ShellWorld#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "leak-0"
-    async with hosted_sandbox(ledger, kind, name, seats=1, workdir=tmp_path / name):
+    async with hosted_sandbox(ledger, kind, name, seats=1, workdir=tmp_path / name, key=SANDBOX_KEY):
         holder = await asyncio.create_subprocess_exec(
             sys.executable, "-c", HOLDER, ledger_url, kind, stdout=asyncio.subprocess.PIPE
         )

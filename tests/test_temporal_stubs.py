@@ -73,7 +73,9 @@ def types_of(fn: Callable[..., Any]) -> tuple[list[Any], Any]:
 
 
 def runner_registered() -> list[Callable[..., Any]]:
-    runner = RunnerActivities(NO_LEDGER, gateway_url="http://runner.invalid", seat_secret=b"s" * 32)
+    runner = RunnerActivities(
+        NO_LEDGER, gateway_url="http://runner.invalid", seat_secret=b"s" * 32, sandbox_key=b"k" * 32
+    )
     return [*runner.all(), *EvalActivities(NO_LEDGER).all()]
 
 

@@ -40,6 +40,7 @@ from rollout.workers.trainer import trainer_worker
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+from tests.sandboxutil import SANDBOX_KEY
 
 
 @dataclass
@@ -109,7 +110,12 @@ async def training_loop(
         try:
             async with serving(build_app(gateway, model_names=["base"])) as gateway_url:
                 runner = runner_worker(
-                    client, ledger, gateway_url=gateway_url, seat_secret=b"s" * 32, task_queue=queue
+                    client,
+                    ledger,
+                    gateway_url=gateway_url,
+                    seat_secret=b"s" * 32,
+                    sandbox_key=SANDBOX_KEY,
+                    task_queue=queue,
                 )
                 async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
                     yield Loop(

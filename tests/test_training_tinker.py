@@ -256,7 +256,12 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
             try:
                 async with serving(build_gateway_app(gateway, model_names=["base"])) as gateway_url:
                     runner = runner_worker(
-                        client, ledger, gateway_url=gateway_url, seat_secret=b"s" * 32, task_queue=queue
+                        client,
+                        ledger,
+                        gateway_url=gateway_url,
+                        seat_secret=b"s" * 32,
+                        sandbox_key=b"k" * 32,
+                        task_queue=queue,
                     )
                     async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
                         status: RunStatus = await asyncio.wait_for(

@@ -4,9 +4,12 @@ Contract:
 - The Task's first observation is the prompt. The command's arguments may say `{prompt}` and `{workdir}`;
   it also finds the prompt in `ROLLOUT_PROMPT`, and its seat in the usual variables of both dialects
   (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) plus `ROLLOUT_BASE_URL`/
-  `ROLLOUT_API_KEY`; with a sandbox, `ROLLOUT_SANDBOX_URL`, `ROLLOUT_SANDBOX_EPOCH`, `ROLLOUT_SANDBOX_SEAT`.
-- It runs in a fresh working directory, in its own session, for at most `timeout_s`; on a timeout or a
-  cancelled activity its whole process group is killed. The last `OUTPUT_TAIL_BYTES` of its output are kept.
+  `ROLLOUT_API_KEY`. Nothing of the sandbox (its address, its claim's secret) reaches it: the Task's own
+  `prepare` and `finish` work with the sandbox.
+- It runs in a fresh working directory with a home of its own (`{workdir}/home`, HOME), in its own session,
+  for at most `timeout_s`; on a timeout or a cancelled activity its whole process group is killed. Before it
+  starts, `Task.prepare` fills the directory (rollout.harness.CommandSetup). The last `OUTPUT_TAIL_BYTES` of its
+  output are kept.
 - When it ends, `Task.finish(run, CommandOutcome)` gives the seat's `End` (its reward); the turns are what the
   gateway recorded on the seat.
 - A command is not replayable: the workflow gives every attempt a fresh seat.
@@ -17,16 +20,17 @@ from __future__ import annotations
 import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
 
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward
 from rollout.bounded_process import run_bounded
-from rollout.harness import CommandOutcome, RunContext, Task
+from rollout.harness import CommandOutcome, CommandSetup, RunContext, Task
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 
 
 def seat_environment(base_url: str, token: str, prompt: str, context: RunContext) -> dict[str, str]:
-    """The variables that point a command at its seat (and its sandbox), in every dialect's spelling."""
+    """The variables that point a command at its seat, in every dialect's spelling."""
     variables = {
         "OPENAI_BASE_URL": f"{base_url}/s/{token}/v1",
         "OPENAI_API_KEY": token,
@@ -39,12 +43,6 @@ def seat_environment(base_url: str, token: str, prompt: str, context: RunContext
         "ROLLOUT_EPISODE": context.episode,
         "ROLLOUT_SEAT": context.seat,
     }
-    if context.sandbox is not None:
-        variables |= {
-            "ROLLOUT_SANDBOX_URL": context.sandbox.address,
-            "ROLLOUT_SANDBOX_EPOCH": str(context.sandbox.epoch),
-            "ROLLOUT_SANDBOX_SEAT": str(context.sandbox.seat),
-        }
     return variables
 
 
@@ -65,13 +63,19 @@ async def play_external(
         raise TaskFailed(f"the task's start raised:\n{traceback.format_exc()}") from error
     prompt = "\n\n".join(m.text for m in first.messages() if m.text)
     with tempfile.TemporaryDirectory(prefix="rollout-agent-") as workdir:
-        argv = [part.replace("{prompt}", prompt).replace("{workdir}", workdir) for part in command]
-        env = seat_environment(base_url, token, prompt, context)
+        (Path(workdir) / "home").mkdir()
+        env = seat_environment(base_url, token, prompt, context) | {"HOME": f"{workdir}/home"}
+        setup = CommandSetup(workdir=Path(workdir), inside=workdir, environment=env)
+        try:
+            await task.prepare(context, setup)
+        except Exception as error:
+            raise TaskFailed(f"the task's prepare raised:\n{traceback.format_exc()}") from error
+        argv = [part.replace("{prompt}", prompt).replace("{workdir}", setup.inside) for part in command]
         try:
             done = await run_bounded(
                 argv,
-                cwd=workdir,
-                env=env,
+                cwd=Path(workdir, setup.cwd),
+                env=setup.environment,
                 timeout_s=timeout_s,
                 max_output_bytes=OUTPUT_TAIL_BYTES,
                 keep="tail",

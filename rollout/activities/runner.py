@@ -13,6 +13,8 @@ Contract:
   out of training go back with the agent's result and into the episode's record (`untrained`).
 - `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
+  The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
+  `SandboxSeat` a Task gets): it never travels through Temporal.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
   (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
 - Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause from
@@ -24,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from datetime import UTC, datetime
@@ -45,6 +48,7 @@ from rollout.ledger.queries import count_events, read_all
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
 from rollout.redaction import scrub
 from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
+from rollout.sandbox.keys import claim_secret
 from rollout.workflows import runner_stubs
 from rollout.workflows.types import (
     AbandonInput,
@@ -69,9 +73,16 @@ log = logging.getLogger(__name__)
 
 class RunnerActivities:
     def __init__(
-        self, ledger: Ledger, *, gateway_url: str, seat_secret: bytes, outage_window_s: float = 600.0
+        self,
+        ledger: Ledger,
+        *,
+        gateway_url: str,
+        seat_secret: bytes,
+        sandbox_key: bytes,
+        outage_window_s: float = 600.0,
     ) -> None:
         self.ledger = ledger
+        self.sandbox_key = sandbox_key
         self.outage_window_s = outage_window_s
         self.gateway_url = gateway_url.rstrip("/")
         self.seat_secret = seat_secret
@@ -150,6 +161,7 @@ class RunnerActivities:
                 epoch=box.epoch,
                 seat=given.sandbox_seat,
                 holder=box.holder,
+                secret=claim_secret(self.sandbox_key, box.kind, box.name, box.epoch, box.holder),
             )
             if box
             else None
@@ -235,7 +247,12 @@ class RunnerActivities:
         try:
             async with heartbeating():
                 claim = await SandboxPool(self.ledger).claim(
-                    need.kind, need.seats, holder, ttl_s=need.ttl_s, wait_s=need.wait_s, open=_open
+                    need.kind,
+                    need.seats,
+                    holder,
+                    ttl_s=need.ttl_s,
+                    wait_s=need.wait_s,
+                    open=functools.partial(_open, self.sandbox_key),
                 )
         except NoSandboxFree as error:
             raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
@@ -340,7 +357,7 @@ def _load(reference: str) -> Environment:
         raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
 
 
-async def _open(claim: SandboxClaim) -> None:
+async def _open(key: bytes, claim: SandboxClaim) -> None:
     # Opening under the new epoch resets the world, and fences off whoever held the sandbox before.
     box = claim.sandbox
     async with SandboxClient(
@@ -351,6 +368,7 @@ async def _open(claim: SandboxClaim) -> None:
             epoch=claim.epoch,
             seat=0,
             holder=claim.lease.holder,
+            secret=claim_secret(key, box.kind, box.name, claim.epoch, claim.lease.holder),
         ),
         timeout_s=60,
     ) as client:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import re
+import secrets
 import tempfile
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -32,6 +33,7 @@ from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.hosting import build_world
 from rollout.sandbox.jail import JailUnavailable
+from rollout.sandbox.keys import claim_secret
 from rollout.sandbox.server import build_sandbox_app
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -150,13 +152,21 @@ async def _sandbox_for_check(
         report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
         yield None
         return
+    key = secrets.token_bytes(32)  # this check's own: no other process may act in its sandbox
+    secret = claim_secret(key, need.kind, "env-check", 1, "env-check")
     try:
         async with serving(
-            build_sandbox_app(world, kind=need.kind, name="env-check", seats=need.seats)
+            build_sandbox_app(world, kind=need.kind, name="env-check", seats=need.seats, key=key)
         ) as url:
             seats = [
                 SandboxSeat(
-                    address=url, kind=need.kind, name="env-check", epoch=1, seat=seat, holder="env-check"
+                    address=url,
+                    kind=need.kind,
+                    name="env-check",
+                    epoch=1,
+                    seat=seat,
+                    holder="env-check",
+                    secret=secret,
                 )
                 for seat in range(need.seats)
             ]

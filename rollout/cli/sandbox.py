@@ -71,6 +71,15 @@ def serve(
             ensure_installed(minecraft_home(settings.data_path))
         except SandboxSetupError as error:
             fail(str(error))
+    from rollout.redaction import register_secret
+    from rollout.sandbox.keys import SandboxKeyMissing, load_sandbox_key
+
+    try:
+        # Beyond loopback the key must be the runners' own: a fresh one would authenticate no claim.
+        key = load_sandbox_key(settings.data_path, create=host in ("127.0.0.1", "localhost", "::1"))
+    except SandboxKeyMissing as error:
+        fail(str(error))
+    register_secret(key)
     port = port or free_port()
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT` (or 0 for a free one)")
@@ -93,6 +102,7 @@ def serve(
                         each,
                         seats=seats,
                         workdir=sandbox_workdir(settings.data_path, kind, each),
+                        key=key,
                         host=host,
                         port=port if count == 1 else free_port(),
                         isolation=settings.sandbox.isolation,

@@ -75,12 +75,14 @@ def runner(
     It imports environments from the directory it runs in and from $PYTHONPATH, as `rollout env check` does.
     """
     from rollout.gateway.seats import load_secret
+    from rollout.sandbox.keys import load_sandbox_key
     from rollout.workers.runner import runner_worker
 
     settings = load_settings(overrides)
-    as_service(settings)
     gateway = settings.services.gateway
     url = gateway_url or f"http://{gateway.host}:{gateway.port}"
+    sandbox_key = load_sandbox_key(settings.data_path)
+    as_service(settings, sandbox_key)
 
     async def build(client: Client, ledger: Ledger) -> Worker:
         worker = runner_worker(
@@ -88,6 +90,7 @@ def runner(
             ledger,
             gateway_url=url,
             seat_secret=load_secret(settings.data_path / "gateway.secret"),
+            sandbox_key=sandbox_key,
             task_queue=task_queue,
             max_concurrent_activities=max_activities,
             outage_window_s=gateway.outage_window_s,

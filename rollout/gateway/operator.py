@@ -37,7 +37,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
-from rollout.gateway.seats import open_seat, secret_file
+from rollout.gateway.seats import open_seat
+from rollout.keyfiles import secret_file
 from rollout.ledger import Ledger
 
 OPERATOR_KEY_FILE = "operator.key"

@@ -13,21 +13,19 @@ Contract:
   ledger, and a token's seat never changes.
 - A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat, whatever
   ids or history the client sends (replays and segments are looked up on that stream alone).
-- Secrets on disk (`secret_file`: the token secret, the operator key) are made once, mode 600.
+- Secrets on disk (the token secret, the operator key: rollout.keyfiles) are made once, mode 600.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
-import os
 import secrets
-import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from rollout.keyfiles import secret_file
 from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.queries import SeatRow, seat_and_turn_by_token_hash, seat_by_token_hash
 from rollout.ledger.streams import seat_stream
@@ -46,27 +44,6 @@ class Seat:
     @property
     def stream(self) -> str:
         return seat_stream(self.seat_id)
-
-
-def secret_file(path: Path, make: Callable[[], bytes]) -> bytes:
-    """The secret kept at `path`, made by `make` the first time. The file is created with mode 600 (never readable
-    by others, not even for a moment) and exclusively: of two processes making it at once, one writes and both
-    read what it wrote."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    try:
-        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        pass
-    else:
-        with os.fdopen(descriptor, "wb") as handle:
-            handle.write(make())
-            handle.flush()
-            os.fsync(handle.fileno())
-    for _ in range(100):
-        if content := path.read_bytes():
-            return content
-        time.sleep(0.01)  # its maker has created it and is writing it
-    raise RuntimeError(f"{path} is empty: remove it, and it is made again")
 
 
 def load_secret(path: Path) -> bytes:

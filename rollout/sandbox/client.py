@@ -1,8 +1,9 @@
 """How a Task reaches its sandbox: `run.sandbox` (a `SandboxSeat`) and a `SandboxClient` over HTTP.
 
 Contract:
-- A `SandboxSeat` is everything a Task needs: the server's address, the claim's epoch and the agent's seat.
-  It is plain data (it travels through Temporal) and the same on every retry of the claim's episode.
+- A `SandboxSeat` is everything a Task needs: the server's address, the claim's epoch, holder and secret, and the
+  agent's seat. The runner makes it for the Task (the secret is derived there, never sent through Temporal);
+  it is the same on every retry of the claim's episode. The client proves the claim with its secret.
 - `SandboxClient.act(action)` sends one action under the seat's epoch. When the claim was superseded (the
   episode lost its sandbox, e.g. after its claim expired) the server refuses and `act` raises
   `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message; a world
@@ -24,6 +25,10 @@ class SandboxSuperseded(RuntimeError):
     """The claim this seat was granted under is no longer the sandbox's current one."""
 
 
+class SandboxRefused(PermissionError):
+    """The server refused the request: the seat's secret is not its claim's (or none was sent)."""
+
+
 class SandboxActionError(ValueError):
     """The world rejected the action."""
 
@@ -37,19 +42,30 @@ class SandboxClient:
         self, seat: SandboxSeat, *, timeout_s: float = 180, transport: httpx.AsyncBaseTransport | None = None
     ) -> None:
         self.seat = seat
-        self._http = httpx.AsyncClient(base_url=seat.address, timeout=timeout_s, transport=transport)
+        headers = {"authorization": f"Bearer {seat.secret}"} if seat.secret else {}
+        self._http = httpx.AsyncClient(
+            base_url=seat.address, timeout=timeout_s, transport=transport, headers=headers
+        )
 
     async def open(self) -> JsonObject:
         """Start the claim on the server (resets the world for a new epoch); idempotent for the same epoch."""
         return await self._post("/open", {"epoch": self.seat.epoch, "holder": self.seat.holder})
 
     async def act(self, action: JsonObject) -> JsonObject:
-        return await self._post("/act", {"epoch": self.seat.epoch, "seat": self.seat.seat, "action": action})
+        body = {
+            "epoch": self.seat.epoch,
+            "holder": self.seat.holder,
+            "seat": self.seat.seat,
+            "action": action,
+        }
+        return await self._post("/act", body)
 
     async def _post(self, path: str, body: dict[str, Any]) -> JsonObject:
         response = await self._http.post(path, json=body)
         if response.status_code == 409:
             raise SandboxSuperseded(response.json().get("error", response.text))
+        if response.status_code in (401, 403):
+            raise SandboxRefused(response.json().get("error", response.text))
         if response.status_code == 400:
             raise SandboxActionError(response.json().get("error", response.text))
         if response.status_code == 503:

@@ -2,7 +2,9 @@
 
 `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
 closed when hosting ends (a kind that runs a server process stops it there). A kind that runs what agents
-choose (`runs_agent_commands`) is built with the host's `isolation` (rollout.sandbox.jail).
+choose (`runs_agent_commands`) is built with the host's `isolation` (rollout.sandbox.jail). The server proves
+claims with `key` (rollout.sandbox.keys) and answers to loopback names, and to the names of `host` when it
+listens beyond loopback.
 `sandbox_workdir` is where a served sandbox keeps its world: outside the data directory (a jail binds it,
 and nothing of the data directory may be reachable from there), in the machine's temporary folder.
 """
@@ -12,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import socket
 import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,9 +22,9 @@ from pathlib import Path
 
 from rollout.config import SandboxIsolation
 from rollout.ledger import Ledger
-from rollout.net import serving
+from rollout.net import reachable_host, serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
-from rollout.sandbox.server import build_sandbox_app
+from rollout.sandbox.server import LOOPBACK_HOSTS, build_sandbox_app
 from rollout.sandbox.world import SandboxWorld, load_kind
 
 
@@ -38,6 +41,16 @@ def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolatio
     return factory(workdir, seats)
 
 
+def answering_hosts(host: str) -> frozenset[str]:
+    """The `Host` names a sandbox listening on `host` answers to."""
+    if host in LOOPBACK_HOSTS:
+        return LOOPBACK_HOSTS
+    named = {reachable_host(host), socket.gethostname()} | (
+        {host} if host not in ("0.0.0.0", "::", "") else set()
+    )
+    return LOOPBACK_HOSTS | frozenset(named)
+
+
 @asynccontextmanager
 async def hosted_sandbox(
     ledger: Ledger,
@@ -46,6 +59,7 @@ async def hosted_sandbox(
     *,
     seats: int,
     workdir: Path,
+    key: bytes,
     host: str = "127.0.0.1",
     port: int | None = None,
     host_ttl_s: float = 30,
@@ -53,7 +67,10 @@ async def hosted_sandbox(
 ) -> AsyncIterator[SandboxRegistration]:
     world = build_world(kind, workdir, seats, isolation)
     try:
-        async with serving(build_sandbox_app(world, kind=kind, name=name, seats=seats), host, port) as url:
+        app = build_sandbox_app(
+            world, kind=kind, name=name, seats=seats, key=key, hosts=answering_hosts(host)
+        )
+        async with serving(app, host, port) as url:
             registration = SandboxRegistration(kind=kind, name=name, address=url, seats=seats)
             async with SandboxPool(ledger).hosting(registration, ttl_s=host_ttl_s):
                 yield registration

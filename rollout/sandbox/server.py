@@ -2,14 +2,19 @@
 
 Contract:
 - One process (or one in-process app) per sandbox: it owns the world (and any process the world runs).
+- Every route but `/health` needs the claim's secret (`Authorization: Bearer rsc-…`, rollout.sandbox.keys) of
+  the epoch and holder the body names: without it 401, with a wrong one 403 (and nothing about the sandbox's
+  claims is said). A request whose `Host` is not one this server answers to (`hosts`), or that carries an `Origin` (a
+  web page's), is refused with 403 before anything else: a page in a browser on this machine cannot reach it,
+  not even by DNS rebinding. Bodies must be JSON objects.
 - `POST /open {epoch, holder}` starts a claim: a newer epoch resets the world and becomes current; the current
   epoch again is a no-op (a retried open); an older one is refused with 409. Epochs come from the ledger lease,
   so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
   be brought up for the new epoch answers 503, and the epoch does not change.
-- `POST /act {epoch, seat, action}` acts for a seat under the current epoch (409 otherwise, and when a newer
+- `POST /act {epoch, holder, seat, action}` acts for a seat under the current epoch (409 otherwise, and when a newer
   claim's reset killed the action; 400 for a seat out of range or an action the world rejects, with the reason;
   503 when the world is lost for this claim).
-- `GET /health` answers the kind, name, seats and current epoch.
+- `GET /health` answers the kind, name and seats: never the current epoch or holder.
 """
 
 from __future__ import annotations
@@ -23,7 +28,10 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rollout.sandbox.jail import CommandKilled
+from rollout.sandbox.keys import claim_secret, same_secret
 from rollout.sandbox.world import SandboxWorld, SandboxWorldLost
+
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
 
 class _Claims:
@@ -31,6 +39,16 @@ class _Claims:
         self.epoch = 0
         self.holder = ""
         self.lock = asyncio.Lock()
+
+
+def _bearer(request: Request) -> str:
+    scheme, _, value = request.headers.get("authorization", "").partition(" ")
+    return value.strip() if scheme.lower() == "bearer" else ""
+
+
+def _host_of(header: str) -> str:
+    host = header.rsplit(":", 1)[0] if not header.endswith("]") else header
+    return host.strip("[]").lower()
 
 
 def _error(status: int, message: str) -> JSONResponse:
@@ -45,14 +63,39 @@ async def _body(request: Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and isinstance(body.get("epoch"), int) else None
 
 
-def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) -> Starlette:
+def build_sandbox_app(
+    world: SandboxWorld,
+    *,
+    kind: str,
+    name: str,
+    seats: int,
+    key: bytes,
+    hosts: frozenset[str] = LOOPBACK_HOSTS,
+) -> Starlette:
+    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers to."""
     claims = _Claims()
+    answers_to = {host.lower() for host in hosts}
+
+    def refused(request: Request) -> JSONResponse | None:
+        if "origin" in request.headers:
+            return _error(403, "requests from a web page (an Origin header) are refused")
+        if _host_of(request.headers.get("host", "")) not in answers_to:
+            return _error(403, f"this sandbox answers to {sorted(answers_to)}, not that Host")
+        return None
 
     async def open_claim(request: Request) -> JSONResponse:
+        if (refusal := refused(request)) is not None:
+            return refusal
         body = await _body(request)
-        if body is None:
+        if body is None or not isinstance(body.get("holder", ""), str):
             return _error(400, "send JSON {epoch: int, holder: str}")
-        epoch = body["epoch"]
+        epoch, holder = body["epoch"], str(body.get("holder", ""))
+        given = _bearer(request)
+        if not given:
+            return _error(401, "send the claim's secret as `Authorization: Bearer rsc-…`")
+        expected = claim_secret(key, kind, name, epoch, holder)
+        if not same_secret(given, expected):
+            return _error(403, "that is not the secret of this claim")
         async with claims.lock:
             if epoch < claims.epoch:
                 return _error(
@@ -63,13 +106,25 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
                     await world.reset()
                 except SandboxWorldLost as error:
                     return _error(503, str(error))
-                claims.epoch, claims.holder = epoch, str(body.get("holder", ""))
+                claims.epoch, claims.holder = epoch, holder
         return JSONResponse({"epoch": claims.epoch, "holder": claims.holder, "seats": seats})
 
     async def act(request: Request) -> JSONResponse:
+        if (refusal := refused(request)) is not None:
+            return refusal
+        given = _bearer(request)
+        if not given:
+            return _error(401, "send the claim's secret as `Authorization: Bearer rsc-…`")
         body = await _body(request)
-        if body is None or not isinstance(body.get("action"), dict) or not isinstance(body.get("seat"), int):
-            return _error(400, "send JSON {epoch: int, seat: int, action: object}")
+        if (
+            body is None
+            or not isinstance(body.get("action"), dict)
+            or not isinstance(body.get("seat"), int)
+            or not isinstance(body.get("holder", ""), str)
+        ):
+            return _error(400, "send JSON {epoch: int, holder: str, seat: int, action: object}")
+        if not same_secret(given, claim_secret(key, kind, name, body["epoch"], body.get("holder", ""))):
+            return _error(403, "that is not the secret of this claim")
         if body["epoch"] != claims.epoch:
             return _error(
                 409, f"claim epoch {body['epoch']} is not the sandbox's current epoch {claims.epoch}"
@@ -88,7 +143,9 @@ def build_sandbox_app(world: SandboxWorld, *, kind: str, name: str, seats: int) 
         return JSONResponse(result)
 
     async def health(request: Request) -> JSONResponse:
-        return JSONResponse({"kind": kind, "name": name, "seats": seats, "epoch": claims.epoch})
+        if (refusal := refused(request)) is not None:
+            return refusal
+        return JSONResponse({"kind": kind, "name": name, "seats": seats})
 
     return Starlette(
         routes=[

@@ -5,7 +5,8 @@ implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities
 `EvalActivities.all()`) on the runner queue.
 Workflows run without Temporal's sandbox: their determinism rests on the rules in rollout.workflows.episodes
 (no I/O, no clocks, no randomness outside `workflow.*`, activities called through their stubs). Activities get
-the ledger, the gateway's base URL and the seat secret (the gateway's, shared by file) from the caller; a
+the ledger, the gateway's base URL, the seat secret (the gateway's, shared by file) and the sandbox key (shared
+with the sandbox hosts, rollout.sandbox.keys) from the caller; a
 runner holds no state of its own, so killing one loses nothing: its activities are retried elsewhere once
 their heartbeats stop.
 """
@@ -40,12 +41,17 @@ def runner_worker(
     *,
     gateway_url: str,
     seat_secret: bytes,
+    sandbox_key: bytes,
     task_queue: str = RUNNER_QUEUE,
     max_concurrent_activities: int = 64,
     outage_window_s: float = 600.0,
 ) -> Worker:
     activities = RunnerActivities(
-        ledger, gateway_url=gateway_url, seat_secret=seat_secret, outage_window_s=outage_window_s
+        ledger,
+        gateway_url=gateway_url,
+        seat_secret=seat_secret,
+        sandbox_key=sandbox_key,
+        outage_window_s=outage_window_s,
     )
     return Worker(
         client,

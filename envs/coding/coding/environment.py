@@ -12,13 +12,13 @@ Contract:
   `error:`; the episode goes on.
 - Command agents (`claude_code()`, `codex()`, `command_agent(...)`): the runner starts the command in a fresh
   working directory on the runner's machine, while the repository lives in the sandbox, which may be on
-  another machine. So `start` lays the repository out in the sandbox as above, the seat's command runs
-  through `python -m coding.agents FLAVOUR {workdir} -- CLI...`, which copies the repository out of the
-  sandbox into `{workdir}/repo` and runs the CLI there, and `finish` copies `{workdir}/repo` back into the
-  sandbox (replacing what was there) and grades it there. Each command agent's repository is its sandbox
-  seat's own folder (`coding.agents.seat_folder`), so `claude_code_and_codex()` seats both CLIs on one task
-  in one sandbox, each graded on its own copy. The agent's code is thus only ever tested inside
-  the sandbox, and the hidden tests never reach the runner's disk.
+  another machine. So `start` lays the repository out in the sandbox as above, `prepare` copies it out of the
+  sandbox into `{workdir}/repo` and sets the CLI up there (`coding.agents`: the command itself never reaches
+  the sandbox), and `finish` copies `{workdir}/repo` back into the sandbox (replacing what was there) and
+  grades it there. Each command agent's repository is its sandbox seat's own folder
+  (`coding.agents.seat_folder`), so `claude_code_and_codex()` seats both CLIs on one task in one sandbox, each
+  graded on its own copy. The agent's code is thus only ever tested inside the sandbox, and the hidden tests
+  never reach the runner's disk.
 - The dataset ships in the package (`coding.tasks`); the last `HELD_OUT` tasks are `eval_source`.
 - Not replayable: the repository lives in the sandbox, outside the Task.
 """
@@ -27,18 +27,17 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 
-from coding.agents import FLAVOURS, seat_folder
-from coding.grading import SKIPPED_FOLDERS, Grade, RepositoryTooLarge, grade, lay_out
+from coding.agents import FLAVOURS, prepare_command, repository_of, seat_folder
+from coding.grading import SKIPPED_FOLDERS, Grade, RepositoryTooLarge, grade, lay_out, read_back
 from coding.solver import solve
 from coding.tasks import CodingTask, held_out_tasks, rows, task_named, training_tasks
 from rollout.contracts import Message, ToolCall
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
-from rollout.harness import CommandOutcome, End, Observation, RunContext, SandboxSeat, Task
+from rollout.harness import CommandOutcome, CommandSetup, End, Observation, RunContext, SandboxSeat, Task
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.shell import MAX_TIMEOUT_S, SHELL_TOOL, shell_result_text
@@ -150,10 +149,14 @@ def handed_in_files(repository: Path) -> dict[str, str | bytes]:
 
 class CommandCoding(Task):
     """A command agent (Claude Code, Codex, a script) works on a copy of the repository in its working
-    directory; `finish` grades that copy in the sandbox."""
+    directory; `finish` grades that copy in the sandbox. `flavour` says how the command is set up
+    (`coding.agents`: plain, claude-code or codex)."""
 
-    def __init__(self, task: CodingTask) -> None:
+    def __init__(self, task: CodingTask, flavour: str = "plain") -> None:
+        if flavour not in FLAVOURS:
+            raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
         self.task = task
+        self.flavour = flavour
 
     async def start(self, run: RunContext) -> Observation:
         seat = _seat(run)
@@ -165,15 +168,17 @@ class CommandCoding(Task):
             "tests.py). When you stop, hidden tests grade the repository, with credit for each test that passes."
         )
 
+    async def prepare(self, run: RunContext, setup: CommandSetup) -> None:
+        seat = _seat(run)
+        async with SandboxClient(seat) as box:
+            files = await read_back(box, folder=seat_folder(seat.seat))
+        prepare_command(self.flavour, setup, files)
+
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
-        repository = Path(outcome.workdir) / "repo"
+        repository = repository_of(Path(outcome.workdir))
         metrics = {"turns": float(outcome.turns), "timed_out": float(outcome.timed_out)}
         if not repository.is_dir():
-            why = (
-                f"the command left no {repository.name}/ in its working directory: start it through "
-                f"`python -m coding.agents FLAVOUR {{workdir}} -- ...`, which lays the repository out there\n"
-                f"{outcome.output[-2000:]}"
-            )
+            why = f"the command removed its {repository.name}/ folder\n{outcome.output[-2000:]}"
             return End(why, reward=0.0, metrics=metrics | {"tests_passed": 0.0})
         seat = _seat(run)
         folder = seat_folder(seat.seat)
@@ -204,15 +209,14 @@ def command_agent(
     flavour: str, command: Sequence[str], *, name: str = "coding-command", timeout_s: float = 1800.0
 ) -> Environment:
     """The coding environment played by `command` (its arguments may say `{prompt}` and `{workdir}`), started
-    in the task's repository through `python -m coding.agents FLAVOUR` (`plain`, `claude-code` or `codex`)."""
+    in the task's repository and set up as `flavour` says (`plain`, `claude-code` or `codex`: coding.agents)."""
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
-    wrapped = (sys.executable, "-m", "coding.agents", flavour, "{workdir}", "--", *command)
     return replace(
         environment,
         name=name,
-        make_task=lambda parameters, agent: CommandCoding(task_named(parameters["task"])),
-        agents=(AgentSeatSpec("solver", command=wrapped, timeout_s=timeout_s),),
+        make_task=lambda parameters, agent: CommandCoding(task_named(parameters["task"]), flavour),
+        agents=(AgentSeatSpec("solver", command=tuple(command), timeout_s=timeout_s),),
         scripted_reply=None,
     )
 
@@ -249,17 +253,14 @@ def claude_code_and_codex(
     on its own copy of the repository (its sandbox seat's folder) and is graded on its own. The executables are
     found as `claude_code` and `codex` find theirs."""
 
-    def seat(name: str, flavour: str, command: tuple[str, ...]) -> AgentSeatSpec:
-        wrapped = (sys.executable, "-m", "coding.agents", flavour, "{workdir}", "--", *command)
-        return AgentSeatSpec(name, command=wrapped, timeout_s=timeout_s)
-
+    # Each seat is named after its flavour.
     return replace(
         environment,
         name="coding-claude-code-and-codex",
-        make_task=lambda parameters, agent: CommandCoding(task_named(parameters["task"])),
+        make_task=lambda parameters, agent: CommandCoding(task_named(parameters["task"]), agent),
         agents=(
-            seat("claude-code", "claude-code", _claude_command(claude)),
-            seat("codex", "codex", _codex_command(codex_executable)),
+            AgentSeatSpec("claude-code", command=_claude_command(claude), timeout_s=timeout_s),
+            AgentSeatSpec("codex", command=_codex_command(codex_executable), timeout_s=timeout_s),
         ),
         sandbox=SandboxSpec("shell", seats=2),
         scripted_reply=None,
