@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from transformers import AutoTokenizer
 
-from coding.environment import CommandCoding, claude_code, codex
+from coding.environment import claude_code, codex
 from coding.solver import write_files_command
 from coding.tasks import task_named
 from rollout.activities.external_loop import play_external
@@ -86,7 +86,7 @@ async def solve_with(
             return engine.calls
 
         played = await play_external(
-            CommandCoding(task_named(TASK)),
+            environment.make_task({"task": TASK}, "solver"),  # the seat's flavour: how its CLI is set up
             context,
             seat.command,
             base_url=gateway.url,
