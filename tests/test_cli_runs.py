@@ -21,6 +21,7 @@ from rollout.config import Settings, load
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events
 from rollout.ledger.streams import run_episodes_stream
+from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
 from tests.stackutil import isolated_overrides
 
@@ -36,6 +37,7 @@ from rollout.contracts import Message
 from rollout.environment import Environment, Generator, SandboxSpec
 from rollout.harness import End, Observation, RunContext, Task
 from rollout.sandbox import SandboxClient
+from rollout.sandbox.hosting import sandbox_workdir
 
 
 class Echo(Task):
@@ -170,7 +172,8 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
         assert runs(overrides, elsewhere)["mine"]["state"] == "finished"
         sandboxes = read_pid_file(tmp_path / "data" / "run" / "sandboxes-shell-my-env.pid")
         assert sandboxes is not None, "the stack serves the sandboxes the run's episodes claim"
-        assert (tmp_path / "data" / "sandboxes" / "shell#my-env" / "stack-7").is_dir(), "2 groups of 4: 8"
+        data = (tmp_path / "data").resolve()
+        assert sandbox_workdir(data, "shell#my-env", "stack-7").is_dir(), "2 groups of 4: 8"
         services = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere, check=False).stdout)
         shown = next(s for s in services["services"] if s["name"] == "sandboxes-shell-my-env")
         assert shown["healthy"] and shown["detail"].startswith("8 sandbox(es)")
