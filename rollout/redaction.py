@@ -6,7 +6,7 @@ Contract:
   however they appear (a base URL's `/s/TOKEN`, a header, a message); the password of every URL
   (`scheme://user:PASSWORD@host`); and the value of every secret registered with `register_secret` or found in
   the environment under a secret's name (`*_API_KEY`, `*_SECRET`, `*_SECRET_KEY`, `*_SECRET_ACCESS_KEY`,
-  `*_TOKEN`, `*PASSWORD`, `PGPASSWORD`, ...; values of at
+  `*_TOKEN`, `*PASSWORD`, `PGPASSWORD`, `*_PRIVATE_KEY`, `*_CREDENTIALS`, `SSH_AUTH_SOCK`, `DATABASE_URL`, ...; values of at
   least `MIN_SECRET_LENGTH` characters, so a short word is never blanked out everywhere).
 - `without_secrets(environ)` is an environment less the variables named like secrets: what a command we do not
   trust (an agent, a model's shell command) inherits.
@@ -40,7 +40,8 @@ _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)(?P<p
 # Environment variables whose values are secrets wherever they appear.
 _SECRET_NAME = re.compile(
     r"(_API_KEY|_APIKEY|_SECRET|_SECRET_KEY|_SECRET_ACCESS_KEY|_TOKEN|_SESSION_TOKEN|PASSWORD|_PASSWD|_PASS)$"
-    r"|^(PGPASSWORD|ROLLOUT_OPERATOR_KEY)$",
+    r"|_PRIVATE_KEY$|_CREDENTIALS$"
+    r"|^(PGPASSWORD|ROLLOUT_OPERATOR_KEY|SSH_AUTH_SOCK|DATABASE_URL|GOOGLE_APPLICATION_CREDENTIALS)$",
     re.IGNORECASE,
 )
 

@@ -95,11 +95,21 @@ async def test_a_command_an_agent_runs_inherits_no_secret(
     monkeypatch.setenv("TINKER_API_KEY", "tk-live-0123456789")
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wJalrXUtnFEMI/K7MDENG")
     monkeypatch.setenv("PGPASSWORD", "hunter2-hunter2")
+    monkeypatch.setenv("SSH_AUTH_SOCK", "/tmp/ssh-agent.sock")
+    monkeypatch.setenv("DATABASE_URL", "postgresql://owner@db/prod")
+    monkeypatch.setenv("DEPLOY_PRIVATE_KEY", "-----BEGIN KEY-----")
+    monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", "/etc/gcp.json")
     monkeypatch.setenv("ROLLOUT_HARMLESS", "kept")
     done = await run_bounded(
         ["env"], cwd=tmp_path, env={"OPENAI_API_KEY": TOKEN}, timeout_s=30, max_output_bytes=1 << 20
     )
     seen = dict(line.split("=", 1) for line in done.output.splitlines() if "=" in line)
     assert not {"TINKER_API_KEY", "AWS_SECRET_ACCESS_KEY", "PGPASSWORD"} & set(seen)
+    assert not {
+        "SSH_AUTH_SOCK",
+        "DATABASE_URL",
+        "DEPLOY_PRIVATE_KEY",
+        "GOOGLE_APPLICATION_CREDENTIALS",
+    } & set(seen)
     assert seen["ROLLOUT_HARMLESS"] == "kept" and seen["PATH"] == os.environ["PATH"]
     assert seen["OPENAI_API_KEY"] == TOKEN

@@ -15,7 +15,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from rollout.ledger import Ledger
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import sandbox_pool_stream
 from rollout.sandbox import NoSandboxFree, SandboxClient, SandboxPool, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.hosting import hosted_sandbox
@@ -87,6 +88,14 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
     name = "pool-0"
     pool = SandboxPool(ledger)
     async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY):
+        for forged in (  # what no server writes: a path for a name, credentials or no host in the address
+            {"kind": kind, "name": "../../etc", "address": "http://127.0.0.1:9", "seats": 4},
+            {"kind": kind, "name": "forged-1", "address": "http://user:pw@127.0.0.1:9", "seats": 4},
+            {"kind": kind, "name": "forged-2", "address": "file:///etc/passwd", "seats": 4},
+            {"kind": kind, "name": "forged-3", "address": "http://127.0.0.1:9", "seats": "4"},
+        ):
+            event = NewEvent(f"forged/{forged['name']}", Kind.SANDBOX_REGISTERED, forged)
+            await ledger.append_one(sandbox_pool_stream(kind), event)
         registered = await pool.registered(kind)
         assert [(s.name, s.seats) for s in registered] == [(name, 4)]
         first = await pool.claim(kind, 2, "run/a", ttl_s=30, wait_s=1)
@@ -109,7 +118,8 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
 
 HOLDER = """
 import asyncio, sys
-from rollout.ledger import Ledger
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import sandbox_pool_stream
 from rollout.sandbox import SandboxPool
 
 async def main():

@@ -9,6 +9,9 @@ Contract:
   episode per sandbox at a time, its agents taking seats 0..N-1, so agents on different machines share one world.
   Every grant bumps the lease's epoch; the sandbox server resets the world for a new epoch and rejects actions
   under an older one, so a holder that lost its claim (a zombie) can no longer act.
+- A registration read from the ledger is used only when its name is a plain name, its address an `http://` or
+  `https://` URL with a host and no credentials, and its seats a positive count; any other is skipped (a claim's
+  secret is sent to that address).
 - `claim` is idempotent by holder: a holder that already has a live claim of the kind gets that sandbox again
   (a retried claim activity does not take a second sandbox). Otherwise it tries the sandboxes in an order
   spread by holder, and waits (polling) while none is free; after `wait_s` it raises `NoSandboxFree`, saying
@@ -22,11 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import time
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -110,11 +116,8 @@ class SandboxPool:
         after = 0
         while batch := await self.ledger.read(sandbox_pool_stream(kind), after=after):
             for event in batch:
-                if event.kind == Kind.SANDBOX_REGISTERED:
-                    p = event.payload
-                    latest[p["name"]] = SandboxRegistration(
-                        kind=kind, name=p["name"], address=p["address"], seats=int(p["seats"])
-                    )
+                if event.kind == Kind.SANDBOX_REGISTERED and (found := _registration(kind, event.payload)):
+                    latest[found.name] = found
             after = batch[-1].seq
         hosted = await live_sandbox_hosts(self.ledger, kind)
         live = (s for s in latest.values() if hosted.get(s.name) == s.address)
@@ -171,6 +174,28 @@ class SandboxPool:
 
     async def release(self, claim: SandboxClaim) -> None:
         await self.ledger.release(claim.lease)
+
+
+SANDBOX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+
+
+def _registration(kind: str, payload: Mapping[str, Any]) -> SandboxRegistration | None:
+    """The registration a `SandboxRegistered` payload says, or None when any of it is not what a server writes."""
+    name, address, seats = payload.get("name"), payload.get("address"), payload.get("seats")
+    if not isinstance(name, str) or not SANDBOX_NAME.match(name):
+        return None
+    if not isinstance(seats, int) or isinstance(seats, bool) or seats < 1:
+        return None
+    if not isinstance(address, str):
+        return None
+    try:
+        parts = urlsplit(address)
+        parts.port  # noqa: B018 - raises on a port that is not a number
+    except ValueError:
+        return None
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
+        return None
+    return SandboxRegistration(kind=kind, name=name, address=address, seats=seats)
 
 
 def _none_free(kind: str, seats: int, wait_s: float, *, registered: int) -> str:

@@ -30,8 +30,8 @@ from rollout.sandbox.world import SandboxWorld, load_kind
 
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:
     stack = hashlib.sha256(str(data_path).encode()).hexdigest()[:12]  # one folder per data directory
-    folder = re.sub(r"[^A-Za-z0-9.#_-]+", "-", kind)
-    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / stack / folder / name
+    folder, box = (re.sub(r"[^A-Za-z0-9#_-]+", "-", part) for part in (kind, name))  # never `..` or `/`
+    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / stack / folder / box
 
 
 def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolation) -> SandboxWorld:

@@ -88,6 +88,11 @@ def _cancelling() -> bool:
     return current is not None and current.cancelling() > 0
 
 
+@functools.cache
+def _bwrap() -> str:
+    return shutil.which("bwrap") or "bwrap"
+
+
 def jail_uid() -> int:
     return JAIL_UID if os.geteuid() == 0 else os.getuid()
 
@@ -188,9 +193,8 @@ class Jail:
         return INSIDE if self.isolation is Isolation.bwrap else str(self.workspace.path)
 
     def _argv(self, command: Sequence[str]) -> list[str]:
-        bwrap = shutil.which("bwrap") or "bwrap"
         return [
-            bwrap,
+            _bwrap(),
             *_namespaces(),
             *_root_filesystem(list(zip(self._sources, self.readable, strict=True)), self.limits.tmp_bytes),
             "--bind",
@@ -206,11 +210,11 @@ class Jail:
             *command,
         ]
 
-    def _enter(self, processes: int) -> None:
+    def _enter(self, nproc: int) -> None:
         """In the child, before exec: the cgroup, the rlimits, then the jail's uid (nothing but system calls)."""
         if self.cgroup is not None:
             self.cgroup.join()
-        apply_rlimits(self.limits, processes)
+        apply_rlimits(self.limits, nproc)
         _drop_privileges()
 
     def _process_limit(self) -> int:

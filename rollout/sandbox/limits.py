@@ -3,10 +3,10 @@
 Contract:
 - `JailLimits` is one record per sandbox kind or seat (`SHELL_LIMITS`, `COMMAND_LIMITS`); an environment's
   `SandboxSpec.limits` replaces it. Every field is checked once, where the record is made (`ValueError` names it).
-- `apply_rlimits(limits, processes_in_use)` runs in the child between fork and exec (nothing but system calls):
-  RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU and RLIMIT_NPROC, soft and hard (a command cannot raise
-  them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so it is set to the processes
-  that uid already runs plus `limits.processes`.
+- `apply_rlimits(limits, nproc)` runs in the child between fork and exec (nothing but system calls):
+  RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU from `limits`, and RLIMIT_NPROC `nproc`, soft and hard (a
+  command cannot raise them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so the
+  caller says what it is (rollout.sandbox.jail: what the uid runs already plus the jail's share).
 - `JailCgroup.create(name, limits)` makes a cgroup (v1 `pids` and `memory` hierarchies, or v2's unified one) under
   this process's own, capping every task of the jail together (`pids.max`, the memory limit, swap included where
   the host accounts it). Without permission (not root) or controllers it returns None and `cgroup_problem()`
@@ -74,13 +74,13 @@ def tasks_of_uid(uid: int) -> int:
     return count
 
 
-def apply_rlimits(limits: JailLimits, processes_in_use: int) -> None:
+def apply_rlimits(limits: JailLimits, nproc: int) -> None:
     for which, value in (
         (resource.RLIMIT_AS, limits.address_space_bytes),
         (resource.RLIMIT_FSIZE, limits.file_bytes),
         (resource.RLIMIT_NOFILE, limits.open_files),
         (resource.RLIMIT_CPU, limits.cpu_s),
-        (resource.RLIMIT_NPROC, processes_in_use + limits.processes),
+        (resource.RLIMIT_NPROC, nproc),
         (resource.RLIMIT_CORE, 0),
     ):
         resource.setrlimit(which, (value, value))

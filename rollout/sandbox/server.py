@@ -70,11 +70,12 @@ def build_sandbox_app(
     name: str,
     seats: int,
     key: bytes,
-    hosts: frozenset[str] = LOOPBACK_HOSTS,
+    hosts: frozenset[str] | None = None,
 ) -> Starlette:
-    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers to."""
+    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers to
+    (loopback's by default)."""
     claims = _Claims()
-    answers_to = {host.lower() for host in hosts}
+    answers_to = {host.lower() for host in hosts or LOOPBACK_HOSTS}
 
     def refused(request: Request) -> JSONResponse | None:
         if "origin" in request.headers:
