@@ -10,7 +10,7 @@ from gridworld.environment import two_agents
 from minecraft_team.environment import environment as minecraft_team
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
-from rollout.harness import CommandOutcome, End, Observation, RunContext, Task
+from rollout.harness import CommandOutcome, CommandSetup, End, Observation, RunContext, Task
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.shell import SHELL_TOOL
 
@@ -161,6 +161,9 @@ class CodingWithACoin(Task):
 
     async def start(self, run: RunContext) -> Observation:
         return await self.task.start(run)
+
+    async def prepare(self, run: RunContext, setup: CommandSetup) -> None:
+        await self.task.prepare(run, setup)
 
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
         graded = await self.task.finish(run, outcome)
