@@ -85,6 +85,9 @@ class AgentSeatSpec:
     checkpoint: str | None = None
     command: tuple[str, ...] = ()  # an external agent loop; empty for the built-in one
     timeout_s: float = 1800.0  # an external command is killed after this long
+    # What else of this machine an external command reads (its script, its data), read-only at the same path in
+    # its jail; the install of its program (and of a script's interpreter) is found without being named.
+    readable: tuple[str, ...] = ()
     # A model the platform does not train, reached through LiteLLM: `anthropic/claude-sonnet-4-5`, or
     # `openai/NAME@API_BASE` for any OpenAI-compatible server. Its turns are recorded as text, never trained.
     model: str | None = None

@@ -90,7 +90,7 @@ class CommandSetup:
     """How a command seat's command starts; the Task's `prepare` may fill the folder and change the rest."""
 
     workdir: Path  # the command's working directory on this machine: the only place it may write
-    inside: str  # the same folder as the command sees it (`/work` in its jail): what `{workdir}` becomes
+    inside: str  # the same folder as the command sees it (`/sandbox` in its jail): what `{workdir}` becomes
     environment: dict[str, str]  # its variables (the seat's base URLs and key, the prompt, HOME): add to them
     cwd: str = ""  # where in `workdir` it starts: "" for `workdir` itself, or a folder prepare made there
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 from gridworld.environment import two_agents
 from minecraft_team.environment import environment as minecraft_team
@@ -88,6 +89,11 @@ no_sandbox = replace(
 )
 
 
+# Command seats run jailed: a script is read where it is (the jail binds it), on the project's interpreter.
+EXTERNAL_AGENT = str(Path(__file__).with_name("external_agent.py"))
+CONVERSING_AGENT = str(Path(__file__).with_name("conversing_agent.py"))
+
+
 class ExternalArithmetic(Task):
     """Played by `tests.external_agent` (a script on the OpenAI SDK); scored on what it printed."""
 
@@ -104,7 +110,11 @@ external_arithmetic = Environment(
     "external-arithmetic",
     lambda parameters, agent: ExternalArithmetic(),
     Dataset([{}]),
-    agents=(AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.external_agent", "{workdir}")),),
+    agents=(
+        AgentSeatSpec(
+            "solver", command=(sys.executable, EXTERNAL_AGENT, "{workdir}"), readable=(EXTERNAL_AGENT,)
+        ),
+    ),
     group_size=2,
 )
 
@@ -141,7 +151,7 @@ def conversing_judged() -> Environment:
         lambda parameters, agent: Conversing() if agent == "solver" else JudgeAsked(),
         Dataset([{}]),
         agents=(
-            AgentSeatSpec("solver", command=(sys.executable, "-m", "tests.conversing_agent")),
+            AgentSeatSpec("solver", command=(sys.executable, CONVERSING_AGENT), readable=(CONVERSING_AGENT,)),
             AgentSeatSpec("judge", policy="judge", model=judge),
         ),
         group_size=2,

@@ -212,18 +212,25 @@ async def test_the_last_turn_hands_the_repository_in(tmp_path: Path) -> None:
     assert played.reward == 1.0 and not played.truncated and played.metrics["out_of_turns"] == 1.0
 
 
+# The agent's script runs jailed on the project's interpreter, where neither rollout nor the coding package can
+# be imported: the test writes the solution into the script.
 SCRIPT_AGENT = """
-import os, pathlib
-from coding.solver import task_in
-from rollout.contracts import Message
-task = task_in([Message.user(os.environ["ROLLOUT_PROMPT"])])
+import json, os, pathlib, sys
+files, solution = json.loads(sys.argv[1])
 here = pathlib.Path.cwd()
-assert here.name == "repo" and sorted(p.name for p in here.iterdir()) == sorted({f.split("/")[0] for f in task.files})
-assert not list(here.parent.rglob("hidden_tests.py")), "the hidden tests are not on the runner's disk"
-for path, text in task.solution.items():
+assert here.name == "repo" and sorted(p.name for p in here.iterdir()) == sorted({f.split("/")[0] for f in files})
+for top in ("/sandbox", "/tmp", "/root", "/work", "/home"):
+    assert not list(pathlib.Path(top).rglob("hidden_tests.py")), f"the hidden tests are not in the jail's {top}"
+for module in ("coding", "rollout"):
+    try:
+        __import__(module)
+    except ImportError:
+        continue
+    raise AssertionError(f"{module} is importable in the agent's jail")
+for path, text in solution.items():
     (here / path).write_text(text)
 (here / "scratch.txt").write_text("an agent's own notes are handed in too")
-print("fixed", task.id)
+print("fixed")
 """
 
 
@@ -250,7 +257,9 @@ async def play_command(
 async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_sandbox(
     tmp_path: Path,
 ) -> None:
-    scripted = command_agent("plain", (sys.executable, "-c", SCRIPT_AGENT)).agent("solver").command
+    task = task_named("durations")
+    knowledge = json.dumps([sorted(task.files), task.solution])
+    scripted = command_agent("plain", (sys.executable, "-c", SCRIPT_AGENT, knowledge)).agent("solver").command
     idle = command_agent("plain", ("true",)).agent("solver").command
     async with served_sandbox(tmp_path / "box") as sandbox:
         reward, metrics = await play_command(sandbox, "durations", scripted)
@@ -276,7 +285,7 @@ async def test_prepare_copies_the_repository_out_and_configures_codex(tmp_path: 
         work = tmp_path / "work"
         work.mkdir()
         setup = CommandSetup(
-            workdir=work, inside="/work", environment={"OPENAI_BASE_URL": "http://gateway.test/s/tok/v1"}
+            workdir=work, inside="/sandbox", environment={"OPENAI_BASE_URL": "http://gateway.test/s/tok/v1"}
         )
         await CommandCoding(task, "codex").prepare(context(seat), setup)
         assert setup.cwd == "repo"
@@ -286,7 +295,7 @@ async def test_prepare_copies_the_repository_out_and_configures_codex(tmp_path: 
         assert (
             'base_url = "http://gateway.test/s/tok/v1"' in config and 'env_key = "ROLLOUT_API_KEY"' in config
         )
-        assert setup.environment["CODEX_HOME"] == "/work/home/.codex", (
+        assert setup.environment["CODEX_HOME"] == "/sandbox/home/.codex", (
             "the path the command sees, in its jail"
         )
         stale = replace(seat, epoch=0)  # an older claim: the sandbox refuses it

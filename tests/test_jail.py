@@ -58,7 +58,7 @@ async def test_a_command_sees_its_workspace_and_nothing_of_the_host(tmp_path: Pa
         assert marked == "0", "no process of the host, and none of its environment, is visible"
         assert read_only == "3", "the root, /usr and /etc are read-only"
         assert uid == ("65534" if os.geteuid() == 0 else str(os.getuid()))
-        assert (pwd, home) == ("/work", "/work")
+        assert (pwd, home) == ("/sandbox", "/sandbox")
         assert refused == "refused", "no network: the host's loopback is not its loopback"
         assert credentials == "0"
         assert marker not in str(seen["output"])

@@ -6,10 +6,13 @@ Contract:
   (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) plus `ROLLOUT_BASE_URL`/
   `ROLLOUT_API_KEY`. Nothing of the sandbox (its address, its claim's secret) reaches it: the Task's own
   `prepare` and `finish` work with the sandbox.
-- It runs in a fresh working directory with a home of its own (`{workdir}/home`, HOME), in its own session,
-  for at most `timeout_s`; on a timeout or a cancelled activity its whole process group is killed. Before it
-  starts, `Task.prepare` fills the directory (rollout.harness.CommandSetup). The last `OUTPUT_TAIL_BYTES` of its
-  output are kept.
+- It runs jailed (rollout.sandbox.seat_jail; unjailed only with isolation `none`): in a fresh working directory
+  (`{workdir}`, `/sandbox` as it sees it) with a home of its own (`{workdir}/home`, HOME), able to read only the
+  system, its program's install and the seat's `readable` paths, and to reach only its own seat's gateway routes
+  (the base URLs above), for at most `timeout_s`; on a timeout or a cancelled activity every process it started
+  is killed. Before it starts, `Task.prepare` fills the directory (rollout.harness.CommandSetup). The last
+  `OUTPUT_TAIL_BYTES` of its output are kept. A program that is not on this machine, or a jail that cannot be
+  made, fails the seat (`TaskFailed`).
 - When it ends, `Task.finish(run, CommandOutcome)` gives the seat's `End` (its reward); the turns are what the
   gateway recorded on the seat.
 - A command is not replayable: the workflow gives every attempt a fresh seat.
@@ -17,14 +20,16 @@ Contract:
 
 from __future__ import annotations
 
-import tempfile
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
-from pathlib import Path
 
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward
-from rollout.bounded_process import run_bounded
-from rollout.harness import CommandOutcome, CommandSetup, RunContext, Task
+from rollout.bounded_process import ProcessOutcome
+from rollout.config import SandboxIsolation
+from rollout.harness import CommandOutcome, CommandSetup, End, RunContext, Task
+from rollout.sandbox.jail import JailUnavailable
+from rollout.sandbox.programs import ProgramNotFound
+from rollout.sandbox.seat_jail import SeatJail, seat_jail
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 
@@ -55,6 +60,8 @@ async def play_external(
     token: str,
     timeout_s: float,
     count_turns: Callable[[], Awaitable[int]],
+    isolation: SandboxIsolation = SandboxIsolation.bwrap,
+    readable: Sequence[str] = (),
 ) -> LoopOutcome:
     """Start the command on the seat, wait for it, and have the Task score it."""
     try:
@@ -62,38 +69,57 @@ async def play_external(
     except Exception as error:
         raise TaskFailed(f"the task's start raised:\n{traceback.format_exc()}") from error
     prompt = "\n\n".join(m.text for m in first.messages() if m.text)
-    with tempfile.TemporaryDirectory(prefix="rollout-agent-") as workdir:
-        (Path(workdir) / "home").mkdir()
-        env = seat_environment(base_url, token, prompt, context) | {"HOME": f"{workdir}/home"}
-        setup = CommandSetup(workdir=Path(workdir), inside=workdir, environment=env)
-        try:
-            await task.prepare(context, setup)
-        except Exception as error:
-            raise TaskFailed(f"the task's prepare raised:\n{traceback.format_exc()}") from error
-        argv = [part.replace("{prompt}", prompt).replace("{workdir}", setup.inside) for part in command]
-        try:
-            done = await run_bounded(
-                argv,
-                cwd=Path(workdir, setup.cwd),
-                env=setup.environment,
-                timeout_s=timeout_s,
-                max_output_bytes=OUTPUT_TAIL_BYTES,
-                keep="tail",
+    try:
+        async with seat_jail(
+            command[0], gateway_url=base_url, token=token, isolation=isolation, readable=readable
+        ) as seat:
+            done, end, turns = await _play_in(
+                seat, task, context, command, prompt, token, timeout_s, count_turns
             )
-        except OSError as error:
-            raise TaskFailed(f"the agent command {argv[0]!r} did not start: {error}") from error
-        turns = await count_turns()
-        try:
-            end = await task.finish(
-                context,
-                CommandOutcome(
-                    exit_code=done.exit_code,
-                    output=done.output,
-                    workdir=workdir,
-                    turns=turns,
-                    timed_out=done.timed_out,
-                ),
-            )
-        except Exception as error:
-            raise TaskFailed(f"the task's finish raised:\n{traceback.format_exc()}") from error
+    except (ProgramNotFound, JailUnavailable) as error:
+        raise TaskFailed(f"the agent command {command[0]!r} cannot start: {error}") from error
     return LoopOutcome(checked_reward(end), turns, truncated=done.timed_out, metrics=dict(end.metrics))
+
+
+async def _play_in(
+    seat: SeatJail,
+    task: Task,
+    context: RunContext,
+    command: Sequence[str],
+    prompt: str,
+    token: str,
+    timeout_s: float,
+    count_turns: Callable[[], Awaitable[int]],
+) -> tuple[ProcessOutcome, End, int]:
+    (seat.workdir / "home").mkdir()
+    inside = seat.inside
+    env = seat_environment(seat.base_url, token, prompt, context) | {"HOME": f"{inside}/home"}
+    setup = CommandSetup(workdir=seat.workdir, inside=inside, environment=env)
+    try:
+        await task.prepare(context, setup)
+    except Exception as error:
+        raise TaskFailed(f"the task's prepare raised:\n{traceback.format_exc()}") from error
+    argv = [part.replace("{prompt}", prompt).replace("{workdir}", inside) for part in command]
+    done = await seat.run(
+        argv,
+        env=setup.environment,
+        cwd=setup.cwd,
+        timeout_s=timeout_s,
+        max_output_bytes=OUTPUT_TAIL_BYTES,
+        keep="tail",
+    )
+    turns = await count_turns()
+    try:
+        end = await task.finish(
+            context,
+            CommandOutcome(
+                exit_code=done.exit_code,
+                output=done.output,
+                workdir=str(seat.workdir),
+                turns=turns,
+                timed_out=done.timed_out,
+            ),
+        )
+    except Exception as error:
+        raise TaskFailed(f"the task's finish raised:\n{traceback.format_exc()}") from error
+    return done, end, turns

@@ -39,6 +39,7 @@ from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcom
 from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
+from rollout.config import SandboxIsolation
 from rollout.environment import Environment, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
@@ -80,8 +81,10 @@ class RunnerActivities:
         seat_secret: bytes,
         sandbox_key: bytes,
         outage_window_s: float = 600.0,
+        isolation: SandboxIsolation = SandboxIsolation.bwrap,
     ) -> None:
         self.ledger = ledger
+        self.isolation = isolation
         self.sandbox_key = sandbox_key
         self.outage_window_s = outage_window_s
         self.gateway_url = gateway_url.rstrip("/")
@@ -213,6 +216,8 @@ class RunnerActivities:
                 token=token,
                 timeout_s=spec.timeout_s,
                 count_turns=lambda: self._turns(context.seat),
+                isolation=self.isolation,
+                readable=spec.readable,
             )
         model = GatewayChat(
             f"{self.gateway_url}/s/{token}/v1",

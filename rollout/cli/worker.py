@@ -94,6 +94,7 @@ def runner(
             task_queue=task_queue,
             max_concurrent_activities=max_activities,
             outage_window_s=gateway.outage_window_s,
+            isolation=settings.sandbox.isolation,
         )
         err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
         return worker

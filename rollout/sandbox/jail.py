@@ -2,7 +2,8 @@
 
 Contract:
 - `Jail(workspace, limits=, readable=, isolation=)` runs commands (`run`) whose only writable place is the
-  workspace's folder, seen inside at `INSIDE` (`/work`): their current directory, and their HOME.
+  workspace's folder, seen inside at `INSIDE` (`/sandbox`): their HOME, and their current directory (or a folder
+  in it that `run` names).
 - Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC, UTS,
   cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further user
   namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files of
@@ -40,7 +41,7 @@ from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_
 from rollout.sandbox.staging import staged
 from rollout.sandbox.workspace import Workspace
 
-INSIDE = "/work"
+INSIDE = "/sandbox"
 JAIL_UID = 65534  # nobody: the uid jailed processes run as when rollout runs as root
 BASE_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
@@ -157,11 +158,11 @@ def _root_filesystem(readable: Sequence[tuple[Path, Path]], tmp_bytes: int = 64 
             argv += ["--ro-bind", str(path), str(path)]
     for name in ETC_FILES:
         argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
-    for source, path in readable:
-        argv += ["--ro-bind", str(source), str(path)]
     size = str(tmp_bytes)
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
     argv += ["--size", size, "--tmpfs", "/tmp"]
+    for source, path in readable:  # after /tmp's tmpfs: a readable path may be under /tmp
+        argv += ["--ro-bind", str(source), str(path)]
     return argv
 
 
@@ -181,6 +182,11 @@ class Jail:
         self.isolation = isolation
         self.uid = jail_uid()
         self.readable = tuple(Path(p).resolve() for p in readable)
+        for path in self.readable:
+            if isolation is Isolation.bwrap and (
+                path.is_relative_to(INSIDE) or Path(INSIDE).is_relative_to(path)
+            ):
+                raise ValueError(f"{path} cannot be read in a jail: the jail's working directory is {INSIDE}")
         self._sources = (
             tuple(staged(p, self.uid) for p in self.readable) if isolation is Isolation.bwrap else ()
         )
@@ -192,7 +198,7 @@ class Jail:
         """Where the workspace is, as its commands see it."""
         return INSIDE if self.isolation is Isolation.bwrap else str(self.workspace.path)
 
-    def _argv(self, command: Sequence[str]) -> list[str]:
+    def _argv(self, command: Sequence[str], cwd: str) -> list[str]:
         return [
             _bwrap(),
             *_namespaces(),
@@ -205,7 +211,7 @@ class Jail:
             "--remount-ro",
             "/",
             "--chdir",
-            INSIDE,
+            f"{INSIDE}/{cwd}" if cwd else INSIDE,
             "--",
             *command,
         ]
@@ -233,14 +239,18 @@ class Jail:
         max_output_bytes: int,
         keep: Literal["head", "tail"] = "head",
         env: Mapping[str, str] = {},
+        cwd: str = "",
     ) -> ProcessOutcome:
-        """Run `command` in the jail; see the module's contract. Cancelling the caller kills the command."""
+        """Run `command` in the jail, in `cwd` (a folder of the workspace; its top by default); see the module's
+        contract. Cancelling the caller kills the command."""
+        if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
+            raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         environment = {**BASE_ENV, "HOME": self.inside, **env}
         bwrap = self.isolation is Isolation.bwrap
         running = asyncio.create_task(
             run_bounded(
-                self._argv(command) if bwrap else list(command),
-                cwd="/" if bwrap else self.workspace.path,  # bubblewrap enters the workspace itself
+                self._argv(command, cwd) if bwrap else list(command),
+                cwd="/" if bwrap else self.workspace.path / cwd,  # bubblewrap enters the workspace itself
                 env=environment,
                 inherit=False,
                 timeout_s=timeout_s,

@@ -2,7 +2,7 @@
 
 Contract:
 - Every seat shares one working directory, the jail's workspace (rollout.sandbox.jail: the only place a command
-  may write, at `/work` inside; a tmpfs of `limits.disk_bytes` when run by root). `reset()` kills every command
+  may write, at `/sandbox` inside; a tmpfs of `limits.disk_bytes` when run by root). `reset()` kills every command
   still running (and all they started) and empties it: a claim starts from a clean directory, alone.
 - `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in its own jail and
   answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order. A command

@@ -1,9 +1,10 @@
 """Folders a jail binds, made reachable by the jail's uid: bubblewrap, run as that uid, must walk to each one.
 
 Contract:
-- `reachable(path, uid)` is True when `uid` can search every folder from `/` down to `path` (or owns it).
-- `staged(path, uid, writable=)` is a path to the same folder that `uid` can reach: `path` itself when it is
-  reachable already; else (run by root: a test's temporary folder, an interpreter under /root) a bind mount of
+- `reachable(path, uid)` is True when `uid` can search every folder from `/` down to `path` (or owns it), and
+  read `path` itself when it is a file.
+- `staged(path, uid, writable=)` is a path to the same folder (or file) that `uid` can reach: `path` itself
+  when it is reachable already; else (run by root: a test's temporary folder, an interpreter under /root) a bind mount of
   it under `STAGE_ROOT` (searchable, not listable, by others), read-only unless `writable`. A path is staged
   once per machine (a second call finds the mount); `unstage` removes one.
 """
@@ -52,7 +53,9 @@ def reachable(path: Path, uid: int) -> bool:
             return False
         if info.st_uid == uid:
             continue
-        if not info.st_mode & stat.S_IXOTH:
+        # A folder must be searchable by others; a file (the path itself) readable by them.
+        needed = stat.S_IXOTH if stat.S_ISDIR(info.st_mode) else stat.S_IROTH
+        if not info.st_mode & needed:
             return False
     return True
 
@@ -69,7 +72,10 @@ def staged(path: Path, uid: int, *, writable: bool = False) -> Path:
             folder.mkdir(mode=0o711)
     kind = "rw" if writable else "ro"
     target = root / f"{hashlib.sha256(str(path).encode()).hexdigest()[:16]}-{kind}"
-    target.mkdir(mode=0o755, exist_ok=True)
+    if path.is_dir():
+        target.mkdir(mode=0o755, exist_ok=True)
+    else:
+        target.touch(mode=0o644, exist_ok=True)  # a file is bound onto a file
     if not mounts_at(target):
         _check(
             _libc.mount(str(path).encode(), str(target).encode(), None, MS_BIND | MS_REC, None),
@@ -85,4 +91,7 @@ def unstage(path: Path) -> None:
     with contextlib.suppress(OSError):
         if stage_root() in path.parents and mounts_at(path):
             _check(_libc.umount2(str(path).encode(), MNT_DETACH), f"unmounting {path}")
-            path.rmdir()
+            if path.is_dir():
+                path.rmdir()
+            else:
+                path.unlink()

@@ -9,6 +9,8 @@ Contract:
 - `clear()` leaves it empty whatever the jail did to it (`chmod 000` folders, read-only files, immutable-looking
   trees): a tmpfs is mounted afresh; a plain folder has its permissions restored before it is emptied. Call it
   only when no command of the jail runs.
+- `hand_over()` gives `owner` every file and folder in it (what this process wrote there before the jail's
+  commands run: a Task's `prepare`), links included but never followed.
 - `close()` unmounts it. A tmpfs left mounted by a process that died is mounted afresh when the folder is used
   again.
 - It never follows a link out of `path`.
@@ -74,6 +76,14 @@ class Workspace:
                 self.quota = True
             except OSError:
                 os.chown(self.path, owner, owner)
+
+    def hand_over(self) -> None:
+        if os.geteuid() != 0:
+            return  # the jail runs as this process's own user: what it wrote is the jail's already
+        for folder, subfolders, files in os.walk(self.path):
+            for name in (*subfolders, *files):
+                os.chown(os.path.join(folder, name), self.owner, self.owner, follow_symlinks=False)
+        os.chown(self.path, self.owner, self.owner)
 
     def clear(self) -> None:
         if self.quota:

@@ -140,6 +140,8 @@ class Stack:
                     *common,
                     *ledger_urls,
                     f"services.temporal.address={settings.temporal_address}",
+                    # Its command seats run jailed as the sandboxes' commands do.
+                    f"sandbox.isolation={settings.sandbox.isolation.value}",
                 ),
                 data_dir=self.data_dir,
                 host=gateway.host,

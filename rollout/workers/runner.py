@@ -18,6 +18,7 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from rollout.activities.evals import EvalActivities
 from rollout.activities.runner import RunnerActivities
+from rollout.config import SandboxIsolation
 from rollout.ledger import Ledger
 from rollout.workflows.episodes import AgentWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow
 from rollout.workflows.evals import EvalWorkflow
@@ -45,6 +46,7 @@ def runner_worker(
     task_queue: str = RUNNER_QUEUE,
     max_concurrent_activities: int = 64,
     outage_window_s: float = 600.0,
+    isolation: SandboxIsolation = SandboxIsolation.bwrap,
 ) -> Worker:
     activities = RunnerActivities(
         ledger,
@@ -52,6 +54,7 @@ def runner_worker(
         seat_secret=seat_secret,
         sandbox_key=sandbox_key,
         outage_window_s=outage_window_s,
+        isolation=isolation,
     )
     return Worker(
         client,
