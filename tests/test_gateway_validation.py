@@ -293,3 +293,20 @@ async def test_the_openapi_document_lists_every_route_served(running: RunningGat
     assert errors["413"]["content"]["application/json"]["schema"] == {
         "$ref": "#/components/schemas/AnthropicError"
     }
+
+
+async def test_a_nul_character_in_any_string_is_a_400_not_a_failed_recording(http: httpx.AsyncClient) -> None:
+    # Postgres cannot hold U+0000 in text or jsonb: the turn could be sampled but never recorded.
+    tool = {"type": "function", "function": {"name": "sh\u0000ell", "parameters": {"type": "object"}}}
+    for body in (
+        {"messages": [USER], "max_tokens": 3, "tools": [tool]},
+        {"messages": [{"role": "user", "content": "hi\u0000"}], "max_tokens": 3},
+    ):
+        answered = await http.post("/v1/chat/completions", json=body)
+        assert answered.status_code == 400 and "NUL" in answered.json()["error"]["message"], answered.text
+    escaped = await http.post(
+        "/v1/chat/completions",
+        content=b'{"messages": [{"role": "user", "content": "a literal \\\\u0000"}], "max_tokens": 3}',
+        headers={"content-type": "application/json"},
+    )
+    assert escaped.status_code == 200, "a backslash followed by u0000 is text, not a NUL"

@@ -9,7 +9,8 @@ Contract:
   unknown one → 401; a closed seat → 410; each in the route's own error shape. A turn for a seat this process
   has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the seat.
 - A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any of
-  it is parsed or tokenised. A body that is not UTF-8 JSON (NaN and lone surrogates included) → 400.
+  it is parsed or tokenised. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters included)
+  → 400.
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
   naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
   context → 400; no admitted engine → 503 with `Retry-After`. Nothing here crashes on a model's output:

@@ -1,8 +1,8 @@
 """The dialect-neutral request and outcome every dialect maps to and from.
 
 Contract:
-- `decode_json` reads a request body as strict UTF-8 JSON (no NaN or Infinity, no lone surrogates) or raises
-  `BadRequest`.
+- `decode_json` reads a request body as strict UTF-8 JSON (no NaN or Infinity, no lone surrogates, no NUL in a
+  string) or raises `BadRequest`.
 - A `ChatRequest` carries canonical messages, tools and sampling parameters; its `fingerprint` is a stable hash
   of exactly those (so the same request from a retried episode attempt has the same fingerprint); its
   `turn_index` is the number of assistant messages in its history (the k-th model call of a conversation).
@@ -35,8 +35,8 @@ def _no_constant(name: str) -> Any:
 
 
 def decode_json(raw: bytes) -> Any:
-    """A request body as JSON: UTF-8 only, no NaN or Infinity, no lone surrogates (none of which could be
-    tokenised or stored); anything else is a `BadRequest`."""
+    """A request body as JSON: UTF-8 only, no NaN or Infinity, no lone surrogates, no NUL in a string (none of
+    which could be tokenised or stored); anything else is a `BadRequest`."""
     try:
         body = json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
         # An escaped lone surrogate ("\\ud800") decodes, but no UTF-8 text holds one.
@@ -44,7 +44,22 @@ def decode_json(raw: bytes) -> Any:
             json.dumps(body, ensure_ascii=False).encode("utf-8")
     except (ValueError, RecursionError):
         raise BadRequest("the request body is not valid JSON") from None
+    # An escaped NUL ("\\u0000") is JSON, but the ledger (Postgres text and jsonb) cannot hold one.
+    if b"\\u0000" in raw and _holds_nul(body):
+        raise BadRequest(
+            "the request body holds a NUL character (\\u0000) in a string, which cannot be recorded"
+        )
     return body
+
+
+def _holds_nul(value: Any) -> bool:
+    if isinstance(value, str):
+        return "\x00" in value
+    if isinstance(value, dict):
+        return any(_holds_nul(k) or _holds_nul(v) for k, v in value.items())
+    if isinstance(value, list):
+        return any(_holds_nul(v) for v in value)
+    return False
 
 
 def canonical_arguments(arguments: str) -> str:
