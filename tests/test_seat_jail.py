@@ -36,7 +36,7 @@ def reaches(port):
         return True
     except OSError:
         return False
-subprocess.Popen(["setsid", "sleep", "1000"], start_new_session=True)
+subprocess.Popen(["setsid", "sleep", "1000.4242"], start_new_session=True)
 print(json.dumps({
     "answers": answers,
     "other_port": reaches(other_port),
@@ -96,8 +96,11 @@ async def test_a_command_seat_reaches_its_own_seat_and_nothing_else(tmp_path: Pa
             assert report["cwd"] == f"{seat.inside}/repo"
         assert not workdir.exists(), "the workspace goes with the jail"
     elsewhere.close()
-    sleepers = [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "setsid sleep 1000"]
-    assert sleepers == [], "what the command left running died with it"
+    assert _sleepers() == [], "what the command left running died with it"
+
+
+def _sleepers() -> list[Path]:
+    return [p for p in Path("/proc").iterdir() if p.name.isdigit() and _cmdline(p) == "sleep 1000.4242"]
 
 
 def _cmdline(process: Path) -> str:
