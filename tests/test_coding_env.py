@@ -272,6 +272,15 @@ async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_s
         )
         reward, metrics = await play_command(sandbox, "durations", ("sh", "-c", "cd .. && rm -rf repo"))
         assert reward == 0.0 and metrics["tests_passed"] == 0, "a command that removes its repository"
+        host = tmp_path / "host-files"
+        host.mkdir()
+        (host / "operator.key").write_text("the host's key")
+        linked = ("sh", "-c", f"cd .. && rm -rf repo && ln -s {host} repo")
+        reward, metrics = await play_command(sandbox, "durations", linked)
+        assert reward == 0.0 and metrics["tests_passed"] == 0, (
+            "a link in place of the repository is no repository"
+        )
+        assert not list(sandbox.workdir.rglob("operator.key")), "finish read nothing the link pointed to"
 
 
 async def test_prepare_copies_the_repository_out_and_configures_codex(tmp_path: Path) -> None:

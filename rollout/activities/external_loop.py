@@ -20,6 +20,7 @@ Contract:
 
 from __future__ import annotations
 
+import os
 import traceback
 from collections.abc import Awaitable, Callable, Sequence
 
@@ -76,7 +77,11 @@ async def play_external(
             done, end, turns = await _play_in(
                 seat, task, context, command, prompt, token, timeout_s, count_turns
             )
-    except (ProgramNotFound, JailUnavailable) as error:
+    except (
+        ProgramNotFound,
+        JailUnavailable,
+        ValueError,
+    ) as error:  # ValueError: a seat's paths the jail refuses
         raise TaskFailed(f"the agent command {command[0]!r} cannot start: {error}") from error
     return LoopOutcome(checked_reward(end), turns, truncated=done.timed_out, metrics=dict(end.metrics))
 
@@ -100,6 +105,9 @@ async def _play_in(
     except Exception as error:
         raise TaskFailed(f"the task's prepare raised:\n{traceback.format_exc()}") from error
     argv = [part.replace("{prompt}", prompt).replace("{workdir}", inside) for part in command]
+    if "/" in argv[0] and not argv[0].startswith("/"):
+        # The jail starts elsewhere: the program where the runner found it.
+        argv[0] = f"{os.getcwd()}/{argv[0]}"
     done = await seat.run(
         argv,
         env=setup.environment,

@@ -177,7 +177,8 @@ class CommandCoding(Task):
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
         repository = repository_of(Path(outcome.workdir))
         metrics = {"turns": float(outcome.turns), "timed_out": float(outcome.timed_out)}
-        if not repository.is_dir():
+        # The folder is the agent's: a link put in its place would have this process read whatever it points to.
+        if repository.is_symlink() or not repository.is_dir():
             why = f"the command removed its {repository.name}/ folder\n{outcome.output[-2000:]}"
             return End(why, reward=0.0, metrics=metrics | {"tests_passed": 0.0})
         seat = _seat(run)
