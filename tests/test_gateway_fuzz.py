@@ -38,6 +38,7 @@ BEYOND_SCHEMA = (
     "the model's context is",  # the rendered prompt is longer than the context
     "must hold at least one",  # nothing the model can read: an input of reasoning items, no instructions
     "not supported by this model",  # an image or a document for a text-only model
+    "holds a NUL character",  # JSON allows \u0000 in a string; the ledger (Postgres text) cannot hold it
 )
 
 
