@@ -27,7 +27,7 @@ from rollout.training.checkpoints import publish_checkpoint
 from rollout.workflows.names import run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
-from tests.cluster import Cluster
+from tests.cluster import Cluster, Service
 from tests.test_chaos_episodes import wait_for
 
 pytestmark = pytest.mark.slow
@@ -55,14 +55,9 @@ async def train_step_started(client: Client, workflow_id: str) -> bool:
     )
 
 
-async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_longer_publish(
-    cluster: Cluster, stack_settings: Settings, ledger: Ledger
+async def _a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_longer_publish(
+    cluster: Cluster, client: Client, ledger: Ledger, trainer_queue: str
 ) -> None:
-    client = await Client.connect(stack_settings.temporal_address)
-    _, engine_url = cluster.local_engine("engine-t")
-    gateway_url = cluster.gateway(engine_url)
-    cluster.runner("runner-1", gateway_url)
-    trainer_queue = f"{cluster.task_queue}-trainer"
     first = cluster.trainer("trainer-1", trainer_queue, "trainer.lease_ttl_s=4")
     run = f"chaos-train-{uuid.uuid4().hex[:6]}"
     handle = await client.start_workflow(
@@ -127,16 +122,9 @@ async def test_a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_long
         )
 
 
-async def test_an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no_episode_fails(
-    cluster: Cluster, stack_settings: Settings, ledger: Ledger
+async def _an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no_episode_fails(
+    cluster: Cluster, client: Client, ledger: Ledger, trainer_queue: str, engine: Service, port: int
 ) -> None:
-    client = await Client.connect(stack_settings.temporal_address)
-    engine, engine_url = cluster.local_engine("engine-k")
-    port = int(engine_url.rsplit(":", 1)[1])
-    gateway_url = cluster.gateway(engine_url)
-    cluster.runner("runner-1", gateway_url)
-    trainer_queue = f"{cluster.task_queue}-trainer"
-    cluster.trainer("trainer-1", trainer_queue)
     run = f"chaos-engine-{uuid.uuid4().hex[:6]}"
     policy = run_policy(run, "default")
     first = f"{policy}-step000001"
@@ -175,3 +163,22 @@ async def test_an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no
     assert status.episodes_failed == 0, "the gateway held turns while the engine was down"
     assert status.trained == {"default": f"{policy}-step000003"}
     assert time.monotonic() - started < 300
+
+
+async def test_a_trainer_then_an_engine_killed_mid_run_lose_nothing(
+    cluster: Cluster, stack_settings: Settings, ledger: Ledger
+) -> None:
+    """One cluster for both kills (its start is most of each part's time): a trainer killed mid-step on a first
+    run, then, with the second trainer serving, the engine killed mid-run on a second."""
+    client = await Client.connect(stack_settings.temporal_address)
+    engine, engine_url = cluster.local_engine("engine-k")
+    port = int(engine_url.rsplit(":", 1)[1])
+    gateway_url = cluster.gateway(engine_url)
+    cluster.runner("runner-1", gateway_url)
+    trainer_queue = f"{cluster.task_queue}-trainer"
+    await _a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_longer_publish(
+        cluster, client, ledger, trainer_queue
+    )
+    await _an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no_episode_fails(
+        cluster, client, ledger, trainer_queue, engine, port
+    )

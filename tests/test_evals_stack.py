@@ -77,7 +77,7 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
     settings = load(overrides)
     (tmp_path / "quick.yaml").write_text(SUITE.format(episodes=4))
     (tmp_path / "changed.yaml").write_text(SUITE.format(episodes=5))
-    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=20).replace("version: 1", "version: 2"))
+    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=10).replace("version: 1", "version: 2"))
     try:
         rollout("up", *overrides, cwd=tmp_path)
 
@@ -94,15 +94,15 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
         changed = rollout("eval", "register", "changed.yaml", *overrides, cwd=tmp_path, check=False)
         assert changed.returncode == 1 and "bump its version" in changed.stderr
 
-        # Training scores every second checkpoint.
+        # Training scores every checkpoint.
         trained = rollout(
             "train",
             "arithmetic.environment:environment",
             "--preset",
             "cpu-micro",
-            "trainer.steps=4",
+            "trainer.steps=2",
             "eval.suite=quick",
-            "eval.every=2",
+            "eval.every=1",
             "--run",
             "trained",
             "--json",
@@ -111,20 +111,20 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
         )
         summary = json.loads(trained.stdout.strip().splitlines()[-1])
         assert [e["checkpoint"] for e in summary["evals"]] == [
+            "trained/default-step000001",
             "trained/default-step000002",
-            "trained/default-step000004",
         ], "the run waits for its evals and says their scores"
         scored = json.loads(rollout("eval", "results", "quick", "--json", *overrides, cwd=tmp_path).stdout)
         assert sorted(r["checkpoint"] for r in scored) == [
+            "trained/default-step000001",
             "trained/default-step000002",
-            "trained/default-step000004",
         ]
         assert all(r["episodes"] == 4 and r["failed"] == 0 for r in scored)
         gate = rollout(
             "eval",
             "compare",
             "quick",
-            "trained/default-step000002",
+            "trained/default-step000001",
             "latest:trained/default",
             "--max-drop",
             "1",
@@ -156,11 +156,11 @@ def test_evals_from_the_command_line(tmp_path: Path, models_dir: Path) -> None:
         out, errors = evaluating.communicate(timeout=600)
         assert evaluating.returncode == 0, errors[-3000:]
         (score,) = json.loads(out.strip().splitlines()[-1])["scores"]
-        assert (score["episodes"], score["failed"]) == (20, 0)
+        assert (score["episodes"], score["failed"]) == (10, 0)
         played = eval_run
-        assert played is not None and _finished(settings, played) == 20
+        assert played is not None and _finished(settings, played) == 10
         turns = ledger_read(settings, lambda ledger: run_turns(ledger, played))
-        assert len(turns) == 20 and len({t.payload["seat"] for t in turns}) == 20, "one turn per episode"
+        assert len(turns) == 10 and len({t.payload["seat"] for t in turns}) == 10, "one turn per episode"
         results = json.loads(rollout("eval", "results", "quick@2", "--json", *overrides, cwd=tmp_path).stdout)
         assert [r["score"] for r in results] == [score["score"]], "one result, the one printed"
 
