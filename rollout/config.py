@@ -22,6 +22,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
+from rollout.isolation import SandboxIsolation
 
 
 class LogLevel(StrEnum):
@@ -124,11 +125,6 @@ class GpuSettings:
     sampled_tokens: int | None = (
         None  # most sampled tokens in one sequence (turns × run.max_tokens); None: all
     )
-
-
-class SandboxIsolation(StrEnum):
-    bwrap = "bwrap"  # every command an agent chooses runs in a bubblewrap jail (Linux; docs/sandboxes.md)
-    none = "none"  # unjailed: agents' commands run as the sandbox's own user, only when a person chose it
 
 
 @dataclass

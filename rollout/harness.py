@@ -9,7 +9,8 @@ Contract:
 - `RunContext` tells a task which run, episode, seat and attempt it plays in; a task uses it for
   logging and for seeding, never to reach into the platform's state. When the environment needs a sandbox,
   `run.sandbox` is this agent's seat in the episode's claimed sandbox (reach it with
-  `rollout.sandbox.SandboxClient`); every agent of the episode is in the same sandbox.
+  `rollout.sandbox.SandboxClient`); every agent of the episode is in the same sandbox. `run.isolation` is how
+  this machine confines agents' commands: a Task that runs the agent's code itself (a grader) jails it alike.
 - A seat played by an external command (Claude Code, Codex, a script): `start` gives the prompt the command is
   started with, `prepare` fills its working directory and may add to its environment before it starts (the
   Task's own code, run outside the command's jail: it may reach the sandbox, the command may not), and `finish`
@@ -23,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rollout.contracts import Message, ToolSpec
+from rollout.isolation import SandboxIsolation
 
 
 @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class RunContext:
     attempt: int = 1
     parameters: dict[str, str] = field(default_factory=dict[str, str])
     sandbox: SandboxSeat | None = None
+    isolation: SandboxIsolation = SandboxIsolation.bwrap  # this runner's `sandbox.isolation`
 
 
 @dataclass(frozen=True)

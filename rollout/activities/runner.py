@@ -176,6 +176,7 @@ class RunnerActivities:
             attempt=attempt.attempt,
             parameters=parameters,
             sandbox=sandbox,
+            isolation=self.isolation,
         )
         try:
             # Model calls can be long: heartbeat between turns too, so only a dead worker times out.

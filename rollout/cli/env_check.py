@@ -121,14 +121,22 @@ async def check_environment(
         return report
     if environment.sandbox is None:
         for agent in environment.agents:
-            await _check_agent(environment, agent.name, bool(agent.command), parameters, report, None)
+            await _check_agent(
+                environment, agent.name, bool(agent.command), parameters, report, None, isolation
+            )
         return report
     async with _sandbox_for_check(environment.sandbox, report, isolation) as seats:
         if seats is not None:
             await asyncio.gather(
                 *(
                     _check_agent(
-                        environment, agent.name, bool(agent.command), parameters, report, seats[index]
+                        environment,
+                        agent.name,
+                        bool(agent.command),
+                        parameters,
+                        report,
+                        seats[index],
+                        isolation,
                     )
                     for index, agent in enumerate(environment.agents)
                 )
@@ -189,6 +197,7 @@ async def _check_agent(
     parameters: dict[str, str],
     report: CheckReport,
     sandbox: SandboxSeat | None,
+    isolation: SandboxIsolation,
 ) -> None:
     where = f"{report.reference} agent {agent!r}"
     context = RunContext(
@@ -198,6 +207,7 @@ async def _check_agent(
         attempt=1,
         parameters=parameters,
         sandbox=sandbox,
+        isolation=isolation,
     )
     try:
         task = environment.make_task(parameters, agent)

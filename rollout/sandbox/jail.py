@@ -16,6 +16,8 @@ Contract:
   the rlimits only.
 - A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it, daemons
   and `setsid` children included. A command that ends takes its background children with it.
+- `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process, as
+  a grader holds with the code it grades), under the same rules; `kill_all()` kills it too.
 - Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail, rollout.bounded_process).
 - Isolation `none` runs each command straight from this process, in the workspace, with the same environment
   rules and rlimits but no namespaces: only when a person chose it (`sandbox.isolation=none`).
@@ -26,6 +28,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
 import shutil
@@ -36,7 +39,7 @@ from pathlib import Path
 from typing import Literal
 
 from rollout.bounded_process import ProcessOutcome, run_bounded
-from rollout.config import SandboxIsolation as Isolation
+from rollout.isolation import SandboxIsolation as Isolation
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
 from rollout.sandbox.workspace import Workspace
@@ -192,6 +195,7 @@ class Jail:
         )
         self.cgroup = JailCgroup.create(f"rollout-jail-{uuid.uuid4().hex[:12]}", limits)
         self._running: set[asyncio.Task[ProcessOutcome]] = set()
+        self._spawned: list[subprocess.Popen[bytes]] = []
 
     @property
     def inside(self) -> str:
@@ -272,12 +276,43 @@ class Jail:
                 await asyncio.gather(running, return_exceptions=True)
             self._running.discard(running)
 
+    def spawn(
+        self, command: Sequence[str], *, env: Mapping[str, str] = {}, cwd: str = ""
+    ) -> subprocess.Popen[bytes]:
+        """Start `command` in the jail with pipes on its stdin and stdout (its stderr is dropped), for a conversation
+        with a jailed process (a grader's, say) rather than one command's output. The caller reads it and waits
+        for it, or kills it (its whole tree goes with bubblewrap); `kill_all()` and `close()` kill it too."""
+        if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
+            raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
+        bwrap = self.isolation is Isolation.bwrap
+        process = subprocess.Popen(
+            self._argv(command, cwd) if bwrap else list(command),
+            cwd="/" if bwrap else self.workspace.path / cwd,
+            env={**BASE_ENV, "HOME": self.inside, **env},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=functools.partial(self._enter, self._process_limit()),
+        )
+        self._spawned.append(process)
+        return process
+
+    def _kill_spawned(self) -> None:
+        for process in self._spawned:
+            if process.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(process.pid, 9)
+                process.wait()
+        self._spawned.clear()
+
     async def kill_all(self) -> None:
         """Kill every command running in the jail, and whatever it started, and wait until they are gone."""
         running = list(self._running)
         for task in running:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
+        self._kill_spawned()
         if self.cgroup is not None:
             self.cgroup.kill()
 

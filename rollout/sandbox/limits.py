@@ -1,8 +1,9 @@
 """What a jailed command may use: per-process rlimits, and a cgroup capping a jail's processes and memory together.
 
 Contract:
-- `JailLimits` is one record per sandbox kind or seat (`SHELL_LIMITS`, `COMMAND_LIMITS`); an environment's
-  `SandboxSpec.limits` replaces it. Every field is checked once, where the record is made (`ValueError` names it).
+- `JailLimits` is one record per kind of jail (`SHELL_LIMITS` for a `shell` sandbox's commands, `COMMAND_LIMITS`
+  for a command seat's process tree; a grader may make its own). Every field is checked once, where the record
+  is made (`ValueError` names it).
 - `apply_rlimits(limits, nproc)` runs in the child between fork and exec (nothing but system calls):
   RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU from `limits`, and RLIMIT_NPROC `nproc`, soft and hard (a
   command cannot raise them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so the
