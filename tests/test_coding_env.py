@@ -16,7 +16,7 @@ import pytest
 
 from coding.agents import seat_folder
 from coding.environment import CommandCoding, ShellCoding, command_agent, environment
-from coding.grading import grade, lay_out, read_back
+from coding.grading import grade, grade_files, lay_out, read_back
 from coding.solver import solve, write_files_command
 from coding.tasks import HELD_OUT, coding_tasks, held_out_tasks, task_named, training_tasks
 from rollout.activities.agent_loop import play
@@ -24,6 +24,7 @@ from rollout.activities.external_loop import play_external
 from rollout.cli.env_check import check_environment
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.harness import CommandSetup, RunContext, SandboxSeat
+from rollout.isolation import SandboxIsolation
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
@@ -131,10 +132,52 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
             "HiddenClampTest.test_floats_above",
         }
         assert all("timed out after 5 s" in why for why in hanging.failed.values())
-        # A repository printing a result line of its own does not pass: it does not know the nonce.
-        forged = 'import json, sys\nopen(sys.argv[3], "w").write(json.dumps({"passed": ["x"]}))\nclamp = 1\n'
-        await lay_out(box, {"bounds.py": forged}, clear=True)
-        assert (await grade(box, task)).reward == 0.0
+
+
+# A wrong solution that tries every way it has to pass anyway: it patches unittest, writes a verdict that passes
+# every test to each file descriptor it holds, looks for the hidden tests, a nonce or another process to read,
+# and exits 0 when called. Its `clamp(0, 0, 0)`... never gets that far: it answers what it saw, which the
+# grader's failure reason shows.
+FORGER = """
+import json, os, pathlib, unittest
+unittest.TestCase.assertEqual = lambda *args, **kwargs: None
+unittest.TestCase.assertTrue = lambda *args, **kwargs: None
+verdict = json.dumps({"value": 10, "passed": NAMES, "failed": {}, "error": ""}) + "\\n"
+for fd in os.listdir("/proc/self/fd"):
+    try:
+        os.write(int(fd), verdict.encode())
+    except OSError:
+        pass
+seen = []
+for top in ("/", "/tmp", "/sandbox", "/proc"):
+    for path in pathlib.Path(top).glob("**/hidden_tests.py") if top != "/proc" else ():
+        seen.append(str(path))
+others = [open(f"/proc/{p}/comm").read().strip() for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+environ = open("/proc/self/environ").read()
+seen.append(f"others={others} nonce={'NONCE' in environ}")
+def clamp(value, low, high):
+    raise SystemExit(0)
+"""
+
+
+async def test_a_wrong_solution_cannot_forge_its_grade(tmp_path: Path) -> None:
+    task = task_named("clamp")
+    forger = FORGER.replace("NAMES", json.dumps(list(task.hidden_test_names())))
+    graded = await grade_files(
+        {**{k: v.encode() for k, v in task.files.items()}, "bounds.py": forger.encode()},
+        task,
+        SandboxIsolation.bwrap,
+    )
+    assert graded.reward == 0.0 and not graded.passed, graded
+    seen = await grade_files(
+        {"bounds.py": (forger + "\ndef clamp(value, low, high):\n    return ' '.join(seen)\n").encode()},
+        task,
+        SandboxIsolation.bwrap,
+    )
+    reasons = " ".join(seen.failed.values())
+    # Alone in its PID namespace (but for bubblewrap's own init), with no secret in its environment.
+    assert "others=['bwrap'] nonce=False" in reasons, reasons
+    assert "hidden_tests.py" not in reasons, "the hidden tests are nowhere in the graded code's jail"
 
 
 def test_env_check_plays_the_coding_environment_to_reward_1() -> None:
@@ -254,7 +297,7 @@ async def play_command(
     return played.reward, played.metrics
 
 
-async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_sandbox(
+async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_a_jail_of_its_own(
     tmp_path: Path,
 ) -> None:
     task = task_named("durations")
@@ -264,8 +307,8 @@ async def test_a_command_agent_works_on_a_copy_of_the_repository_graded_in_the_s
     async with served_sandbox(tmp_path / "box") as sandbox:
         reward, metrics = await play_command(sandbox, "durations", scripted)
         assert reward == 1.0 and metrics["tests_passed"] == metrics["tests_total"] == 5
-        handed_in = sandbox.workdir / seat_folder(0)
-        assert (handed_in / "scratch.txt").exists(), "finish copied the agent's files into its seat's folder"
+        seat = sandbox.workdir / seat_folder(0)
+        assert not (seat / "scratch.txt").exists(), "finish graded a copy of the agent's files, elsewhere"
         reward, metrics = await play_command(sandbox, "durations", idle)
         assert reward == 0.4 and metrics["tests_passed"] == 2, (
             "an agent that changes nothing gets partial credit"

@@ -11,14 +11,15 @@ Contract:
   `timeout_s` that is not a number, a command the sandbox rejects) is answered with a tool message starting
   `error:`; the episode goes on.
 - Command agents (`claude_code()`, `codex()`, `command_agent(...)`): the runner starts the command in a fresh
-  working directory on the runner's machine, while the repository lives in the sandbox, which may be on
-  another machine. So `start` lays the repository out in the sandbox as above, `prepare` copies it out of the
-  sandbox into `{workdir}/repo` and sets the CLI up there (`coding.agents`: the command itself never reaches
-  the sandbox), and `finish` copies `{workdir}/repo` back into the sandbox (replacing what was there) and
-  grades it there. Each command agent's repository is its sandbox seat's own folder
-  (`coding.agents.seat_folder`), so `claude_code_and_codex()` seats both CLIs on one task in one sandbox, each
-  graded on its own copy. The agent's code is thus only ever tested inside the sandbox, and the hidden tests
-  never reach the runner's disk.
+  working directory on the runner's machine (in a jail of its own), while the repository lives in the sandbox,
+  which may be on another machine. So `start` lays the repository out in the sandbox as above, `prepare` copies
+  it out of the sandbox into `{workdir}/repo` and sets the CLI up there (`coding.agents`: the command itself
+  never reaches the sandbox), and `finish` grades the files the command left in `{workdir}/repo` (no links, no
+  caches). Each command agent's repository is its sandbox seat's own folder (`coding.agents.seat_folder`), so
+  `claude_code_and_codex()` seats both CLIs on one task in one sandbox, each graded on its own copy.
+- Grading (`coding.grading`) runs the agent's code on a copy of its files in a grader's jail on the runner's
+  machine, after the agent's processes are gone, under the runner's `sandbox.isolation`; the hidden tests and
+  reference solutions (`coding/grader/`) never enter a sandbox or a jail.
 - The dataset ships in the package (`coding.tasks`); the last `HELD_OUT` tasks are `eval_source`.
 - Not replayable: the repository lives in the sandbox, outside the Task.
 """
@@ -32,7 +33,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from coding.agents import FLAVOURS, prepare_command, repository_of, seat_folder
-from coding.grading import SKIPPED_FOLDERS, Grade, RepositoryTooLarge, grade, lay_out, read_back
+from coding.grading import SKIPPED_FOLDERS, Grade, grade, grade_files, lay_out, read_back
 from coding.solver import solve
 from coding.tasks import CodingTask, held_out_tasks, rows, task_named, training_tasks
 from rollout.contracts import Message, ToolCall
@@ -125,7 +126,7 @@ class ShellCoding(Task):
         self, run: RunContext, last: tuple[Message, ...], *, out_of_turns: bool = False
     ) -> End:
         async with SandboxClient(_seat(run)) as box:
-            graded = await grade(box, self.task)
+            graded = await grade(box, self.task, isolation=run.isolation)
         metrics = _metrics(graded) | {
             "shell_calls": float(self.shell_calls),
             "tool_errors": float(self.tool_errors),
@@ -135,9 +136,9 @@ class ShellCoding(Task):
         return End((*last, summary), reward=graded.reward, metrics=metrics)
 
 
-def handed_in_files(repository: Path) -> dict[str, str | bytes]:
+def handed_in_files(repository: Path) -> dict[str, bytes]:
     """The files a command agent left in its repository folder: no caches, no links, none over MAX_FILE_BYTES."""
-    files: dict[str, str | bytes] = {}
+    files: dict[str, bytes] = {}
     for path in sorted(repository.rglob("*")):
         relative = path.relative_to(repository)
         if set(relative.parts) & SKIPPED_FOLDERS or path.is_symlink() or not path.is_file():
@@ -181,14 +182,7 @@ class CommandCoding(Task):
         if repository.is_symlink() or not repository.is_dir():
             why = f"the command removed its {repository.name}/ folder\n{outcome.output[-2000:]}"
             return End(why, reward=0.0, metrics=metrics | {"tests_passed": 0.0})
-        seat = _seat(run)
-        folder = seat_folder(seat.seat)
-        async with SandboxClient(seat) as box:
-            try:
-                await lay_out(box, handed_in_files(repository), clear=True, folder=folder)
-            except RepositoryTooLarge as error:
-                return End(f"not graded: {error}", reward=0.0, metrics=metrics | {"tests_passed": 0.0})
-            graded = await grade(box, self.task, folder=folder)
+        graded = await grade_files(handed_in_files(repository), self.task, run.isolation)
         return End(graded.summary(), reward=graded.reward, metrics=metrics | _metrics(graded))
 
 

@@ -1,4 +1,4 @@
-"""A repository in a `shell` sandbox: laying it out, reading it back, and grading it with hidden tests there.
+"""A repository in a `shell` sandbox: laying it out, reading it back, and grading a copy of it with hidden tests.
 
 Contract:
 - Each function works in the sandbox's working directory, or in `folder` inside it (a seat's own copy of the
@@ -9,37 +9,39 @@ Contract:
   `MAX_UPLOAD_BYTES` compressed raises `RepositoryTooLarge`.
 - `read_back(box)` answers the working directory's files (no `__pycache__`, no `.git`). It travels in one
   answer of the sandbox, so a repository whose archive does not fit raises `RepositoryTooLarge`.
-- `grade(box, task)` writes the runner (`coding/hidden_runner.py`) and the hidden tests into a fresh
-  temporary directory outside the working directory, runs them against it (each test at most
-  `hidden_runner.PER_TEST_S`, all of them at most `GRADE_TIMEOUT_S`), deletes that directory and answers a
-  `Grade`. The repository's `__pycache__` folders are deleted first and none are written (one the agent's own
-  runs left behind may be stale: an edit that keeps a file's size within the same second). Only the task's
-  own test names count, a test that did not report passing failed, and a result without this grading's nonce
-  counts as nothing passing. The hidden tests exist in the sandbox only while they run, after the agent's
-  last action.
+- `grade_files(files, task, isolation)` grades a repository (path -> bytes) with the task's hidden tests in a
+  grader's jail (`coding.grader.harness`, under `isolation`): on this machine, on a copy that only a jailed
+  process holds, after the agent's processes are gone. The hidden tests run outside that jail and every
+  assertion is evaluated there, so the agent's code can answer wrongly but cannot forge its report. Only the
+  task's own test names count, a test that did not report passing failed; a repository over
+  `MAX_GRADED_BYTES`, or a grading past `GRADE_TIMEOUT_S`, passes nothing. A grader that cannot run raises
+  `GraderFailed` (the episode fails; it is not scored).
+- `grade(box, task, folder=, isolation=)` grades the sandbox's repository: `read_back`, then `grade_files`.
+  The hidden tests never enter a sandbox.
 - A sandbox action the world rejects raises `SandboxActionError`; a lost claim `SandboxSuperseded`.
 """
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
-import secrets
 import shlex
+import sys
 import tarfile
 from dataclasses import dataclass, field
-from importlib import resources
 from pathlib import PurePosixPath
 
 from coding.tasks import CodingTask
+from rollout.isolation import SandboxIsolation
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
 
 PIECE_CHARS = 64 * 1024
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024
-GRADE_TIMEOUT_S = 60.0
-PYTHON = "python3"  # the sandbox host's interpreter: the tasks are plain Python 3
+GRADE_TIMEOUT_S = 120.0
+MAX_GRADED_BYTES = 16 * 1024 * 1024
 SKIPPED_FOLDERS = frozenset({"__pycache__", ".git"})
 
 
@@ -138,35 +140,56 @@ async def read_back(box: SandboxClient, *, folder: str = "") -> dict[str, bytes]
     return files
 
 
-def _grading_command(task: CodingTask, nonce: str) -> str:
-    runner = resources.files("coding").joinpath("hidden_runner.py").read_bytes()
-    runner_b64 = base64.b64encode(runner).decode()
-    tests_b64 = base64.b64encode(task.hidden_tests.encode()).decode()
-    limit = int(GRADE_TIMEOUT_S) - 5  # the runner is killed first, so the clean-up below still runs
-    return (
-        'repository="$PWD"; scratch="$(mktemp -d)" || exit 1; trap \'rm -rf "$scratch"\' EXIT; '
-        "find . -name __pycache__ -type d -prune -exec rm -rf {} + ; "
-        f'printf %s {runner_b64} | base64 -d > "$scratch/runner.py"; '
-        f'printf %s {tests_b64} | base64 -d > "$scratch/hidden_tests.py"; '
-        f"ROLLOUT_CODING_NONCE={nonce} timeout -s KILL {limit} {PYTHON} -I -B "
-        '"$scratch/runner.py" "$repository" "$scratch/hidden_tests.py" "$scratch/result.json" '
-        ">/dev/null 2>&1 </dev/null; "
-        'echo "runner exit code $?"; cat "$scratch/result.json" 2>/dev/null'
-    )
+class GraderFailed(RuntimeError):
+    """The grader itself failed (no jail could be made on this machine, say): the episode fails, it is not scored."""
 
 
-async def grade(box: SandboxClient, task: CodingTask, *, folder: str = "") -> Grade:
+async def grade_files(files: dict[str, bytes], task: CodingTask, isolation: SandboxIsolation) -> Grade:
+    """Grade `files` (a repository) with the task's hidden tests, in a grader's jail (`coding.grader.harness`)."""
     tests = task.hidden_test_names()
-    nonce = secrets.token_hex(16)
-    command = _inside(folder) + _grading_command(task, nonce)
-    done = await box.act({"command": command, "timeout_s": GRADE_TIMEOUT_S})
-    status, _, written = str(done["output"]).partition("\n")
+    if sum(len(content) for content in files.values()) > MAX_GRADED_BYTES:
+        return Grade(tests, (), error=f"the repository is over {MAX_GRADED_BYTES} bytes: not graded")
+    job = {
+        "files": {path: base64.b64encode(content).decode() for path, content in files.items()},
+        "hidden_tests": task.hidden_tests,
+        "isolation": isolation.value,
+    }
+    harness = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "coding.grader.harness",
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     try:
-        result = json.loads(written)
-    except ValueError:
-        return Grade(tests, (), error=f"the hidden tests reported nothing ({status.strip()})")
-    if not isinstance(result, dict) or result.get("nonce") != nonce:
-        return Grade(tests, (), error="the hidden tests' report was not the runner's")
-    passed = tuple(name for name in tests if name in set(result.get("passed", [])))
-    failed = {str(name): str(why) for name, why in dict(result.get("failed", {})).items() if name in tests}
-    return Grade(tests, passed, failed, error=str(result.get("error", "")))
+        verdict, errors = await asyncio.wait_for(
+            harness.communicate(json.dumps(job).encode()), GRADE_TIMEOUT_S
+        )
+    except TimeoutError:
+        return Grade(tests, (), error=f"the hidden tests ran past {GRADE_TIMEOUT_S:g} s")
+    finally:
+        if harness.returncode is None:
+            harness.kill()
+            await harness.wait()
+    if harness.returncode != 0:
+        raise GraderFailed(f"the grader failed (exit code {harness.returncode}): {errors.decode()[-1500:]}")
+    result = json.loads(verdict)
+    passed = tuple(name for name in tests if name in set(result["passed"]))
+    failed = {str(name): str(why) for name, why in dict(result["failed"]).items() if name in tests}
+    return Grade(tests, passed, failed, error=str(result["error"]))
+
+
+async def grade(
+    box: SandboxClient,
+    task: CodingTask,
+    *,
+    folder: str = "",
+    isolation: SandboxIsolation = SandboxIsolation.bwrap,
+) -> Grade:
+    """Grade the repository in the sandbox's working directory (or `folder` in it): a copy of it, read back."""
+    try:
+        files = await read_back(box, folder=folder)
+    except RepositoryTooLarge as error:
+        return Grade(task.hidden_test_names(), (), error=f"not graded: {error}")
+    return await grade_files(files, task, isolation)

@@ -1,10 +1,12 @@
 """The coding tasks shipped in this package: one directory per task under `dataset/`, named `NN-id` (NN orders
-the dataset; the last `HELD_OUT` tasks are kept for evals).
+the dataset; the last `HELD_OUT` tasks are kept for evals), and its grader's half under `grader/dataset/NN-id/`.
 
-A task directory holds:
+What the agent may see (`dataset/NN-id/`):
 - `task.json`: `kind` (`fix` a failing function, `add-case` to a function missing one, `implement` what a class
   lacks) and `instruction`, what the agent is asked to do;
-- `repo/`: the repository the agent starts from (plain Python, with visible tests in `tests.py`);
+- `repo/`: the repository the agent starts from (plain Python, with visible tests in `tests.py`).
+
+What only the grader may (`grader/dataset/NN-id/`; never sent to a sandbox, never in a jail):
 - `solution/`: the files a reference solution changes, whole (laid over `repo/`);
 - `hidden_tests.py`: unittest tests the agent never sees. Each `test_*` method of a `TestCase` class is one
   test, worth an equal share of the reward; their names (`Class.test_name`) are read from the source, so a
@@ -64,15 +66,15 @@ def _files_under(folder: Traversable, prefix: str = "") -> dict[str, str]:
     return files
 
 
-def _task(folder: Traversable) -> CodingTask:
+def _task(folder: Traversable, graded: Traversable) -> CodingTask:
     described = json.loads(folder.joinpath("task.json").read_text())
     task = CodingTask(
         id=folder.name.split("-", 1)[1],
         kind=described["kind"],
         instruction=described["instruction"],
         files=_files_under(folder.joinpath("repo")),
-        solution=_files_under(folder.joinpath("solution")),
-        hidden_tests=folder.joinpath("hidden_tests.py").read_text(),
+        solution=_files_under(graded.joinpath("solution")),
+        hidden_tests=graded.joinpath("hidden_tests.py").read_text(),
     )
     if task.kind not in KINDS or not task.hidden_test_names() or not set(task.solution) <= set(task.files):
         raise ValueError(
@@ -85,8 +87,13 @@ def _task(folder: Traversable) -> CodingTask:
 def coding_tasks() -> tuple[CodingTask, ...]:
     """Every shipped task, in dataset order."""
     root = resources.files("coding").joinpath("dataset")
+    graders = resources.files("coding").joinpath("grader", "dataset")
     folders = sorted((entry for entry in root.iterdir() if entry.is_dir()), key=lambda entry: entry.name)
-    return tuple(_task(folder) for folder in folders if folder.joinpath("task.json").is_file())
+    return tuple(
+        _task(folder, graders.joinpath(folder.name))
+        for folder in folders
+        if folder.joinpath("task.json").is_file()
+    )
 
 
 def task_named(task_id: str) -> CodingTask:
