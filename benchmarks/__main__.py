@@ -18,6 +18,7 @@ BENCHMARKS = {
     "gpu": "benchmarks.gpu",
     "race": "benchmarks.race",
     "stability": "benchmarks.stability",
+    "sandbox": "benchmarks.sandbox",
 }
 
 
