@@ -7,8 +7,10 @@ Contract:
   sandbox's working directory, as a gzipped tar sent in base64 pieces of at most `PIECE_CHARS` (a command line
   stays far below the kernel's limit on one argument); `clear` empties the directory first. More than
   `MAX_UPLOAD_BYTES` compressed raises `RepositoryTooLarge`.
-- `read_back(box)` answers the working directory's files (no `__pycache__`, no `.git`). It travels in one
-  answer of the sandbox, so a repository whose archive does not fit raises `RepositoryTooLarge`.
+- `read_back(box)` answers the working directory's files (no `__pycache__`, no `.git`, nothing the sandbox's
+  user cannot read, no links). It travels in one answer of the sandbox, so a repository whose archive does not
+  fit raises `RepositoryTooLarge`; one that cannot be read back at all, `RepositoryUnreadable`. `grade` scores
+  either 0: what an agent does to its repository never fails its episode.
 - `grade_files(files, task, isolation)` grades a repository (path -> bytes) with the task's hidden tests in a
   grader's jail (`coding.grader.harness`, under `isolation`): on this machine, on a copy that only a jailed
   process holds, after the agent's processes are gone. The hidden tests run outside that jail and every
@@ -47,6 +49,10 @@ SKIPPED_FOLDERS = frozenset({"__pycache__", ".git"})
 
 class RepositoryTooLarge(ValueError):
     """A repository too big to move through the sandbox's commands."""
+
+
+class RepositoryUnreadable(ValueError):
+    """The sandbox's repository could not be read back (its archive failed or is not one)."""
 
 
 @dataclass(frozen=True)
@@ -124,19 +130,25 @@ async def lay_out(
 
 async def read_back(box: SandboxClient, *, folder: str = "") -> dict[str, bytes]:
     excluded = " ".join(f"--exclude={name}" for name in sorted(SKIPPED_FOLDERS))
-    command = f"{_inside(folder)}tar czf - {excluded} . | base64 -w0"
+    # What the agent made unreadable (a `chmod 000` folder) is left out, not a reason to read nothing.
+    command = f"set -o pipefail; {_inside(folder)}tar czf - --ignore-failed-read {excluded} . 2>/dev/null | base64 -w0"
     done = await box.act({"command": command, "timeout_s": 30.0})
     if done["truncated"]:
         raise RepositoryTooLarge("the sandbox's repository does not fit in one answer of the sandbox")
     if done["exit_code"] != 0:
-        raise SandboxActionError(f"reading the repository failed: {done['output'][-500:]}")
+        raise RepositoryUnreadable(f"reading the repository failed: {done['output'][-500:]}")
     files: dict[str, bytes] = {}
-    with tarfile.open(fileobj=io.BytesIO(base64.b64decode(done["output"])), mode="r:gz") as archive:
-        for member in archive.getmembers():
-            path = PurePosixPath(member.name)
-            extracted = archive.extractfile(member) if member.isfile() else None
-            if extracted is not None and not path.is_absolute() and ".." not in path.parts:
-                files[str(path)] = extracted.read()
+    try:
+        with tarfile.open(
+            fileobj=io.BytesIO(base64.b64decode(done["output"], validate=True)), mode="r:gz"
+        ) as archive:
+            for member in archive.getmembers():
+                path = PurePosixPath(member.name)
+                extracted = archive.extractfile(member) if member.isfile() else None
+                if extracted is not None and not path.is_absolute() and ".." not in path.parts:
+                    files[str(path)] = extracted.read()
+    except (ValueError, tarfile.TarError, OSError) as error:
+        raise RepositoryUnreadable(f"the repository's archive is unreadable: {error}") from None
     return files
 
 
@@ -190,6 +202,9 @@ async def grade(
     """Grade the repository in the sandbox's working directory (or `folder` in it): a copy of it, read back."""
     try:
         files = await read_back(box, folder=folder)
-    except RepositoryTooLarge as error:
+    except (
+        RepositoryTooLarge,
+        RepositoryUnreadable,
+    ) as error:  # the agent's doing: it earns nothing, it fails nothing
         return Grade(task.hidden_test_names(), (), error=f"not graded: {error}")
     return await grade_files(files, task, isolation)
