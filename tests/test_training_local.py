@@ -111,8 +111,15 @@ def test_micro_batches_do_not_change_the_step(tiny_qwen3: str) -> None:
     batch = on_policy(whole, segments)
     whole.step(batch)
     pieces.step(batch)
+    # AdamW's first step moves each weight by about the learning rate times its gradient's sign, so a gradient
+    # within rounding of 0 may step either way; its first moment is linear in the gradient, and is what must match.
+    # (LoRA's A matrices have no gradient on the first step: their B matrices start at 0.)
+    moved = 0.0
     for a, b in zip(whole.parameters, pieces.parameters, strict=True):
-        assert torch.allclose(a, b, atol=1e-6)
+        moment_a, moment_b = whole.optimizer.state[a]["exp_avg"], pieces.optimizer.state[b]["exp_avg"]
+        moved = max(moved, float(moment_a.abs().max()))
+        assert torch.allclose(moment_a, moment_b, rtol=1e-3, atol=1e-7)
+    assert moved > 0, "the step had a gradient to compare"
 
 
 def test_a_checkpoint_resumes_the_weights_and_the_optimiser_exactly(tiny_qwen3: str, tmp_path: Path) -> None:
