@@ -136,8 +136,8 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
 
 # A wrong solution that tries every way it has to pass anyway: it patches unittest, writes a verdict that passes
 # every test to each file descriptor it holds, looks for the hidden tests, a nonce or another process to read,
-# and exits 0 when called. Its `clamp(0, 0, 0)`... never gets that far: it answers what it saw, which the
-# grader's failure reason shows.
+# and exits 0 when called. A second version's `clamp` answers what it saw, which the grader's failure reasons
+# show.
 FORGER = """
 import json, os, pathlib, unittest
 unittest.TestCase.assertEqual = lambda *args, **kwargs: None

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from rollout.blobs import open_store
 from rollout.config import EngineKind, Settings, trainer_overrides
+from rollout.isolation import said
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.dashboard import dashboard_process
@@ -431,7 +432,9 @@ class Stack:
                     mode="embedded",
                     address=f"queue {RUNNER_QUEUE}",
                     healthy=pid is not None,
-                    detail="plays episodes (`rollout run start ENV`)" if pid else "not running",
+                    detail=f"plays episodes (`rollout run start ENV`); {said(self.settings.sandbox.isolation)}"
+                    if pid
+                    else "not running",
                     pid=pid,
                 )
             )

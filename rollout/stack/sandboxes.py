@@ -10,7 +10,7 @@ Contract:
 - `sandboxes_needed`: one per episode in flight (`run.groups_in_flight` groups of the environment's
   `group_size`), as the runner claims one sandbox per episode.
 - `is_sandboxes(name)` tells these services among the supervised ones: `up` keeps those `rollout train` asked
-  for, `down` stops them, `status` shows each (`sandboxes_status`). Asking again for a kind with another count
+  for, `down` stops them, `status` shows each (`sandboxes_status`: its pool, its count, its isolation in words). Asking again for a kind with another count
   or seats replaces its service.
 """
 
@@ -21,6 +21,7 @@ import re
 import sys
 
 from rollout.config import Settings
+from rollout.isolation import SandboxIsolation, said
 from rollout.stack.health import ServiceStatus
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.supervisor import ServiceSpec
@@ -72,11 +73,15 @@ def sandboxes_status(spec: ServiceSpec, pid: int | None) -> ServiceStatus:
     argument = {
         flag: spec.command[i + 1] for i, flag in enumerate(spec.command[:-1]) if flag.startswith("--")
     }
+    chosen = next((a.split("=", 1)[1] for a in spec.command if a.startswith("sandbox.isolation=")), "bwrap")
+    isolation = said(SandboxIsolation(chosen))
     return ServiceStatus(
         name=spec.name.lower(),
         mode="embedded",
         address=f"pool {argument.get('--kind', '?')}",
         healthy=pid is not None,
-        detail=f"{argument.get('--count', '?')} sandbox(es) for `rollout train`" if pid else "not running",
+        detail=f"{argument.get('--count', '?')} sandbox(es) for `rollout train`; {isolation}"
+        if pid
+        else "not running",
         pid=pid,
     )
