@@ -30,6 +30,7 @@ from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
+from tests.red_team import FORGER
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
@@ -134,29 +135,20 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
         assert all("timed out after 5 s" in why for why in hanging.failed.values())
 
 
-# A wrong solution that tries every way it has to pass anyway: it patches unittest, writes a verdict that passes
-# every test to each file descriptor it holds, looks for the hidden tests, a nonce or another process to read,
-# and exits 0 when called. A second version's `clamp` answers what it saw, which the grader's failure reasons
-# show.
-FORGER = """
-import json, os, pathlib, unittest
-unittest.TestCase.assertEqual = lambda *args, **kwargs: None
-unittest.TestCase.assertTrue = lambda *args, **kwargs: None
-verdict = json.dumps({"value": 10, "passed": NAMES, "failed": {}, "error": ""}) + "\\n"
-for fd in os.listdir("/proc/self/fd"):
-    try:
-        os.write(int(fd), verdict.encode())
-    except OSError:
-        pass
+# A wrong solution that tries every way it has to pass anyway (tests.red_team.FORGER: it patches unittest, writes
+# a verdict that passes every test to each file descriptor it holds, and exits 0 when called); then one whose
+# `clamp` answers what it could find from its jail (the hidden tests, a nonce, another process), which the
+# grader's failure reasons show.
+LOOKER = """
+import os, pathlib
 seen = []
-for top in ("/", "/tmp", "/sandbox", "/proc"):
-    for path in pathlib.Path(top).glob("**/hidden_tests.py") if top != "/proc" else ():
-        seen.append(str(path))
+for top in ("/", "/tmp", "/sandbox"):
+    seen.extend(str(path) for path in pathlib.Path(top).glob("**/hidden_tests.py"))
 others = [open(f"/proc/{p}/comm").read().strip() for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
 environ = open("/proc/self/environ").read()
 seen.append(f"others={others} nonce={'NONCE' in environ}")
 def clamp(value, low, high):
-    raise SystemExit(0)
+    return " ".join(seen)
 """
 
 
@@ -170,7 +162,7 @@ async def test_a_wrong_solution_cannot_forge_its_grade(tmp_path: Path) -> None:
     )
     assert graded.reward == 0.0 and not graded.passed, graded
     seen = await grade_files(
-        {"bounds.py": (forger + "\ndef clamp(value, low, high):\n    return ' '.join(seen)\n").encode()},
+        {"bounds.py": (forger + LOOKER).encode()},
         task,
         SandboxIsolation.bwrap,
     )

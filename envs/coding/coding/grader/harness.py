@@ -300,7 +300,7 @@ class RepositoryFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
                 raise AttributeError(attribute)
             return graded.ask({"op": "get", "path": [name], "name": attribute}, (name, attribute))
 
-        module.__getattr__ = attribute  # type: ignore[method-assign]  # PEP 562: every other name is the jail's
+        module.__dict__["__getattr__"] = attribute  # PEP 562: every other name of the module is the jail's
         module.__path__ = []
         return module
 
