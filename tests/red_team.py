@@ -36,6 +36,7 @@ from rollout.sandbox import SandboxClient
 
 TARGETS = Path(tempfile.gettempdir()) / "rollout-red-team.json"
 KIND = "shell#red-team"
+SEAT_FAILURE = Path(tempfile.gettempdir()) / "rollout-red-team-seat.log"
 AGENT_SCRIPT = str(Path(__file__).with_name("red_team_agent.py"))
 HARMFUL = frozenset({"signal-a-host-process", "fork-bomb", "write-10-gb"})
 DONE = "ATTACK-DONE"  # appended to every attack's answer: how the scripted policy counts where it is
@@ -212,7 +213,10 @@ class RedTeamSeat(Task):
         results = Path(outcome.workdir) / "results.json"
         # The folder is the agent's: read only a plain file of it, and not much of one.
         if results.is_symlink() or not results.is_file() or results.stat().st_size > 100_000:
-            return End(f"no results: {outcome.output[-2000:]}", reward=0.0, metrics={"in_force": 0.0})
+            SEAT_FAILURE.write_text(
+                outcome.output[-4000:]
+            )  # for the test's message: the End's text is not kept
+            return End("no results", reward=0.0, metrics={"in_force": 0.0})
         found = json.loads(results.read_text())
         metrics = {"in_force": float(in_force(str(found.get("probe", ""))))}
         for name in (name for name, _ in attacks(_targets())):

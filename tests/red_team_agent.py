@@ -7,19 +7,43 @@ writes `WORKDIR/results.json`: the probe's output and each attack's `verdict=N` 
 the machine if the jail failed run only once the probe showed a PID namespace of its own and rlimits in force.
 """
 
+import contextlib
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
 def run(command: str) -> str:
+    # Each command is a session of its own, killed whole once it returns, as the shell sandbox kills a command's
+    # jail: a fork bomb's survivors would otherwise hold every process the seat may have, and the next fork fails.
+    for _attempt in range(50):
+        try:
+            child = subprocess.Popen(
+                ["bash", "-c", command],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.DEVNULL,
+                text=True,
+                start_new_session=True,
+            )
+            break
+        except BlockingIOError:
+            time.sleep(0.1)
+    else:
+        return "could not fork"
     try:
-        done = subprocess.run(["bash", "-c", command], capture_output=True, text=True, timeout=20)
+        output, _ = child.communicate(timeout=20)
     except subprocess.TimeoutExpired:
-        return "timed out"
-    return done.stdout.strip()
+        output = "timed out"
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+    return output.strip()
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus
 from tests.cluster import Cluster
-from tests.red_team import HARMFUL, KIND, TARGETS, attacks
+from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, TARGETS, attacks
 
 pytestmark = pytest.mark.slow
 
@@ -108,7 +108,8 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
             rewards, metrics = episode.payload["rewards"], episode.payload["metrics"]
             for agent in ("shell", "seat"):
                 seen = metrics[agent]
-                assert seen["in_force"] == 1.0, f"{agent} saw its jail in force: {seen}"
+                failure = SEAT_FAILURE.read_text() if SEAT_FAILURE.exists() else ""
+                assert seen["in_force"] == 1.0, f"{agent} saw its jail in force: {seen} {failure}"
                 through = [name for name in names if seen[f"attack/{name}"] != 1.0]
                 assert not through, f"{agent}: these attacks got through or were skipped: {through}"
             assert rewards["shell"] <= HONEST_REWARD and metrics["shell"]["tests_passed"] == 0.0, (
@@ -134,3 +135,4 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         victim.kill()
         victim.wait()
         TARGETS.unlink(missing_ok=True)
+        SEAT_FAILURE.unlink(missing_ok=True)
