@@ -33,6 +33,7 @@ from dataclasses import dataclass, replace
 
 from rollout.contracts import Message, ToolSpec
 from rollout.harness import Task
+from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.references import ReferenceLoadError, import_reference
 
 TaskParameters = dict[str, str]
@@ -120,12 +121,26 @@ class Conversation:
 class SandboxSpec:
     """The sandbox an episode claims before its agents play: a kind (a pool: `shell`, or an environment's own
     `package.module:attribute`), how many of its seats (agent i takes seat i), how long an episode waits for a
-    free one before it fails, and the claim's time to live (renewed while the episode plays)."""
+    free one before it fails, and the claim's time to live (renewed while the episode plays).
+
+    For a kind that runs agents' commands (`shell`), `limits` replaces the kind's own (rollout.sandbox.limits)
+    for this environment's claims, and `network` is what those commands reach: `"none"` (the default),
+    `"gateway"` (the acting seat's own gateway routes), or a list of those and `"host:port"` (rollout.isolation:
+    never the stack's own ledger, Temporal, engine or gateway). docs/sandboxes.md says how."""
 
     kind: str
     seats: int = 1
     wait_s: float = 300.0
     ttl_s: float = 60.0
+    limits: JailLimits | None = None
+    network: str | tuple[str, ...] = "none"
+
+    def __post_init__(self) -> None:
+        SandboxNetwork.parse(self.network)  # a bad entry fails where the environment is defined
+
+    @property
+    def access(self) -> SandboxNetwork:
+        return SandboxNetwork.parse(self.network)
 
 
 @dataclass(frozen=True)

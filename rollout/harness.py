@@ -61,6 +61,7 @@ class SandboxSeat:
     seat: int
     holder: str = ""
     secret: str = field(default="", repr=False)
+    gateway_url: str = field(default="", repr=False)  # the seat's own gateway routes (network `gateway` only)
 
 
 @dataclass(frozen=True)

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 
 from rollout.config import SandboxIsolation
+from rollout.isolation import JailLimits, MiB
 from rollout.sandbox.jail import Jail, jail_problem, jail_uid
-from rollout.sandbox.limits import JailLimits, MiB
 from rollout.sandbox.shell import ShellWorld
 from rollout.sandbox.workspace import Workspace
 

@@ -48,7 +48,14 @@ from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ende
 from rollout.ledger.queries import count_events, read_all
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
 from rollout.redaction import scrub
-from rollout.sandbox import NoSandboxFree, SandboxClaim, SandboxClient, SandboxPool, SandboxRegistration
+from rollout.sandbox import (
+    NoSandboxFree,
+    SandboxActionError,
+    SandboxClaim,
+    SandboxClient,
+    SandboxPool,
+    SandboxRegistration,
+)
 from rollout.sandbox.keys import claim_secret
 from rollout.workflows import runner_stubs
 from rollout.workflows.types import (
@@ -109,7 +116,16 @@ class RunnerActivities:
         ]
         box = environment.sandbox
         need = (
-            SandboxNeed(kind=box.kind, seats=box.seats, wait_s=box.wait_s, ttl_s=box.ttl_s) if box else None
+            SandboxNeed(
+                kind=box.kind,
+                seats=box.seats,
+                wait_s=box.wait_s,
+                ttl_s=box.ttl_s,
+                limits=box.limits.as_json() if box.limits else None,
+                network=box.access.entries(),
+            )
+            if box
+            else None
         )
         return EnvironmentInfo(
             reference=reference,
@@ -165,6 +181,9 @@ class RunnerActivities:
                 seat=given.sandbox_seat,
                 holder=box.holder,
                 secret=claim_secret(self.sandbox_key, box.kind, box.name, box.epoch, box.holder),
+                gateway_url=f"{self.gateway_url}/s/{token}"
+                if environment.sandbox is not None and environment.sandbox.access.gateway
+                else "",
             )
             if box
             else None
@@ -258,10 +277,12 @@ class RunnerActivities:
                     holder,
                     ttl_s=need.ttl_s,
                     wait_s=need.wait_s,
-                    open=functools.partial(_open, self.sandbox_key),
+                    open=functools.partial(_open, self.sandbox_key, need),
                 )
         except NoSandboxFree as error:
             raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
+        except SandboxActionError as error:  # the server refused the environment's limits or network
+            raise ApplicationError(str(error), type="SandboxRefused", non_retryable=True) from error
         box = claim.sandbox
         return SandboxGrant(
             kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
@@ -363,7 +384,7 @@ def _load(reference: str) -> Environment:
         raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
 
 
-async def _open(key: bytes, claim: SandboxClaim) -> None:
+async def _open(key: bytes, need: SandboxNeed, claim: SandboxClaim) -> None:
     # Opening under the new epoch resets the world, and fences off whoever held the sandbox before.
     box = claim.sandbox
     async with SandboxClient(
@@ -378,7 +399,7 @@ async def _open(key: bytes, claim: SandboxClaim) -> None:
         ),
         timeout_s=60,
     ) as client:
-        await client.open()
+        await client.open(limits=need.limits, network=need.network)
 
 
 def _claim_of(grant: SandboxGrant) -> SandboxClaim:

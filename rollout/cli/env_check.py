@@ -180,7 +180,8 @@ async def _sandbox_for_check(
             ]
             try:
                 async with SandboxClient(seats[0]) as opener:
-                    await opener.open()
+                    limits = need.limits.as_json() if need.limits else None
+                    await opener.open(limits=limits, network=need.access.entries())
             except Exception as error:  # its world did not come up: say why, play nothing
                 report.findings.append(Finding(where, f"the sandbox did not open: {error}"))
                 yield None

@@ -47,7 +47,7 @@ def serve(
     from rollout.net import free_port, port_is_free
     from rollout.sandbox import load_kind
     from rollout.sandbox.claims import SandboxNameTaken
-    from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir
+    from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir, stack_endpoints
     from rollout.sandbox.world import SandboxSetupError, UnknownSandboxKind
 
     settings = load_settings(overrides)
@@ -106,6 +106,7 @@ def serve(
                         host=host,
                         port=port if count == 1 else free_port(),
                         isolation=settings.sandbox.isolation,
+                        refused_endpoints=stack_endpoints(settings),
                     )
                 )
                 err.print(

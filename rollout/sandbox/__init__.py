@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from rollout.sandbox.claims import NoSandboxFree, SandboxClaim, SandboxPool, SandboxRegistration
-    from rollout.sandbox.client import SandboxClient, SandboxSeat, SandboxSuperseded
+    from rollout.sandbox.client import SandboxActionError, SandboxClient, SandboxSeat, SandboxSuperseded
     from rollout.sandbox.world import SandboxWorld, load_kind
 
 _MODULES = {
@@ -19,6 +19,7 @@ _MODULES = {
     "SandboxClaim": "rollout.sandbox.claims",
     "SandboxPool": "rollout.sandbox.claims",
     "SandboxRegistration": "rollout.sandbox.claims",
+    "SandboxActionError": "rollout.sandbox.client",
     "SandboxClient": "rollout.sandbox.client",
     "SandboxSeat": "rollout.sandbox.client",
     "SandboxSuperseded": "rollout.sandbox.client",
@@ -28,6 +29,7 @@ _MODULES = {
 
 __all__ = [
     "NoSandboxFree",
+    "SandboxActionError",
     "SandboxClaim",
     "SandboxClient",
     "SandboxPool",

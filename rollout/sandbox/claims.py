@@ -16,7 +16,8 @@ Contract:
   (a retried claim activity does not take a second sandbox). Otherwise it tries the sandboxes in an order
   spread by holder, and waits (polling) while none is free; after `wait_s` it raises `NoSandboxFree`, saying
   what to do. `open` (the caller's first contact with the server) runs inside the claim: a server that does not
-  answer gets its claim released and the next sandbox is tried.
+  answer gets its claim released and the next sandbox is tried; one that refuses (`open` raised anything else)
+  gets it released too, and the error is raised.
 - The holder renews its claim well inside `ttl_s`; a claim nobody renews (its holder died) expires, and the
   sandbox is claimed again. `release` frees it at once.
 """
@@ -148,6 +149,9 @@ class SandboxPool:
                 except (OSError, httpx.TransportError):
                     await self.release(claim)  # its server is gone; its host lease lapses soon
                     continue
+                except BaseException:
+                    await self.release(claim)  # refused: the sandbox is free for another holder
+                    raise
                 return claim
             if time.monotonic() >= deadline:
                 raise NoSandboxFree(_none_free(kind, seats, wait_s, registered=len(fitting)))

@@ -47,9 +47,18 @@ class SandboxClient:
             base_url=seat.address, timeout=timeout_s, transport=transport, headers=headers
         )
 
-    async def open(self) -> JsonObject:
-        """Start the claim on the server (resets the world for a new epoch); idempotent for the same epoch."""
-        return await self._post("/open", {"epoch": self.seat.epoch, "holder": self.seat.holder})
+    async def open(
+        self, *, limits: dict[str, int] | None = None, network: list[str] | None = None
+    ) -> JsonObject:
+        """Start the claim on the server (resets the world for a new epoch); idempotent for the same epoch.
+        `limits` and `network` (an environment's `SandboxSpec`, as JSON) configure a kind that runs agents'
+        commands for this claim; the server refuses (`SandboxActionError`) what it will not give."""
+        body: dict[str, Any] = {"epoch": self.seat.epoch, "holder": self.seat.holder}
+        if limits is not None:
+            body["limits"] = limits
+        if network:
+            body["network"] = network
+        return await self._post("/open", body)
 
     async def act(self, action: JsonObject) -> JsonObject:
         body = {
@@ -58,6 +67,8 @@ class SandboxClient:
             "seat": self.seat.seat,
             "action": action,
         }
+        if self.seat.gateway_url:
+            body["gateway"] = self.seat.gateway_url  # for a claim whose network names `gateway`
         return await self._post("/act", body)
 
     async def _post(self, path: str, body: dict[str, Any]) -> JsonObject:

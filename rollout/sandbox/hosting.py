@@ -5,22 +5,27 @@ closed when hosting ends (a kind that runs a server process stops it there). A k
 choose (`runs_agent_commands`) is built with the host's `isolation` (rollout.sandbox.jail). The server proves
 claims with `key` (rollout.sandbox.keys) and answers to loopback names, and to the names of `host` when it
 listens beyond loopback.
+No claim's network may name `refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine,
+the gateway and the dashboard, as the settings name them).
 `sandbox_workdir` is where a served sandbox keeps its world: outside the data directory (a jail binds it,
 and nothing of the data directory may be reachable from there), in the machine's temporary folder.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import socket
 import tempfile
+import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-from rollout.config import SandboxIsolation
+from rollout.config import SandboxIsolation, Settings
+from rollout.isolation import Endpoint
 from rollout.ledger import Ledger
 from rollout.net import reachable_host, serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
@@ -32,6 +37,25 @@ def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:
     stack = hashlib.sha256(str(data_path).encode()).hexdigest()[:12]  # one folder per data directory
     folder, box = (re.sub(r"[^A-Za-z0-9#_-]+", "-", part) for part in (kind, name))  # never `..` or `/`
     return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / stack / folder / box
+
+
+def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:
+    """The stack's own services as `settings` name them: what no sandbox's network may reach."""
+    services = settings.services
+    found = {
+        Endpoint(services.gateway.host, services.gateway.port),
+        Endpoint(services.gateway.engine_host, services.gateway.engine_port),
+        Endpoint(services.monitor.host, services.monitor.port),
+        Endpoint(services.temporal.host, services.temporal.port),
+        Endpoint(services.temporal.host, services.temporal.ui_port),
+        Endpoint(services.postgres.host, services.postgres.port),
+    }
+    for url in (settings.ledger_url, settings.worker_ledger_url, f"tcp://{settings.temporal_address}"):
+        parts = urllib.parse.urlsplit(url)
+        with contextlib.suppress(ValueError):
+            if parts.hostname and parts.port:
+                found.add(Endpoint(parts.hostname, parts.port))
+    return frozenset(found)
 
 
 def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolation) -> SandboxWorld:
@@ -64,11 +88,18 @@ async def hosted_sandbox(
     port: int | None = None,
     host_ttl_s: float = 30,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
+    refused_endpoints: frozenset[Endpoint] = frozenset(),
 ) -> AsyncIterator[SandboxRegistration]:
     world = build_world(kind, workdir, seats, isolation)
     try:
         app = build_sandbox_app(
-            world, kind=kind, name=name, seats=seats, key=key, hosts=answering_hosts(host)
+            world,
+            kind=kind,
+            name=name,
+            seats=seats,
+            key=key,
+            hosts=answering_hosts(host),
+            refused_endpoints=refused_endpoints,
         )
         async with serving(app, host, port) as url:
             registration = SandboxRegistration(kind=kind, name=name, address=url, seats=seats)

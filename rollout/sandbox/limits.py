@@ -1,9 +1,9 @@
 """What a jailed command may use: per-process rlimits, and a cgroup capping a jail's processes and memory together.
 
 Contract:
-- `JailLimits` is one record per kind of jail (`SHELL_LIMITS` for a `shell` sandbox's commands, `COMMAND_LIMITS`
-  for a command seat's process tree; a grader may make its own). Every field is checked once, where the record
-  is made (`ValueError` names it).
+- `JailLimits` (rollout.isolation) has one default per kind of jail: `SHELL_LIMITS` for a `shell` sandbox's
+  commands, `COMMAND_LIMITS` for a command seat's process tree; a grader makes its own, and an environment's
+  `SandboxSpec.limits` replaces a sandbox kind's for its claims.
 - `apply_rlimits(limits, nproc)` runs in the child between fork and exec (nothing but system calls):
   RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU from `limits`, and RLIMIT_NPROC `nproc`, soft and hard (a
   command cannot raise them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so the
@@ -22,36 +22,11 @@ import os
 import resource
 import signal
 import time
-from dataclasses import dataclass, fields
 from pathlib import Path
 
-MiB = 1024 * 1024
-GiB = 1024 * MiB
+from rollout.isolation import GiB, JailLimits
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
-
-
-@dataclass(frozen=True)
-class JailLimits:
-    """What every command of one jail may use. Sizes in bytes, times in seconds."""
-
-    processes: int = 256  # tasks (threads count) of the whole jail at once
-    memory_bytes: int = 2 * GiB  # resident memory of the whole jail (cgroup; root only), tmpfs pages included
-    address_space_bytes: int = 8 * GiB  # virtual memory of each process (RLIMIT_AS)
-    file_bytes: int = 256 * MiB  # the largest file a process may write (RLIMIT_FSIZE)
-    open_files: int = 1024  # per process (RLIMIT_NOFILE)
-    cpu_s: int = 600  # CPU seconds of each process (RLIMIT_CPU)
-    disk_bytes: int = 1 * GiB  # the working directory's size (a tmpfs of this size; root only)
-    tmp_bytes: int = 256 * MiB  # the jail's private /tmp (and /dev/shm)
-
-    def __post_init__(self) -> None:
-        for field in fields(self):
-            value = getattr(self, field.name)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"sandbox limit {field.name} must be a positive integer, not {value!r}")
-        if self.processes < 8:
-            raise ValueError(
-                f"sandbox limit processes must be at least 8 (a shell and its pipeline), not {self.processes}"
-            )
 
 
 SHELL_LIMITS = JailLimits()

@@ -1,9 +1,11 @@
 """Inside a command seat's jail: the jail's one way out, and the command it runs.
 
-Run as `python -I -S relay.py PORT SOCKET -- COMMAND...` on the bare interpreter (it imports the standard library
-only, and nothing of rollout: the jail has neither). It listens on 127.0.0.1:PORT of the jail's own loopback and
-pumps every connection's bytes both ways to the Unix socket SOCKET, where the runner's seat proxy (outside the
-jail, rollout.sandbox.seat_proxy) lets through only the seat's own gateway routes. It runs COMMAND (stdin empty,
+Run as `python -I -S relay.py PORT SOCKET [PORT SOCKET ...] -- COMMAND...` on the bare interpreter (it imports the
+standard library only, and nothing of rollout: the jail has neither). For each pair it listens on 127.0.0.1:PORT
+of the jail's own loopback and pumps every connection's bytes both ways to the Unix socket SOCKET, where a
+process outside the jail decides what that reaches: a seat proxy (rollout.sandbox.seat_proxy) lets through only
+the seat's own gateway routes, an endpoint bridge (rollout.sandbox.endpoint_bridge) one declared `host:port`.
+It runs COMMAND (stdin empty,
 stdout and stderr its own) and exits with its exit code, 128 + N for a signal N. It is the jail's first process:
 when it exits, the PID namespace ends, and whatever the command left running ends with it.
 """
@@ -49,12 +51,14 @@ def _serve(listener: socket.socket, path: str) -> None:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 4 or argv[2] != "--":
-        print("usage: relay.py PORT SOCKET -- COMMAND...", file=sys.stderr)
+    pairs = argv[: argv.index("--")] if "--" in argv else []
+    command = argv[len(pairs) + 1 :]
+    if not pairs or len(pairs) % 2 or not command:
+        print("usage: relay.py PORT SOCKET [PORT SOCKET ...] -- COMMAND...", file=sys.stderr)
         return 2
-    port, path, command = int(argv[0]), argv[1], argv[3:]
-    listener = socket.create_server(("127.0.0.1", port), backlog=64)
-    threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
+    for port, path in zip(pairs[::2], pairs[1::2], strict=True):
+        listener = socket.create_server(("127.0.0.1", int(port)), backlog=64)
+        threading.Thread(target=_serve, args=(listener, path), daemon=True).start()
     try:
         code = subprocess.call(command, stdin=subprocess.DEVNULL)
     except OSError as error:

@@ -7,7 +7,7 @@ Contract:
   command's `program` (rollout.sandbox.programs), the `readable` paths an environment declares, and nothing else
   of this machine. On leaving, every process of the jail is killed and the workspace removed.
 - Isolation `bwrap`: the jail has no network but its own loopback, where the seat's gateway is at `base_url`
-  (`http://127.0.0.1:PORT`): the jail's first process (rollout.sandbox.relay, on this interpreter's own install)
+  (`http://127.0.0.1:PORT`): the jail's first process (rollout.sandbox.relay, rollout.sandbox.relay_folder)
   pumps that port to a Unix socket of the runner's (rollout.sandbox.seat_proxy) that forwards only the routes of
   the seat `token` names to `gateway_url`. Isolation `none` runs the command unjailed (a person chose it), and
   `base_url` is `gateway_url` itself.
@@ -22,7 +22,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import sys
 import tempfile
 import urllib.parse
 import uuid
@@ -33,10 +32,10 @@ from typing import Literal
 
 from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation as Isolation
-from rollout.sandbox import relay
 from rollout.sandbox.jail import BASE_ENV, Jail, jail_uid
 from rollout.sandbox.limits import COMMAND_LIMITS, JailLimits
 from rollout.sandbox.programs import ProgramInstall, program_install
+from rollout.sandbox.relay_folder import RelayFolder
 from rollout.sandbox.seat_proxy import seat_proxy
 from rollout.sandbox.workspace import Workspace
 
@@ -48,12 +47,8 @@ def agent_workdir() -> Path:
     return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / "agents" / uuid.uuid4().hex[:16]
 
 
-def base_interpreter() -> str:
-    """This interpreter's own install, not its virtual environment's: the relay needs the standard library only."""
-    return str(getattr(sys, "_base_executable", sys.executable))
-
-
-def _inside_port(gateway_url: str) -> int:
+def inside_port(gateway_url: str) -> int:
+    """The gateway's port on a jail's loopback: its own, unless that is privileged (the jail has no capability)."""
     port = urllib.parse.urlsplit(gateway_url).port
     return port if port is not None and port >= 1024 else DEFAULT_PORT
 
@@ -112,29 +107,23 @@ async def seat_jail(
     install = program_install(program, search_path or os.environ.get("PATH", BASE_ENV["PATH"]))
     folder = agent_workdir()
     bwrap = isolation is Isolation.bwrap
-    relay_folder = folder.with_name(f"{folder.name}-relay")
+    relays = RelayFolder.create(folder.with_name(f"{folder.name}-relay")) if bwrap else None
     paths: list[Path] = [*install.readable, *map(Path, readable)]
     relay_argv: tuple[str, ...] = ()
     base_url = gateway_url.rstrip("/")
-    if bwrap:
-        interpreter = base_interpreter()  # the relay runs on the bare interpreter
-        python = program_install(interpreter, BASE_ENV["PATH"])
-        relay_folder.mkdir(parents=True, mode=0o755)
-        relay_folder.chmod(0o755)  # whatever the umask: the jail's uid reads the relay and reaches the socket
-        shutil.copyfile(relay.__file__, relay_folder / "relay.py")
-        paths += [*python.readable, relay_folder]
-        port = _inside_port(gateway_url)
-        relay_argv = (interpreter, "-I", "-S", str(relay_folder / "relay.py"), str(port))
-        relay_argv += (str(relay_folder / "gateway.sock"), "--")
+    if relays is not None:
+        paths += relays.readable
+        port = inside_port(gateway_url)
+        relay_argv = relays.argv([(port, "gateway.sock")])
         base_url = f"http://127.0.0.1:{port}"
     workspace = Workspace(folder, disk_bytes=limits.disk_bytes, owner=jail_uid())
     try:
         jail = Jail(workspace, limits=limits, readable=paths, isolation=isolation)
         try:
             async with contextlib.AsyncExitStack() as stack:
-                if bwrap:
+                if relays is not None:
                     await stack.enter_async_context(
-                        seat_proxy(relay_folder / "gateway.sock", gateway_url, f"/s/{token}/", owner=jail.uid)
+                        seat_proxy(relays.socket("gateway.sock"), gateway_url, f"/s/{token}/", owner=jail.uid)
                     )
                 yield SeatJail(jail, install, base_url, relay_argv)
         finally:
@@ -143,4 +132,5 @@ async def seat_jail(
         workspace.clear()
         workspace.close()
         shutil.rmtree(folder, ignore_errors=True)
-        shutil.rmtree(relay_folder, ignore_errors=True)
+        if relays is not None:
+            relays.remove()

@@ -7,11 +7,15 @@ Contract:
   claims is said). A request whose `Host` is not one this server answers to (`hosts`), or that carries an `Origin` (a
   web page's), is refused with 403 before anything else: a page in a browser on this machine cannot reach it,
   not even by DNS rebinding. Bodies must be JSON objects.
-- `POST /open {epoch, holder}` starts a claim: a newer epoch resets the world and becomes current; the current
-  epoch again is a no-op (a retried open); an older one is refused with 409. Epochs come from the ledger lease,
+- `POST /open {epoch, holder, limits?, network?}` starts a claim: a newer epoch resets the world and becomes
+  current; the current epoch again is a no-op (a retried open); an older one is refused with 409. A kind that
+  runs agents' commands is first configured with the claim's `limits` (rollout.isolation.JailLimits as JSON)
+  and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when the network names one of
+  `refused_endpoints` (the stack's own services, on any name of loopback), or when the kind runs no commands. Epochs come from the ledger lease,
   so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
   be brought up for the new epoch answers 503, and the epoch does not change.
-- `POST /act {epoch, holder, seat, action}` acts for a seat under the current epoch (409 otherwise, and when a newer
+- `POST /act {epoch, holder, seat, action, gateway?}` acts for a seat under the current epoch (`gateway`: the
+  seat's own gateway routes, for a claim whose network names `gateway`) (409 otherwise, and when a newer
   claim's reset killed the action; 400 for a seat out of range or an action the world rejects, with the reason;
   503 when the world is lost for this claim).
 - `GET /health` answers the kind, name and seats: never the current epoch or holder.
@@ -20,16 +24,17 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import Any, Protocol, cast
 
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rollout.isolation import Endpoint, JailLimits, SandboxNetwork
 from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.keys import claim_secret, same_secret
-from rollout.sandbox.world import SandboxWorld, SandboxWorldLost
+from rollout.sandbox.world import JsonObject, SandboxWorld, SandboxWorldLost
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -63,6 +68,49 @@ async def _body(request: Request) -> dict[str, Any] | None:
     return body if isinstance(body, dict) and isinstance(body.get("epoch"), int) else None
 
 
+class CommandWorld(SandboxWorld, Protocol):
+    """A kind that runs agents' commands (`runs_agent_commands`): configured per claim, acted on with a gateway."""
+
+    async def configure(self, limits: JailLimits | None, network: SandboxNetwork) -> None: ...
+
+    async def act(self, seat: int, action: JsonObject, *, gateway: str = "") -> JsonObject: ...
+
+
+def loopback_alias(host: str) -> str:
+    """`host`, with every name of this machine's loopback (and the unspecified address) as one."""
+    lowered = host.lower().strip("[]")
+    if lowered in LOOPBACK_HOSTS or lowered == "0.0.0.0" or lowered.startswith("127."):
+        return "loopback"
+    return lowered
+
+
+def _claim_jail(
+    body: dict[str, Any], world: SandboxWorld, refused: frozenset[Endpoint]
+) -> tuple[JailLimits | None, SandboxNetwork] | None:
+    """The limits and network an `/open` names for a world that runs agents' commands (None for another kind);
+    ValueError for what is malformed, names a stack's service, or asks a kind that runs no commands."""
+    named = "limits" in body or "network" in body
+    if not getattr(world, "runs_agent_commands", False):
+        if named:
+            raise ValueError(
+                "this sandbox kind runs no agents' commands: `limits` and `network` do not apply"
+            )
+        return None
+    limits = JailLimits.from_json(body["limits"]) if body.get("limits") is not None else None
+    listed = body.get("network", [])
+    if not isinstance(listed, list):
+        raise ValueError("`network` is a list of `gateway` and `host:port`")
+    network = SandboxNetwork.parse(listed)
+    stack = {(loopback_alias(e.host), e.port) for e in refused}
+    for endpoint in network.endpoints:
+        if (loopback_alias(endpoint.host), endpoint.port) in stack:
+            raise ValueError(
+                f"a sandbox's network may not reach {endpoint}: it is one of the stack's own services (the "
+                "ledger, Temporal, an engine, the gateway or the dashboard); use `gateway` to reach a seat's model"
+            )
+    return limits, network
+
+
 def build_sandbox_app(
     world: SandboxWorld,
     *,
@@ -71,9 +119,10 @@ def build_sandbox_app(
     seats: int,
     key: bytes,
     hosts: frozenset[str] | None = None,
+    refused_endpoints: frozenset[Endpoint] = frozenset(),
 ) -> Starlette:
     """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers to
-    (loopback's by default)."""
+    (loopback's by default), `refused_endpoints` what no claim's network may name (the stack's own services)."""
     claims = _Claims()
     answers_to = {host.lower() for host in hosts or LOOPBACK_HOSTS}
 
@@ -97,6 +146,10 @@ def build_sandbox_app(
         expected = claim_secret(key, kind, name, epoch, holder)
         if not same_secret(given, expected):
             return _error(403, "that is not the secret of this claim")
+        try:
+            jail = _claim_jail(body, world, refused_endpoints)
+        except ValueError as error:
+            return _error(400, str(error))
         async with claims.lock:
             if epoch < claims.epoch:
                 return _error(
@@ -104,6 +157,8 @@ def build_sandbox_app(
                 )
             if epoch > claims.epoch:
                 try:
+                    if jail is not None:
+                        await cast(CommandWorld, world).configure(*jail)
                     await world.reset()
                 except SandboxWorldLost as error:
                     return _error(503, str(error))
@@ -133,8 +188,12 @@ def build_sandbox_app(
         seat = body["seat"]
         if not 0 <= seat < seats:
             return _error(400, f"seat {seat} is out of range: this sandbox has seats 0..{seats - 1}")
+        gateway = body.get("gateway")
         try:
-            result = await world.act(seat, body["action"])
+            if isinstance(gateway, str) and getattr(world, "runs_agent_commands", False):
+                result = await cast(CommandWorld, world).act(seat, body["action"], gateway=gateway)
+            else:
+                result = await world.act(seat, body["action"])
         except ValueError as error:
             return _error(400, str(error))
         except SandboxWorldLost as error:

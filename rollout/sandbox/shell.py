@@ -10,22 +10,36 @@ Contract:
 - Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
   whole tree is killed, `timed_out` is true and `exit_code` is null. Output beyond `MAX_OUTPUT_BYTES` is dropped
   (the command keeps running to its end) and `truncated` is true. What it may use is `limits` (`SHELL_LIMITS`).
+- `configure(limits, network)` (before a claim's `reset()`; the sandbox server calls it with the claim's
+  environment's `SandboxSpec`) sets what that claim's commands may use (`limits`, the kind's own when None) and
+  reach (rollout.isolation.SandboxNetwork; nothing by default). Each endpoint `host:port` is at
+  `127.0.0.1:port` in the jail (rollout.sandbox.endpoint_bridge); with `gateway`, an act that names its seat's
+  gateway (`{base}/s/{token}`) reaches that seat's routes and no other's (rollout.sandbox.seat_proxy), at the
+  URL the command finds in `ROLLOUT_GATEWAY_URL` (`OPENAI_BASE_URL` is its `/v1`).
 - `SHELL_TOOL` is the tool an agent drives it with; `shell_result_text` renders a result for the model.
 """
 
 from __future__ import annotations
 
+import contextlib
+import re
 from pathlib import Path
 
 from rollout.contracts import ToolSpec
+from rollout.isolation import JailLimits, SandboxNetwork
+from rollout.sandbox.endpoint_bridge import endpoint_bridge
 from rollout.sandbox.jail import Isolation, Jail, jail_uid
-from rollout.sandbox.limits import SHELL_LIMITS, JailLimits
+from rollout.sandbox.limits import SHELL_LIMITS
+from rollout.sandbox.relay_folder import RelayFolder
+from rollout.sandbox.seat_jail import inside_port
+from rollout.sandbox.seat_proxy import seat_proxy
 from rollout.sandbox.workspace import Workspace
 from rollout.sandbox.world import JsonObject
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 120.0
 MAX_OUTPUT_BYTES = 16 * 1024
+_SEAT_URL = re.compile(r"^(http://[A-Za-z0-9.:\[\]-]+)/s/([A-Za-z0-9_-]+)$")
 
 SHELL_TOOL = ToolSpec(
     name="shell",
@@ -65,18 +79,68 @@ class ShellWorld:
         limits: JailLimits = SHELL_LIMITS,
     ) -> None:
         self.seats = seats
+        self.kind_limits = limits
+        self.network = SandboxNetwork()
         self.workspace = Workspace(workdir, disk_bytes=limits.disk_bytes, owner=jail_uid())
         self.jail = Jail(self.workspace, limits=limits, isolation=isolation)
+        self._relays: RelayFolder | None = None
+        self._bridges = (
+            contextlib.AsyncExitStack()
+        )  # the endpoints' bridges, for as long as the network holds
+        self._gateways = contextlib.AsyncExitStack()  # the seats' gateway proxies, for one claim
+        self._gateway_of: dict[int, str] = {}
 
     @property
     def workdir(self) -> Path:
         return self.workspace.path
 
+    async def configure(self, limits: JailLimits | None, network: SandboxNetwork) -> None:
+        """What the next claim's commands may use and reach (its environment's `SandboxSpec`; the kind's own
+        limits when None). Called before that claim's `reset()`."""
+        limits = limits or self.kind_limits
+        if limits == self.jail.limits and network == self.network:
+            return
+        isolation = self.jail.isolation
+        await self._close_network()
+        await self.jail.close()
+        self.workspace.disk_bytes = limits.disk_bytes  # the reset's fresh tmpfs has the new size
+        self.network = network
+        readable: tuple[Path, ...] = ()
+        if isolation is Isolation.bwrap and not network.none:
+            self._relays = RelayFolder.create(
+                self.workspace.path.with_name(f"{self.workspace.path.name}-relay")
+            )
+            readable = self._relays.readable
+            for endpoint in network.endpoints:
+                socket = self._relays.socket(f"port-{endpoint.port}.sock")
+                await self._bridges.enter_async_context(endpoint_bridge(socket, endpoint, owner=jail_uid()))
+        self.jail = Jail(self.workspace, limits=limits, readable=readable, isolation=isolation)
+
     async def reset(self) -> None:
         await self.jail.kill_all()
+        await self._gateways.aclose()
+        self._gateway_of.clear()
         self.workspace.clear()
 
-    async def act(self, seat: int, action: JsonObject) -> JsonObject:
+    async def _reach_gateway(self, seat: int, gateway: str) -> tuple[int, dict[str, str]]:
+        """The inside port of `seat`'s own gateway routes (`gateway`: `{base}/s/{token}`) and its variables."""
+        match = _SEAT_URL.match(gateway)
+        if match is None:
+            raise ValueError("a seat's gateway is `http://host:port/s/TOKEN`")
+        base, token = match.group(1), match.group(2)
+        if self._relays is None:  # unjailed: the command reaches the gateway itself
+            port, url = 0, gateway
+        else:
+            port = inside_port(base)
+            if self._gateway_of.get(seat) != gateway:
+                socket = self._relays.socket(f"gateway-{seat}.sock")
+                proxy = seat_proxy(socket, base, f"/s/{token}/", owner=jail_uid())
+                await self._gateways.enter_async_context(proxy)
+                self._gateway_of[seat] = gateway
+            url = f"http://127.0.0.1:{port}/s/{token}"
+        return port, {"ROLLOUT_GATEWAY_URL": url, "OPENAI_BASE_URL": f"{url}/v1"}
+
+    async def act(self, seat: int, action: JsonObject, *, gateway: str = "") -> JsonObject:
         command = action.get("command")
         if not isinstance(command, str) or not command.strip():
             raise ValueError("a shell action needs a non-empty 'command' string")
@@ -86,11 +150,19 @@ class ShellWorld:
         ):
             raise ValueError(f"'timeout_s' must be a positive number of seconds (at most {MAX_TIMEOUT_S:g})")
         timeout_s = min(float(timeout or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        env = {"ROLLOUT_SANDBOX_SEAT": str(seat)}
+        pairs = [(e.port, f"port-{e.port}.sock") for e in self.network.endpoints]
+        if self.network.gateway and gateway:
+            port, variables = await self._reach_gateway(seat, gateway)
+            env |= variables
+            if port:
+                pairs.append((port, f"gateway-{seat}.sock"))
+        relay = self._relays.argv(pairs) if self._relays is not None else ()
         done = await self.jail.run(
-            ["bash", "-c", command],
+            [*relay, "bash", "-c", command],
             timeout_s=timeout_s,
             max_output_bytes=MAX_OUTPUT_BYTES,
-            env={"ROLLOUT_SANDBOX_SEAT": str(seat)},
+            env=env,
         )
         return {
             "exit_code": done.exit_code,
@@ -99,6 +171,15 @@ class ShellWorld:
             "timed_out": done.timed_out,
         }
 
+    async def _close_network(self) -> None:
+        await self._gateways.aclose()
+        self._gateway_of.clear()
+        await self._bridges.aclose()
+        if self._relays is not None:
+            self._relays.remove()
+            self._relays = None
+
     async def close(self) -> None:
         await self.jail.close()
+        await self._close_network()
         self.workspace.close()

@@ -41,6 +41,8 @@ class SandboxNeed:
     seats: int
     wait_s: float = 300.0
     ttl_s: float = 60.0
+    limits: dict[str, int] | None = None  # the environment's JailLimits, as JSON (None: the kind's own)
+    network: list[str] = field(default_factory=list[str])  # SandboxNetwork.entries() ([]: none)
 
 
 @dataclass

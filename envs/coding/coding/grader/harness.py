@@ -49,9 +49,8 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
-from rollout.isolation import SandboxIsolation
+from rollout.isolation import JailLimits, SandboxIsolation
 from rollout.sandbox.jail import Jail, jail_uid
-from rollout.sandbox.limits import JailLimits
 from rollout.sandbox.workspace import Workspace
 
 PER_TEST_S = 5.0

@@ -1,0 +1,127 @@
+"""An environment's `SandboxSpec.limits` and `SandboxSpec.network`, through a real sandbox server's `/open`: a claim's
+commands get that environment's limits and reach exactly what it declared (a `host:port`, its own seat's gateway
+routes) and nothing else; the next claim without them is back to none; a network naming the stack's own service
+is refused."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import shlex
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from rollout.environment import SandboxSpec
+from rollout.isolation import Endpoint, JailLimits, MiB
+from rollout.net import free_port, serving
+from rollout.sandbox.client import SandboxActionError, SandboxClient
+from rollout.sandbox.server import build_sandbox_app
+from rollout.sandbox.shell import ShellWorld
+from tests.sandboxutil import SANDBOX_KEY, claimed_seat
+
+FETCH = """import os, sys, urllib.request, urllib.error
+url = sys.argv[1].replace("GATEWAY", os.environ.get("ROLLOUT_GATEWAY_URL", "http://127.0.0.1:1"))
+try:
+    print(urllib.request.urlopen(url, timeout=5).read().decode())
+except urllib.error.HTTPError as error:
+    print(error.code, error.read().decode())
+except OSError as error:
+    print("unreachable", error)
+"""
+
+
+def _fetch(url: str) -> str:
+    return f"python3 -c {shlex.quote(FETCH)} {shlex.quote(url)}"
+
+
+def _connect(port: int) -> str:
+    return f"exec 3<>/dev/tcp/127.0.0.1/{port} && echo ping >&3 && head -n1 <&3"
+
+
+async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    writer.write(b"echo " + await reader.readline())
+    await writer.drain()
+    writer.close()
+
+
+def _gateway() -> Starlette:
+    async def answer(request: Request) -> JSONResponse:
+        return JSONResponse({"path": request.url.path})
+
+    return Starlette(routes=[Route("/{path:path}", answer)])
+
+
+def test_a_bad_network_fails_where_the_environment_is_defined() -> None:
+    for wrong in ("everything", ("gateway", "db:99999"), ("a:1", "b:1"), ("http://x:1",)):
+        with pytest.raises(ValueError, match="network"):
+            SandboxSpec("shell", network=wrong)
+    spec = SandboxSpec("shell", network=("gateway", "DB.local:5432"))
+    assert spec.access.gateway and spec.access.entries() == ["gateway", "db.local:5432"]
+
+
+async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_declared(tmp_path: Path) -> None:
+    world = ShellWorld(tmp_path / "box", seats=2)
+    ledger_port = free_port()
+    app = build_sandbox_app(
+        world,
+        kind="shell",
+        name="net",
+        seats=2,
+        key=SANDBOX_KEY,
+        refused_endpoints=frozenset({Endpoint("127.0.0.1", ledger_port)}),
+    )
+    echo = await asyncio.start_server(_echo, "127.0.0.1", 0)
+    echo_port = echo.sockets[0].getsockname()[1]
+    closed_port = free_port()  # nothing listens: not declared, not reachable either way
+    small = JailLimits(file_bytes=1 * MiB, processes=64)
+    try:
+        async with serving(app) as url, serving(_gateway()) as gateway:
+            first = [
+                replace(
+                    claimed_seat(url, "shell", "net", epoch=1, seat=seat, holder="first"),
+                    gateway_url=f"{gateway}/s/seat-{seat}",
+                )
+                for seat in (0, 1)
+            ]
+            async with SandboxClient(first[0]) as zero, SandboxClient(first[1]) as one:
+                with pytest.raises(SandboxActionError, match="stack's own services"):
+                    await zero.open(network=[f"localhost:{ledger_port}"])
+                await zero.open(limits=small.as_json(), network=["gateway", f"127.0.0.1:{echo_port}"])
+
+                limits = await zero.act({"command": "ulimit -f; head -c 2M /dev/zero > big; echo $?"})
+                assert limits["output"].split()[0] == "1024", "the environment's file size limit, in KiB"
+                assert limits["output"].split()[-1] != "0", "a file over it cannot be written"
+                reached = await zero.act({"command": _connect(echo_port)})
+                assert reached["output"] == "echo ping\n", "the declared host:port is on the jail's loopback"
+                assert (await zero.act({"command": _connect(closed_port)}))["exit_code"] != 0
+                own = await zero.act({"command": _fetch("GATEWAY/v1/models")})
+                assert '"/s/seat-0/v1/models"' in own["output"], own
+                other = await one.act({"command": _fetch("GATEWAY/v1/models")})
+                assert '"/s/seat-1/v1/models"' in other["output"], "each seat reaches its own routes"
+                escape = await zero.act({"command": _fetch("GATEWAY/../../operator/seats")})
+                assert escape["output"].startswith("403"), escape
+                gateway_port = int(gateway.rsplit(":", 1)[1])
+                operator = await zero.act(
+                    {"command": _fetch(f"http://127.0.0.1:{gateway_port}/operator/seats")}
+                )
+                assert operator["output"].startswith("403") or "unreachable" in operator["output"], operator
+
+            second = claimed_seat(url, "shell", "net", epoch=2, seat=0, holder="second")
+            async with SandboxClient(second) as later:
+                await later.open()
+                assert (await later.act({"command": _connect(echo_port)}))["exit_code"] != 0, (
+                    "a claim that declares no network reaches nothing"
+                )
+                default = await later.act({"command": "ulimit -f"})
+                assert default["output"].strip() == str(JailLimits().file_bytes // 1024)
+    finally:
+        echo.close()
+        with contextlib.suppress(Exception):
+            await echo.wait_closed()
+        await world.close()
