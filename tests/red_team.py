@@ -12,7 +12,8 @@ An attack's command exits 0 only if it got through. The attacks that would harm 
 rlimits in force (`in_force`); otherwise they are answered "skipped". The test writes what to attack (paths,
 ports, pids of its stack) to `TARGETS` first. Each agent's metrics: `attack/NAME` (1 blocked, 0 through, -1
 skipped), `in_force`, and for the shell agent `reset_cleared` (the claim's workspace held nothing of the last
-episode's when it began) and the grade's `tests_passed`.
+episode's when it began), `file_limit_kib` (the RLIMIT_FSIZE its probe saw: the environment's own
+`SHELL_FILE_LIMIT`) and the grade's `tests_passed`.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from coding.tasks import task_named
 from rollout.contracts import Message, ToolCall
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
 from rollout.harness import CommandOutcome, CommandSetup, End, Observation, RunContext, Task
+from rollout.isolation import JailLimits, MiB
 from rollout.sandbox import SandboxClient
 
 TARGETS = Path(tempfile.gettempdir()) / "rollout-red-team.json"
@@ -39,6 +41,7 @@ KIND = "shell#red-team"
 SEAT_FAILURE = Path(tempfile.gettempdir()) / "rollout-red-team-seat.log"
 AGENT_SCRIPT = str(Path(__file__).with_name("red_team_agent.py"))
 HARMFUL = frozenset({"signal-a-host-process", "fork-bomb", "write-10-gb"})
+SHELL_FILE_LIMIT = JailLimits(file_bytes=64 * MiB)
 DONE = "ATTACK-DONE"  # appended to every attack's answer: how the scripted policy counts where it is
 PROBE = "echo \"pid=$$ nproc=$(ulimit -u) fsize=$(ulimit -f) cwd=$PWD files=$(ls -A | tr '\\n' ,)\""
 
@@ -166,6 +169,7 @@ class RedTeamShell(ShellCoding):
         self.results: dict[str, float] = {}
         self.seen_in_force = False
         self.reset_cleared = 0.0
+        self.file_limit_kib = 0.0
 
     async def _tool_result(self, box: SandboxClient, call: ToolCall) -> str:
         command = str(json.loads(call.arguments or "{}").get("command", ""))
@@ -177,6 +181,8 @@ class RedTeamShell(ShellCoding):
         answer = await super()._tool_result(box, call)
         if attack == "in-force":
             self.seen_in_force = in_force(answer)
+            fsize = re.search(r"fsize=(\d+)", answer)
+            self.file_limit_kib = float(fsize.group(1)) if fsize else 0.0
             files = re.search(r"files=(\S*)", answer)
             self.reset_cleared = float(
                 files is not None and set(files.group(1).strip(",").split(",")) <= {"bounds.py", "tests.py"}
@@ -193,6 +199,7 @@ class RedTeamShell(ShellCoding):
                 **self.results,
                 "in_force": float(self.seen_in_force),
                 "reset_cleared": self.reset_cleared,
+                "file_limit_kib": self.file_limit_kib,
             }
             return replace(answered, metrics=metrics)
         return answered
@@ -244,7 +251,8 @@ environment = Environment(
     ),
     group_size=2,
     max_turns=60,
-    sandbox=SandboxSpec(KIND, seats=2, wait_s=300),
+    # Limits of its own: the shell agent's probe shows they reached its jail through the runner's claim.
+    sandbox=SandboxSpec(KIND, seats=2, wait_s=300, limits=SHELL_FILE_LIMIT),
     replayable=False,
 )
 

@@ -32,7 +32,7 @@ from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus
 from tests.cluster import Cluster
-from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, TARGETS, attacks
+from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SHELL_FILE_LIMIT, TARGETS, attacks
 
 pytestmark = pytest.mark.slow
 
@@ -112,6 +112,9 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
                 assert seen["in_force"] == 1.0, f"{agent} saw its jail in force: {seen} {failure}"
                 through = [name for name in names if seen[f"attack/{name}"] != 1.0]
                 assert not through, f"{agent}: these attacks got through or were skipped: {through}"
+            assert metrics["shell"]["file_limit_kib"] == SHELL_FILE_LIMIT.file_bytes // 1024, (
+                "the environment's SandboxSpec.limits reached the jail"
+            )
             assert rewards["shell"] <= HONEST_REWARD and metrics["shell"]["tests_passed"] == 0.0, (
                 "the forged solution earned nothing"
             )
