@@ -98,6 +98,8 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
                     name = path.split("?")[0] or "runs"
                     await page.screenshot(path=str(SCREENSHOTS / f"{name}.png"), full_page=True)
                 await page.goto(f"{url}/?run={loop.run}")
+                recorded = "Agents' commands jailed (bubblewrap), as its runner recorded."
+                await page.get_by_text(recorded).first.wait_for(state="visible", timeout=60_000)
                 pause = page.get_by_role("button", name="Pause")
                 await pause.wait_for(timeout=60_000)
                 await pause.click()

@@ -139,7 +139,13 @@ class RunnerActivities:
 
     @activity.defn(name=runner_stubs.create_run.__name__)
     async def create_run(self, run: RunInput) -> None:
-        settings = {"max_lag": run.max_lag, "paused": False, **run.settings}
+        # This runner's isolation is the run's record of how its agents' commands were confined.
+        settings = {
+            "max_lag": run.max_lag,
+            "paused": False,
+            **run.settings,
+            "sandbox.isolation": self.isolation.value,
+        }
         payload = {"run": run.run, "environment": run.environment, "settings": settings}
         await self.ledger.append_one(run_stream(run.run), NewEvent("created", Kind.RUN_CREATED, payload))
 

@@ -1,5 +1,5 @@
-"""The Runs view: every run with its state, settings, episodes/s and steps (a page of 100, newest first); one
-run's per-step curves and its controls.
+"""The Runs view: every run with its state, settings, how its agents' commands were confined (in words), episodes/s
+and steps (a page of 100, newest first); one run's per-step curves and its controls.
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
 sample size, clipped fraction, mismatch KL) and step time. Pause, resume and max_lag go through the run's
@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.isolation import SandboxIsolation, said
 from rollout.ledger.queries import RunRow, count_runs, find_run, list_runs, run_progress
 from rollout.ledger.views import EpisodeRate, episode_rate, run_activity, run_steps
 
@@ -59,6 +60,7 @@ def render(monitor: Monitor) -> None:
             "episodes/s": round(activity[r.run][0].per_second, 2),
             "steps": activity[r.run][1],
             "max_lag": r.settings.get("max_lag"),
+            "agents' commands": _isolation(r.settings),
             "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         }
         for r in runs
@@ -76,6 +78,14 @@ def render(monitor: Monitor) -> None:
         return
     st.query_params["run"] = chosen
     show_run(monitor, chosen)
+
+
+def _isolation(settings: dict[str, Any]) -> str:
+    """How a run's agents' commands were confined, in words (runs created before it was recorded say so)."""
+    try:
+        return said(SandboxIsolation(str(settings["sandbox.isolation"])))
+    except (KeyError, ValueError):
+        return "isolation not recorded"
 
 
 def show_run(monitor: Monitor, run: str) -> None:
@@ -98,6 +108,7 @@ def show_run(monitor: Monitor, run: str) -> None:
     columns[2].metric("failed", progress.episodes_failed)
     columns[3].metric("episodes/s", f"{rate.per_second:.2f}")
     columns[4].metric("steps", sum(p.checkpoints for p in progress.policies.values()))
+    st.caption(_isolation(row.settings).capitalize() + ", as its runner recorded.")
     if url := monitor.workflow_url(f"run/{run}"):
         st.markdown(f"[The run's workflow in the Temporal web UI]({url})")
     with st.expander("settings"):
