@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.minecraft import processes_in_session, rss_mb
+from benchmarks.minecraft import processes_in_session, rss_mb, session_of
 from rollout.net import serving
 from rollout.sandbox import SandboxClient, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError, SandboxLost
@@ -68,6 +68,15 @@ async def test_bots_see_each_other_and_each_claim_gets_a_fresh_world(
             assert view["name"] == BOT_NAMES[seat]
             others = {player["name"] for player in view["players"]}
             assert others == set(BOT_NAMES[:SEATS]) - {BOT_NAMES[seat]}, f"{view['name']} sees {others}"
+        assert world.sidecar is not None
+        node = world.sidecar.world_pid()
+        for namespace in ("pid", "net", "mnt"):
+            assert os.readlink(f"/proc/{node}/ns/{namespace}") != os.readlink(f"/proc/self/ns/{namespace}"), (
+                f"the world's Node process runs in a {namespace} namespace of its own (its jail)"
+            )
+        mountinfo = await asyncio.to_thread(Path(f"/proc/{node}/mountinfo").read_text)
+        mounts = {line.split()[4]: line.split()[5] for line in mountinfo.splitlines()}
+        assert mounts[str(minecraft_home)].startswith("ro"), "the world reads its packages, read-only"
         ground = views[0]["ground_y"]
         gold, above = [0, ground + 1, 0], [0, ground + 2, 0]
         await first[0].act({"op": "setup", "blocks": [{"name": "gold_block", "at": gold}]})
@@ -194,7 +203,8 @@ async def test_four_bots_acting_for_a_while_leak_no_processes_or_memory(
         clients = seats(url, 1)
         await clients[0].open()
         assert world.sidecar is not None
-        pid = world.sidecar.pid
+        pid = world.sidecar.world_pid()  # the Node process, in its jail
+        assert pid != world.sidecar.pid, "the world runs in a jail, below its own processes"
         ground = (await clients[0].act({"op": "observe"}))["ground_y"]
         for seat, client in enumerate(clients):
             await client.act(
@@ -203,12 +213,15 @@ async def test_four_bots_acting_for_a_while_leak_no_processes_or_memory(
         counts = [0] * SEATS
         warm = time.monotonic() + min(15.0, SOAK_S / 3)
         await asyncio.gather(*(_act_randomly(s, c, ground, warm, counts) for s, c in enumerate(clients)))
-        warmed_rss, processes = rss_mb(pid), processes_in_session(pid)
+        warmed_rss, processes = rss_mb(pid), processes_in_session(session_of(pid))
         end = time.monotonic() + SOAK_S
         await asyncio.gather(*(_act_randomly(s, c, ground, end, counts) for s, c in enumerate(clients)))
         final_rss = rss_mb(pid)
         assert min(counts) > 10, f"the bots barely acted: {counts}"
-        assert processes_in_session(pid) == processes == 1, "the world runs one process, and spawns none"
+        # Node, and at most the jail's own init beside it in the session the jail made.
+        assert processes_in_session(session_of(pid)) == processes <= 2, (
+            "the world runs one process, spawns none"
+        )
         assert final_rss - warmed_rss < SOAK_RSS_GROWTH_MB, (
             f"the world grew {final_rss - warmed_rss:.0f} MB in {SOAK_S:g}s ({warmed_rss:.0f} → {final_rss:.0f})"
         )

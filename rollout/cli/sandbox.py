@@ -48,7 +48,7 @@ def serve(
     from rollout.sandbox import load_kind
     from rollout.sandbox.claims import SandboxNameTaken
     from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir, stack_endpoints
-    from rollout.sandbox.world import SandboxSetupError, UnknownSandboxKind
+    from rollout.sandbox.world import SandboxSetupError, UnknownSandboxKind, jailed
 
     settings = load_settings(overrides)
     as_service(settings)
@@ -61,8 +61,8 @@ def serve(
         factory = load_kind(kind)
     except UnknownSandboxKind as error:
         fail(str(error), code=2)
-    if getattr(factory, "runs_agent_commands", False):
-        refuse_without_jail(settings, f"the {kind!r} sandbox runs the commands agents choose")
+    if jailed(factory):
+        refuse_without_jail(settings, f"the {kind!r} sandbox runs what its agents drive")
     if kind.partition("#")[0] in INSTALLABLE:
         # Before the event loop: the first install (npm) takes a while, and Ctrl-C must still stop it.
         from rollout.sandbox.minecraft.install import ensure_installed, minecraft_home

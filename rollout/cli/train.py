@@ -305,15 +305,16 @@ def register(app: typer.Typer) -> None:
 
 
 def _runs_agent_commands(environment: Environment) -> bool:
-    """Whether an environment's episodes run what its agents choose: a command seat, or a sandbox kind that does."""
+    """Whether an environment's episodes run what its agents drive in a jail: a command seat, or a sandbox kind
+    that is jailed (a shell's commands, a Minecraft world)."""
     from rollout.sandbox import load_kind
-    from rollout.sandbox.world import UnknownSandboxKind
+    from rollout.sandbox.world import UnknownSandboxKind, jailed
 
     if any(agent.command for agent in environment.agents):
         return True
     if environment.sandbox is None:
         return False
     try:
-        return bool(getattr(load_kind(environment.sandbox.kind), "runs_agent_commands", False))
+        return jailed(load_kind(environment.sandbox.kind))
     except UnknownSandboxKind:
         return False  # its sandboxes fail to start, and say why

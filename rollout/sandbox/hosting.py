@@ -1,8 +1,8 @@
 """Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block runs.
 
 `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
-closed when hosting ends (a kind that runs a server process stops it there). A kind that runs what agents
-choose (`runs_agent_commands`) is built with the host's `isolation` (rollout.sandbox.jail). The server proves
+closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in a
+jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation` (rollout.sandbox.jail). The server proves
 claims with `key` (rollout.sandbox.keys) and answers to loopback names, and to the names of `host` when it
 listens beyond loopback.
 No claim's network may name `refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine,
@@ -30,7 +30,7 @@ from rollout.ledger import Ledger
 from rollout.net import reachable_host, serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
 from rollout.sandbox.server import LOOPBACK_HOSTS, build_sandbox_app
-from rollout.sandbox.world import SandboxWorld, load_kind
+from rollout.sandbox.world import SandboxWorld, jailed, load_kind
 
 
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:
@@ -60,7 +60,7 @@ def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:
 
 def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolation) -> SandboxWorld:
     factory = load_kind(kind)
-    if getattr(factory, "runs_agent_commands", False):
+    if jailed(factory):
         return factory(workdir, seats, isolation=isolation)
     return factory(workdir, seats)
 

@@ -1,8 +1,10 @@
 """What a sandbox kind implements: a world with seats, reset for each claim, acted on by seat.
 
 Contract:
-- A kind is a factory `(workdir, seats) -> SandboxWorld`. A kind that runs commands agents choose says so
-  (`runs_agent_commands = True`) and takes `isolation=` too: it runs them in a jail (rollout.sandbox.jail). `shell` is built in; any other kind is named by a
+- A kind is a factory `(workdir, seats) -> SandboxWorld`. A kind that runs anything in a jail
+  (rollout.sandbox.jail) says so (`jailed = True`, `jailed(factory)`) and takes `isolation=` too; one that runs
+  the commands agents choose says that as well (`runs_agent_commands = True`: it is configured per claim, see
+  rollout.sandbox.server). `shell` and `minecraft` are built in; any other kind is named by a
   reference `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`).
   A `#suffix` names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
 - `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
@@ -49,6 +51,11 @@ class SandboxSetupError(RuntimeError):
 
 class SandboxWorldLost(RuntimeError):
     """The world is gone for the current claim: nothing more can be done in it until the next claim resets it."""
+
+
+def jailed(factory: object) -> bool:
+    """Whether a kind runs something in a jail, and so takes the host's `isolation=`."""
+    return bool(getattr(factory, "jailed", False) or getattr(factory, "runs_agent_commands", False))
 
 
 def load_kind(kind: str) -> SandboxKind:

@@ -1,17 +1,20 @@
 """The Python end of one world's Node sidecar (`sidecar.mjs`: a flying-squid server and one bot per seat).
 
 Contract:
-- `Sidecar.start(installation, names, workdir)` starts the Node process in a session of its own (its log in
-  `workdir/world.log`, its pid in `workdir/world.pid`), connects to it over a Unix socket and returns once every bot has spawned (`ready`:
-  how long the server took to listen and the bots to join, the ground's height). A world that is not up within
-  `READY_TIMEOUT_S` is stopped and `WorldLost` raised with the tail of its log; a start that fails or is cancelled
-  leaves no process or socket behind.
+- `Sidecar.start(installation, names, jail)` starts the Node process in `jail` (rollout.sandbox.jail: read-only
+  packages, no network but its own loopback, where the server listens and the bots join it), its log in the
+  jail's workspace (`world.log`), and connects to it over a Unix socket in that workspace, the world's only way
+  in or out. It returns once every bot has spawned (`ready`: how long the server took to listen and the bots to
+  join, the ground's height). `pid` is the process whose end is the world's (the jail's); `world_pid()` is the
+  Node process itself, on this machine. A world that is not up within `READY_TIMEOUT_S` is stopped and
+  `WorldLost` raised with the tail of its log; a start that fails or is cancelled leaves no process or socket
+  behind.
 - `request(seat, op, args)` sends one request and answers its result; requests from many seats are in flight
   at once. An op the world refuses raises `ValueError` with the world's reason, and so does one it does not
   answer within `REQUEST_TIMEOUT_S` (the world goes on).
 - The world is lost when its process ends or its socket closes (it was killed, it crashed): every pending and
   later request raises `WorldLost`. Nothing restarts it: the owner starts a new one (a new claim, a new world).
-- `close()` kills the process group and removes the socket; the sidecar also exits by itself when its socket
+- `close()` kills the jail's process and removes the socket; the sidecar also exits by itself when its socket
   closes, so a world never outlives the process that owns it.
 """
 
@@ -24,6 +27,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
@@ -31,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.net import free_port
+from rollout.sandbox.jail import Jail
 from rollout.sandbox.minecraft.install import Installation
 from rollout.sandbox.world import SandboxWorldLost
 
@@ -52,7 +57,7 @@ class Ready:
 class Sidecar:
     def __init__(
         self,
-        process: asyncio.subprocess.Process,
+        process: subprocess.Popen[bytes],
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         socket_dir: Path,
@@ -70,28 +75,22 @@ class Sidecar:
         self.ready: Ready | None = None
 
     @classmethod
-    async def start(cls, installation: Installation, names: list[str], workdir: Path) -> Sidecar:
+    async def start(cls, installation: Installation, names: list[str], jail: Jail) -> Sidecar:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        socket_dir = await asyncio.to_thread(_make_dirs, workdir)
-        socket = socket_dir / "world.sock"
-        config = {"home": str(installation.home), "port": free_port(), "names": names, "socket": str(socket)}
-        log = workdir / "world.log"
-        process: asyncio.subprocess.Process | None = None
+        workspace = jail.workspace.path
+        socket_dir = await asyncio.to_thread(_short_way_to, workspace)
+        # Relative to the jail's working directory: the same file, whichever path each side knows it by.
+        config = {"home": str(installation.home), "port": free_port(), "names": names, "socket": "world.sock"}
+        log = workspace / "world.log"
+        process: subprocess.Popen[bytes] | None = None
         writer: asyncio.StreamWriter | None = None
         try:
-            with log.open("ab") as out:
-                process = await asyncio.create_subprocess_exec(
-                    str(installation.node),
-                    str(installation.sidecar),
-                    json.dumps(config),
-                    cwd=workdir,
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=out,
-                    stderr=out,
-                    start_new_session=True,
-                )
-            await asyncio.to_thread((workdir / "world.pid").write_text, str(process.pid))
-            reader, writer = await cls._connect(process, socket, deadline)
+            command = [str(installation.node), str(installation.sidecar), json.dumps(config)]
+            process = jail.spawn(["/bin/sh", "-c", 'exec "$0" "$@" </dev/null >>world.log 2>&1', *command])
+            for pipe in (process.stdin, process.stdout):
+                if pipe is not None:
+                    pipe.close()
+            reader, writer = await cls._connect(process, socket_dir / "world" / "world.sock", deadline)
             line = await asyncio.wait_for(reader.readline(), max(deadline - time.monotonic(), 0.1))
             answer = json.loads(line) if line else {}
             if not isinstance(answer, dict) or not answer.get("ready"):
@@ -113,10 +112,10 @@ class Sidecar:
 
     @staticmethod
     async def _connect(
-        process: asyncio.subprocess.Process, socket: Path, deadline: float
+        process: subprocess.Popen[bytes], socket: Path, deadline: float
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         while True:
-            if process.returncode is not None:
+            if process.poll() is not None:
                 raise WorldLost(f"the Minecraft world exited with {process.returncode} before it listened")
             with contextlib.suppress(FileNotFoundError, ConnectionRefusedError):
                 return await asyncio.open_unix_connection(str(socket), limit=16 * 1024 * 1024)
@@ -127,6 +126,10 @@ class Sidecar:
     @property
     def pid(self) -> int:
         return self.process.pid
+
+    def world_pid(self) -> int:
+        """The Node process on this machine (in its jail, a child of the jail's own processes)."""
+        return _node_in(self.process.pid)
 
     @property
     def lost(self) -> str | None:
@@ -185,17 +188,41 @@ class Sidecar:
         with contextlib.suppress(OSError):
             self._writer.close()
         _kill(self.process)
-        with contextlib.suppress(ProcessLookupError):
-            await self.process.wait()
+        await asyncio.to_thread(self.process.wait)
         shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
-def _make_dirs(workdir: Path) -> Path:
-    workdir.mkdir(parents=True, exist_ok=True)
-    return Path(tempfile.mkdtemp(prefix="rollout-mc-"))  # short: a socket's path has about 100 bytes
+def _short_way_to(workspace: Path) -> Path:
+    """A folder with a short path whose `world` links to `workspace`: a socket's path has about 100 bytes."""
+    folder = Path(tempfile.mkdtemp(prefix="rollout-mc-"))
+    (folder / "world").symlink_to(workspace)
+    return folder
 
 
-def _kill(process: asyncio.subprocess.Process) -> None:
+def _children() -> dict[int, list[int]]:
+    found: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parent = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        found.setdefault(parent, []).append(int(stat.parent.name))
+    return found
+
+
+def _node_in(pid: int) -> int:
+    """The first `node` process of `pid`'s tree (`pid` itself when unjailed), else `pid`."""
+    children, waiting = _children(), [pid]
+    while waiting:
+        each = waiting.pop(0)
+        with contextlib.suppress(OSError):
+            if Path(f"/proc/{each}/comm").read_text().strip() == "node":
+                return each
+        waiting += children.get(each, [])
+    return pid
+
+
+def _kill(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
 
