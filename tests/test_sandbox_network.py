@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import shlex
+import socket
 from dataclasses import replace
 from pathlib import Path
 
@@ -34,6 +35,14 @@ except urllib.error.HTTPError as error:
 except OSError as error:
     print("unreachable", error)
 """
+
+
+# Finds its own gateway socket in its relay's command line, then tries the seat beside it.
+SIBLING = (
+    "own=$(cat /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -m1 'gateway-0.sock'); echo own=$own; "
+    "other=${own%gateway-0.sock}gateway-1.sock; python3 -c 'import socket, sys; "
+    's = socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); print("connected")\' "$other"'
+)
 
 
 def _fetch(url: str) -> str:
@@ -90,8 +99,9 @@ async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_dec
                 for seat in (0, 1)
             ]
             async with SandboxClient(first[0]) as zero, SandboxClient(first[1]) as one:
-                with pytest.raises(SandboxActionError, match="stack's own services"):
-                    await zero.open(network=[f"localhost:{ledger_port}"])
+                for alias in ("localhost", "127.0.1.1", socket.gethostname()):
+                    with pytest.raises(SandboxActionError, match="stack's own services"):
+                        await zero.open(network=[f"{alias}:{ledger_port}"])
                 await zero.open(limits=small.as_json(), network=["gateway", f"127.0.0.1:{echo_port}"])
 
                 limits = await zero.act({"command": "ulimit -f; head -c 2M /dev/zero > big; echo $?"})
@@ -104,6 +114,9 @@ async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_dec
                 assert '"/s/seat-0/v1/models"' in own["output"], own
                 other = await one.act({"command": _fetch("GATEWAY/v1/models")})
                 assert '"/s/seat-1/v1/models"' in other["output"], "each seat reaches its own routes"
+                # Seat 1's proxy socket is beside seat 0's on this machine: seat 0's jail holds only its own.
+                sibling = await zero.act({"command": SIBLING})
+                assert "own=/" in sibling["output"] and "connected" not in sibling["output"], sibling
                 escape = await zero.act({"command": _fetch("GATEWAY/../../operator/seats")})
                 assert escape["output"].startswith("403"), escape
                 gateway_port = int(gateway.rsplit(":", 1)[1])

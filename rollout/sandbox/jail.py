@@ -202,11 +202,13 @@ class Jail:
         """Where the workspace is, as its commands see it."""
         return INSIDE if self.isolation is Isolation.bwrap else str(self.workspace.path)
 
-    def _argv(self, command: Sequence[str], cwd: str) -> list[str]:
+    def _argv(self, command: Sequence[str], cwd: str, binds: Sequence[Path] = ()) -> list[str]:
+        extra = [argument for path in binds for argument in ("--ro-bind", str(path), str(path))]
         return [
             _bwrap(),
             *_namespaces(),
             *_root_filesystem(list(zip(self._sources, self.readable, strict=True)), self.limits.tmp_bytes),
+            *extra,
             "--bind",
             str(self.workspace.path),
             INSIDE,
@@ -244,16 +246,18 @@ class Jail:
         keep: Literal["head", "tail"] = "head",
         env: Mapping[str, str] = {},
         cwd: str = "",
+        binds: Sequence[Path] = (),
     ) -> ProcessOutcome:
         """Run `command` in the jail, in `cwd` (a folder of the workspace; its top by default); see the module's
-        contract. Cancelling the caller kills the command."""
+        contract. `binds`: more paths this command alone reads, read-only at the same path (the caller makes
+        them reachable by the jail's uid). Cancelling the caller kills the command."""
         if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         environment = {**BASE_ENV, "HOME": self.inside, **env}
         bwrap = self.isolation is Isolation.bwrap
         running = asyncio.create_task(
             run_bounded(
-                self._argv(command, cwd) if bwrap else list(command),
+                self._argv(command, cwd, binds) if bwrap else list(command),
                 cwd="/" if bwrap else self.workspace.path / cwd,  # bubblewrap enters the workspace itself
                 env=environment,
                 inherit=False,

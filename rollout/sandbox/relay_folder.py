@@ -3,7 +3,9 @@
 Contract:
 - `RelayFolder.create(folder)` makes `folder` (mode 0755, whatever the umask: the jail's uid reads the relay and
   reaches the sockets; each socket is 0600 and the jail's own) and copies rollout.sandbox.relay into it.
-  `readable` is what a jail must be able to read to run it (the bare interpreter's install, and the folder);
+  `readable` is what a jail must be able to read to run it (the bare interpreter's install, and the folder); a
+  jail whose commands must not share the folder's sockets reads `interpreter` only, and each command `binds`
+  the relay and its own sockets;
   `argv(pairs)` is the command prefix that runs a jailed command behind the relay, each (port, socket name) pair
   a port of the jail's loopback pumped to that socket of the folder. `remove()` deletes the folder.
 - The relay runs on this interpreter's own install, not its virtual environment's: it needs the standard
@@ -31,16 +33,26 @@ def base_interpreter() -> str:
 @dataclass(frozen=True)
 class RelayFolder:
     folder: Path
-    readable: tuple[Path, ...]
+    interpreter: tuple[Path, ...]  # what runs the relay: the bare interpreter's install
 
     @classmethod
     def create(cls, folder: Path) -> RelayFolder:
-        interpreter = base_interpreter()
-        python = program_install(interpreter, BASE_ENV["PATH"])
+        python = program_install(base_interpreter(), BASE_ENV["PATH"])
         folder.mkdir(parents=True, mode=0o755, exist_ok=True)
         folder.chmod(0o755)
         shutil.copyfile(relay.__file__, folder / "relay.py")
-        return cls(folder, (*python.readable, folder))
+        return cls(folder, python.readable)
+
+    @property
+    def readable(self) -> tuple[Path, ...]:
+        return (*self.interpreter, self.folder)
+
+    def binds(self, pairs: Sequence[tuple[int, str]]) -> tuple[Path, ...]:
+        """What one command behind `argv(pairs)` must read besides `interpreter`: the relay and its own sockets,
+        and none of the folder's others (another seat's, say)."""
+        if not pairs:
+            return ()
+        return (self.folder / "relay.py", *(self.socket(name) for _, name in pairs))
 
     def socket(self, name: str) -> Path:
         return self.folder / name

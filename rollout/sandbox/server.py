@@ -24,6 +24,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import socket
 from typing import Any, Protocol, cast
 
 from starlette.applications import Starlette
@@ -77,9 +78,13 @@ class CommandWorld(SandboxWorld, Protocol):
 
 
 def loopback_alias(host: str) -> str:
-    """`host`, with every name of this machine's loopback (and the unspecified address) as one."""
+    """`host`, with every name of this machine's loopback (the unspecified address and its host name too) as one."""
     lowered = host.lower().strip("[]")
-    if lowered in LOOPBACK_HOSTS or lowered == "0.0.0.0" or lowered.startswith("127."):
+    if (
+        lowered in LOOPBACK_HOSTS
+        or lowered in ("0.0.0.0", socket.gethostname().lower())
+        or lowered.startswith("127.")
+    ):
         return "loopback"
     return lowered
 

@@ -110,7 +110,7 @@ class ShellWorld:
             self._relays = RelayFolder.create(
                 self.workspace.path.with_name(f"{self.workspace.path.name}-relay")
             )
-            readable = self._relays.readable
+            readable = self._relays.interpreter  # each command binds its own sockets, no other seat's
             for endpoint in network.endpoints:
                 socket = self._relays.socket(f"port-{endpoint.port}.sock")
                 await self._bridges.enter_async_context(endpoint_bridge(socket, endpoint, owner=jail_uid()))
@@ -157,12 +157,13 @@ class ShellWorld:
             env |= variables
             if port:
                 pairs.append((port, f"gateway-{seat}.sock"))
-        relay = self._relays.argv(pairs) if self._relays is not None else ()
+        relays = self._relays
         done = await self.jail.run(
-            [*relay, "bash", "-c", command],
+            [*(relays.argv(pairs) if relays else ()), "bash", "-c", command],
             timeout_s=timeout_s,
             max_output_bytes=MAX_OUTPUT_BYTES,
             env=env,
+            binds=relays.binds(pairs) if relays else (),
         )
         return {
             "exit_code": done.exit_code,
