@@ -115,10 +115,11 @@ class SandboxNetwork:
                 gateway = True
                 continue
             host, _, port = entry.rpartition(":")
-            if not _HOST.match(host) or not port.isdigit() or not 1 <= int(port) <= 65535:
+            if not _HOST.match(host) or not port.isdigit() or not 1024 <= int(port) <= 65535:
                 raise ValueError(
                     f"sandbox network entry {entry!r} is not `none`, `gateway` or `host:port` (a host name or "
-                    "IPv4 address, and a port 1-65535)"
+                    "IPv4 address, and a port 1024-65535: the jail, without privileges, binds the same port on "
+                    "its loopback)"
                 )
             if int(port) in ports:
                 raise ValueError(

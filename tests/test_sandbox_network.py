@@ -67,7 +67,13 @@ def _gateway() -> Starlette:
 
 
 def test_a_bad_network_fails_where_the_environment_is_defined() -> None:
-    for wrong in ("everything", ("gateway", "db:99999"), ("a:1", "b:1"), ("http://x:1",)):
+    for wrong in (
+        "everything",
+        ("gateway", "db:99999"),
+        ("db:80",),
+        ("a:2000", "b:2000"),
+        ("http://x:2000",),
+    ):
         with pytest.raises(ValueError, match="network"):
             SandboxSpec("shell", network=wrong)
     spec = SandboxSpec("shell", network=("gateway", "DB.local:5432"))
@@ -99,7 +105,7 @@ async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_dec
                 for seat in (0, 1)
             ]
             async with SandboxClient(first[0]) as zero, SandboxClient(first[1]) as one:
-                for alias in ("localhost", "127.0.1.1", socket.gethostname()):
+                for alias in ("localhost", "127.0.1.1", "2130706433", "0", socket.gethostname()):
                     with pytest.raises(SandboxActionError, match="stack's own services"):
                         await zero.open(network=[f"{alias}:{ledger_port}"])
                 await zero.open(limits=small.as_json(), network=["gateway", f"127.0.0.1:{echo_port}"])

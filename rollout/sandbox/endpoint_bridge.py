@@ -5,7 +5,8 @@ Contract:
   `owner`, the jail's uid, when run by root) while the context is open: each connection is pumped both ways to a
   TCP connection to `endpoint`, opened for it; one that cannot be opened is closed at once. It reaches that
   endpoint and no other: the jail's relay (rollout.sandbox.relay) listens on the endpoint's port of the jail's
-  loopback and pumps to this socket. Which endpoints a claim may name is the sandbox server's to check.
+  loopback and pumps to this socket. Which endpoints a claim may name is the sandbox server's to check. On
+  leaving, every connection still open is closed with it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,12 @@ async def _pump(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> Non
 
 @contextlib.asynccontextmanager
 async def endpoint_bridge(socket_path: Path, endpoint: Endpoint, *, owner: int) -> AsyncIterator[None]:
+    open_now: set[asyncio.Task[None]] = set()
+
     async def connected(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        if (task := asyncio.current_task()) is not None:
+            open_now.add(task)
+            task.add_done_callback(open_now.discard)
         try:
             upstream_reader, upstream_writer = await asyncio.wait_for(
                 asyncio.open_connection(endpoint.host, endpoint.port), timeout=30
@@ -58,6 +64,9 @@ async def endpoint_bridge(socket_path: Path, endpoint: Endpoint, *, owner: int) 
         yield
     finally:
         server.close()
+        for task in list(open_now):  # a connection whose far end never closes ends with the bridge
+            task.cancel()
+        await asyncio.gather(*open_now, return_exceptions=True)
         with contextlib.suppress(Exception):
             await asyncio.wait_for(server.wait_closed(), timeout=5)
         with contextlib.suppress(FileNotFoundError):

@@ -10,8 +10,10 @@ Contract:
 - `POST /open {epoch, holder, limits?, network?}` starts a claim: a newer epoch resets the world and becomes
   current; the current epoch again is a no-op (a retried open); an older one is refused with 409. A kind that
   runs agents' commands is first configured with the claim's `limits` (rollout.isolation.JailLimits as JSON)
-  and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when the network names one of
-  `refused_endpoints` (the stack's own services, on any name of loopback), or when the kind runs no commands. Epochs come from the ledger lease,
+  and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when an endpoint leads to one of
+  `refused_endpoints` (the stack's own services: names are resolved and their addresses compared, every
+  loopback address and this machine's name as one), when it does not resolve, or when the kind runs no
+  commands. While a newer claim resets the world, every act is refused (409): none starts in the next claim. Epochs come from the ledger lease,
   so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
   be brought up for the new epoch answers 503, and the epoch does not change.
 - `POST /act {epoch, holder, seat, action, gateway?}` acts for a seat under the current epoch (`gateway`: the
@@ -24,6 +26,8 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import ipaddress
 import socket
 from typing import Any, Protocol, cast
 
@@ -45,6 +49,7 @@ class _Claims:
         self.epoch = 0
         self.holder = ""
         self.lock = asyncio.Lock()
+        self.changing = False  # a newer claim is resetting the world: no act starts meanwhile
 
 
 def _bearer(request: Request) -> str:
@@ -77,23 +82,33 @@ class CommandWorld(SandboxWorld, Protocol):
     async def act(self, seat: int, action: JsonObject, *, gateway: str = "") -> JsonObject: ...
 
 
-def loopback_alias(host: str) -> str:
-    """`host`, with every name of this machine's loopback (the unspecified address and its host name too) as one."""
-    lowered = host.lower().strip("[]")
-    if (
-        lowered in LOOPBACK_HOSTS
-        or lowered in ("0.0.0.0", socket.gethostname().lower())
-        or lowered.startswith("127.")
-    ):
-        return "loopback"
-    return lowered
+def _is_loopback(address: str) -> bool:
+    with contextlib.suppress(ValueError):
+        return ipaddress.ip_address(address.split("%", 1)[0]).is_loopback
+    return False
 
 
-def _claim_jail(
+async def _addresses(host: str, port: int) -> set[str]:
+    """Where `host` leads: its addresses (every loopback one, and this machine's own name's, as `loopback`)."""
+    try:
+        found = await asyncio.wait_for(
+            asyncio.to_thread(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM), timeout=10
+        )
+    except (OSError, TimeoutError):
+        return set()
+    own = {host.lower() for host in (socket.gethostname(), "0.0.0.0", "::")}
+    addresses = {str(entry[4][0]) for entry in found}
+    return {"loopback" if _is_loopback(a) or a in own else a for a in addresses} | (
+        {"loopback"} if host.lower() in own else set()
+    )
+
+
+async def _claim_jail(
     body: dict[str, Any], world: SandboxWorld, refused: frozenset[Endpoint]
 ) -> tuple[JailLimits | None, SandboxNetwork] | None:
     """The limits and network an `/open` names for a world that runs agents' commands (None for another kind);
-    ValueError for what is malformed, names a stack's service, or asks a kind that runs no commands."""
+    ValueError for what is malformed, leads to a stack's service (by any name: the addresses are compared), or
+    asks a kind that runs no commands."""
     named = "limits" in body or "network" in body
     if not getattr(world, "runs_agent_commands", False):
         if named:
@@ -106,9 +121,14 @@ def _claim_jail(
     if not isinstance(listed, list):
         raise ValueError("`network` is a list of `gateway` and `host:port`")
     network = SandboxNetwork.parse(listed)
-    stack = {(loopback_alias(e.host), e.port) for e in refused}
+    stack: set[tuple[str, int]] = set()
+    for service in refused if network.endpoints else ():
+        stack |= {(address, service.port) for address in await _addresses(service.host, service.port)}
     for endpoint in network.endpoints:
-        if (loopback_alias(endpoint.host), endpoint.port) in stack:
+        addresses = await _addresses(endpoint.host, endpoint.port)
+        if not addresses:
+            raise ValueError(f"a sandbox's network names {endpoint}, which does not resolve here")
+        if any((address, endpoint.port) in stack for address in addresses):
             raise ValueError(
                 f"a sandbox's network may not reach {endpoint}: it is one of the stack's own services (the "
                 "ledger, Temporal, an engine, the gateway or the dashboard); use `gateway` to reach a seat's model"
@@ -152,7 +172,7 @@ def build_sandbox_app(
         if not same_secret(given, expected):
             return _error(403, "that is not the secret of this claim")
         try:
-            jail = _claim_jail(body, world, refused_endpoints)
+            jail = await _claim_jail(body, world, refused_endpoints)
         except ValueError as error:
             return _error(400, str(error))
         async with claims.lock:
@@ -161,12 +181,15 @@ def build_sandbox_app(
                     409, f"claim epoch {epoch} is superseded by epoch {claims.epoch} ({claims.holder})"
                 )
             if epoch > claims.epoch:
+                claims.changing = True
                 try:
                     if jail is not None:
                         await cast(CommandWorld, world).configure(*jail)
                     await world.reset()
                 except SandboxWorldLost as error:
                     return _error(503, str(error))
+                finally:
+                    claims.changing = False
                 claims.epoch, claims.holder = epoch, holder
         return JSONResponse({"epoch": claims.epoch, "holder": claims.holder, "seats": seats})
 
@@ -186,7 +209,7 @@ def build_sandbox_app(
             return _error(400, "send JSON {epoch: int, holder: str, seat: int, action: object}")
         if not same_secret(given, claim_secret(key, kind, name, body["epoch"], body.get("holder", ""))):
             return _error(403, "that is not the secret of this claim")
-        if body["epoch"] != claims.epoch:
+        if body["epoch"] != claims.epoch or claims.changing:
             return _error(
                 409, f"claim epoch {body['epoch']} is not the sandbox's current epoch {claims.epoch}"
             )

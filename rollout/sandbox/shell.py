@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import re
 from pathlib import Path
@@ -28,13 +29,13 @@ from pathlib import Path
 from rollout.contracts import ToolSpec
 from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.sandbox.endpoint_bridge import endpoint_bridge
-from rollout.sandbox.jail import Isolation, Jail, jail_uid
+from rollout.sandbox.jail import CommandKilled, Isolation, Jail, jail_uid
 from rollout.sandbox.limits import SHELL_LIMITS
 from rollout.sandbox.relay_folder import RelayFolder
 from rollout.sandbox.seat_jail import inside_port
 from rollout.sandbox.seat_proxy import seat_proxy
 from rollout.sandbox.workspace import Workspace
-from rollout.sandbox.world import JsonObject
+from rollout.sandbox.world import JsonObject, SandboxWorldLost
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 120.0
@@ -84,11 +85,12 @@ class ShellWorld:
         self.workspace = Workspace(workdir, disk_bytes=limits.disk_bytes, owner=jail_uid())
         self.jail = Jail(self.workspace, limits=limits, isolation=isolation)
         self._relays: RelayFolder | None = None
-        self._bridges = (
-            contextlib.AsyncExitStack()
-        )  # the endpoints' bridges, for as long as the network holds
-        self._gateways = contextlib.AsyncExitStack()  # the seats' gateway proxies, for one claim
-        self._gateway_of: dict[int, str] = {}
+        # The endpoints' bridges, for as long as the network holds.
+        self._bridges = contextlib.AsyncExitStack()
+        self._gateways: dict[int, tuple[str, contextlib.AsyncExitStack]] = {}  # seat: its proxy, one claim's
+        self._gateway_locks: dict[int, asyncio.Lock] = {}
+        # Bumped as a claim changes: an act that began before must not start a command after the reset's kill.
+        self._generation = 0
 
     @property
     def workdir(self) -> Path:
@@ -97,30 +99,45 @@ class ShellWorld:
     async def configure(self, limits: JailLimits | None, network: SandboxNetwork) -> None:
         """What the next claim's commands may use and reach (its environment's `SandboxSpec`; the kind's own
         limits when None). Called before that claim's `reset()`."""
+        self._generation += 1
         limits = limits or self.kind_limits
         if limits == self.jail.limits and network == self.network:
             return
         isolation = self.jail.isolation
-        await self._close_network()
         await self.jail.close()
-        self.workspace.disk_bytes = limits.disk_bytes  # the reset's fresh tmpfs has the new size
-        self.network = network
-        readable: tuple[Path, ...] = ()
-        if isolation is Isolation.bwrap and not network.none:
-            self._relays = RelayFolder.create(
-                self.workspace.path.with_name(f"{self.workspace.path.name}-relay")
-            )
-            readable = self._relays.interpreter  # each command binds its own sockets, no other seat's
-            for endpoint in network.endpoints:
-                socket = self._relays.socket(f"port-{endpoint.port}.sock")
-                await self._bridges.enter_async_context(endpoint_bridge(socket, endpoint, owner=jail_uid()))
-        self.jail = Jail(self.workspace, limits=limits, readable=readable, isolation=isolation)
+        await self._close_network()
+        try:
+            self.workspace.disk_bytes = limits.disk_bytes  # the reset's fresh tmpfs has the new size
+            self.network = network
+            readable: tuple[Path, ...] = ()
+            if isolation is Isolation.bwrap and not network.none:
+                self._relays = RelayFolder.create(
+                    self.workspace.path.with_name(f"{self.workspace.path.name}-relay")
+                )
+                readable = self._relays.interpreter  # each command binds its own sockets, no other seat's
+                for endpoint in network.endpoints:
+                    socket = self._relays.socket(f"port-{endpoint.port}.sock")
+                    bridge = endpoint_bridge(socket, endpoint, owner=jail_uid())
+                    await self._bridges.enter_async_context(bridge)
+            self.jail = Jail(self.workspace, limits=limits, readable=readable, isolation=isolation)
+        except Exception as error:  # back to the kind's own jail, whole: the claim does not open
+            await self._close_network()
+            self.network = SandboxNetwork()
+            self.workspace.disk_bytes = self.kind_limits.disk_bytes
+            self.jail = Jail(self.workspace, limits=self.kind_limits, isolation=isolation)
+            raise SandboxWorldLost(f"the claim's jail could not be set up: {error}") from error
 
     async def reset(self) -> None:
+        self._generation += 1
         await self.jail.kill_all()
-        await self._gateways.aclose()
-        self._gateway_of.clear()
+        await self._close_gateways()
         self.workspace.clear()
+
+    async def _close_gateways(self) -> None:
+        proxies = list(self._gateways.values())
+        self._gateways.clear()
+        for _, proxy in proxies:
+            await proxy.aclose()
 
     async def _reach_gateway(self, seat: int, gateway: str) -> tuple[int, dict[str, str]]:
         """The inside port of `seat`'s own gateway routes (`gateway`: `{base}/s/{token}`) and its variables."""
@@ -132,11 +149,20 @@ class ShellWorld:
             port, url = 0, gateway
         else:
             port = inside_port(base)
-            if self._gateway_of.get(seat) != gateway:
-                socket = self._relays.socket(f"gateway-{seat}.sock")
-                proxy = seat_proxy(socket, base, f"/s/{token}/", owner=jail_uid())
-                await self._gateways.enter_async_context(proxy)
-                self._gateway_of[seat] = gateway
+            while port in {endpoint.port for endpoint in self.network.endpoints}:
+                port += 1  # the gateway's port in the jail is the environment's endpoint: use the next one
+            async with self._gateway_locks.setdefault(seat, asyncio.Lock()):
+                held = self._gateways.get(seat)
+                if held is None or held[0] != gateway:
+                    if held is not None:  # the seat's gateway changed: the old one's proxy goes
+                        del self._gateways[seat]
+                        await held[1].aclose()
+                    proxy = contextlib.AsyncExitStack()
+                    socket = self._relays.socket(f"gateway-{seat}.sock")
+                    await proxy.enter_async_context(
+                        seat_proxy(socket, base, f"/s/{token}/", owner=jail_uid())
+                    )
+                    self._gateways[seat] = (gateway, proxy)
             url = f"http://127.0.0.1:{port}/s/{token}"
         return port, {"ROLLOUT_GATEWAY_URL": url, "OPENAI_BASE_URL": f"{url}/v1"}
 
@@ -150,6 +176,7 @@ class ShellWorld:
         ):
             raise ValueError(f"'timeout_s' must be a positive number of seconds (at most {MAX_TIMEOUT_S:g})")
         timeout_s = min(float(timeout or DEFAULT_TIMEOUT_S), MAX_TIMEOUT_S)
+        generation = self._generation
         env = {"ROLLOUT_SANDBOX_SEAT": str(seat)}
         pairs = [(e.port, f"port-{e.port}.sock") for e in self.network.endpoints]
         if self.network.gateway and gateway:
@@ -158,6 +185,10 @@ class ShellWorld:
             if port:
                 pairs.append((port, f"gateway-{seat}.sock"))
         relays = self._relays
+        if (
+            generation != self._generation
+        ):  # the claim changed while this act waited: its command never starts
+            raise CommandKilled("the command was not started: its sandbox's claim ended")
         done = await self.jail.run(
             [*(relays.argv(pairs) if relays else ()), "bash", "-c", command],
             timeout_s=timeout_s,
@@ -173,8 +204,7 @@ class ShellWorld:
         }
 
     async def _close_network(self) -> None:
-        await self._gateways.aclose()
-        self._gateway_of.clear()
+        await self._close_gateways()
         await self._bridges.aclose()
         if self._relays is not None:
             self._relays.remove()
