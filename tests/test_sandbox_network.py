@@ -1,7 +1,7 @@
 """An environment's `SandboxSpec.limits` and `SandboxSpec.network`, through a real sandbox server's `/open`: a claim's
 commands get that environment's limits and reach exactly what it declared (a `host:port`, its own seat's gateway
 routes) and nothing else; the next claim without them is back to none; a network naming the stack's own service
-is refused."""
+is refused; an act that waited through the next claim's reset never starts its command."""
 
 from __future__ import annotations
 
@@ -9,8 +9,10 @@ import asyncio
 import contextlib
 import shlex
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from starlette.applications import Starlette
@@ -19,9 +21,11 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rollout.environment import SandboxSpec
-from rollout.isolation import Endpoint, JailLimits, MiB
+from rollout.isolation import Endpoint, JailLimits, MiB, SandboxNetwork
 from rollout.net import free_port, serving
+from rollout.sandbox import shell
 from rollout.sandbox.client import SandboxActionError, SandboxClient
+from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
@@ -143,4 +147,36 @@ async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_dec
         echo.close()
         with contextlib.suppress(Exception):
             await echo.wait_closed()
+        await world.close()
+
+
+async def test_an_act_that_waited_through_a_reset_never_starts_its_command(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    world = ShellWorld(tmp_path / "box", seats=1)
+    await world.configure(None, SandboxNetwork(gateway=True))
+    entered, released = asyncio.Event(), asyncio.Event()
+
+    real_proxy = shell.seat_proxy
+
+    @contextlib.asynccontextmanager
+    async def slow_proxy(*args: Any, **kwargs: Any) -> AsyncIterator[None]:
+        entered.set()  # the act is inside its set-up, past the server's epoch check
+        await released.wait()
+        async with real_proxy(*args, **kwargs):
+            yield
+
+    monkeypatch.setattr(shell, "seat_proxy", slow_proxy)
+    try:
+        acting = asyncio.create_task(
+            world.act(0, {"command": "touch left-by-the-old-claim"}, gateway="http://127.0.0.1:9/s/tok")
+        )
+        await asyncio.wait_for(entered.wait(), 10)
+        await world.reset()  # the next claim's: it kills what runs, and clears the folder
+        released.set()
+        with pytest.raises(CommandKilled):
+            await acting
+        assert list(world.workdir.iterdir()) == [], "nothing of the old claim's act ran in the next claim"
+    finally:
+        released.set()
         await world.close()

@@ -6,7 +6,8 @@ Contract:
   still running (and all they started) and empties it: a claim starts from a clean directory, alone.
 - `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in its own jail and
   answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order. A command
-  killed by `reset()` (its claim was superseded) raises `CommandKilled`.
+  killed by `reset()` (its claim was superseded) raises `CommandKilled`, and so does an act whose command had
+  not started when the next claim's `configure()` or `reset()` began: it never starts.
 - Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
   whole tree is killed, `timed_out` is true and `exit_code` is null. Output beyond `MAX_OUTPUT_BYTES` is dropped
   (the command keeps running to its end) and `truncated` is true. What it may use is `limits` (`SHELL_LIMITS`).
@@ -185,9 +186,8 @@ class ShellWorld:
             if port:
                 pairs.append((port, f"gateway-{seat}.sock"))
         relays = self._relays
-        if (
-            generation != self._generation
-        ):  # the claim changed while this act waited: its command never starts
+        # The claim changed while this act waited: its command never starts.
+        if generation != self._generation:
             raise CommandKilled("the command was not started: its sandbox's claim ended")
         done = await self.jail.run(
             [*(relays.argv(pairs) if relays else ()), "bash", "-c", command],
