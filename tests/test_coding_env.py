@@ -140,11 +140,19 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
 # `clamp` answers what it could find from its jail (the hidden tests, a nonce, another process), which the
 # grader's failure reasons show.
 LOOKER = """
-import os, pathlib
+import os
 seen = []
-for top in ("/", "/tmp", "/sandbox"):
-    seen.extend(str(path) for path in pathlib.Path(top).glob("**/hidden_tests.py"))
-others = [open(f"/proc/{p}/comm").read().strip() for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()]
+# The whole tree the jail shows but the kernel's own views (a walk, not a glob: it has 5 s to import).
+for folder, inside, names in os.walk("/"):
+    if folder == "/":
+        inside[:] = [name for name in inside if name not in ("proc", "sys")]
+    seen.extend(os.path.join(folder, name) for name in names if name == "hidden_tests.py")
+others = []
+for pid in (p for p in os.listdir("/proc") if p.isdigit() and int(p) != os.getpid()):
+    try:
+        others.append(open(f"/proc/{pid}/comm").read().strip())
+    except OSError:  # it ended between the listing and the read: it is not there
+        pass
 environ = open("/proc/self/environ").read()
 seen.append(f"others={others} nonce={'NONCE' in environ}")
 def clamp(value, low, high):
@@ -168,7 +176,7 @@ async def test_a_wrong_solution_cannot_forge_its_grade(tmp_path: Path) -> None:
     )
     reasons = " ".join(seen.failed.values())
     # Alone in its PID namespace (but for bubblewrap's own init), with no secret in its environment.
-    assert "others=['bwrap'] nonce=False" in reasons, reasons
+    assert "others=['bwrap'] nonce=False" in reasons, seen
     assert "hidden_tests.py" not in reasons, "the hidden tests are nowhere in the graded code's jail"
 
 
