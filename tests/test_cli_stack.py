@@ -154,35 +154,3 @@ def test_ledger_tail_prints_a_stream_as_json_lines(stack_settings: Settings, str
 def test_config_show_prints_the_composed_settings_as_json() -> None:
     done = rollout("config", "show", "--json", "services.temporal.ui_port=8300", check=True)
     assert json.loads(done.stdout)["services"]["temporal"]["ui_port"] == 8300
-
-
-def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(
-    tmp_path: Path, models_dir: Path, tiny_qwen3: str
-) -> None:
-    import openai
-
-    overrides = [
-        *isolated_overrides(tmp_path / "data", gateway=True),
-        "services.gateway.model=tiny-qwen3",
-        f"models_dir={models_dir}",
-    ]
-    try:
-        up = services(rollout("up", "--json", *overrides, check=True))
-        assert up["engine"]["healthy"] and up["gateway"]["healthy"] and up["runner"]["healthy"]
-        seat = json.loads(
-            rollout(
-                "seat", "new", "--json", "--gateway-url", up["gateway"]["address"], *overrides, check=True
-            ).stdout
-        )
-        client = openai.OpenAI(base_url=seat["base_url"], api_key=seat["api_key"], max_retries=0)
-        reply = client.chat.completions.create(
-            model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=4
-        )
-        assert reply.usage is not None and reply.usage.completion_tokens > 0
-        assert (
-            services(rollout("up", "--json", *overrides, check=True))["gateway"]["pid"]
-            == up["gateway"]["pid"]
-        )
-    finally:
-        stopped = rollout("down", *overrides, check=True)
-    assert "stopped: runner, gateway, engine, temporal, postgres" in stopped.stdout

@@ -1,0 +1,412 @@
+"""The command line as a user drives it, on one embedded stack that `rollout up` started (real processes, shared
+by this module's tests in order; the last one stops it):
+
+- `up` starts a local engine and the gateway agents use; a seat made with `seat new` samples through it.
+- Evals: bad input is refused with nothing recorded, `rollout train … eval.every=1` scores every checkpoint, a
+  runner SIGKILLed mid-eval changes no score and doubles no turn, and a Temporal Schedule fires, pauses, survives
+  a restart of the Temporal dev server and resumes.
+- Runs: an environment in the user's own folder (its episodes claiming shell sandboxes, which `rollout train`
+  serves) trains on the stack started elsewhere; a runner that cannot import an environment stops `train` before
+  any run exists; `run list` and `run status` show the ledger's numbers mid-run; after `rollout train` and the
+  trainer are SIGKILLed, `rollout run attach` restarts the trainer with the run's recorded settings and finishes
+  the run; `down` stops every service, the sandboxes included.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from rollout.config import Settings, load
+from rollout.ledger import Kind, Ledger
+from rollout.ledger.queries import count_events, run_turns
+from rollout.ledger.streams import run_episodes_stream
+from rollout.sandbox.hosting import sandbox_workdir
+from rollout.stack.processes import read_pid_file
+from tests.stackutil import isolated_overrides
+
+ROLLOUT = str(Path(sys.executable).parent / "rollout")
+
+pytestmark = pytest.mark.slow
+
+SUITE = """
+name: quick
+version: 1
+environments:
+  - environment: arithmetic.environment:environment
+    episodes: {episodes}
+"""
+
+
+# A user's environment, in a folder of its own: every reply earns a reward that varies with its text, so every
+# group of the tiny random model carries signal and every batch trains. Each episode claims a shell sandbox
+# (which `rollout train` serves) and has it say the word.
+MY_ENV = """
+from rollout.contracts import Message
+from rollout.environment import Environment, Generator, SandboxSpec
+from rollout.harness import End, Observation, RunContext, Task
+from rollout.sandbox import SandboxClient
+from rollout.sandbox.hosting import sandbox_workdir
+
+
+class Echo(Task):
+    def __init__(self, parameters: dict[str, str]) -> None:
+        self.word = parameters["word"]
+
+    async def start(self, run: RunContext) -> Observation:
+        assert run.sandbox is not None
+        async with SandboxClient(run.sandbox) as box:
+            said = await box.act({"command": f"echo {self.word}"})
+        return Observation(f"Say {said['output'].strip()}.")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=len(set(reply.text)) / (1 + len(reply.text)))
+
+
+environment = Environment(
+    name="my-env",
+    make_task=lambda parameters, agent: Echo(parameters),
+    source=Generator(lambda rng: {"word": rng.choice(["alpha", "beta", "gamma"])}),
+    group_size=4,
+    max_turns=1,
+    sandbox=SandboxSpec("shell#my-env", wait_s=120),
+)
+"""
+
+# Imports where the command runs, not on a runner: a stand-in for a module or file only the user's shell has.
+RUNNER_CANNOT_IMPORT = """
+import sys
+
+if "worker" in sys.argv:
+    raise ImportError("this environment needs a file that only the user's machine has")
+
+from my_env import environment  # noqa: E402,F401
+"""
+
+
+def rollout(
+    *args: str, cwd: Path, check: bool = True, timeout: float = 300
+) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([ROLLOUT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
+    if check:
+        assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
+    return done
+
+
+@dataclass(frozen=True)
+class UserStack:
+    """The stack this module's tests share: `rollout up` with the gateway, the tiny model and cpu-micro."""
+
+    data: Path
+    overrides: list[str]  # every command's settings: the data directory and the ports
+    settings: Settings
+    started: dict[str, dict[str, Any]]  # `rollout up --json`'s services, by name
+    elsewhere: Path  # where `up` ran: not where any environment lives
+
+
+def runs(overrides: list[str], cwd: Path) -> dict[str, dict[str, Any]]:
+    return {
+        row["run"]: row for row in json.loads(rollout("run", "list", "--json", *overrides, cwd=cwd).stdout)
+    }
+
+
+def episodes_in_ledger(settings: Settings, run: str) -> int:
+    async def count() -> int:
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            return await count_events(ledger, run_episodes_stream(run), Kind.EPISODE_FINISHED)
+
+    return asyncio.run(count())
+
+
+def services(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
+    return {service["name"]: service for service in json.loads(done.stdout)["services"]}
+
+
+@pytest.fixture(scope="module")
+def user_stack(
+    tmp_path_factory: pytest.TempPathFactory, models_dir: Path, tiny_qwen3: str
+) -> Iterator[UserStack]:
+    root = tmp_path_factory.mktemp("user-stack")
+    elsewhere = root / "elsewhere"
+    elsewhere.mkdir()
+    overrides = [
+        *isolated_overrides(root / "data", gateway=True),
+        f"models_dir={models_dir}",
+        "preset=cpu-micro",
+    ]
+    try:
+        started = services(rollout("up", "--json", *overrides, cwd=elsewhere))
+        yield UserStack(root / "data", overrides, load(overrides), started, elsewhere)
+    finally:
+        rollout("down", *overrides, cwd=elsewhere, check=False)
+
+
+def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(user_stack: UserStack) -> None:
+    import openai
+
+    up, overrides, here = user_stack.started, user_stack.overrides, user_stack.elsewhere
+    assert up["engine"]["healthy"] and up["gateway"]["healthy"] and up["runner"]["healthy"]
+    seat = json.loads(
+        rollout(
+            "seat", "new", "--json", "--gateway-url", up["gateway"]["address"], *overrides, cwd=here
+        ).stdout
+    )
+    client = openai.OpenAI(base_url=seat["base_url"], api_key=seat["api_key"], max_retries=0)
+    reply = client.chat.completions.create(
+        model="base", messages=[{"role": "user", "content": "hi"}], max_tokens=4
+    )
+    assert reply.usage is not None and reply.usage.completion_tokens > 0
+    again = services(rollout("up", "--json", *overrides, cwd=here))
+    assert again["gateway"]["pid"] == up["gateway"]["pid"], "up on a running stack starts nothing anew"
+
+
+def ledger_read[T](settings: Settings, read: Callable[[Ledger], Awaitable[T]]) -> T:
+    async def go() -> T:
+        async with await Ledger.connect(settings.ledger_url) as ledger:
+            return await read(ledger)
+
+    return asyncio.run(go())
+
+
+def schedule_row(overrides: list[str], cwd: Path) -> dict[str, Any] | None:
+    rows = json.loads(rollout("eval", "schedules", "list", "--json", *overrides, cwd=cwd).stdout)
+    return rows[0] if rows else None
+
+
+def wait_until(condition: Any, timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        assert time.monotonic() < deadline, what
+        time.sleep(1)
+
+
+@pytest.mark.timeout(1200)
+def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> None:
+    overrides, settings = user_stack.overrides, user_stack.settings
+    (tmp_path / "quick.yaml").write_text(SUITE.format(episodes=4))
+    (tmp_path / "changed.yaml").write_text(SUITE.format(episodes=5))
+    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=10).replace("version: 1", "version: 2"))
+    # Bad input: one paragraph each, exit 1, nothing recorded.
+    for args, said in [
+        (("eval", "run", "nosuch"), "no suite 'nosuch'"),
+        (("eval", "run", "quick.yaml", "--checkpoint", "nosuch/default-step000001"), "no checkpoint"),
+        (("eval", "schedule", "quick.yaml", "--cron", "every minute"), "Temporal refused the schedule"),
+    ]:
+        refused = rollout(*args, *overrides, cwd=tmp_path, check=False)
+        assert refused.returncode == 1 and said in refused.stderr and "Traceback" not in refused.stderr
+    assert json.loads(rollout("eval", "results", "--json", *overrides, cwd=tmp_path).stdout) == []
+    rollout("eval", "register", "quick.yaml", *overrides, cwd=tmp_path)
+    changed = rollout("eval", "register", "changed.yaml", *overrides, cwd=tmp_path, check=False)
+    assert changed.returncode == 1 and "bump its version" in changed.stderr
+
+    # Training scores every checkpoint.
+    trained = rollout(
+        "train",
+        "arithmetic.environment:environment",
+        "--preset",
+        "cpu-micro",
+        "trainer.steps=2",
+        "eval.suite=quick",
+        "eval.every=1",
+        "--run",
+        "trained",
+        "--json",
+        *overrides,
+        cwd=tmp_path,
+        timeout=600,
+    )
+    summary = json.loads(trained.stdout.strip().splitlines()[-1])
+    assert [e["checkpoint"] for e in summary["evals"]] == [
+        "trained/default-step000001",
+        "trained/default-step000002",
+    ], "the run waits for its evals and says their scores"
+    scored = json.loads(rollout("eval", "results", "quick", "--json", *overrides, cwd=tmp_path).stdout)
+    assert sorted(r["checkpoint"] for r in scored) == [
+        "trained/default-step000001",
+        "trained/default-step000002",
+    ]
+    assert all(r["episodes"] == 4 and r["failed"] == 0 for r in scored)
+    gate = rollout(
+        "eval",
+        "compare",
+        "quick",
+        "trained/default-step000001",
+        "latest:trained/default",
+        "--max-drop",
+        "1",
+        *overrides,
+        cwd=tmp_path,
+    )
+    assert "arithmetic" in gate.stdout
+
+    # A runner SIGKILLed mid-eval: the eval finishes, each episode and its turn recorded once.
+    evaluating = subprocess.Popen(
+        [ROLLOUT, "eval", "run", "long.yaml", "--checkpoint", "base", "--json", *overrides],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    eval_run = None
+
+    def some_played() -> bool:
+        nonlocal eval_run
+        runs = ledger_read(settings, lambda ledger: _eval_runs(ledger))
+        eval_run = next((r for r in runs if r.startswith("eval-quick-2-")), None)
+        return eval_run is not None and _finished(settings, eval_run) >= 3
+
+    wait_until(some_played, 300, "the eval played no episode")
+    runner = read_pid_file(user_stack.data / "run" / "runner.pid")
+    assert runner is not None
+    os.kill(runner.pid, signal.SIGKILL)
+    out, errors = evaluating.communicate(timeout=600)
+    assert evaluating.returncode == 0, errors[-3000:]
+    (score,) = json.loads(out.strip().splitlines()[-1])["scores"]
+    assert (score["episodes"], score["failed"]) == (10, 0)
+    played = eval_run
+    assert played is not None and _finished(settings, played) == 10
+    turns = ledger_read(settings, lambda ledger: run_turns(ledger, played))
+    assert len(turns) == 10 and len({t.payload["seat"] for t in turns}) == 10, "one turn per episode"
+    results = json.loads(rollout("eval", "results", "quick@2", "--json", *overrides, cwd=tmp_path).stdout)
+    assert [r["score"] for r in results] == [score["score"]], "one result, the one printed"
+
+    # A schedule fires, pauses, outlives a restart of the Temporal dev server, resumes, and is deleted.
+    rollout("eval", "schedule", "quick@1", "--every", "2", "--checkpoint", "base", *overrides, cwd=tmp_path)
+    wait_until(
+        lambda: (schedule_row(overrides, tmp_path) or {}).get("fired", 0) >= 2, 120, "never fired twice"
+    )
+    (schedule_id,) = [row["schedule"] for row in [schedule_row(overrides, tmp_path)] if row]
+    rollout("eval", "schedules", "pause", schedule_id, *overrides, cwd=tmp_path)
+    fired = (schedule_row(overrides, tmp_path) or {})["fired"]
+    time.sleep(6)
+    assert (schedule_row(overrides, tmp_path) or {})["fired"] == fired, "a paused schedule does not fire"
+    temporal = read_pid_file(user_stack.data / "run" / "temporal.pid")
+    assert temporal is not None
+    os.kill(temporal.pid, signal.SIGKILL)
+    wait_until(
+        lambda: rollout("status", "--json", *overrides, cwd=tmp_path, check=False).returncode == 0,
+        180,
+        "the supervisor did not bring Temporal back",
+    )
+    kept = schedule_row(overrides, tmp_path)
+    assert kept is not None and kept["schedule"] == schedule_id and kept["paused"] is True
+    rollout("eval", "schedules", "resume", schedule_id, *overrides, cwd=tmp_path)
+    wait_until(
+        lambda: (schedule_row(overrides, tmp_path) or {}).get("fired", 0) > fired,
+        120,
+        "no firing after resume",
+    )
+    rollout("eval", "schedules", "delete", schedule_id, *overrides, cwd=tmp_path)
+    assert schedule_row(overrides, tmp_path) is None
+    base = [
+        r
+        for r in json.loads(rollout("eval", "results", "quick@1", "--json", *overrides, cwd=tmp_path).stdout)
+    ]
+    assert [r["checkpoint"] for r in base].count("base") == 1, "every firing found the one result"
+
+
+@pytest.mark.timeout(900)
+def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattached(
+    user_stack: UserStack, tmp_path: Path
+) -> None:
+    project, elsewhere = tmp_path / "project", user_stack.elsewhere
+    project.mkdir()
+    (project / "my_env.py").write_text(MY_ENV)
+    (project / "runner_cannot_import.py").write_text(RUNNER_CANNOT_IMPORT)
+    overrides = user_stack.overrides
+    micro = ["--preset", "cpu-micro", "trainer.steps=3", *overrides]
+    settings = user_stack.settings
+    # A runner that cannot import the environment: one paragraph, no traceback, and no run left behind.
+    refused = rollout(
+        "train", "runner_cannot_import:environment", *micro, "--run", "refused", cwd=project, check=False
+    )
+    assert refused.returncode == 2, refused.stderr
+    assert "a runner cannot load runner_cannot_import:environment" in refused.stderr
+    assert "only the user's machine has" in refused.stderr and "Traceback" not in refused.stderr
+    assert "refused" not in runs(overrides, elsewhere)
+
+    # The user's environment trains from its folder; output is not a terminal, so progress comes as lines.
+    log = (tmp_path / "train.log").open("w")
+    train = subprocess.Popen(
+        [ROLLOUT, "train", "my_env:environment", *micro, "--run", "mine"],
+        cwd=project,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + 300
+    while (row := runs(overrides, elsewhere).get("mine")) is None or row["episodes_finished"] < 1:
+        assert train.poll() is None, (tmp_path / "train.log").read_text()[-3000:]
+        assert time.monotonic() < deadline, "no episode within 5 minutes"
+        time.sleep(1)
+
+    # Mid-run (paused), `run list` and `run status` say what the ledger holds. A pause stops new groups, not
+    # the trainer: a step on groups already played may still land, so they are read until they hold still.
+    rollout("run", "pause", "mine", *overrides, cwd=elsewhere)
+    deadline = time.monotonic() + 120
+    while True:
+        time.sleep(3)  # turns admitted before the pause finish their episodes
+        status = json.loads(rollout("run", "status", "mine", "--json", *overrides, cwd=elsewhere).stdout)
+        listed = runs(overrides, elsewhere)["mine"]
+        again = json.loads(rollout("run", "status", "mine", "--json", *overrides, cwd=elsewhere).stdout)
+        if again == status or time.monotonic() > deadline:
+            break
+    assert status["state"] == "paused" and status["environment"] == "my_env:environment"
+    assert status["episodes_finished"] == episodes_in_ledger(settings, "mine") > 0
+    assert status["max_lag"] == 1 and status["steps"] < 3
+    assert listed["episodes_finished"] == status["episodes_finished"]
+    assert listed["steps"] == status["steps"]
+
+    # The train command and the trainer die; attach resumes the run and restarts the trainer with the run's
+    # recorded settings (tiny-qwen3 with LoRA: a trainer on the defaults would train another model, whose
+    # checkpoints the engine could not serve).
+    train.send_signal(signal.SIGKILL)
+    train.wait()
+    log.close()
+    trainer = read_pid_file(user_stack.data / "run" / "trainer.pid")
+    assert trainer is not None
+    os.kill(trainer.pid, signal.SIGKILL)
+    printed = (tmp_path / "train.log").read_text()
+    assert "run mine: training tiny-qwen3 for 3 steps" in printed
+    assert "episodes played" in printed or "step 1 · reward" in printed  # plain progress lines
+
+    attached = rollout("run", "attach", "mine", "--json", *overrides, cwd=elsewhere, timeout=600)
+    summary = json.loads(attached.stdout.strip().splitlines()[-1])
+    assert summary["steps"] == 3 and set(summary["served"]) == set(summary["checkpoints"])
+    assert summary["episodes"] > 0 and summary["episodes_failed"] == 0
+    assert runs(overrides, elsewhere)["mine"]["state"] == "finished"
+    sandboxes = read_pid_file(user_stack.data / "run" / "sandboxes-shell-my-env.pid")
+    assert sandboxes is not None, "the stack serves the sandboxes the run's episodes claim"
+    data = user_stack.data.resolve()
+    assert sandbox_workdir(data, "shell#my-env", "stack-7").is_dir(), "2 groups of 4: 8"
+    services = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere, check=False).stdout)
+    shown = next(s for s in services["services"] if s["name"] == "sandboxes-shell-my-env")
+    assert shown["healthy"] and shown["detail"].startswith("8 sandbox(es)")
+
+    # The module's last test: `down` stops every service the stack runs, the sandboxes `train` started included.
+    stopped = rollout("down", *overrides, cwd=elsewhere).stdout
+    for service in ("sandboxes-shell-my-env", "runner", "gateway", "engine", "temporal", "postgres"):
+        assert service in stopped, stopped
+    assert read_pid_file(user_stack.data / "run" / "sandboxes-shell-my-env.pid") is None, "down stops them"
+
+
+async def _eval_runs(ledger: Ledger) -> list[str]:
+    from rollout.ledger.queries import list_runs
+
+    return [run.run for run in await list_runs(ledger)]
+
+
+def _finished(settings: Settings, run: str) -> int:
+    return ledger_read(
+        settings, lambda ledger: count_events(ledger, run_episodes_stream(run), Kind.EPISODE_FINISHED)
+    )
