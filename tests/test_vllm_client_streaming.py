@@ -1,6 +1,8 @@
-"""The vLLM client's stream against a fake vLLM server (no GPU here): a small Starlette app that answers
+"""The vLLM client against a fake vLLM server (no GPU here): a small Starlette app that answers
 `/v1/completions` with `stream: true` in vLLM's server-sent event format (chunks of `text_completion` with
-`token_ids` or, as `--return-tokens-as-token-ids` writes them, `token_id:N` tokens; a usage chunk; `[DONE]`)."""
+`token_ids` or, as `--return-tokens-as-token-ids` writes them, `token_id:N` tokens; a usage chunk; `[DONE]`),
+without it in one `text_completion`; with the finish reason it is told (vLLM's `abort` for what it cut short
+when put to sleep), or with an error status (vLLM's 500 once its engine core is dead)."""
 
 from __future__ import annotations
 
@@ -15,7 +17,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
-from rollout.engines.protocol import CheckpointNotServed, EngineError, SampleRequest
+from rollout.engines.protocol import CheckpointNotServed, EngineError, EngineUnavailable, SampleRequest
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.net import serving
 
@@ -26,8 +28,16 @@ LOGPROBS = [-0.5, -1.25, -0.125, -2.0, -0.75, -0.01]
 class FakeVLLM:
     """Streams `IDS` one token per chunk; token k is sent only once `release(k)` let it through."""
 
-    def __init__(self, *, token_ids_field: bool = True, fail_after: int | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        token_ids_field: bool = True,
+        fail_after: int | None = None,
+        finish: str = "stop",
+        status: int = 200,
+    ) -> None:
         self.token_ids_field, self.fail_after = token_ids_field, fail_after
+        self.finish, self.status = finish, status
         self.gates = [asyncio.Event() for _ in IDS]
         self.sent = 0
         self.disconnected = asyncio.Event()
@@ -43,6 +53,22 @@ class FakeVLLM:
             self.bodies.append(body)
             if body["model"] != "base":
                 return JSONResponse({"error": {"message": "no such model", "type": "NotFoundError"}}, 404)
+            if self.status != 200:
+                message = "EngineCore encountered an issue. See stack trace (above) for the root cause."
+                return JSONResponse(
+                    {"error": {"message": message, "type": "InternalServerError"}}, self.status
+                )
+            if not body.get("stream"):
+                choice = {
+                    "index": 0,
+                    "text": "".join(f"t{k}" for k in range(len(IDS))),
+                    "logprobs": {"token_logprobs": LOGPROBS, "tokens": [f"token_id:{t}" for t in IDS]},
+                    "finish_reason": self.finish,
+                    "token_ids": IDS,
+                }
+                return JSONResponse(
+                    {"id": "cmpl-1", "object": "text_completion", "model": "base", "choices": [choice]}
+                )
 
             async def events() -> AsyncIterator[bytes]:
                 try:
@@ -63,7 +89,7 @@ class FakeVLLM:
                                 "tokens": [f"token_id:{token}"],
                                 "top_logprobs": [{f"token_id:{token}": logprob}],
                             },
-                            "finish_reason": "stop" if k == len(IDS) - 1 else None,
+                            "finish_reason": self.finish if k == len(IDS) - 1 else None,
                             "stop_reason": None,
                         }
                         if self.token_ids_field:
@@ -129,4 +155,48 @@ async def test_closing_the_stream_closes_the_connection_and_errors_are_raised() 
             with pytest.raises(EngineError, match="CUDA out of memory"):
                 _ = [chunk async for chunk in broken.stream(REQUEST)]
             await broken.close()
+        await client.close()
+
+
+@pytest.mark.parametrize(
+    ("reason", "raised"), [("abort", EngineUnavailable), ("error", EngineError), ("repetition", EngineError)]
+)
+async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finished(
+    reason: str, raised: type[Exception]
+) -> None:
+    """vLLM put to sleep answers what it had in flight with `abort` and partial tokens: that is no finished turn
+    (it is sampled again, or recorded aborted mid-stream); a reason this client does not know is a failure."""
+    fake = FakeVLLM(finish=reason)
+    fake.release(len(IDS))
+    async with serving(fake.app()) as url:
+        client = VLLMEngine(url)
+        with pytest.raises(raised, match=reason if raised is EngineError else "aborted"):
+            await client.sample(REQUEST)
+        streamed: list[int] = []
+
+        async def read_to_the_end() -> None:
+            async for chunk in client.stream(REQUEST):
+                streamed.extend(chunk.ids)
+
+        with pytest.raises(raised):
+            await read_to_the_end()
+        assert streamed == IDS[:-1], "the tokens before the end were streamed; the end was not passed on"
+        finished = FakeVLLM(finish="length")
+        finished.release(len(IDS))
+        async with serving(finished.app()) as finished_url:
+            done = VLLMEngine(finished_url)
+            assert (await done.sample(REQUEST)).finish_reason == "length"
+            await done.close()
+        await client.close()
+
+
+async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() -> None:
+    """vLLM answers 500 once its engine core has died: the gateway holds the turn (503) rather than failing it."""
+    fake = FakeVLLM(status=500)
+    async with serving(fake.app()) as url:
+        client = VLLMEngine(url)
+        with pytest.raises(EngineUnavailable, match="EngineCore encountered an issue"):
+            await client.sample(REQUEST)
+        with pytest.raises(EngineUnavailable):
+            await anext(client.stream(REQUEST))
         await client.close()

@@ -1,13 +1,16 @@
 """An engine reached over vLLM's HTTP dialect: a real `vllm serve`, or rollout's local engine server.
 
 Contract: maps the engine protocol onto `/v1/completions` with token-id prompts, `logprobs=0` and
-`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a timeout or a
-completion for a model the engine does not serve (404) raise `EngineUnavailable`; any other error response
-raises `EngineError` with the server's message. `stream` asks for the same completion with `stream: true` and
+`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a server fault
+(500, 502, 504: a dead engine core, a proxy without its engine), a timeout, a completion for a model the engine
+does not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to
+sleep) raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and
+`abort`, raises `EngineError` with the server's message: a completion is never passed on as finished unless
+the model finished it. `stream` asks for the same completion with `stream: true` and
 yields each server-sent chunk's `token_ids` and logprobs as they arrive (ids from `token_ids`, or from
 `token_id:N` tokens when the server was started with `--return-tokens-as-token-ids` and sends no `token_ids`);
-errors before the first chunk are raised as `sample` raises them, an error event mid-stream as `EngineError`.
-Closing the stream early closes its connection, which is how vLLM learns to stop generating.
+errors before the first chunk are raised as `sample` raises them, an error event mid-stream as `EngineError`
+and an abort mid-stream as `EngineUnavailable` (the gateway then records the turn aborted). Closing the stream early closes its connection, which is how vLLM learns to stop generating.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
 it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added latency.
@@ -34,6 +37,8 @@ from rollout.engines.protocol import (
 )
 
 __all__ = ["EngineError", "VLLMEngine"]
+
+SERVER_FAULTS = frozenset({500, 502, 504})
 
 
 class _Answer:
@@ -86,6 +91,12 @@ class VLLMEngine:
         if answer.status == 503:
             retry = float(answer.headers.get("retry-after", "1"))
             raise EngineUnavailable(f"engine at {self.base_url} is unavailable: {answer.text}", retry)
+        if answer.status in SERVER_FAULTS:
+            # vLLM answers 500 once its engine core has died (and until it is restarted); a proxy in front of it
+            # 502 or 504: the engine is not there now, which is no fault of the request.
+            raise EngineUnavailable(
+                f"engine at {self.base_url} failed ({answer.status}): {answer.text[:500]}"
+            )
         if answer.status >= 400:
             try:
                 message = answer.json()["error"]["message"]
@@ -115,7 +126,7 @@ class VLLMEngine:
         return SampleResult(
             completion_ids=_token_ids(choice),
             logprobs=tuple(float(x) for x in choice["logprobs"]["token_logprobs"]),
-            finish_reason=_finish(choice),
+            finish_reason=_finish(choice, self.base_url),
             model=body.get("model", request.model),
         )
 
@@ -148,7 +159,7 @@ class VLLMEngine:
                             last = SampleChunk(
                                 ids=ids,
                                 logprobs=logprobs,
-                                finish_reason=_finish(choice),
+                                finish_reason=_finish(choice, self.base_url),
                                 model=event.get("model", request.model),
                             )
                         elif ids:
@@ -198,5 +209,19 @@ def _token_ids(choice: dict[str, Any]) -> tuple[int, ...]:
     return tuple(int(str(t).removeprefix("token_id:")) for t in tokens)
 
 
-def _finish(choice: dict[str, Any]) -> FinishReason:
-    return "length" if choice.get("finish_reason") == "length" else "stop"
+def _finish(choice: dict[str, Any], base_url: str) -> FinishReason:
+    """The completion's finish reason, when it is one a turn may be trained on: `stop` or `length`.
+
+    vLLM ends what is in flight with `abort` when it is put to sleep (its default mode) or shuts down: what came
+    back is partial and was not finished by the model, so it is raised as `EngineUnavailable` (a turn not yet
+    streamed is sampled again; one already streaming is recorded aborted, never trained). Any other reason
+    (`error`, or one this client does not know) is the engine's failure, `EngineError`: never recorded as done."""
+    reason = choice.get("finish_reason")
+    if reason == "stop" or reason == "length":
+        return reason
+    if reason == "abort":
+        raise EngineUnavailable(
+            f"engine at {base_url} aborted the request before it finished (vLLM aborts what is in flight when it "
+            "is put to sleep or stops)"
+        )
+    raise EngineError(f"engine at {base_url} ended the completion with finish_reason {reason!r}")
