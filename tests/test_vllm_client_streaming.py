@@ -109,7 +109,17 @@ class FakeVLLM:
 
             return StreamingResponse(events(), media_type="text/event-stream")
 
-        return Starlette(routes=[Route("/v1/completions", completions, methods=["POST"])])
+        async def unload(request: Request) -> Response:
+            name = (await request.json())["lora_name"]
+            message = f"The lora adapter '{name}' cannot be found."  # vLLM 0.33's words, with its 404
+            return JSONResponse({"error": {"message": message, "type": "NotFoundError", "code": 404}}, 404)
+
+        return Starlette(
+            routes=[
+                Route("/v1/completions", completions, methods=["POST"]),
+                Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+            ]
+        )
 
 
 REQUEST = SampleRequest((1, 2, 3), max_tokens=16, seed=5)
@@ -199,4 +209,14 @@ async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() 
             await client.sample(REQUEST)
         with pytest.raises(EngineUnavailable):
             await anext(client.stream(REQUEST))
+        await client.close()
+
+
+async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() -> None:
+    """What the follower takes as "already gone" (it unloads retired checkpoints, some of which a restarted vLLM
+    never loaded)."""
+    async with serving(FakeVLLM().app()) as url:
+        client = VLLMEngine(url)
+        with pytest.raises(KeyError, match="gone"):
+            await client.unload("gone")
         await client.close()

@@ -6,7 +6,7 @@ Contract: maps the engine protocol onto `/v1/completions` with token-id prompts,
 does not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to
 sleep) raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and
 `abort`, raises `EngineError` with the server's message: a completion is never passed on as finished unless
-the model finished it. `stream` asks for the same completion with `stream: true` and
+the model finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `stream` asks for the same completion with `stream: true` and
 yields each server-sent chunk's `token_ids` and logprobs as they arrive (ids from `token_ids`, or from
 `token_id:N` tokens when the server was started with `--return-tokens-as-token-ids` and sends no `token_ids`);
 errors before the first chunk are raised as `sample` raises them, an error event mid-stream as `EngineError`
@@ -181,7 +181,11 @@ class VLLMEngine:
                 raise
 
     async def unload(self, name: str) -> None:
-        await self._post("/v1/unload_lora_adapter", {"lora_name": name})
+        """Unload the adapter `name`; one the engine does not hold raises `KeyError` (vLLM answers 404)."""
+        answer = await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
+        if answer.status == 404:
+            raise KeyError(f"engine at {self.base_url} holds no adapter {name!r}")
+        self._check(answer)
 
     async def sleep(self) -> None:
         await self._post("/sleep?level=1")
