@@ -2,7 +2,8 @@
 
 Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending
-  key and, for an unknown key, the keys that are valid there; for a bad value, what is expected.
+  key and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
+  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices).
 - The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
 """
 
@@ -104,9 +105,13 @@ class EngineSettings:
     vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
     vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
-    vllm_max_lora_rank: int = 64
+    vllm_max_lora_rank: int = 64  # one of VLLM_LORA_RANKS
     vllm_max_loras: int = 4  # adapters resident at once (the follower keeps the newest 2 per policy)
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
+
+
+# vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class GpuMode(StrEnum):
@@ -307,7 +312,19 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
     assert isinstance(settings, Settings)
+    _check_values(settings)
     return settings
+
+
+def _check_values(settings: Settings) -> None:
+    """What the schema's types cannot say: values a service would refuse only once it starts."""
+    rank = settings.services.engine.vllm_max_lora_rank
+    if rank not in VLLM_LORA_RANKS:
+        choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)
+        raise ConfigError(
+            f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
+            f"choose one of {choices} (at least trainer.lora_rank)"
+        )
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:

@@ -56,3 +56,13 @@ def test_a_bad_value_names_the_key_and_what_is_expected() -> None:
 def test_the_data_dir_follows_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("ROLLOUT_DATA_DIR", "/srv/rollout")
     assert str(config.load().data_path) == "/srv/rollout"
+
+
+def test_a_lora_rank_vllm_does_not_serve_is_refused_when_the_settings_are_loaded() -> None:
+    """vLLM's `--max-lora-rank` takes only its own choices: 24 would pass every check here and then stop
+    `vllm serve` on the GPU machine."""
+    with pytest.raises(
+        config.ConfigError, match="vllm_max_lora_rank': 24 is not a rank vLLM serves; choose one of 1, 8"
+    ):
+        config.load(["services.engine.vllm_max_lora_rank=24"])
+    assert config.load(["services.engine.vllm_max_lora_rank=320"]).services.engine.vllm_max_lora_rank == 320
