@@ -10,7 +10,10 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from rollout.catalog import CATALOG, settings_budget
 from rollout.cli.common import load_settings
@@ -98,6 +101,29 @@ def test_the_stack_starts_the_engine_its_settings_choose() -> None:
     problem = engine_problem(vllm)
     if shutil.which("vllm") is None:
         assert problem is not None and "uv sync --extra vllm" in problem
+
+
+def test_a_4_bit_vllm_base_needs_the_bnb_plugin_in_the_python_that_runs_vllm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """vLLM 0.33 knows bitsandbytes only through vllm-bnb-plugin: without it `vllm serve --quantization
+    bitsandbytes` exits with "Unknown quantization method" on the GPU machine. A stand-in `vllm` whose Python
+    (`-S`: no site-packages) has no such plugin, then one that has it (on its PYTHONPATH)."""
+    folder = tmp_path / "bin"
+    folder.mkdir()
+    (folder / "vllm").write_text(f"#!{sys.executable} -S\n")
+    (folder / "vllm").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.delenv("PYTHONPATH", raising=False)
+    quantized = load_settings(["services.engine.kind=vllm", "services.engine.vllm_quantization=bitsandbytes"])
+    problem = engine_problem(quantized) or ""
+    assert "needs vllm-bnb-plugin where vLLM runs" in problem and str(folder / "vllm") in problem
+    assert "vllm-bnb-plugin" not in (engine_problem(load_settings(["services.engine.kind=vllm"])) or "")
+    plugin = tmp_path / "site" / "vllm_bnb_plugin"
+    plugin.mkdir(parents=True)
+    (plugin / "__init__.py").write_text("")
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path / "site"))
+    assert "vllm-bnb-plugin" not in (engine_problem(quantized) or "")
 
 
 def test_rollout_up_refuses_an_engine_that_cannot_run_here_before_starting_anything(tmp_path: Path) -> None:

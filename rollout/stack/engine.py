@@ -4,8 +4,9 @@ Contract:
 - `engine_arguments(settings)` are the `rollout engine serve` arguments for `settings.engine_kind` (local, vllm or
   tinker) serving services.gateway.model at services.gateway.engine_host:engine_port, its follower giving way to
   the GPU lease in one-GPU mode (`gpu.mode=shared`). The engine process reads services.engine.* itself.
-- `engine_problem(settings)` says, in one line, why that engine cannot run here (vllm without the `vllm` extra or
-  without a CUDA GPU, tinker without TINKER_API_KEY) and what to do instead; None when it can. The stack checks
+- `engine_problem(settings)` says, in one line, why that engine cannot run here (vllm without the `vllm` extra,
+  a bitsandbytes base without `vllm-bnb-plugin` in the Python that runs `vllm`, vllm without a CUDA GPU, tinker
+  without TINKER_API_KEY) and what to do instead; None when it can. The stack checks
   it (`check_engine`, raising `EngineNotRunnableError`) before it starts anything.
 - `engine_overrides(settings)` carry services.engine.* (and the context length) to the engine process.
 """
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import subprocess
 from dataclasses import fields
 from pathlib import Path
 from typing import cast
@@ -58,10 +60,19 @@ def has_cuda_gpu() -> bool:
 def engine_problem(settings: Settings) -> str | None:
     kind = settings.engine_kind
     if kind == EngineKind.vllm:
-        if shutil.which("vllm") is None:
+        vllm = shutil.which("vllm")
+        if vllm is None:
             return (
                 "services.engine.kind=vllm needs vLLM: `uv sync --extra vllm` on a machine with a CUDA GPU, or "
                 "choose services.engine.kind=local"
+            )
+        if settings.services.engine.vllm_quantization == "bitsandbytes" and not _runs_with(
+            vllm, "vllm_bnb_plugin"
+        ):
+            return (
+                "services.engine.vllm_quantization=bitsandbytes needs vllm-bnb-plugin where vLLM runs (vLLM 0.33 "
+                f"moved bitsandbytes out of its core): `uv sync --extra vllm`, or `pip install vllm-bnb-plugin` "
+                f"into the environment of {vllm}"
             )
         if not has_cuda_gpu():
             return (
@@ -74,6 +85,25 @@ def engine_problem(settings: Settings) -> str | None:
             "export TINKER_API_KEY=tml-… before `rollout up`"
         )
     return None
+
+
+def _runs_with(script: str, module: str) -> bool:
+    """Whether the Python that runs `script` (its `#!` line) can import `module`; True when `script` is not a
+    Python script, which this cannot look into (a wrapper: what it runs is its own business)."""
+    try:
+        with open(script, "rb") as opened:
+            first = opened.readline(512)
+    except OSError:
+        return True
+    if not first.startswith(b"#!") or b"python" not in first:
+        return True
+    interpreter = first[2:].decode(errors="replace").split()
+    probe = f"import importlib.util, sys; sys.exit(importlib.util.find_spec({module!r}) is None)"
+    try:  # a find_spec, not an import: the plugin imports vLLM, which takes seconds
+        done = subprocess.run([*interpreter, "-c", probe], capture_output=True, timeout=30, check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return True  # vLLM itself will say what is wrong with its interpreter
+    return done.returncode != 1
 
 
 class EngineNotRunnableError(RuntimeError):
