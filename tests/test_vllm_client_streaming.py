@@ -42,6 +42,7 @@ class FakeVLLM:
         self.sent = 0
         self.disconnected = asyncio.Event()
         self.bodies: list[dict[str, Any]] = []
+        self.slept: list[dict[str, str]] = []  # the query of each /sleep
 
     def release(self, upto: int) -> None:
         for gate in self.gates[:upto]:
@@ -114,10 +115,15 @@ class FakeVLLM:
             message = f"The lora adapter '{name}' cannot be found."  # vLLM 0.33's words, with its 404
             return JSONResponse({"error": {"message": message, "type": "NotFoundError", "code": 404}}, 404)
 
+        async def sleep(request: Request) -> Response:
+            self.slept.append(dict(request.query_params))
+            return JSONResponse({"status": "sleeping", "level": int(request.query_params.get("level", 1))})
+
         return Starlette(
             routes=[
                 Route("/v1/completions", completions, methods=["POST"]),
                 Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
+                Route("/sleep", sleep, methods=["POST"]),
             ]
         )
 
@@ -220,3 +226,13 @@ async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() ->
         with pytest.raises(KeyError, match="gone"):
             await client.unload("gone")
         await client.close()
+
+
+async def test_sleep_lets_the_requests_in_flight_finish() -> None:
+    """vLLM 0.33's /sleep takes `mode`, default `abort` (requests in flight cut short): the client asks `wait`."""
+    fake = FakeVLLM()
+    async with serving(fake.app()) as url:
+        client = VLLMEngine(url)
+        await client.sleep()
+        await client.close()
+    assert fake.slept == [{"level": "1", "mode": "wait"}]

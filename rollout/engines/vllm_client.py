@@ -188,7 +188,10 @@ class VLLMEngine:
         self._check(answer)
 
     async def sleep(self) -> None:
-        await self._post("/sleep?level=1")
+        """Level 1 (weights to CPU memory, KV cache dropped) once the requests in flight have finished: vLLM's
+        default mode, `abort`, would cut them short; `wait` refuses new ones (503) while it drains, as the local
+        engine finishes its batch in flight."""
+        await self._post("/sleep?level=1&mode=wait")
 
     async def wake(self) -> None:
         await self._post("/wake_up")
