@@ -22,6 +22,10 @@ def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
     assert argv[argv.index("--max-model-len") + 1] == "16384"
     assert argv[argv.index("--quantization") + 1] == "bitsandbytes"
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
+    # Without it, vLLM fills what a request leaves out (top_k, min_p, penalties) from the checkpoint's
+    # generation_config.json, and the recorded logprob no longer describes the distribution that drew the token.
+    assert argv[argv.index("--generation-config") + 1] == "vllm"
+    assert argv[argv.index("--logprobs-mode") + 1] == "raw_logprobs"
     plain, plain_env = command(VLLMLaunch("m", lora=False, sleep_mode=False))
     assert "--enable-lora" not in plain and "--enable-sleep-mode" not in plain and plain_env == {}
 

@@ -1,6 +1,9 @@
 """The `vllm serve` command line for an engine rollout drives: LoRA hot-loading and sleep mode switched on.
 
-Contract: `command(launch)` is a pure function from settings to argv and environment; the caller runs it.
+Contract: `command(launch)` is a pure function from settings to argv and environment; the caller runs it. The
+checkpoint's `generation_config.json` sets no sampling default (`--generation-config vllm`: a top_k, min_p or
+penalty the request does not send is neutral), and logprobs are the model's raw ones (`--logprobs-mode
+raw_logprobs`, the engine protocol's).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
 """
@@ -44,6 +47,13 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
         launch.dtype,
         # Token-id prompts in, token ids out: the gateway never lets the engine re-tokenise.
         "--return-tokens-as-token-ids",
+        # No sampling defaults from the checkpoint's generation_config.json (Qwen's ship top_k 20): a setting a
+        # request leaves out is then vLLM's neutral one, so what drew a token is what the request says.
+        "--generation-config",
+        "vllm",
+        # The engine protocol's logprob (the model's, at temperature 1), named so no default can move it.
+        "--logprobs-mode",
+        "raw_logprobs",
     ]
     env: dict[str, str] = {}
     if launch.max_model_len:
