@@ -14,7 +14,9 @@ Contract:
     positions only (the trainer computes no others): at most `sampled_tokens` of them per sequence.
 - vLLM takes a fixed share of the device (`engine_share`, its --gpu-memory-utilization) and fills what its
   weights and graphs leave with KV blocks: the serving phase counts that share whole, and the budget also checks
-  that the share holds what the engine needs (`engine_fits`).
+  that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included (fp32 logits,
+  probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs). Neither the engine
+  (--language-model-only) nor the trainer holds a vision tower.
 - `Budget.fits` holds when both phases stay under the device's memory less `headroom_gib` (allocator
   fragmentation) and the engine fits its share; `Budget.table()` is what `rollout config budget` prints. The numbers are estimates from the
   model's shape, conservative on purpose: a preset whose budget fits should not run out of memory for these reasons.
@@ -31,7 +33,8 @@ BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5 + 4 / 64}  # nf4: 4 bits, and a fl
 @dataclass(frozen=True)
 class ModelShape:
     """A decoder's shape. `linear_params` are the transformer blocks' matrices (the quantized part); embeddings and
-    the LM head stay in bf16 under 4-bit quantization; `extra_params` (a vision tower, say) stay in bf16 too."""
+    the LM head stay in bf16 under 4-bit quantization; `extra_params` (a vision tower, say) are neither served nor
+    trained (kept for the record of the model's size)."""
 
     name: str
     layers: int
@@ -127,15 +130,17 @@ def one_gpu_budget(
     micro_batch_tokens: int,
     sampled_tokens: int | None = None,
     engine_share: float | None = None,
+    engine_sequences: int = 256,
     headroom_gib: float = 0.75,
     cuda_context_gib: float = 0.5,
     cuda_graphs_gib: float = 0.5,
 ) -> Budget:
     """The serving and training phases of `model` on one device (see the module contract)."""
     quantized = model.linear_params * BYTES[weight_format]
-    bf16_rest = (model.embedding_params + model.extra_params) * BYTES["bf16"]
-    weights = (quantized + bf16_rest) / GIB
-    trainer_weights = (quantized + model.embedding_params * BYTES["bf16"]) / GIB  # no vision tower to train
+    # Neither loads a vision tower: vLLM serves the language model only (--language-model-only), and the
+    # trainer has none to train.
+    weights = (quantized + model.embedding_params * BYTES["bf16"]) / GIB
+    trainer_weights = weights
     adapter = model.lora_params(lora_rank)
     kv = sequences * context_tokens * model.kv_bytes_per_token() / GIB
     state = sequences * model.recurrent_state_bytes / GIB
@@ -151,6 +156,12 @@ def one_gpu_budget(
         Item(f"engine LoRA slots ({max_loras} × rank {lora_rank}, bf16)", max_loras * adapter * 2 / GIB),
         Item("engine CUDA graphs", cuda_graphs_gib),
     ]
+    if engine_share is not None:
+        # vLLM's start-up profiling samples `engine_sequences` sequences at once (its --max-num-seqs): fp32
+        # logits over the vocabulary, their probabilities and the top-p sort's copy. What that peak takes is
+        # taken from the KV cache it then sizes, so it counts against the share.
+        sampler = 3 * engine_sequences * model.vocab * BYTES["fp32"] / GIB
+        serving.append(Item(f"engine sampler's profiling peak ({engine_sequences} sequences)", sampler))
     needs = sum(item.gib for item in serving)
     share = None if engine_share is None else engine_share * device_gib
     if share is not None and share > needs:

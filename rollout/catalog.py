@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.budget import Budget, ModelShape, one_gpu_budget
-from rollout.config import EngineKind, Settings
+from rollout.config import VLLM_MAX_NUM_SEQS, EngineKind, Settings
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class CatalogModel:
 
 # Qwen3.5-9B: 32 blocks, 3 of each 4 Gated DeltaNet (linear attention, 32 value heads of 128 × 128 state) and
 # 1 gated full attention (16 query heads, 4 KV heads of 256); hidden 4096, MLP 12288, vocabulary 248320
-# (untied embeddings); a 0.45B vision tower the engine loads and the trainer does not.
+# (untied embeddings); a 0.45B vision tower that neither the engine (--language-model-only) nor the trainer loads.
 QWEN3_5_9B = ModelShape(
     name="Qwen3.5-9B",
     layers=32,
@@ -118,6 +118,7 @@ def settings_budget(settings: Settings) -> Budget:
         micro_batch_tokens=settings.trainer.micro_batch_tokens,
         sampled_tokens=settings.gpu.sampled_tokens,
         engine_share=engine.vllm_gpu_memory_utilization if settings.engine_kind == EngineKind.vllm else None,
+        engine_sequences=engine.vllm_max_num_seqs or VLLM_MAX_NUM_SEQS,
     )
 
 

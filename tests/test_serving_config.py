@@ -44,6 +44,7 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
     assert arguments[arguments.index("--kind") + 1] == "vllm" and arguments[-2:] == ("--gpu", "0")
     overrides = engine_overrides(settings)
     assert "services.engine.vllm_quantization=bitsandbytes" in overrides
+    assert "services.engine.vllm_max_num_seqs=8" in overrides, "the engine process schedules no more"
     extra = load_settings(
         ["preset=minecraft-one-gpu", 'services.engine.vllm_extra_args=["--enforce-eager","-O0"]']
     )
@@ -60,6 +61,14 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
         "a 4-bit 9B base with bf16 embeddings"
     )
 
+    # vLLM's start-up profiling samples --max-num-seqs sequences at once over a 248k vocabulary: the preset bounds
+    # it to gpu.sequences; at vLLM's default of 256 it takes 0.7 GiB more of the share.
+    (profiling,) = [item for item in budget.serving if "profiling peak" in item.name]
+    assert "(8 sequences)" in profiling.name
+    unbounded = settings_budget(
+        load_settings(["preset=minecraft-one-gpu", "services.engine.vllm_max_num_seqs=null"])
+    )
+    assert 0.65 < unbounded.engine_needs_gib - budget.engine_needs_gib < 0.75, unbounded.table()
     # The budget bites: logits at every position no longer fit, nor does twice the context, nor a bf16 base.
     assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "gpu.sampled_tokens=null"])).fits
     longer = load_settings(["preset=minecraft-one-gpu", "services.gateway.max_context=8192"])

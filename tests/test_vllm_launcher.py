@@ -26,6 +26,10 @@ def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
     # generation_config.json, and the recorded logprob no longer describes the distribution that drew the token.
     assert argv[argv.index("--generation-config") + 1] == "vllm"
     assert argv[argv.index("--logprobs-mode") + 1] == "raw_logprobs"
+    assert "--language-model-only" in argv, "no vision tower loaded, profiled or cached: turns are text"
+    assert "--max-num-seqs" not in argv, "vLLM's own default unless asked"
+    bounded, _ = command(VLLMLaunch("m", max_num_seqs=8))
+    assert bounded[bounded.index("--max-num-seqs") + 1] == "8"
     plain, plain_env = command(VLLMLaunch("m", lora=False, sleep_mode=False))
     assert "--enable-lora" not in plain and "--enable-sleep-mode" not in plain and plain_env == {}
 

@@ -180,6 +180,7 @@ def _serve_vllm(
         gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
         max_lora_rank=engine.vllm_max_lora_rank,
         max_loras=engine.vllm_max_loras,
+        max_num_seqs=engine.vllm_max_num_seqs,
         quantization=engine.vllm_quantization,
         extra_args=tuple(engine.vllm_extra_args),
     )

@@ -3,7 +3,8 @@
 Contract: `command(launch)` is a pure function from settings to argv and environment; the caller runs it. The
 checkpoint's `generation_config.json` sets no sampling default (`--generation-config vllm`: a top_k, min_p or
 penalty the request does not send is neutral), and logprobs are the model's raw ones (`--logprobs-mode
-raw_logprobs`, the engine protocol's).
+raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its language model only
+(`--language-model-only`).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
 """
@@ -24,6 +25,7 @@ class VLLMLaunch:
     lora: bool = True
     max_lora_rank: int = 64
     max_loras: int = 4
+    max_num_seqs: int | None = None  # None: vLLM's default
     sleep_mode: bool = True
     quantization: str | None = None
     dtype: str = "auto"
@@ -54,6 +56,9 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
         # The engine protocol's logprob (the model's, at temperature 1), named so no default can move it.
         "--logprobs-mode",
         "raw_logprobs",
+        # rollout's turns are text: a multimodal checkpoint's vision tower is neither loaded nor profiled, and
+        # no encoder cache is reserved (a text-only model ignores the flag).
+        "--language-model-only",
     ]
     env: dict[str, str] = {}
     if launch.max_model_len:
@@ -70,6 +75,8 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
     if launch.sleep_mode:
         argv.append("--enable-sleep-mode")
         env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up and /is_sleeping
+    if launch.max_num_seqs:
+        argv += ["--max-num-seqs", str(launch.max_num_seqs)]
     if launch.quantization:
         argv += ["--quantization", launch.quantization]
     return [*argv, *launch.extra_args], env
