@@ -130,7 +130,7 @@ def one_gpu_budget(
     micro_batch_tokens: int,
     sampled_tokens: int | None = None,
     engine_share: float | None = None,
-    engine_sequences: int = 256,
+    engine_sequences: int,
     headroom_gib: float = 0.75,
     cuda_context_gib: float = 0.5,
     cuda_graphs_gib: float = 0.5,

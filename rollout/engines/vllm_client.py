@@ -1,16 +1,18 @@
 """An engine reached over vLLM's HTTP dialect: a real `vllm serve`, or rollout's local engine server.
 
 Contract: maps the engine protocol onto `/v1/completions` with token-id prompts, `logprobs=0` and
-`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a server fault
-(500, 502, 504: a dead engine core, a proxy without its engine), a timeout, a completion for a model the engine
-does not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to
-sleep) raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and
-`abort`, raises `EngineError` with the server's message: a completion is never passed on as finished unless
-the model finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `stream` asks for the same completion with `stream: true` and
-yields each server-sent chunk's `token_ids` and logprobs as they arrive (ids from `token_ids`, or from
-`token_id:N` tokens when the server was started with `--return-tokens-as-token-ids` and sends no `token_ids`);
-errors before the first chunk are raised as `sample` raises them, an error event mid-stream as `EngineError`
-and an abort mid-stream as `EngineUnavailable` (the gateway then records the turn aborted). Closing the stream early closes its connection, which is how vLLM learns to stop generating.
+`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a server fault (500,
+502, 504: a dead engine core, a proxy without its engine), a timeout, a completion for a model the engine does
+not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to sleep)
+raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and `abort`,
+raises `EngineError` with the server's message: a completion is never passed on as finished unless the model
+finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `stream` asks for the
+same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs as they arrive
+(ids from `token_ids`, or from `token_id:N` tokens when the server was started with
+`--return-tokens-as-token-ids` and sends no `token_ids`); errors before the first chunk are raised as `sample`
+raises them, an error event mid-stream as `EngineError` and an abort mid-stream as `EngineUnavailable` (the
+gateway then records the turn aborted). Closing the stream early closes its connection, which is how vLLM learns
+to stop generating.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
 it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added latency.

@@ -9,7 +9,8 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   An error before the first token is an ordinary error response; one after it is a `data: {"error": ...}`
   event. A client that disconnects stops the generation.
 - `POST /v1/load_lora_adapter` `{lora_name, lora_path}`, `POST /v1/unload_lora_adapter` `{lora_name}`.
-- `POST /sleep?level=1` (any `mode`: the engine always lets its batch in flight finish), `POST /wake_up`, `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
+- `POST /sleep?level=1` (any `mode`: the engine always lets its batch in flight finish), `POST /wake_up`,
+  `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
 Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
 """
 
