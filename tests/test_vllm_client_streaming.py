@@ -42,7 +42,9 @@ class FakeVLLM:
         self.sent = 0
         self.disconnected = asyncio.Event()
         self.bodies: list[dict[str, Any]] = []
-        self.slept: list[dict[str, str]] = []  # the query of each /sleep
+        self.calls: list[
+            tuple[str, dict[str, str]]
+        ] = []  # each pause, sleep, wake and resume, with its query
 
     def release(self, upto: int) -> None:
         for gate in self.gates[:upto]:
@@ -115,15 +117,18 @@ class FakeVLLM:
             message = f"The lora adapter '{name}' cannot be found."  # vLLM 0.33's words, with its 404
             return JSONResponse({"error": {"message": message, "type": "NotFoundError", "code": 404}}, 404)
 
-        async def sleep(request: Request) -> Response:
-            self.slept.append(dict(request.query_params))
-            return JSONResponse({"status": "sleeping", "level": int(request.query_params.get("level", 1))})
+        async def control(request: Request) -> Response:
+            self.calls.append((request.url.path, dict(request.query_params)))
+            return JSONResponse({"status": "ok"})
 
         return Starlette(
             routes=[
                 Route("/v1/completions", completions, methods=["POST"]),
                 Route("/v1/unload_lora_adapter", unload, methods=["POST"]),
-                Route("/sleep", sleep, methods=["POST"]),
+                *(
+                    Route(path, control, methods=["POST"])
+                    for path in ("/pause", "/sleep", "/wake_up", "/resume")
+                ),
             ]
         )
 
@@ -228,11 +233,19 @@ async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() ->
         await client.close()
 
 
-async def test_sleep_lets_the_requests_in_flight_finish() -> None:
-    """vLLM 0.33's /sleep takes `mode`, default `abort` (requests in flight cut short): the client asks `wait`."""
+async def test_sleep_lets_the_requests_in_flight_finish_and_refuses_new_ones_until_the_wake() -> None:
+    """vLLM 0.33's /sleep takes `mode`, default `abort` (requests in flight cut short), and queues what arrives
+    while it sleeps: the client pauses first with `wait` (in flight finish, new ones get 503) and sleeps with
+    `wait`; the wake resumes."""
     fake = FakeVLLM()
     async with serving(fake.app()) as url:
         client = VLLMEngine(url)
         await client.sleep()
+        await client.wake()
         await client.close()
-    assert fake.slept == [{"level": "1", "mode": "wait"}]
+    assert fake.calls == [
+        ("/pause", {"mode": "wait"}),
+        ("/sleep", {"level": "1", "mode": "wait"}),
+        ("/wake_up", {}),
+        ("/resume", {}),
+    ]

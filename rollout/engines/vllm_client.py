@@ -6,12 +6,14 @@ Contract: maps the engine protocol onto `/v1/completions` with token-id prompts,
 not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to sleep)
 raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and `abort`,
 raises `EngineError` with the server's message: a completion is never passed on as finished unless the model
-finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `stream` asks for the
+finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `sleep` pauses the
+engine (requests in flight finish, new ones are refused with 503 until `wake`) before putting it to sleep. `stream` asks for the
 same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs as they arrive
 (ids from `token_ids`, or from `token_id:N` tokens when the server was started with
 `--return-tokens-as-token-ids` and sends no `token_ids`); errors before the first chunk are raised as `sample`
-raises them, an error event mid-stream as `EngineError` and an abort mid-stream as `EngineUnavailable` (the
-gateway then records the turn aborted). Closing the stream early closes its connection, which is how vLLM learns
+raises them, an error event as `EngineError` (or `EngineUnavailable` when it is vLLM's retryable 503, as for
+a request refused while paused) and an abort mid-stream as `EngineUnavailable` (the gateway then records the
+turn aborted). Closing the stream early closes its connection, which is how vLLM learns
 to stop generating.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
@@ -149,8 +151,7 @@ class VLLMEngine:
                         break
                     event = json.loads(data)
                     if "error" in event:
-                        message = event["error"].get("message", event["error"])
-                        raise EngineError(f"engine at {self.base_url} failed mid-stream: {message}")
+                        raise _stream_error(event["error"], self.base_url)
                     for choice in event.get("choices") or []:  # the usage chunk has none
                         ids = _token_ids(choice)
                         logprobs = tuple(
@@ -190,13 +191,20 @@ class VLLMEngine:
         self._check(answer)
 
     async def sleep(self) -> None:
-        """Level 1 (weights to CPU memory, KV cache dropped) once the requests in flight have finished: vLLM's
-        default mode, `abort`, would cut them short; `wait` refuses new ones (503) while it drains, as the local
-        engine finishes its batch in flight."""
+        """Level 1 (weights to CPU memory, KV cache dropped) once the requests in flight have finished.
+
+        `/sleep` alone would not do: its default mode, `abort`, cuts what is in flight short, and in any mode vLLM
+        queues a request that arrives while it sleeps until it wakes (a turn would hang for a whole training
+        step). So it is paused first (`/pause?mode=wait`: what is in flight finishes, anything new is refused
+        with a retryable 503, which the gateway waits out as it does the local engine's), then put to sleep."""
+        await self._post("/pause?mode=wait")
         await self._post("/sleep?level=1&mode=wait")
 
     async def wake(self) -> None:
+        """Wake, then resume: vLLM resumes a fully awake engine itself; `/resume` also ends the pause of a
+        `sleep` whose `/sleep` failed after its `/pause` (a no-op otherwise)."""
         await self._post("/wake_up")
+        await self._post("/resume")
 
     async def health(self) -> bool:
         try:
@@ -216,6 +224,17 @@ def _token_ids(choice: dict[str, Any]) -> tuple[int, ...]:
     # `--return-tokens-as-token-ids` writes each sampled token as "token_id:N".
     tokens = (choice.get("logprobs") or {}).get("tokens") or []
     return tuple(int(str(t).removeprefix("token_id:")) for t in tokens)
+
+
+def _stream_error(error: Any, base_url: str) -> EngineError | EngineUnavailable:
+    """An error event in a stream: vLLM reports a request refused while it is paused (and any retryable
+    failure) this way, as a 503 event before the first token; that one is `EngineUnavailable`, so a turn not
+    yet streaming is sampled again. Any other is the engine's failure."""
+    details = error if isinstance(error, dict) else {"message": error}
+    message = details.get("message", error)
+    if details.get("code") == 503 or details.get("type") == "ServiceUnavailableError":
+        return EngineUnavailable(f"engine at {base_url} refused the request: {message}")
+    return EngineError(f"engine at {base_url} failed mid-stream: {message}")
 
 
 def _finish(choice: dict[str, Any], base_url: str) -> FinishReason:

@@ -4,7 +4,8 @@ Contract: `command(launch)` is a pure function from settings to argv and environ
 checkpoint's `generation_config.json` sets no sampling default (`--generation-config vllm`: a top_k, min_p or
 penalty the request does not send is neutral), and logprobs are the model's raw ones (`--logprobs-mode
 raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its language model only
-(`--language-model-only`).
+(`--language-model-only`); LoRA slots are reserved for the modules rollout's adapters train
+(`--lora-target-modules`, `rollout.defaults.LORA_TARGET_MODULES`).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
 """
@@ -12,6 +13,8 @@ the environment), and the follower puts the engine to sleep (`/sleep`) while a t
 from __future__ import annotations
 
 from dataclasses import dataclass
+
+from rollout import defaults
 
 
 @dataclass(frozen=True)
@@ -26,6 +29,7 @@ class VLLMLaunch:
     max_lora_rank: int = 64
     max_loras: int = 4
     max_num_seqs: int | None = None  # None: vLLM's default
+    lora_target_modules: tuple[str, ...] = defaults.LORA_TARGET_MODULES
     sleep_mode: bool = True
     quantization: str | None = None
     dtype: str = "auto"
@@ -70,11 +74,15 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
             str(launch.max_lora_rank),
             "--max-loras",
             str(launch.max_loras),
+            # Slots for the modules rollout's adapters train, not for every module vLLM supports (the MLP
+            # and the linear-attention projections would take memory the budget does not give them).
+            "--lora-target-modules",
+            *launch.lora_target_modules,
         ]
         env["VLLM_ALLOW_RUNTIME_LORA_UPDATING"] = "True"
     if launch.sleep_mode:
         argv.append("--enable-sleep-mode")
-        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up and /is_sleeping
+        env["VLLM_SERVER_DEV_MODE"] = "1"  # exposes /sleep, /wake_up, /is_sleeping, /pause and /resume
     if launch.max_num_seqs:
         argv += ["--max-num-seqs", str(launch.max_num_seqs)]
     if launch.quantization:

@@ -9,6 +9,8 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   An error before the first token is an ordinary error response; one after it is a `data: {"error": ...}`
   event. A client that disconnects stops the generation.
 - `POST /v1/load_lora_adapter` `{lora_name, lora_path}`, `POST /v1/unload_lora_adapter` `{lora_name}`.
+- `POST /pause` (any `mode`: the batch in flight finishes) refuses new completions with vLLM's retryable 503
+  until `POST /resume` or `POST /wake_up`; `GET /is_paused`.
 - `POST /sleep?level=1` (any `mode`: the engine always lets its batch in flight finish), `POST /wake_up`,
   `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
 Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
@@ -197,7 +199,13 @@ async def _streamed(
 
 
 def build_app(engine: ServedEngine) -> Starlette:
+    paused = False
+
     async def completions(request: Request) -> Response:
+        if paused:  # vLLM's words and status for a request that arrives while it is paused
+            return _error(
+                503, "Generation is paused. Please retry after it resumes.", "ServiceUnavailableError"
+            )
         try:
             body = await request.json()
             if not isinstance(body, dict):
@@ -272,8 +280,23 @@ def build_app(engine: ServedEngine) -> Starlette:
         return Response()
 
     async def wake_up(request: Request) -> Response:
+        nonlocal paused
         await engine.wake()
+        paused = False
         return Response()
+
+    async def pause(request: Request) -> Response:
+        nonlocal paused
+        paused = True
+        return JSONResponse({"status": "paused"})
+
+    async def resume(request: Request) -> Response:
+        nonlocal paused
+        paused = False
+        return JSONResponse({"status": "resumed"})
+
+    async def is_paused(request: Request) -> Response:
+        return JSONResponse({"is_paused": paused})
 
     async def is_sleeping(request: Request) -> Response:
         return JSONResponse({"is_sleeping": engine.sleeping})
@@ -302,6 +325,9 @@ def build_app(engine: ServedEngine) -> Starlette:
             Route("/v1/unload_lora_adapter", unload_lora, methods=["POST"]),
             Route("/sleep", sleep, methods=["POST"]),
             Route("/wake_up", wake_up, methods=["POST"]),
+            Route("/pause", pause, methods=["POST"]),
+            Route("/resume", resume, methods=["POST"]),
+            Route("/is_paused", is_paused, methods=["GET"]),
             Route("/is_sleeping", is_sleeping, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
