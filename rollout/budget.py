@@ -26,6 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollout.defaults import LORA_TARGET_MODULES
+
 GIB = 1024**3
 BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5 + 4 / 64}  # nf4: 4 bits, and a float32 scale per block of 64
 
@@ -48,7 +50,9 @@ class ModelShape:
     kv_heads: int = 8
     head_dim: int = 128
     recurrent_state_bytes: int = 0  # per sequence, for linear-attention layers (their state, not a cache)
-    lora_in_out: int = 0  # the sum of (in + out) over the modules a LoRA adapter targets, per layer
+    # The sum of (in + out) over the modules a LoRA adapter targets (rollout.defaults.LORA_TARGET_MODULES, which
+    # vLLM is also told), per layer: the trainer's adapter and each of vLLM's LoRA slots.
+    lora_in_out: int = 0
 
     @property
     def embedding_params(self) -> float:
@@ -104,7 +108,8 @@ class Budget:
             ("training (engine asleep)", self.training, self.training_gib),
         ):
             lines.append(f"{phase}: {total:.2f} GiB")
-            lines.extend(f"  {item.name:<50} {item.gib:6.2f}" for item in items)
+            width = max(len(item.name) for item in (*self.serving, *self.training))
+            lines.extend(f"  {item.name:<{width}} {item.gib:6.2f}" for item in items)
         verdict = "fits" if self.fits else "does NOT fit"
         if self.engine_share_gib is not None:
             lines.append(
@@ -153,7 +158,10 @@ def one_gpu_budget(
         Item(f"engine weights ({weight_format} blocks, bf16 embeddings)", weights),
         Item(f"engine KV cache ({sequences} × {context_tokens} tokens)", kv),
         Item("engine recurrent state (linear attention)", state),
-        Item(f"engine LoRA slots ({max_loras} × rank {lora_rank}, bf16)", max_loras * adapter * 2 / GIB),
+        Item(
+            f"engine LoRA slots ({max_loras} × rank {lora_rank} on {'/'.join(LORA_TARGET_MODULES)}, bf16)",
+            max_loras * adapter * 2 / GIB,
+        ),
         Item("engine CUDA graphs", cuda_graphs_gib),
     ]
     if engine_share is not None:

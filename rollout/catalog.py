@@ -46,7 +46,9 @@ QWEN3_5_9B = ModelShape(
     kv_heads=4,
     head_dim=256,
     recurrent_state_bytes=24 * 32 * 128 * 128 * 4,
-    lora_in_out=75264,  # MLP (gate, up, down) plus the mean over block kinds of their projections
+    # The adapter's targets (rollout.defaults.LORA_TARGET_MODULES: q, k, v, o) exist in the 8 full-attention
+    # blocks only (q with its output gate: 4096 -> 2 × 16 × 256): the mean over the 32 blocks.
+    lora_in_out=8 * ((4096 + 8192) + (4096 + 1024) * 2 + (4096 + 4096)) // 32,
 )
 
 CATALOG: dict[str, CatalogModel] = {
@@ -73,7 +75,7 @@ CATALOG: dict[str, CatalogModel] = {
             tied_embeddings=True,
             kv_heads=8,
             head_dim=128,
-            lora_in_out=(1024 + 2048) + (1024 + 1024) * 2 + (2048 + 1024) + (1024 + 3072) * 2 + (3072 + 1024),
+            lora_in_out=(1024 + 2048) + (1024 + 1024) * 2 + (2048 + 1024),  # q, k, v, o
         ),
         about="Qwen3-0.6B (bf16): the GPU checks' model (`pytest -m gpu`, `python -m benchmarks gpu`)",
     ),

@@ -69,9 +69,9 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
         load_settings(["preset=minecraft-one-gpu", "services.engine.vllm_max_num_seqs=null"])
     )
     assert 0.65 < unbounded.engine_needs_gib - budget.engine_needs_gib < 0.75, unbounded.table()
-    # The budget bites: logits at every position no longer fit, nor does twice the context, nor a bf16 base.
+    # The budget bites: logits at every position no longer fit, nor does three times the context, nor a bf16 base.
     assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "gpu.sampled_tokens=null"])).fits
-    longer = load_settings(["preset=minecraft-one-gpu", "services.gateway.max_context=8192"])
+    longer = load_settings(["preset=minecraft-one-gpu", "services.gateway.max_context=12288"])
     assert not settings_budget(longer).fits
     assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "trainer.quantization=null"])).fits
 
@@ -85,7 +85,7 @@ def test_rollout_config_budget_prints_the_phases_and_fails_a_configuration_that_
         and report["device_gib"] == 16
         and "trainer weights (nf4 blocks, bf16 embeddings)" in report["training"]
     )
-    too_big = rollout("config", "budget", "--preset", "minecraft-one-gpu", "trainer.micro_batch_tokens=8192")
+    too_big = rollout("config", "budget", "--preset", "minecraft-one-gpu", "trainer.micro_batch_tokens=12288")
     assert too_big.returncode == 1 and "does NOT fit" in too_big.stdout
     assert "lower trainer.micro_batch_tokens" in too_big.stderr and "Traceback" not in too_big.stderr
     unknown = rollout("config", "budget")

@@ -9,7 +9,9 @@ import time
 
 import pytest
 
+from rollout.defaults import LORA_TARGET_MODULES
 from rollout.engines.vllm_launcher import VLLMLaunch, command
+from rollout.training.local import LocalTrainerConfig
 
 
 def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
@@ -28,6 +30,9 @@ def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
     assert argv[argv.index("--logprobs-mode") + 1] == "raw_logprobs"
     assert "--language-model-only" in argv, "no vision tower loaded, profiled or cached: turns are text"
     assert "--max-num-seqs" not in argv, "vLLM's own default unless asked"
+    # LoRA slots for what the trainer's adapters train, not every module vLLM supports (the budget counts these).
+    start = argv.index("--lora-target-modules") + 1
+    assert tuple(argv[start : start + 4]) == LocalTrainerConfig().target_modules == LORA_TARGET_MODULES
     bounded, _ = command(VLLMLaunch("m", max_num_seqs=8))
     assert bounded[bounded.index("--max-num-seqs") + 1] == "8"
     plain, plain_env = command(VLLMLaunch("m", lora=False, sleep_mode=False))

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 
 import torch
 
+from rollout import defaults
 from rollout.training.batches import Batch
 from rollout.training.logprobs import Rows, micro_batches, packable, sampled_logprobs
 from rollout.training.losses import LossConfig, LossMetrics, policy_loss
@@ -50,7 +51,7 @@ class NonFiniteLoss(FloatingPointError):
 class LocalTrainerConfig:
     lora_rank: int | None = 8  # None: train the full weights
     lora_alpha: int = 16
-    target_modules: tuple[str, ...] = ("q_proj", "k_proj", "v_proj", "o_proj")
+    target_modules: tuple[str, ...] = defaults.LORA_TARGET_MODULES
     learning_rate: float = 1e-5
     weight_decay: float = 0.0
     max_grad_norm: float = 1.0
