@@ -110,6 +110,21 @@ def _refusal(error: Exception) -> JSONResponse | None:
     return None
 
 
+def _logprobs(
+    engine: ServedEngine, ids: tuple[int, ...], logprobs: tuple[float, ...], start: int = 0
+) -> dict[str, Any]:
+    """vLLM's `logprobs` of a completion asked with `logprobs: 0`: each sampled token's text, its logprob, the
+    one-entry top list and its offset in the completion's text."""
+    tokens = [engine.tokenizer.decode([t]) for t in ids]
+    offsets = [start + sum(len(t) for t in tokens[:k]) for k in range(len(tokens))]
+    return {
+        "text_offset": offsets,
+        "token_logprobs": list(logprobs),
+        "tokens": tokens,
+        "top_logprobs": [{token: logprob} for token, logprob in zip(tokens, logprobs, strict=True)],
+    }
+
+
 def _sse(data: Any) -> bytes:
     return f"data: {json.dumps(data, separators=(',', ':'))}\n\n".encode()
 
@@ -152,12 +167,9 @@ async def _streamed(
                     "stop_reason": None,
                 }
                 if body.get("logprobs") is not None:
-                    choice["logprobs"] = {
-                        "text_offset": [],
-                        "token_logprobs": list(chunk.logprobs),
-                        "tokens": [engine.tokenizer.decode([t]) for t in chunk.ids],
-                        "top_logprobs": None,
-                    }
+                    choice["logprobs"] = _logprobs(
+                        engine, chunk.ids, chunk.logprobs, start=len(sent_text) - len(delta)
+                    )
                 if body.get("return_token_ids"):
                     choice["token_ids"] = list(chunk.ids)
                     if len(sent_ids) == len(chunk.ids):
@@ -225,12 +237,7 @@ def build_app(engine: ServedEngine) -> Starlette:
             raise
         logprobs = None
         if body.get("logprobs") is not None:
-            logprobs = {
-                "tokens": [engine.tokenizer.decode([t]) for t in result.completion_ids],
-                "token_logprobs": list(result.logprobs),
-                "top_logprobs": None,
-                "text_offset": None,
-            }
+            logprobs = _logprobs(engine, result.completion_ids, result.logprobs)
         choice: dict[str, Any] = {
             "index": 0,
             "text": engine.tokenizer.decode(list(result.completion_ids), skip_special_tokens=True),
