@@ -167,23 +167,10 @@ def _serve_vllm(
     served_name: str,
     follower: FollowerConfig | None,
 ) -> None:
-    from rollout.engines.vllm_launcher import VLLMLaunch
+    from rollout.engines.vllm_launcher import launch_for
     from rollout.engines.vllm_process import VLLMStartError, serve_vllm
 
-    engine = settings.services.engine
-    launch = VLLMLaunch(
-        model_path,
-        host=host,
-        port=port,
-        served_name=served_name,
-        max_model_len=engine.vllm_max_model_len or settings.services.gateway.max_context,
-        gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
-        max_lora_rank=engine.vllm_max_lora_rank,
-        max_loras=engine.vllm_max_loras,
-        max_num_seqs=engine.vllm_max_num_seqs,
-        quantization=engine.vllm_quantization,
-        extra_args=tuple(engine.vllm_extra_args),
-    )
+    launch = launch_for(settings, model_path, host=host, port=port, served_name=served_name)
     log_path = settings.data_path / "logs" / f"vllm-{port}.log"
     err.print(f"starting vllm serve {model_path} on http://{host}:{port} (its output: {log_path})")
     try:

@@ -1,6 +1,7 @@
 """The `vllm serve` command line for an engine rollout drives: LoRA hot-loading and sleep mode switched on.
 
-Contract: `command(launch)` is a pure function from settings to argv and environment; the caller runs it. The
+Contract: `launch_for(settings, ...)` is the `VLLMLaunch` the settings (`services.engine.vllm_*`) make, and
+`command(launch)` a pure function from it to argv and environment; the caller runs it. The
 checkpoint's `generation_config.json` sets no sampling default (`--generation-config vllm`: a top_k, min_p or
 penalty the request does not send is neutral), and logprobs are the model's raw ones (`--logprobs-mode
 raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its language model only
@@ -13,8 +14,12 @@ the environment), and the follower puts the engine to sleep (`/sleep`) while a t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from rollout import defaults
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,23 @@ class VLLMLaunch:
     quantization: str | None = None
     dtype: str = "auto"
     extra_args: tuple[str, ...] = ()
+
+
+def launch_for(settings: Settings, model_path: str, *, host: str, port: int, served_name: str) -> VLLMLaunch:
+    engine = settings.services.engine
+    return VLLMLaunch(
+        model_path,
+        host=host,
+        port=port,
+        served_name=served_name,
+        max_model_len=engine.vllm_max_model_len or settings.services.gateway.max_context,
+        gpu_memory_utilization=engine.vllm_gpu_memory_utilization,
+        max_lora_rank=engine.vllm_max_lora_rank,
+        max_loras=engine.vllm_max_loras,
+        max_num_seqs=engine.vllm_max_num_seqs,
+        quantization=engine.vllm_quantization,
+        extra_args=tuple(engine.vllm_extra_args),
+    )
 
 
 def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
