@@ -1,0 +1,339 @@
+"""rollout's vLLM boundary, checked against vLLM's own code (the locked vLLM; no GPU): its OpenAI app and `AsyncLLM`
+serve the launcher's exact command line over a CPU stand-in for the engine core (tests/vllm_standin.py), and its
+own parser, request and response classes judge what rollout sends and what rollout's local engine answers.
+
+Each test here fails on what the first reading of vLLM 0.33 found wrong: sampling defaults taken from the
+checkpoint, aborted completions passed on as finished, `/sleep` cutting turns short and queueing new ones until
+the wake, a 404 for an adapter vLLM does not hold, and launcher flags vLLM does not accept.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from rollout.config import load
+from rollout.defaults import LORA_TARGET_MODULES
+from rollout.engines.local import LocalEngine
+from rollout.engines.protocol import (
+    CheckpointNotServed,
+    CheckpointRef,
+    EngineError,
+    EngineUnavailable,
+    SampleRequest,
+)
+from rollout.engines.vllm_client import VLLMEngine
+from rollout.engines.vllm_launcher import VLLMLaunch, command, launch_for
+from rollout.engines.vllm_server import build_app
+from rollout.net import free_port, serving
+
+pytestmark = pytest.mark.timeout(420)
+
+ROOT = Path(__file__).resolve().parent.parent
+# tests.vllm_standin's, named here rather than imported: importing it imports vLLM into this process.
+RECORD_VARIABLE = "ROLLOUT_VLLM_STANDIN_RECORD"
+STANDIN_TOKENS = (1000, 1001, 1002, 1003, 1004)
+STANDIN_LOGPROB = -0.5
+PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)
+# What Qwen checkpoints ship in generation_config.json: vLLM applies each to a request that leaves it out, unless
+# told `--generation-config vllm`.
+QWEN_SAMPLING_DEFAULTS = {
+    "temperature": 0.7,
+    "top_p": 0.8,
+    "top_k": 20,
+    "min_p": 0.05,
+    "repetition_penalty": 1.05,
+    "presence_penalty": 1.5,
+}
+PRESETS = sorted(p.stem for p in (ROOT / "rollout" / "conf" / "preset").glob("*.yaml"))
+
+
+async def _run_python(*arguments: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> Any:
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        *arguments,
+        cwd=ROOT,
+        env={**os.environ, **(env or {})},
+        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+
+
+@dataclass
+class Judge:
+    """One `python -m tests.vllm_standin judge` run, started early (it imports vLLM) and read when needed."""
+
+    asked: dict[str, Any]
+    process: Any
+    stdin: bytes
+    _verdicts: dict[str, Any] | None = None
+
+    async def verdicts(self) -> dict[str, Any]:
+        if self._verdicts is None:
+            output, _ = await asyncio.wait_for(self.process.communicate(self.stdin), 300)
+            assert self.process.returncode == 0, output.decode()[-3000:]
+            verdicts: dict[str, Any] = json.loads(output.decode().strip().splitlines()[-1])
+            self._verdicts = verdicts
+            return verdicts
+        return self._verdicts
+
+
+def _argvs(model: str) -> dict[str, list[str]]:
+    """The launcher's command line for each preset (served on vLLM), and three that vLLM must refuse."""
+    argvs = {}
+    for preset in PRESETS:
+        settings = load([f"preset={preset}", "services.engine.kind=vllm"])
+        launch = launch_for(settings, model, host="127.0.0.1", port=8100, served_name="base")
+        argvs[preset] = command(launch)[0]
+    plain = command(VLLMLaunch(model))[0]
+    argvs["refused: unknown quantization"] = [*plain, "--quantization", "no-such-method"]
+    argvs["refused: rank not a choice"] = [*plain, "--max-lora-rank", "12"]
+    argvs["refused: unknown flag"] = [*plain, "--no-such-flag"]
+    return argvs
+
+
+async def _local_server_answers(model: str) -> list[tuple[str, str, Any]]:
+    """What rollout's local engine server answers, as (what, vLLM's class, body)."""
+    client = VLLMEngine("http://unused")
+    body = client._payload(SampleRequest(PROMPT, max_tokens=4, seed=1))
+    answers: list[tuple[str, str, Any]] = []
+    async with (
+        serving(build_app(LocalEngine(model, device="cpu"))) as url,
+        aiohttp.ClientSession(url) as http,
+    ):
+        async with http.post("/v1/completions", json=body) as answer:
+            answers.append(("completion", "CompletionResponse", await answer.json()))
+        streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
+        async with http.post("/v1/completions", json=streamed) as answer:
+            events = [line[5:].strip() async for line in answer.content if line.startswith(b"data:")]
+        answers += [
+            ("stream chunk", "CompletionStreamResponse", json.loads(e)) for e in events if e != b"[DONE]"
+        ]
+        async with http.post("/v1/completions", json={**body, "model": "nope"}) as answer:
+            answers.append(("unknown model", "ErrorResponse", await answer.json()))
+        async with http.post("/pause"), http.post("/v1/completions", json=body) as answer:
+            assert answer.status == 503
+            answers.append(("paused", "ErrorResponse", await answer.json()))
+    return answers
+
+
+@pytest.fixture(scope="module")
+async def judge(qwen_like: Path, tiny_qwen3: str) -> AsyncIterator[Judge]:
+    client = VLLMEngine("http://unused")
+    asked = {
+        "argvs": _argvs(str(qwen_like)),
+        "payloads": {
+            "sample": client._payload(SampleRequest(PROMPT, max_tokens=8, seed=3, stop_token_ids=(151645,))),
+            "stream": {**client._payload(SampleRequest(PROMPT, max_tokens=8)), "stream": True},
+        },
+        "responses": await _local_server_answers(tiny_qwen3),
+    }
+    request = {
+        "argvs": list(asked["argvs"].values()),
+        "payloads": list(asked["payloads"].values()),
+        "responses": [[kind, body] for _, kind, body in asked["responses"]],
+    }
+    stdin = json.dumps(request).encode()
+    process = await _run_python("-m", "tests.vllm_standin", "judge", stdin=stdin)
+    judged = Judge(asked, process, stdin)
+    yield judged
+    if process.returncode is None:
+        process.kill()
+        await process.wait()
+
+
+@dataclass
+class StandIn:
+    engine: VLLMEngine
+    record: Path
+
+    def requests(self) -> list[dict[str, Any]]:
+        return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    async def control(self, path: str, **query: str) -> int:
+        async with (
+            aiohttp.ClientSession() as http,
+            http.post(f"{self.engine.base_url}{path}", params=query) as answer,
+        ):
+            return answer.status
+
+
+@pytest.fixture(scope="module")
+def qwen_like(tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny Qwen3 with the sampling defaults a Qwen checkpoint ships in generation_config.json, and Qwen3's
+    context (40960 positions), so each preset's context is a model's."""
+    folder = tmp_path_factory.mktemp("qwen-like")
+    for file in Path(tiny_qwen3).iterdir():
+        if file.name not in ("generation_config.json", "config.json"):
+            (folder / file.name).symlink_to(file)
+    generation = json.loads((Path(tiny_qwen3) / "generation_config.json").read_text())
+    (folder / "generation_config.json").write_text(json.dumps({**generation, **QWEN_SAMPLING_DEFAULTS}))
+    config = json.loads((Path(tiny_qwen3) / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 40960}))
+    return folder
+
+
+@pytest.fixture(scope="module")
+async def standin(
+    judge: Judge, qwen_like: Path, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[StandIn]:
+    """vLLM's app over the stand-in engine core, started with exactly the launcher's command line (the judge,
+    started first, imports vLLM beside it)."""
+    port = free_port()
+    argv, env = command(VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8))
+    assert argv[:2] == ["vllm", "serve"]
+    record = tmp_path_factory.mktemp("standin") / "requests.jsonl"
+    process = await _run_python(
+        "-m", "tests.vllm_standin", "serve", *argv[2:], env={**env, RECORD_VARIABLE: str(record)}
+    )
+    engine = VLLMEngine(f"http://127.0.0.1:{port}")
+    try:
+        deadline = time.monotonic() + 240
+        while not await engine.health():
+            if process.returncode is not None or time.monotonic() > deadline:
+                output = (await process.stdout.read()).decode() if process.stdout else ""
+                pytest.fail(f"vLLM's app over the stand-in did not come up:\n{output[-3000:]}")
+            await asyncio.sleep(0.5)
+        yield StandIn(engine, record)
+    finally:
+        await engine.close()
+        if process.returncode is None:
+            process.terminate()
+            await process.wait()
+
+
+async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoints_defaults(
+    standin: StandIn, judge: Judge
+) -> None:
+    """vLLM reports raw logprobs: the recorded behaviour logprob describes the sampling distribution only when no
+    top_k, min_p or penalty comes from the checkpoint. The client's requests are vLLM `CompletionRequest`s with
+    no key vLLM would silently drop."""
+    asked = SampleRequest(PROMPT, max_tokens=5, temperature=0.6, top_p=0.95, seed=9, stop_token_ids=(151645,))
+    result = await standin.engine.sample(asked)
+    streamed = [chunk async for chunk in standin.engine.stream(asked)]
+    assert result.completion_ids == STANDIN_TOKENS and result.finish_reason == "length"
+    assert result.logprobs == (STANDIN_LOGPROB,) * 5
+    assert (
+        tuple(t for c in streamed for t in c.ids) == STANDIN_TOKENS and streamed[-1].finish_reason == "length"
+    )
+    requests = standin.requests()[-2:]
+    assert [r["prompt"] for r in requests] == [list(PROMPT)] * 2
+    for sampled in (r["sampling"] for r in requests):
+        assert (sampled["temperature"], sampled["top_p"], sampled["seed"]) == (0.6, 0.95, 9)
+        assert sampled["top_k"] in (0, -1), f"top_k {sampled['top_k']} came from generation_config.json"
+        assert sampled["min_p"] == 0 and sampled["repetition_penalty"] == 1
+        assert sampled["presence_penalty"] == 0 and sampled["frequency_penalty"] == 0
+        assert (sampled["logprobs"], sampled["skip_special_tokens"], sampled["max_tokens"]) == (0, False, 5)
+        assert sampled["stop_token_ids"] == [151645]
+    verdicts = await judge.verdicts()
+    for name, verdict in zip(judge.asked["payloads"], verdicts["payloads"], strict=True):
+        assert verdict == {"ok": True, "undeclared": []}, f"{name}: {verdict}"
+
+
+async def test_what_vllm_aborts_is_never_passed_on_as_finished(standin: StandIn) -> None:
+    """vLLM's /sleep defaults to `abort`: what is in flight comes back 200 with `finish_reason: "abort"` and
+    partial tokens. The client raises EngineUnavailable (sampled again, or recorded aborted mid-stream)."""
+    whole = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=1000)))
+    chunks = standin.engine.stream(SampleRequest(PROMPT, max_tokens=1000))
+    first = await anext(chunks)
+    assert first.ids and first.finish_reason is None
+    assert await standin.control("/sleep", level="1", mode="abort") == 200
+    with pytest.raises(EngineUnavailable, match="aborted"):
+        await whole
+    with pytest.raises(EngineUnavailable, match="aborted"):
+        async for _ in chunks:
+            pass
+    assert await standin.control("/wake_up") == 200
+
+
+async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_wake(
+    standin: StandIn,
+) -> None:
+    """vLLM queues a request that reaches it asleep until it wakes (shown first, with a bare /sleep), so a turn
+    would hang for a whole training step; the client's sleep pauses first: what is in flight finishes, and a new
+    request is refused at once with a 503 (the gateway's cue to hold the turn) until the wake."""
+    assert await standin.control("/sleep", level="1", mode="wait") == 200
+    queued = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=3)))
+    done, _ = await asyncio.wait([queued], timeout=1.5)
+    assert not done, "vLLM 0.33 holds a request that arrives while it sleeps"
+    assert await standin.control("/wake_up") == 200
+    assert (await asyncio.wait_for(queued, 10)).completion_ids == STANDIN_TOKENS[:3]
+
+    chunks = standin.engine.stream(SampleRequest(PROMPT, max_tokens=60))
+    first = await anext(chunks)
+    asleep = asyncio.create_task(standin.engine.sleep())
+    rest = [chunk async for chunk in chunks]
+    await asyncio.wait_for(asleep, 10)
+    assert len(first.ids) + sum(len(c.ids) for c in rest) == 60 and rest[-1].finish_reason == "length"
+    started = time.monotonic()
+    with pytest.raises(EngineUnavailable, match="paused"):
+        await standin.engine.sample(SampleRequest(PROMPT, max_tokens=3))
+    with pytest.raises(EngineUnavailable, match="paused"):
+        await anext(standin.engine.stream(SampleRequest(PROMPT, max_tokens=3)))
+    assert time.monotonic() - started < 5, "refused at once"
+    await standin.engine.wake()
+    assert (await standin.engine.sample(SampleRequest(PROMPT, max_tokens=2))).finish_reason == "length"
+
+
+async def test_adapters_load_serve_and_unload_as_the_follower_expects(
+    standin: StandIn, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    def adapter(rank: int, folder: Path) -> str:
+        model = AutoModelForCausalLM.from_pretrained(tiny_qwen3)
+        config = LoraConfig(r=rank, target_modules=list(LORA_TARGET_MODULES), task_type="CAUSAL_LM")
+        get_peft_model(model, config).save_pretrained(str(folder))
+        return str(folder)
+
+    step1 = await asyncio.to_thread(adapter, 8, tmp_path / "step1")
+    await standin.engine.load(CheckpointRef("step1", step1))
+    await standin.engine.load(CheckpointRef("step1", step1))  # a restarted follower loads what vLLM holds
+    assert "step1" in await standin.engine.models()
+    result = await standin.engine.sample(SampleRequest(PROMPT, max_tokens=2, model="step1"))
+    assert result.model == "step1" and standin.requests()[-1]["lora"] == "step1"
+    with pytest.raises(CheckpointNotServed):
+        await standin.engine.sample(SampleRequest(PROMPT, max_tokens=2, model="step2"))
+    too_big = await asyncio.to_thread(adapter, 16, tmp_path / "rank16")
+    with pytest.raises((EngineError, EngineUnavailable), match="rank"):
+        await standin.engine.load(CheckpointRef("rank16", too_big))
+    await standin.engine.unload("step1")
+    with pytest.raises(KeyError):  # the follower's "already gone"
+        await standin.engine.unload("step1")
+    with pytest.raises(KeyError):
+        await standin.engine.unload("never-loaded")
+
+
+async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(judge: Judge) -> None:
+    """Parsed and validated by `vllm serve`'s own parser, and turned into vLLM's engine configuration: a flag
+    vLLM removed, a choice it does not offer, or a quantization method without its plugin fails here."""
+    verdicts = (await judge.verdicts())["argvs"]
+    named = dict(zip(judge.asked["argvs"], verdicts, strict=True))
+    assert set(PRESETS) >= {"cpu-micro", "cpu-tiny", "minecraft-one-gpu"}
+    for name, verdict in named.items():
+        if name.startswith("refused"):
+            assert not verdict["ok"], f"the judge accepted {name}"
+        else:
+            assert verdict == {"ok": True}, f"vLLM refuses preset {name}'s command line: {verdict}"
+
+
+async def test_the_local_engine_server_answers_in_vllms_own_response_classes(judge: Judge) -> None:
+    """rollout's local engine server speaks vLLM's dialect to the same client: each of its answers (a completion,
+    every streamed chunk with the usage chunk, a 404 and a paused 503) validates as vLLM's own class."""
+    verdicts = (await judge.verdicts())["responses"]
+    kinds = [kind for _, kind, _ in judge.asked["responses"]]
+    assert kinds.count("CompletionStreamResponse") >= 3 and kinds.count("ErrorResponse") == 2
+    for (what, kind, body), verdict in zip(judge.asked["responses"], verdicts, strict=True):
+        assert verdict == {"ok": True}, f"{what} is no vLLM {kind}: {verdict}\n{body}"
