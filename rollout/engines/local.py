@@ -313,6 +313,9 @@ class LocalEngine:
         for model in (self.model, *self.full.values()):
             model.to(device)
         if device == "cpu":
+            # Each thread that ran a batch holds a cuBLAS workspace (32 MiB on Hopper) outside any model: seen
+            # by scripts/gpu_check.py on an H200, a third of a tiny model's footprint left behind asleep.
+            torch._C._cuda_clearCublasWorkspaces()
             torch.cuda.empty_cache()
 
     async def health(self) -> bool:
