@@ -42,6 +42,7 @@ pytestmark = pytest.mark.timeout(420)
 ROOT = Path(__file__).resolve().parent.parent
 # tests.vllm_standin's, named here rather than imported: importing it imports vLLM into this process.
 RECORD_VARIABLE = "ROLLOUT_VLLM_STANDIN_RECORD"
+JUDGE_VARIABLE = "ROLLOUT_VLLM_STANDIN_JUDGE"
 STANDIN_TOKENS = (1000, 1001, 1002, 1003, 1004)
 STANDIN_LOGPROB = -0.5
 PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)
@@ -58,35 +59,16 @@ QWEN_SAMPLING_DEFAULTS = {
 PRESETS = sorted(p.stem for p in (ROOT / "rollout" / "conf" / "preset").glob("*.yaml"))
 
 
-async def _run_python(*arguments: str, stdin: bytes | None = None, env: dict[str, str] | None = None) -> Any:
-    return await asyncio.create_subprocess_exec(
-        sys.executable,
-        *arguments,
-        cwd=ROOT,
-        env={**os.environ, **(env or {})},
-        stdin=asyncio.subprocess.PIPE if stdin is not None else None,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-
-
 @dataclass
 class Judge:
-    """One `python -m tests.vllm_standin judge` run, started early (it imports vLLM) and read when needed."""
+    """What the stand-in judges with vLLM's parser and classes before it serves (one vLLM import for both)."""
 
     asked: dict[str, Any]
-    process: Any
-    stdin: bytes
-    _verdicts: dict[str, Any] | None = None
+    request: Path
 
-    async def verdicts(self) -> dict[str, Any]:
-        if self._verdicts is None:
-            output, _ = await asyncio.wait_for(self.process.communicate(self.stdin), 300)
-            assert self.process.returncode == 0, output.decode()[-3000:]
-            verdicts: dict[str, Any] = json.loads(output.decode().strip().splitlines()[-1])
-            self._verdicts = verdicts
-            return verdicts
-        return self._verdicts
+    def verdicts(self) -> dict[str, Any]:
+        """Ready once the stand-in serves (it judges first)."""
+        return json.loads(Path(f"{self.request}.verdicts").read_text())
 
 
 def _argvs(model: str) -> dict[str, list[str]]:
@@ -129,7 +111,7 @@ async def _local_server_answers(model: str) -> list[tuple[str, str, Any]]:
 
 
 @pytest.fixture(scope="module")
-async def judge(qwen_like: Path, tiny_qwen3: str) -> AsyncIterator[Judge]:
+async def judge(qwen_like: Path, tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Judge:
     client = VLLMEngine("http://unused")
     asked = {
         "argvs": _argvs(str(qwen_like)),
@@ -144,13 +126,9 @@ async def judge(qwen_like: Path, tiny_qwen3: str) -> AsyncIterator[Judge]:
         "payloads": list(asked["payloads"].values()),
         "responses": [[kind, body] for _, kind, body in asked["responses"]],
     }
-    stdin = json.dumps(request).encode()
-    process = await _run_python("-m", "tests.vllm_standin", "judge", stdin=stdin)
-    judged = Judge(asked, process, stdin)
-    yield judged
-    if process.returncode is None:
-        process.kill()
-        await process.wait()
+    path = tmp_path_factory.mktemp("judge") / "request.json"
+    path.write_text(json.dumps(request))
+    return Judge(asked, path)
 
 
 @dataclass
@@ -188,14 +166,22 @@ def qwen_like(tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Path
 async def standin(
     judge: Judge, qwen_like: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[StandIn]:
-    """vLLM's app over the stand-in engine core, started with exactly the launcher's command line (the judge,
-    started first, imports vLLM beside it)."""
+    """vLLM's app over the stand-in engine core, started with exactly the launcher's command line; it judges what
+    `judge` asks before it serves."""
     port = free_port()
     argv, env = command(VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8))
     assert argv[:2] == ["vllm", "serve"]
     record = tmp_path_factory.mktemp("standin") / "requests.jsonl"
-    process = await _run_python(
-        "-m", "tests.vllm_standin", "serve", *argv[2:], env={**env, RECORD_VARIABLE: str(record)}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.vllm_standin",
+        "serve",
+        *argv[2:],
+        cwd=ROOT,
+        env={**os.environ, **env, RECORD_VARIABLE: str(record), JUDGE_VARIABLE: str(judge.request)},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
     )
     engine = VLLMEngine(f"http://127.0.0.1:{port}")
     try:
@@ -236,7 +222,7 @@ async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoin
         assert sampled["presence_penalty"] == 0 and sampled["frequency_penalty"] == 0
         assert (sampled["logprobs"], sampled["skip_special_tokens"], sampled["max_tokens"]) == (0, False, 5)
         assert sampled["stop_token_ids"] == [151645]
-    verdicts = await judge.verdicts()
+    verdicts = judge.verdicts()
     for name, verdict in zip(judge.asked["payloads"], verdicts["payloads"], strict=True):
         assert verdict == {"ok": True, "undeclared": []}, f"{name}: {verdict}"
 
@@ -316,10 +302,12 @@ async def test_adapters_load_serve_and_unload_as_the_follower_expects(
         await standin.engine.unload("never-loaded")
 
 
-async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(judge: Judge) -> None:
+async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(
+    standin: StandIn, judge: Judge
+) -> None:
     """Parsed and validated by `vllm serve`'s own parser, and turned into vLLM's engine configuration: a flag
     vLLM removed, a choice it does not offer, or a quantization method without its plugin fails here."""
-    verdicts = (await judge.verdicts())["argvs"]
+    verdicts = judge.verdicts()["argvs"]
     named = dict(zip(judge.asked["argvs"], verdicts, strict=True))
     assert set(PRESETS) >= {"cpu-micro", "cpu-tiny", "minecraft-one-gpu"}
     for name, verdict in named.items():
@@ -329,10 +317,12 @@ async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(
             assert verdict == {"ok": True}, f"vLLM refuses preset {name}'s command line: {verdict}"
 
 
-async def test_the_local_engine_server_answers_in_vllms_own_response_classes(judge: Judge) -> None:
+async def test_the_local_engine_server_answers_in_vllms_own_response_classes(
+    standin: StandIn, judge: Judge
+) -> None:
     """rollout's local engine server speaks vLLM's dialect to the same client: each of its answers (a completion,
     every streamed chunk with the usage chunk, a 404 and a paused 503) validates as vLLM's own class."""
-    verdicts = (await judge.verdicts())["responses"]
+    verdicts = judge.verdicts()["responses"]
     kinds = [kind for _, kind, _ in judge.asked["responses"]]
     assert kinds.count("CompletionStreamResponse") >= 3 and kinds.count("ErrorResponse") == 2
     for (what, kind, body), verdict in zip(judge.asked["responses"], verdicts, strict=True):

@@ -19,13 +19,15 @@ With `ROLLOUT_VLLM_STANDIN_RECORD=PATH`, each request the engine core receives i
 its prompt, adapter and the `SamplingParams` vLLM derived from the HTTP request and the checkpoint (what a real
 vLLM would sample with).
 
-`python -m tests.vllm_standin judge` reads one JSON object on stdin and prints one JSON object: for each of its
+`python -m tests.vllm_standin judge` reads one JSON object on stdin and prints one JSON object (or, as `serve` is
+starting, with `ROLLOUT_VLLM_STANDIN_JUDGE=PATH`, reads PATH and writes PATH.verdicts before it serves: one vLLM
+import for both): for each of its
 `argvs` (`vllm serve ...` command lines), whether vLLM's parser and engine-config validation accept it; for each of
 its `payloads` (bodies for `/v1/completions`), the keys vLLM's `CompletionRequest` does not declare (vLLM drops
 them silently) or its validation error; for each of its `responses` (`[class, body]`, class one of
 `CompletionResponse`, `CompletionStreamResponse`, `ErrorResponse`), vLLM's validation error, if any.
 
-Importing vLLM takes about 20 s on two cores: a test module starts one `serve` and one `judge` at most.
+Importing vLLM takes about 20 s on two cores: a test module starts one `serve` (judging too) at most.
 """
 
 from __future__ import annotations
@@ -65,6 +67,7 @@ TOKENS = (1000, 1001, 1002, 1003, 1004)
 LOGPROB = -0.5
 STEP_S = 0.01
 RECORD_VARIABLE = "ROLLOUT_VLLM_STANDIN_RECORD"
+JUDGE_VARIABLE = "ROLLOUT_VLLM_STANDIN_JUDGE"
 SAMPLING_FIELDS = (
     "temperature",
     "top_p",
@@ -296,6 +299,8 @@ async def serve(argv: list[str]) -> None:
     from vllm.entrypoints.launchers.app import build_app
     from vllm.v1.engine.async_llm import AsyncLLM
 
+    if asked := os.environ.get(JUDGE_VARIABLE):
+        judge_file(asked)
     args = parse_serve_args(argv)
     config = engine_config(args)
     with mock.patch.object(
@@ -350,6 +355,15 @@ def judge(request: dict[str, Any]) -> dict[str, Any]:
         except Exception as error:
             responses.append({"ok": False, "error": str(error)})
     return {"argvs": argvs, "payloads": payloads, "responses": responses}
+
+
+def judge_file(path: str) -> None:
+    """Judge the request in `path`; the verdicts appear whole at `path`.verdicts."""
+    with open(path) as file:
+        verdicts = judge(json.load(file))
+    with open(f"{path}.verdicts.part", "w") as file:
+        json.dump(verdicts, file)
+    os.replace(f"{path}.verdicts.part", f"{path}.verdicts")
 
 
 def main(argv: list[str]) -> None:
