@@ -3,7 +3,8 @@
 Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending
   key and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
-  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices).
+  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a negative
+  `run.max_lag`).
 - The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
 """
 
@@ -24,6 +25,7 @@ from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
+from rollout.run_settings import BadRunSetting, max_lag_of
 
 
 class LogLevel(StrEnum):
@@ -322,6 +324,10 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
 
 def _check_values(settings: Settings) -> None:
     """What the schema's types cannot say: values a service would refuse only once it starts."""
+    try:
+        max_lag_of(settings.run.max_lag, "run.max_lag")
+    except BadRunSetting as error:
+        raise ConfigError(str(error)) from None
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:
         choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)

@@ -1,6 +1,8 @@
 import pytest
 
 from rollout import config
+from rollout.run_settings import BadRunSetting, RunSettings
+from rollout.workflows.types import RunInput
 
 
 def test_overrides_compose_onto_the_defaults() -> None:
@@ -66,3 +68,24 @@ def test_a_lora_rank_vllm_does_not_serve_is_refused_when_the_settings_are_loaded
     ):
         config.load(["services.engine.vllm_max_lora_rank=24"])
     assert config.load(["services.engine.vllm_max_lora_rank=320"]).services.engine.vllm_max_lora_rank == 320
+
+
+def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> None:
+    """A negative max_lag admits no turn (each waits out its budget, then 503): refused at the config, at a run's
+    input, and when a run's recorded settings are read back from the ledger."""
+    with pytest.raises(config.ConfigError, match=r"bad value for 'run\.max_lag': -1"):
+        config.load(["run.max_lag=-1"])
+    with pytest.raises(BadRunSetting, match="bad value for 'max_lag': -1"):
+        RunInput(run="r", environment="e", max_lag=-1)
+    with pytest.raises(BadRunSetting, match="'max_lag'"):
+        RunSettings.from_recorded({"max_lag": "2"})
+    with pytest.raises(BadRunSetting, match="'max_tokens'"):
+        RunSettings.from_recorded({"max_tokens": -5})
+    recorded = RunSettings.from_recorded(
+        {"max_lag": 3, "paused": True, "external_model/coach": "gpt@http://x"}
+    )
+    assert (recorded.max_lag, recorded.paused, recorded.external_models) == (
+        3,
+        True,
+        {"coach": "gpt@http://x"},
+    )

@@ -88,9 +88,15 @@ def start(
     A runner first confirms it can load the environment; if it cannot, nothing starts.
     """
     from rollout.cli.preflight import PreflightFailed, confirm_runner_loads
+    from rollout.run_settings import BadRunSetting, max_lag_of
     from rollout.workflows.client import start_run
     from rollout.workflows.types import RunInput
 
+    if max_lag is not None:
+        try:
+            max_lag_of(max_lag, "--max-lag")
+        except BadRunSetting as error:
+            fail(str(error), code=2)
     settings = load_settings(cluster_overrides(cluster, overrides))
     run_id = run or f"run-{uuid.uuid4().hex[:8]}"
     given = RunInput(

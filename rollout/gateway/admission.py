@@ -2,7 +2,8 @@
 
 Contract:
 - A turn for a seat on policy P may begin only on an engine serving a checkpoint of version
-  `v >= newest(P) - max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection)
+  `v >= newest(P) - max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection,
+  read as a checked `rollout.run_settings.RunSettings`)
   and `newest(P)` is P's newest checkpoint version. The base model is version 0 of every policy, so a policy
   with no checkpoint yet (or within max_lag of version 0) is served by the base. Among eligible engines the
   freshest checkpoint is tried first. Settings are re-read for every turn (a mid-run change takes
@@ -21,27 +22,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
 
-from rollout import defaults
 from rollout.engines.protocol import EngineUnavailable
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
 from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run, newest_checkpoint_version
+from rollout.run_settings import RunSettings
 
 __all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "eligible"]
-
-
-@dataclass(frozen=True)
-class RunSettings:
-    max_lag: int = defaults.MAX_LAG
-    paused: bool = False
-    max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
-    temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
-    # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
-    external_models: dict[str, str] = field(default_factory=dict[str, str])
 
 
 @dataclass(frozen=True)
@@ -86,21 +76,7 @@ class Admission:
         if run is None:
             return RunSettings(max_lag=1 << 30)
         found = await find_run(self.ledger, run)
-        settings: dict[str, Any] = found.settings if found else {}
-        cap = settings.get("max_tokens")
-        temperature = settings.get("temperature")
-        prefix = defaults.EXTERNAL_MODEL_SETTING
-        return RunSettings(
-            max_lag=int(settings.get("max_lag", defaults.MAX_LAG)),
-            paused=bool(settings.get("paused", False)),
-            max_tokens=int(cap) if cap else None,
-            temperature=None if temperature is None else float(temperature),
-            external_models={
-                name.removeprefix(prefix): str(model)
-                for name, model in settings.items()
-                if name.startswith(prefix)
-            },
-        )
+        return RunSettings.from_recorded(found.settings if found else {})
 
     async def newest_version(self, policy: str) -> int:
         return await newest_checkpoint_version(self.ledger, policy)

@@ -40,6 +40,7 @@ from starlette.routing import Route
 from rollout.gateway.seats import open_seat
 from rollout.keyfiles import secret_file
 from rollout.ledger import Ledger
+from rollout.run_settings import BadRunSetting, max_lag_of
 
 OPERATOR_KEY_FILE = "operator.key"
 SEAT_FIELDS = ("agent", "policy", "run", "episode", "checkpoint")
@@ -207,9 +208,10 @@ def operator_routes(ledger: Ledger, operator: Operator) -> list[Route]:
 
     async def max_lag(request: Request) -> Response:
         body = await _body(request, ("max_lag",))
-        value = body.get("max_lag")
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise OperatorRefused(400, "'max_lag' must be a whole number of checkpoints, 0 or more")
+        try:
+            value = max_lag_of(body.get("max_lag"))
+        except BadRunSetting as error:
+            raise OperatorRefused(400, str(error)) from None
         return JSONResponse(dict(await runs().set_max_lag(request.path_params["run"], value)))
 
     return [

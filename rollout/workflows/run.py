@@ -35,6 +35,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from rollout.run_settings import BadRunSetting, max_lag_of
 from rollout.training.selection import supply_allowance
 from rollout.workflows import runner_stubs
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
@@ -269,10 +270,10 @@ class RunWorkflow:
 
     @set_max_lag.validator
     def _check_max_lag(self, max_lag: int) -> None:
-        if not isinstance(max_lag, int) or isinstance(max_lag, bool) or max_lag < 0:
-            raise ApplicationError(
-                f"max_lag must be a whole number of checkpoints, 0 or more, not {max_lag!r}"
-            )
+        try:
+            max_lag_of(max_lag)
+        except BadRunSetting as error:
+            raise ApplicationError(str(error)) from None
 
     @workflow.update
     async def stop(self) -> RunStatus:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rollout import defaults
+from rollout.run_settings import max_lag_of
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 
@@ -171,6 +172,9 @@ class RunInput:
     max_lag: int = defaults.MAX_LAG
     settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
     training: TrainingSpec | None = None
+
+    def __post_init__(self) -> None:
+        max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts
 
 
 @dataclass

@@ -1,0 +1,74 @@
+"""A run's live settings as one typed record, checked once wherever a value enters.
+
+Contract:
+- `max_lag_of(value, setting)` is the one check of a max_lag: a whole number of checkpoints, 0 (on-policy) or
+  more. The config's `run.max_lag`, `rollout run start --max-lag`, `rollout run set`, the operator route, the run
+  workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
+  `setting`, rather than leaving every turn unadmitted.
+- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, the run's caps on sampled tokens
+  and temperature, and the policies an external model answers. `RunSettings.from_recorded(settings)` reads the
+  run projection's settings (a payload from the ledger, so checked like any input); a value that fails a check
+  raises `BadRunSetting`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout import defaults
+
+__all__ = ["BadRunSetting", "RunSettings", "max_lag_of"]
+
+
+class BadRunSetting(ValueError):
+    """A run setting's value is wrong; the message names the setting and what it takes."""
+
+
+def max_lag_of(value: object, setting: str = "max_lag") -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise BadRunSetting(
+            f"bad value for {setting!r}: {value!r}; it takes a whole number of checkpoints a turn may sample "
+            "behind the newest, 0 (on-policy) or more"
+        )
+    return value
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    max_lag: int = defaults.MAX_LAG
+    paused: bool = False
+    max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
+    temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
+    # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
+    external_models: dict[str, str] = field(default_factory=dict[str, str])
+
+    def __post_init__(self) -> None:
+        max_lag_of(self.max_lag)
+        if self.max_tokens is not None and self.max_tokens < 1:
+            raise BadRunSetting(f"bad value for 'max_tokens': {self.max_tokens!r}; it takes 1 or more")
+        if self.temperature is not None and not self.temperature >= 0:
+            raise BadRunSetting(f"bad value for 'temperature': {self.temperature!r}; it takes 0 or more")
+
+    @classmethod
+    def from_recorded(cls, settings: Mapping[str, Any]) -> RunSettings:
+        """The settings a run recorded (its projection in the ledger); absent ones are the defaults."""
+        cap, temperature = settings.get("max_tokens"), settings.get("temperature")
+        prefix = defaults.EXTERNAL_MODEL_SETTING
+        try:
+            return cls(
+                max_lag=max_lag_of(settings.get("max_lag", defaults.MAX_LAG)),
+                paused=bool(settings.get("paused", False)),
+                max_tokens=int(cap) if cap else None,
+                temperature=None if temperature is None else float(temperature),
+                external_models={
+                    name.removeprefix(prefix): str(model)
+                    for name, model in settings.items()
+                    if name.startswith(prefix)
+                },
+            )
+        except (TypeError, ValueError) as error:
+            if isinstance(error, BadRunSetting):
+                raise
+            raise BadRunSetting(f"a run's recorded settings do not parse: {error}") from error
