@@ -1,7 +1,8 @@
 """rollout: reinforcement learning for language-model agents.
 
-The core (contracts, harness, ledger, blobs, config, environment, serving, rendering, training math) sits at
-the bottom; the gateway, engines and sandboxes on it; workflows and activities above them; workers above
-those; the launcher layer (`rollout.cli`, `rollout.stack`) on top. `tests/test_layers.py` keeps it so; see
-docs/architecture.md.
+Layers, each importing only those below it (`tests/test_layers.py` checks the contract in pyproject.toml): the
+CLI (`rollout.cli`) on top, then the dashboard (`rollout.monitor`), the embedded stack (`rollout.stack`),
+workers, activities, workflows and the gateway, engines and sandboxes; under all of them the core (contracts,
+harness, environment, ledger, blobs, config, run settings, serving, rendering, evals, training), which imports
+none of them and no Temporal. See docs/architecture.md.
 """

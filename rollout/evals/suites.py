@@ -11,7 +11,7 @@ Contract:
   attribute other than `environment`) is unique in the suite and names its scores.
 - `Suite.payload()` is the canonical JSON of the declaration and `content_hash()` its SHA-256: the same suite
   written in YAML or Python, in any key order, has one hash. The ledger keeps a suite under `name@version`
-  with that hash (rollout.evals.registry).
+  with that hash (rollout.evals.records).
 - Names and versions are letters, digits, `.`, `_` and `-` (a YAML version `3` is the version "3").
 """
 

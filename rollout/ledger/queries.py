@@ -1,4 +1,4 @@
-"""Named read queries of the ledger's tables: the only SQL outside `rollout.ledger.store`.
+"""Named read queries of the ledger's tables (the run views' aggregates are in `rollout.ledger.views`).
 
 Contract:
 - Every function reads (nothing here writes), takes a `Ledger` and returns typed values: no caller outside
