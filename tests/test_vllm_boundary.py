@@ -169,7 +169,8 @@ async def standin(
     """vLLM's app over the stand-in engine core, started with exactly the launcher's command line; it judges what
     `judge` asks before it serves."""
     port = free_port()
-    argv, env = command(VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8))
+    launch = VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8, max_num_seqs=2)
+    argv, env = command(launch)
     assert argv[:2] == ["vllm", "serve"]
     record = tmp_path_factory.mktemp("standin") / "requests.jsonl"
     process = await asyncio.create_subprocess_exec(
@@ -202,9 +203,9 @@ async def standin(
 async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoints_defaults(
     standin: StandIn, judge: Judge
 ) -> None:
-    """vLLM reports raw logprobs: the recorded behaviour logprob describes the sampling distribution only when no
-    top_k, min_p or penalty comes from the checkpoint. The client's requests are vLLM `CompletionRequest`s with
-    no key vLLM would silently drop."""
+    """vLLM reports raw logprobs (temperature 1, before top_p: the engine protocol's): for a turn at temperature 1
+    and top_p 1 they are the sampling distribution's only when no top_k, min_p or penalty comes from the
+    checkpoint. The client's requests are vLLM `CompletionRequest`s with no key vLLM would silently drop."""
     asked = SampleRequest(PROMPT, max_tokens=5, temperature=0.6, top_p=0.95, seed=9, stop_token_ids=(151645,))
     result = await standin.engine.sample(asked)
     streamed = [chunk async for chunk in standin.engine.stream(asked)]
@@ -247,8 +248,9 @@ async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_
     standin: StandIn,
 ) -> None:
     """vLLM queues a request that reaches it asleep until it wakes (shown first, with a bare /sleep), so a turn
-    would hang for a whole training step; the client's sleep pauses first: what is in flight finishes, and a new
-    request is refused at once with a 503 (the gateway's cue to hold the turn) until the wake."""
+    would hang for a whole training step; the client's sleep pauses first: what is being generated finishes,
+    what is still queued is aborted (sampled again later), and a new request is refused at once with a 503 (the
+    gateway's cue to hold the turn) until the wake."""
     assert await standin.control("/sleep", level="1", mode="wait") == 200
     queued = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=3)))
     done, _ = await asyncio.wait([queued], timeout=1.5)
@@ -256,12 +258,19 @@ async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_
     assert await standin.control("/wake_up") == 200
     assert (await asyncio.wait_for(queued, 10)).completion_ids == STANDIN_TOKENS[:3]
 
-    chunks = standin.engine.stream(SampleRequest(PROMPT, max_tokens=60))
-    first = await anext(chunks)
+    # Two requests run (--max-num-seqs 2); a third waits its turn. The pause lets the two finish and leaves the
+    # third queued; the sleep then aborts it, so the gateway samples it again after the wake, not after the step.
+    streams = [standin.engine.stream(SampleRequest(PROMPT, max_tokens=60)) for _ in range(2)]
+    firsts = [await anext(chunks) for chunks in streams]
+    queued_turn = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=60)))
+    await asyncio.sleep(0.1)
     asleep = asyncio.create_task(standin.engine.sleep())
-    rest = [chunk async for chunk in chunks]
+    for first, chunks in zip(firsts, streams, strict=True):
+        rest = [chunk async for chunk in chunks]
+        assert len(first.ids) + sum(len(c.ids) for c in rest) == 60 and rest[-1].finish_reason == "length"
     await asyncio.wait_for(asleep, 10)
-    assert len(first.ids) + sum(len(c.ids) for c in rest) == 60 and rest[-1].finish_reason == "length"
+    with pytest.raises(EngineUnavailable, match="aborted"):
+        await asyncio.wait_for(queued_turn, 5)
     started = time.monotonic()
     with pytest.raises(EngineUnavailable, match="paused"):
         await standin.engine.sample(SampleRequest(PROMPT, max_tokens=3))
@@ -278,9 +287,9 @@ async def test_adapters_load_serve_and_unload_as_the_follower_expects(
     from peft import LoraConfig, get_peft_model
     from transformers import AutoModelForCausalLM
 
-    def adapter(rank: int, folder: Path) -> str:
+    def adapter(rank: int, folder: Path, targets: tuple[str, ...] = LORA_TARGET_MODULES) -> str:
         model = AutoModelForCausalLM.from_pretrained(tiny_qwen3)
-        config = LoraConfig(r=rank, target_modules=list(LORA_TARGET_MODULES), task_type="CAUSAL_LM")
+        config = LoraConfig(r=rank, target_modules=list(targets), task_type="CAUSAL_LM")
         get_peft_model(model, config).save_pretrained(str(folder))
         return str(folder)
 
@@ -295,6 +304,10 @@ async def test_adapters_load_serve_and_unload_as_the_follower_expects(
     too_big = await asyncio.to_thread(adapter, 16, tmp_path / "rank16")
     with pytest.raises((EngineError, EngineUnavailable), match="rank"):
         await standin.engine.load(CheckpointRef("rank16", too_big))
+    # vLLM holds LoRA slots for --lora-target-modules only, and would apply such an adapter in part, silently.
+    wider = await asyncio.to_thread(adapter, 8, tmp_path / "wider", (*LORA_TARGET_MODULES, "gate_proj"))
+    with pytest.raises(EngineError, match="gate_proj"):
+        await standin.engine.load(CheckpointRef("wider", wider))
     await standin.engine.unload("step1")
     with pytest.raises(KeyError):  # the follower's "already gone"
         await standin.engine.unload("step1")

@@ -35,9 +35,13 @@ class FakeVLLM:
         fail_after: int | None = None,
         finish: str = "stop",
         status: int = 200,
+        healthy: bool = False,
+        failing: tuple[str, ...] = (),
     ) -> None:
         self.token_ids_field, self.fail_after = token_ids_field, fail_after
         self.finish, self.status = finish, status
+        self.healthy = healthy  # /health's answer (a dead engine core's is not 200)
+        self.failing = failing  # control routes that answer 500
         self.gates = [asyncio.Event() for _ in IDS]
         self.sent = 0
         self.disconnected = asyncio.Event()
@@ -119,7 +123,12 @@ class FakeVLLM:
 
         async def control(request: Request) -> Response:
             self.calls.append((request.url.path, dict(request.query_params)))
+            if request.url.path in self.failing:
+                return JSONResponse({"error": {"message": "CUDA error", "type": "InternalServerError"}}, 500)
             return JSONResponse({"status": "ok"})
+
+        async def health(request: Request) -> Response:
+            return Response(status_code=200 if self.healthy else 503)
 
         return Starlette(
             routes=[
@@ -129,6 +138,7 @@ class FakeVLLM:
                     Route(path, control, methods=["POST"])
                     for path in ("/pause", "/sleep", "/wake_up", "/resume")
                 ),
+                Route("/health", health),
             ]
         )
 
@@ -212,13 +222,20 @@ async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finis
 
 
 async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() -> None:
-    """vLLM answers 500 once its engine core has died: the gateway holds the turn (503) rather than failing it."""
+    """vLLM answers 500 once its engine core has died (its /health fails too): the gateway holds the turn (503)
+    rather than failing it. A 500 from an engine whose /health answers is that request's own failure: retrying
+    it would only fail again."""
     fake = FakeVLLM(status=500)
     async with serving(fake.app()) as url:
         client = VLLMEngine(url)
         with pytest.raises(EngineUnavailable, match="EngineCore encountered an issue"):
             await client.sample(REQUEST)
         with pytest.raises(EngineUnavailable):
+            await anext(client.stream(REQUEST))
+        fake.healthy = True
+        with pytest.raises(EngineError, match="failed the request"):
+            await client.sample(REQUEST)
+        with pytest.raises(EngineError, match="failed the request"):
             await anext(client.stream(REQUEST))
         await client.close()
 
@@ -234,9 +251,9 @@ async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() ->
 
 
 async def test_sleep_lets_the_requests_in_flight_finish_and_refuses_new_ones_until_the_wake() -> None:
-    """vLLM 0.33's /sleep takes `mode`, default `abort` (requests in flight cut short), and queues what arrives
-    while it sleeps: the client pauses first with `wait` (in flight finish, new ones get 503) and sleeps with
-    `wait`; the wake resumes."""
+    """vLLM 0.33's /sleep takes `mode`, default `abort`, and queues what arrives while it sleeps: the client
+    pauses first with `wait` (what is being generated finishes, new requests get 503), then sleeps; the wake
+    resumes."""
     fake = FakeVLLM()
     async with serving(fake.app()) as url:
         client = VLLMEngine(url)
@@ -245,7 +262,18 @@ async def test_sleep_lets_the_requests_in_flight_finish_and_refuses_new_ones_unt
         await client.close()
     assert fake.calls == [
         ("/pause", {"mode": "wait"}),
-        ("/sleep", {"level": "1", "mode": "wait"}),
+        (
+            "/sleep",
+            {"level": "1", "mode": "abort"},
+        ),  # what the pause left queued: sampled again after the wake
         ("/wake_up", {}),
         ("/resume", {}),
     ]
+    # A sleep that fails after its pause resumes the engine: never left refusing every turn.
+    failing = FakeVLLM(failing=("/sleep",))
+    async with serving(failing.app()) as url:
+        client = VLLMEngine(url)
+        with pytest.raises(EngineUnavailable):
+            await client.sleep()
+        await client.close()
+    assert [path for path, _ in failing.calls] == ["/pause", "/sleep", "/resume"]

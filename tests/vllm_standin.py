@@ -7,12 +7,15 @@ vLLM's engine configuration from them, as `vllm serve` does, on a stand-in platf
 admits sleep mode, as CUDA does). Then it serves vLLM's real FastAPI app (`build_app`, `init_app_state`) over
 vLLM's real `AsyncLLM` (input processing, output processing, logprobs, detokenisation, aborts, LoRA and sleep
 bookkeeping), with only the engine core replaced by `StandInCore`:
-- the "model" draws a fixed cycle of tokens (`TOKENS`), one per request every `STEP_S`, each with logprob
-  `LOGPROB`, honouring `max_tokens`, EOS, `stop_token_ids` and the context length, as vLLM's `check_stop` does;
-- sleep and pause behave as vLLM 0.33's engine core (`EngineCore.sleep`, `EngineCoreProc.pause_scheduler` and
-  `pause_generation`): `/sleep` in mode `abort` ends everything with `abort`, `wait` lets running requests finish,
-  `keep` freezes them; a request that arrives asleep is queued until the wake; only a `/pause` in mode `abort` or
-  `wait` refuses new requests (retryable, which the app answers 503) until resumed;
+- the "model" draws a fixed cycle of tokens (`TOKENS`), one per running request every `STEP_S`, each with
+  logprob `LOGPROB`, honouring `max_tokens`, EOS, `stop_token_ids` and the context length, as vLLM's
+  `check_stop` does; at most `--max-num-seqs` requests run, the rest wait in arrival order;
+- sleep and pause follow vLLM 0.33's engine core (`EngineCore.sleep`, `EngineCoreProc.pause_scheduler` and
+  `pause_generation`) in what the tests rely on: `/sleep` in mode `abort` ends everything, running or waiting,
+  with `abort`; `wait` lets the running requests finish and leaves the waiting ones queued; `keep` freezes all;
+  a request that arrives asleep is queued until the wake; a `/pause` in mode `abort` or `wait` refuses new
+  requests (retryable, which the app answers 503) from the moment it begins until resumed. Not modelled: KV
+  preemption, prefix caching, and the tensors themselves;
 - adding a LoRA adapter makes vLLM's worker's checks on its files (`adapter_config.json` within
   `--max-lora-rank`, and a tensors file), without reading the tensors.
 With `ROLLOUT_VLLM_STANDIN_RECORD=PATH`, each request the engine core receives is appended to PATH as a JSON line:
@@ -95,7 +98,8 @@ class StandInCore(EngineCoreClient):
         self.resources = type("Resources", (), {"engine_dead": False})()  # read by AsyncLLM.errored
         self.engine_ranks_managed = [0]  # read by the stat loggers
         self.running: dict[str, list[Any]] = {}  # request id -> [EngineCoreRequest, tokens drawn]
-        self.waiting: dict[str, list[Any]] = {}  # added while paused: queued, as vLLM queues them
+        self.waiting: dict[str, list[Any]] = {}  # beyond --max-num-seqs, or added while paused: queued
+        self.max_running = vllm_config.scheduler_config.max_num_seqs
         self.pause = 0  # 0 running, 1 new requests held (abort, wait), 2 everything frozen (keep)
         self.reject_new = False  # a user pause (abort, wait) refuses new requests until resumed
         self.asleep: set[str] = set()  # the executor's sleeping tags
@@ -117,8 +121,6 @@ class StandInCore(EngineCoreClient):
             self.outputs.put_nowait(
                 EngineCoreOutputs(outputs=[finished], finished_requests={request.request_id})
             )
-        elif self.pause == 0:
-            self.running[request.request_id] = [request, 0]
         else:
             self.waiting[request.request_id] = [request, 0]
 
@@ -138,9 +140,9 @@ class StandInCore(EngineCoreClient):
     async def _steps(self) -> None:
         while True:
             await asyncio.sleep(STEP_S)
-            if self.pause == 0 and self.waiting:
-                self.running.update(self.waiting)
-                self.waiting.clear()
+            while self.pause == 0 and self.waiting and len(self.running) < self.max_running:
+                request_id = next(iter(self.waiting))
+                self.running[request_id] = self.waiting.pop(request_id)
             if self.pause == 2 or not self.running:
                 continue
             drawn, finished = [], set()
@@ -206,8 +208,10 @@ class StandInCore(EngineCoreClient):
         return self.pause != 0 or bool(self.asleep)
 
     async def pause_generation_async(self, mode: str = "abort", clear_cache: bool = True) -> None:
+        self.reject_new = (
+            mode != "keep"
+        )  # from the moment the pause begins, as EngineCoreProc.pause_generation
         await self.sleep_async(0, mode)
-        self.reject_new = mode != "keep"
 
     async def resume_scheduler_async(self) -> None:
         self.pause, self.reject_new = 0, False

@@ -6,8 +6,11 @@ Contract: maps the engine protocol onto `/v1/completions` with token-id prompts,
 not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to sleep)
 raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and `abort`,
 raises `EngineError` with the server's message: a completion is never passed on as finished unless the model
-finished it. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`. `sleep` pauses the
-engine (requests in flight finish, new ones are refused with 503 until `wake`) before putting it to sleep. `stream` asks for the
+finished it; a 500 from an engine whose /health still answers is that request's failure (`EngineError`), not a
+dead engine. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`; loading one that
+trains modules outside `rollout.defaults.LORA_TARGET_MODULES` (vLLM's `--lora-target-modules`) raises
+`EngineError`. `sleep` pauses the engine (what is being generated finishes, new requests are refused with 503
+until `wake`), then sleeps, aborting what the pause left queued. `stream` asks for the
 same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs as they arrive
 (ids from `token_ids`, or from `token_id:N` tokens when the server was started with
 `--return-tokens-as-token-ids` and sends no `token_ids`); errors before the first chunk are raised as `sample`
@@ -23,12 +26,15 @@ it costs a fraction of httpx's per-request CPU, which on a small machine is most
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 from collections.abc import AsyncGenerator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 
+from rollout.defaults import LORA_TARGET_MODULES
 from rollout.engines.protocol import (
     CheckpointNotServed,
     CheckpointRef,
@@ -86,18 +92,25 @@ class VLLMEngine:
 
     async def _post(self, path: str, payload: dict[str, Any] | None = None) -> _Answer:
         answer = await self._request("POST", path, payload)
-        self._check(answer, path=path)
+        await self._check(answer, path=path)
         return answer
 
-    def _check(self, answer: _Answer, *, path: str = "") -> None:
+    async def _check(self, answer: _Answer, *, path: str = "") -> None:
+        if answer.status == 500 and await self.health():
+            # vLLM answers 500 for a dead engine core (its /health then fails too) and for any failure it does not
+            # classify (an adapter it cannot load, say): with the engine alive, this request failed and would again.
+            raise EngineError(f"engine at {self.base_url} failed the request (500): {answer.text[:500]}")
+        self._raise_for(answer, path=path)
+
+    def _raise_for(self, answer: _Answer, *, path: str = "") -> None:
         if answer.status == 404 and path == "/v1/completions":
             raise CheckpointNotServed(f"engine at {self.base_url} does not serve that model: {answer.text}")
         if answer.status == 503:
             retry = float(answer.headers.get("retry-after", "1"))
             raise EngineUnavailable(f"engine at {self.base_url} is unavailable: {answer.text}", retry)
         if answer.status in SERVER_FAULTS:
-            # vLLM answers 500 once its engine core has died (and until it is restarted); a proxy in front of it
-            # 502 or 504: the engine is not there now, which is no fault of the request.
+            # vLLM answers 500 once its engine core has died (and until it is restarted: `_check` has seen its
+            # /health fail); a proxy in front of it 502 or 504: the engine is not there now, no fault of the request.
             raise EngineUnavailable(
                 f"engine at {self.base_url} failed ({answer.status}): {answer.text[:500]}"
             )
@@ -140,7 +153,7 @@ class VLLMEngine:
             async with self._client().post("/v1/completions", json=payload) as response:
                 if response.status != 200:
                     answer = _Answer(response.status, response.headers, await response.text())
-                    self._check(answer, path="/v1/completions")
+                    await self._check(answer, path="/v1/completions")
                     raise EngineError(f"engine at {self.base_url} answered {answer.status}: {answer.text}")
                 last: SampleChunk | None = None
                 async for line in response.content:
@@ -174,6 +187,7 @@ class VLLMEngine:
             raise EngineUnavailable(f"engine at {self.base_url} is unreachable: {error!r}") from error
 
     async def load(self, checkpoint: CheckpointRef) -> None:
+        _check_targets(checkpoint)
         try:
             await self._post(
                 "/v1/load_lora_adapter", {"lora_name": checkpoint.name, "lora_path": checkpoint.path}
@@ -188,17 +202,26 @@ class VLLMEngine:
         answer = await self._request("POST", "/v1/unload_lora_adapter", {"lora_name": name})
         if answer.status == 404:
             raise KeyError(f"engine at {self.base_url} holds no adapter {name!r}")
-        self._check(answer)
+        await self._check(answer)
 
     async def sleep(self) -> None:
-        """Level 1 (weights to CPU memory, KV cache dropped) once the requests in flight have finished.
+        """Level 1 (weights to CPU memory, KV cache dropped) once the requests being generated have finished.
 
         `/sleep` alone would not do: its default mode, `abort`, cuts what is in flight short, and in any mode vLLM
         queues a request that arrives while it sleeps until it wakes (a turn would hang for a whole training
-        step). So it is paused first (`/pause?mode=wait`: what is in flight finishes, anything new is refused
-        with a retryable 503, which the gateway waits out as it does the local engine's), then put to sleep."""
+        step). So it is paused first (`/pause?mode=wait`: the requests being generated finish, anything new is
+        refused with a retryable 503, which the gateway waits out as it does the local engine's), then put to
+        sleep with `mode=abort`: what the pause left queued (behind `--max-num-seqs`, or preempted) ends with
+        `abort`, so the gateway samples it again after the wake (or records it aborted if it had begun streaming)
+        instead of it waiting out the step. A sleep that fails after its pause resumes the engine, so it is never
+        left refusing every turn."""
         await self._post("/pause?mode=wait")
-        await self._post("/sleep?level=1&mode=wait")
+        try:
+            await self._post("/sleep?level=1&mode=abort")
+        except BaseException:
+            with contextlib.suppress(EngineError, EngineUnavailable):
+                await self._post("/resume")
+            raise
 
     async def wake(self) -> None:
         """Wake, then resume: vLLM resumes a fully awake engine itself; `/resume` also ends the pause of a
@@ -214,8 +237,24 @@ class VLLMEngine:
 
     async def models(self) -> list[str]:
         answer = await self._request("GET", "/v1/models")
-        self._check(answer)
+        await self._check(answer)
         return [entry["id"] for entry in answer.json()["data"]]
+
+
+def _check_targets(checkpoint: CheckpointRef) -> None:
+    """Refuse an adapter that trains modules vLLM holds no LoRA slots for (`--lora-target-modules`): vLLM would
+    load it and then silently apply only part of it."""
+    config = Path(checkpoint.path) / "adapter_config.json"
+    if not config.is_file():
+        return  # not on this host: vLLM reads it (and says what is wrong with it)
+    targets = json.loads(config.read_text()).get("target_modules")
+    names = [targets] if isinstance(targets, str) else list(targets or [])
+    extra = sorted(set(names) - set(LORA_TARGET_MODULES))
+    if extra:
+        raise EngineError(
+            f"{checkpoint.name}: its adapter trains {', '.join(extra)}, which vLLM holds no LoRA slots for "
+            f"(--lora-target-modules {' '.join(LORA_TARGET_MODULES)}); it would serve only part of it"
+        )
 
 
 def _token_ids(choice: dict[str, Any]) -> tuple[int, ...]:
