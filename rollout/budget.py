@@ -14,8 +14,9 @@ Contract:
     positions only (the trainer computes no others): at most `sampled_tokens` of them per sequence.
 - vLLM takes a fixed share of the device (`engine_share`, its --gpu-memory-utilization) and fills what its
   weights and graphs leave with KV blocks: the serving phase counts that share whole, and the budget also checks
-  that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included (fp32 logits,
-  probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs). Neither the engine
+  that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included (logits,
+  logprobs, probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs), and its
+  LoRA slots at `engine_lora_rank` (its --max-lora-rank; the trainer's rank by default). Neither the engine
   (--language-model-only) nor the trainer holds a vision tower.
 - `Budget.fits` holds when both phases stay under the device's memory less `headroom_gib` (allocator
   fragmentation) and the engine fits its share; `Budget.table()` is what `rollout config budget` prints. The numbers are estimates from the
@@ -136,6 +137,7 @@ def one_gpu_budget(
     sampled_tokens: int | None = None,
     engine_share: float | None = None,
     engine_sequences: int,
+    engine_lora_rank: int | None = None,
     headroom_gib: float = 0.75,
     cuda_context_gib: float = 0.5,
     cuda_graphs_gib: float = 0.5,
@@ -147,6 +149,7 @@ def one_gpu_budget(
     weights = (quantized + model.embedding_params * BYTES["bf16"]) / GIB
     trainer_weights = weights
     adapter = model.lora_params(lora_rank)
+    slot_rank = engine_lora_rank or lora_rank  # vLLM sizes every slot at its --max-lora-rank
     kv = sequences * context_tokens * model.kv_bytes_per_token() / GIB
     state = sequences * model.recurrent_state_bytes / GIB
     sequence = max(micro_batch_tokens, context_tokens)
@@ -159,16 +162,18 @@ def one_gpu_budget(
         Item(f"engine KV cache ({sequences} × {context_tokens} tokens)", kv),
         Item("engine recurrent state (linear attention)", state),
         Item(
-            f"engine LoRA slots ({max_loras} × rank {lora_rank} on {'/'.join(LORA_TARGET_MODULES)}, bf16)",
-            max_loras * adapter * 2 / GIB,
+            f"engine LoRA slots ({max_loras} × rank {slot_rank} on {'/'.join(LORA_TARGET_MODULES)}, bf16)",
+            max_loras * model.lora_params(slot_rank) * 2 / GIB,
         ),
         Item("engine CUDA graphs", cuda_graphs_gib),
     ]
     if engine_share is not None:
-        # vLLM's start-up profiling samples `engine_sequences` sequences at once (its --max-num-seqs): fp32
-        # logits over the vocabulary, their probabilities and the top-p sort's copy. What that peak takes is
+        # vLLM's start-up profiling samples `engine_sequences` sequences at once (its --max-num-seqs), per
+        # vocabulary entry: the bf16 logits, their fp32 copy, the raw logprobs (--logprobs-mode raw_logprobs),
+        # the probabilities, and the top-p sort's values with their int64 indices. What that peak takes is
         # taken from the KV cache it then sizes, so it counts against the share.
-        sampler = 3 * engine_sequences * model.vocab * BYTES["fp32"] / GIB
+        per_entry = BYTES["bf16"] + 4 * BYTES["fp32"] + 8
+        sampler = engine_sequences * model.vocab * per_entry / GIB
         serving.append(Item(f"engine sampler's profiling peak ({engine_sequences} sequences)", sampler))
     needs = sum(item.gib for item in serving)
     share = None if engine_share is None else engine_share * device_gib

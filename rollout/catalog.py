@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.budget import Budget, ModelShape, one_gpu_budget
-from rollout.config import VLLM_MAX_NUM_SEQS, EngineKind, Settings
+from rollout.config import EngineKind, Settings, vllm_default_max_num_seqs
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,14 @@ def settings_budget(settings: Settings) -> Budget:
         device_gib=settings.gpu.memory_gib,
         weight_format="nf4" if four_bit else "bf16",
         lora_rank=settings.trainer.lora_rank,
+        engine_lora_rank=engine.vllm_max_lora_rank if settings.engine_kind == EngineKind.vllm else None,
         max_loras=engine.vllm_max_loras,
         sequences=settings.gpu.sequences,
         context_tokens=engine.vllm_max_model_len or settings.services.gateway.max_context,
         micro_batch_tokens=settings.trainer.micro_batch_tokens,
         sampled_tokens=settings.gpu.sampled_tokens,
         engine_share=engine.vllm_gpu_memory_utilization if settings.engine_kind == EngineKind.vllm else None,
-        engine_sequences=engine.vllm_max_num_seqs or VLLM_MAX_NUM_SEQS,
+        engine_sequences=engine.vllm_max_num_seqs or vllm_default_max_num_seqs(settings.gpu.memory_gib),
     )
 
 

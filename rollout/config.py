@@ -109,13 +109,18 @@ class EngineSettings:
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
     vllm_max_lora_rank: int = 64  # one of VLLM_LORA_RANKS
     vllm_max_loras: int = 4  # adapters resident at once (the follower keeps the newest 2 per policy)
-    # Sequences vLLM schedules at once (None: vLLM's own default, VLLM_MAX_NUM_SEQS); its start-up profiling
-    # samples that many at once, so it also sets the sampler's memory peak the budget counts.
+    # Sequences vLLM schedules at once (None: vLLM's own default, vllm_default_max_num_seqs); its start-up
+    # profiling samples that many at once, so it also sets the sampler's memory peak the budget counts.
     vllm_max_num_seqs: int | None = None
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
 
 
-VLLM_MAX_NUM_SEQS = 256  # vLLM 0.33's default --max-num-seqs on a GPU
+def vllm_default_max_num_seqs(device_gib: float) -> int:
+    """vLLM 0.33's default --max-num-seqs for `vllm serve`: 1024 on a GPU of 70 GiB or more (an H100, H200),
+    256 below (it keeps 256 on an A100 of 80 GiB too, which this errs above)."""
+    return 1024 if device_gib >= 70 else 256
+
+
 # vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
