@@ -29,6 +29,8 @@ import asyncio
 import importlib.util
 import json
 import math
+import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -44,11 +46,20 @@ if str(ROOT) not in sys.path:
 PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)  # a chat turn's token ids (Qwen3's)
 MIB = 1024**2
 DEVICE = "cuda"  # `--device cpu` rehearses the checks' logic on a machine without a GPU (no memory checks)
-VLLM_TIMEOUT_S = 480
+VLLM_TIMEOUT_S = 540
 
 
 class Skipped(Exception):
     """The check cannot run here; the message says why."""
+
+
+def changed(before: Any, after: Any) -> bool:
+    """Whether two samples of one prompt and seed differ by more than float noise: other tokens, or logprobs
+    0.05 apart on average."""
+    if before.completion_ids != after.completion_ids:
+        return True
+    gaps = [abs(a - b) for a, b in zip(before.logprobs, after.logprobs, strict=True)]
+    return sum(gaps) / max(len(gaps), 1) > 0.05
 
 
 def log(message: str) -> None:
@@ -189,9 +200,7 @@ async def _one_gpu_order(model: str) -> dict[str, Any]:
         order.append("engine awake")
         await engine.load(CheckpointRef("step1", str(checkpoint)))
         tuned = await engine.sample(SampleRequest(PROMPT, max_tokens=16, seed=11, model="step1"))
-        assert tuned.completion_ids != base.completion_ids or tuned.logprobs != base.logprobs, (
-            "the new adapter did not change the fixed-seed output"
-        )
+        assert changed(base, tuned), "the new adapter did not change the fixed-seed output"
         await engine.sleep()
         await engine.wake()
         after = await engine.sample(SampleRequest(PROMPT, max_tokens=16, seed=11, model="step1"))
@@ -212,9 +221,19 @@ def check_vllm(model: str) -> dict[str, Any]:
     tests = ["tests/test_gpu.py", "tests/test_vllm_launcher.py", "tests/test_vllm_gpu.py"]
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *tests]
     log(f"running {' '.join(command[2:])} (at most {VLLM_TIMEOUT_S} s)")
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=VLLM_TIMEOUT_S)
-    tail = (done.stdout + done.stderr).strip().splitlines()[-15:]
-    assert done.returncode == 0, "\n".join(tail)
+    # A session of its own: on a timeout the `vllm serve` processes the tests started go with pytest, rather than
+    # holding the GPU's memory after the check.
+    tests_run = subprocess.Popen(
+        command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
+    )
+    try:
+        output, _ = tests_run.communicate(timeout=VLLM_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(tests_run.pid, signal.SIGKILL)
+        output, _ = tests_run.communicate()
+        raise AssertionError(f"the vLLM tests ran past {VLLM_TIMEOUT_S} s:\n{output[-2000:]}") from None
+    tail = output.strip().splitlines()[-15:]
+    assert tests_run.returncode == 0, "\n".join(tail)
     return {"summary": tail[-1] if tail else ""}
 
 
