@@ -12,16 +12,22 @@ Contract:
 - A catalog model (rollout.catalog: qwen3.5-9b, qwen3-0.6b) resolves to its folder once `rollout models pull`
   fetched it, and raises `ModelNotPulled` saying so before.
 - Conversion writes to a temporary directory and renames it into place: a crash never leaves half a model.
+- Builds and npm installs run under a file lock beside their target, so processes that start together (the
+  engine and the gateway on a fresh data directory) build once; the others wait and read the finished one. An npm
+  package counts as installed only once `npm install` returned (a stamp written after it), never while npm is
+  still writing its files.
 """
 
 from __future__ import annotations
 
+import fcntl
 import importlib.util
 import json
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -45,16 +51,28 @@ def resolve(spec: str, models_dir: Path) -> str:
     return spec
 
 
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive lock on `path` (created if need be), released when the block ends or the process dies."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        yield
+
+
 def _ensure(target: Path, build: Callable[[Path], None]) -> Path:
     if (target / "config.json").exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
-        work = Path(scratch) / "model"
-        work.mkdir()
-        build(work)
-        if not (target / "config.json").exists():  # another process may have finished first
-            shutil.rmtree(target, ignore_errors=True)
+    with _locked(target.parent / f".{target.name}.lock"):
+        if (target / "config.json").exists():  # another process built it while this one waited
+            return target
+        with tempfile.TemporaryDirectory(dir=target.parent, prefix=f".{target.name}-") as scratch:
+            work = Path(scratch) / "model"
+            work.mkdir()
+            build(work)
+            shutil.rmtree(
+                target, ignore_errors=True
+            )  # a build cut short before its rename left nothing usable
             work.rename(target)
     return target
 
@@ -93,8 +111,12 @@ def npm_package_dir(package: str, cache: Path) -> Path:
     at = package.rfind("@")
     name = package[:at] if at > 0 else package
     target = cache / "node_modules" / name
-    if not (target / "package.json").exists():
-        cache.mkdir(parents=True, exist_ok=True)
+    stamp = cache / f".installed-{package.replace('/', '+')}"
+    if stamp.exists():
+        return target
+    with _locked(cache / ".install.lock"):
+        if stamp.exists():  # installed by another process while this one waited
+            return target
         npm = shutil.which("npm")
         if npm is None:
             raise RuntimeError(f"npm is needed to install {package}: install Node.js (it brings npm)")
@@ -104,6 +126,7 @@ def npm_package_dir(package: str, cache: Path) -> Path:
             capture_output=True,
             timeout=300,
         )
+        stamp.touch()
     return target
 
 

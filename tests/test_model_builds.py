@@ -1,0 +1,41 @@
+"""Built-in models on a fresh machine: processes that start together (the stack's engine and gateway on an empty
+data directory) build tiny-qwen3 once, and none of them reads it, or its npm tokenizer, half-written."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+# Resolve the model, then load what a gateway loads first: the tokenizer, whose file npm writes last.
+LOAD = """
+import sys
+from pathlib import Path
+from transformers import AutoTokenizer
+from rollout.engines.models import TINY_QWEN3, resolve
+path = resolve(TINY_QWEN3, Path(sys.argv[1]))
+print(len(AutoTokenizer.from_pretrained(path)))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_processes_that_start_together_on_an_empty_directory_all_get_the_whole_model(tmp_path: Path) -> None:
+    for attempt in range(2):
+        models = tmp_path / f"round{attempt}" / "models"  # the npm cache is beside it, empty too
+        starts = [
+            subprocess.Popen(
+                [sys.executable, "-c", LOAD, str(models)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        answers = [(start.wait(300), *start.communicate()) for start in starts]
+        for code, _, err in answers:
+            assert code == 0, f"round {attempt}: a process got a broken model:\n{err[-2000:]}"
+        assert len({out.strip() for _, out, _ in answers}) == 1, "every process saw the same tokenizer"
+        built = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
+        assert built == ["npm", "tiny-qwen3"], f"one model and its npm cache, no scratch left over: {built}"
