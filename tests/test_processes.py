@@ -4,13 +4,15 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from rollout.net import free_port
 from rollout.stack.managed import BIND_ATTEMPTS, ManagedProcess
-from rollout.stack.processes import read_pid_file, write_pid_file
+from rollout.stack.processes import read_pid_file, terminate, write_pid_file
 
 
 def test_a_live_pid_file_names_its_process(tmp_path: Path) -> None:
@@ -105,3 +107,32 @@ def test_a_service_failing_for_another_reason_is_not_started_again(tmp_path: Pat
     with pytest.raises(RuntimeError, match="no such config"):
         service.start(timeout_s=20)
     assert _starts(tmp_path) == 1
+
+
+# A parent that starts a child which ignores SIGTERM, prints its pid, and never reaps it: once killed, the child
+# stays a zombie, as a detached service does under an init that does not reap.
+UNREAPED = (
+    "import subprocess, sys, time\n"
+    "child = subprocess.Popen([sys.executable, '-c', "
+    "'import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(120)'])\n"
+    "print(child.pid, flush=True)\n"
+    "time.sleep(120)\n"
+)
+
+
+def test_stopping_a_process_its_parent_never_reaps_returns_once_it_is_dead() -> None:
+    """`rollout down` died with psutil.TimeoutExpired: a stopped service whose parent does not reap it stays a
+    zombie, and waiting for the pid to vanish timed out. An exited process counts as stopped."""
+    parent = subprocess.Popen([sys.executable, "-c", UNREAPED], stdout=subprocess.PIPE, text=True)
+    try:
+        assert parent.stdout is not None
+        child = int(parent.stdout.readline())
+        started = time.monotonic()
+        assert terminate(child, timeout_s=1.0), "SIGKILL stopped it"
+        assert time.monotonic() - started < 5
+        assert psutil.Process(child).status() == psutil.STATUS_ZOMBIE, (
+            "dead, and (as in the field) not reaped"
+        )
+    finally:
+        parent.kill()
+        parent.wait()

@@ -109,22 +109,39 @@ def start_detached(
         )
 
 
-def terminate(pid: int, timeout_s: float = 10.0) -> None:
-    """Stop a process (and its process group, when it leads one): SIGTERM, then SIGKILL after `timeout_s`."""
+def terminate(pid: int, timeout_s: float = 10.0) -> bool:
+    """Stop a process (and its process group, when it leads one): SIGTERM, then SIGKILL after `timeout_s`.
+
+    A process that has exited counts as stopped even while it waits to be reaped (a zombie: its parent, or an
+    init that does not reap, may keep it for good). Never raises; False when even SIGKILL left it running."""
     try:
         process = psutil.Process(pid)
     except psutil.NoSuchProcess:
-        return
+        return True
     with contextlib.suppress(psutil.NoSuchProcess):
         process.send_signal(signal.SIGTERM)
-    try:
-        process.wait(timeout_s)
-    except psutil.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(pid, signal.SIGKILL)
-        with contextlib.suppress(psutil.NoSuchProcess):
-            process.kill()
-            process.wait(timeout_s)
+    if _ended(process, timeout_s):
+        return True
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        process.kill()
+    return _ended(process, timeout_s)
+
+
+def _ended(process: psutil.Process, timeout_s: float) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        with contextlib.suppress(psutil.TimeoutExpired, ChildProcessError):
+            process.wait(0.1)  # reaps it when it is ours
+            return True
+        try:
+            if process.status() == psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.NoSuchProcess:
+            return True
+        if time.monotonic() >= deadline:
+            return False
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, pid: int | None = None) -> bool:
