@@ -1,13 +1,11 @@
-"""The data every part of rollout exchanges: messages, tools, and sampled turns.
+"""The data every part of rollout exchanges: messages, tools and sampling parameters.
 
 Contract:
 - Values are immutable pydantic models; they round-trip through JSON unchanged (`model_dump(mode="json")`
   then `model_validate`), which is how they travel in ledger payloads and over HTTP.
 - A `Message` is dialect-neutral. The gateway maps OpenAI Chat, OpenAI Responses and Anthropic Messages
   onto it and back; nothing here knows a dialect.
-- A `SampledTurn` is the training record of one model call: the exact prompt token ids the engine saw, the
-  exact completion ids it sampled, one behaviour logprob per completion id, and the checkpoint that sampled
-  them. `len(completion_logprobs) == len(completion_ids)` always holds.
+- The training record of one model call is the ledger's `rollout.ledger.payloads.SampledTurn`.
 """
 
 from __future__ import annotations
@@ -90,35 +88,3 @@ class SamplingParams(Contract):
     top_p: float = 1.0
     stop: tuple[str, ...] = ()
     seed: int | None = None
-
-
-class SampledTurn(Contract):
-    """One model call as training sees it: exact token ids, behaviour logprobs, who sampled them.
-
-    `segment_id` groups the turns whose token ids extend each other verbatim; such a chain trains as one
-    sequence. `checkpoint` is the id of the checkpoint the engine served when it sampled this turn.
-    """
-
-    seat: str
-    turn_index: int = Field(ge=0)
-    segment_id: str
-    prompt_ids: tuple[int, ...]
-    completion_ids: tuple[int, ...]
-    completion_logprobs: tuple[float, ...]
-    checkpoint: str
-    engine: str
-    finish_reason: Literal["stop", "length", "tool_calls"] = "stop"
-
-    @model_validator(mode="after")
-    def _one_logprob_per_token(self) -> SampledTurn:
-        if len(self.completion_logprobs) != len(self.completion_ids):
-            raise ValueError(
-                f"{len(self.completion_ids)} completion ids but {len(self.completion_logprobs)} logprobs: "
-                "every sampled token needs its behaviour logprob"
-            )
-        return self
-
-    @property
-    def sequence_ids(self) -> tuple[int, ...]:
-        """Prompt then completion: the ids the engine saw and produced, in order."""
-        return self.prompt_ids + self.completion_ids

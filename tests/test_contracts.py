@@ -2,7 +2,7 @@ import pytest
 from pydantic import ValidationError
 
 from arithmetic import Arithmetic
-from rollout.contracts import Message, SampledTurn, ToolCall, ToolSpec
+from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.harness import End, Observation, RunContext
 
 
@@ -18,31 +18,6 @@ def test_only_assistants_call_tools_and_tool_messages_name_their_call() -> None:
         Message(role="user", text="hi", tool_calls=(ToolCall(id="c", name="f"),))
     with pytest.raises(ValidationError, match="tool_call_id"):
         Message(role="tool", text="4")
-
-
-def test_sampled_turn_needs_one_logprob_per_token() -> None:
-    turn = SampledTurn(
-        seat="s",
-        turn_index=0,
-        segment_id="g",
-        prompt_ids=(1, 2),
-        completion_ids=(3, 4),
-        completion_logprobs=(-0.1, -0.2),
-        checkpoint="c0",
-        engine="local",
-    )
-    assert turn.sequence_ids == (1, 2, 3, 4)
-    with pytest.raises(ValidationError, match="logprobs"):
-        SampledTurn(
-            seat="s",
-            turn_index=0,
-            segment_id="g",
-            prompt_ids=(1,),
-            completion_ids=(3, 4),
-            completion_logprobs=(-0.1,),
-            checkpoint="c0",
-            engine="local",
-        )
 
 
 def test_tool_spec_defaults_to_an_empty_object_schema() -> None:

@@ -54,6 +54,17 @@ def turn(segment: str, prefix: int, delta: list[int], completion: list[int], ver
     )
 
 
+def test_a_recorded_turn_has_one_logprob_per_sampled_token() -> None:
+    """Made by the gateway or read back from the ledger, a turn whose ids and logprobs differ in number is no
+    turn: it would train tokens without their behaviour logprob."""
+    good = turn("one", 0, [1, 2], [3, 4], version=0)
+    assert SampledTurn.from_payload(good.to_payload()) == good
+    with pytest.raises(ValueError, match="every sampled token needs its behaviour logprob"):
+        replace(good, completion_logprobs=(-0.1,))
+    with pytest.raises(ValueError, match="2 completion ids but 3 logprobs"):
+        SampledTurn.from_payload({**good.to_payload(), "completion_logprobs": [-0.1, -0.2, -0.3]})
+
+
 def test_turns_chain_into_segments_with_masks_logprobs_and_versions() -> None:
     turns = [
         turn("one", 0, [1, 2, 3], [4, 5], version=0),

@@ -58,6 +58,13 @@ class SampledTurn:
     # prompt and first user message; rollout.gateway.segments.conversation_opening). None on later turns.
     opening: dict[str, Any] | None = None
 
+    def __post_init__(self) -> None:
+        if len(self.completion_logprobs) != len(self.completion_ids):
+            raise ValueError(
+                f"{len(self.completion_ids)} completion ids but {len(self.completion_logprobs)} logprobs: every "
+                "sampled token needs its behaviour logprob"
+            )
+
     def to_payload(self) -> dict[str, Any]:
         payload: dict[str, Any] = {
             "seat": self.seat,
