@@ -72,3 +72,28 @@ async def _rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.
     stdout, stderr = await asyncio.wait_for(process.communicate(), 120)
     assert process.returncode is not None
     return subprocess.CompletedProcess(args, process.returncode, stdout.decode(), stderr.decode())
+
+
+def test_a_run_update_is_told_in_words_not_as_a_dict() -> None:
+    """`rollout run resume` printed the status dict's keys and values; it says what the run does now."""
+    from rollout.cli.run import describe_status
+
+    status = {
+        "run": "r1",
+        "paused": False,
+        "stopped": False,
+        "max_lag": 2,
+        "episodes_finished": 0,
+        "episodes_failed": 0,
+        "groups_finished": 0,
+        "pause_reason": None,
+        "trained": {"default": "r1-default-step000006", "coach": None},
+    }
+    assert describe_status(status) == "run [bold]r1[/] playing · max_lag 2 · default at r1-default-step000006"
+    paused = {**status, "paused": True, "pause_reason": "too many failed episodes", "trained": {}}
+    assert "paused (too many failed episodes) · max_lag 2 · no checkpoint yet" in describe_status(paused)
+    ended = {**status, "stopped": True, "episodes_finished": 12, "episodes_failed": 1}
+    assert describe_status(ended).endswith(
+        "stopped · max_lag 2 · default at r1-default-step000006 · 12 episodes (1 failed)"
+    )
+    assert "`rollout run status r1` shows it" in describe_status({"run": "r1", "workflow": "run/r1"})

@@ -60,7 +60,25 @@ def _print_status(status: dict[str, object], as_json: bool) -> None:
     if as_json:
         print(json.dumps(status))
         return
-    out.print("  ".join(f"{key} [bold]{value}[/]" for key, value in status.items()), highlight=False)
+    out.print(describe_status(status), highlight=False)
+
+
+def describe_status(status: dict[str, object]) -> str:
+    """The line a person reads after `run start|pause|resume|stop|set`: what the run does now, its max_lag and
+    its newest checkpoints (`--json` prints the status itself)."""
+    run = status["run"]
+    if "paused" not in status:  # just started, not waited for
+        return f"run [bold]{run}[/] started; `rollout run status {run}` shows it, `rollout run stop {run}` stops it"
+    state = "stopped" if status["stopped"] else "paused" if status["paused"] else "playing"
+    if status["paused"] and status.get("pause_reason"):
+        state += f" ({status['pause_reason']})"
+    trained = status.get("trained")
+    pairs = trained.items() if isinstance(trained, dict) else ()
+    newest = ", ".join(f"{policy} at {name}" for policy, name in pairs if name)
+    line = f"run [bold]{run}[/] {state} · max_lag {status['max_lag']} · {newest or 'no checkpoint yet'}"
+    if status["stopped"]:
+        line += f" · {status['episodes_finished']} episodes ({status['episodes_failed']} failed)"
+    return line
 
 
 @app.command("start")
