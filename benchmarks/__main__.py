@@ -19,6 +19,7 @@ BENCHMARKS = {
     "race": "benchmarks.race",
     "stability": "benchmarks.stability",
     "sandbox": "benchmarks.sandbox",
+    "startup": "benchmarks.startup",
 }
 
 

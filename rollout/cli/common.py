@@ -14,15 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 import typer
 from rich.console import Console
 
-from rollout import config
-from rollout.ledger.errors import LedgerError
-from rollout.stack.engine import EngineNotRunnableError
-from rollout.stack.postgres import CorruptDataDirError
-from rollout.stack.processes import PortTakenError
-
+# Imported where they are used, not here: every command imports this module, and `rollout --help` should not
+# pay for Hydra, psycopg and the stack (rollout.config, rollout.ledger, rollout.stack).
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from rollout import config
     from rollout.blobs import BlobStore
 
 out = Console()
@@ -44,6 +41,8 @@ def fail(message: str, code: int = 1) -> NoReturn:
 
 
 def load_settings(overrides: list[str] | None) -> config.Settings:
+    from rollout import config
+
     try:
         return config.load(overrides or [])
     except config.ConfigError as error:
@@ -77,6 +76,7 @@ def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
     import logging
     from urllib.parse import urlsplit
 
+    from rollout import config
     from rollout.redaction import register_secret, scrub_process_output
 
     for url in (settings.ledger_url, settings.worker_ledger_url):
@@ -104,6 +104,8 @@ def ledger_call[T](call: Coroutine[Any, Any, T]) -> T:
     """Run a command's ledger work; a ledger that cannot be reached is one clear message."""
     import asyncio
 
+    from rollout.ledger.errors import LedgerError
+
     try:
         return asyncio.run(call)
     except LedgerError as error:
@@ -112,6 +114,11 @@ def ledger_call[T](call: Coroutine[Any, Any, T]) -> T:
 
 def guarded[T](action: Callable[[], T]) -> T:
     """Run a stack action, turning the errors users can fix into one clear message."""
+    from rollout.ledger.errors import LedgerError
+    from rollout.stack.engine import EngineNotRunnableError
+    from rollout.stack.postgres import CorruptDataDirError
+    from rollout.stack.processes import PortTakenError
+
     try:
         return action()
     except (PortTakenError, CorruptDataDirError, EngineNotRunnableError, LedgerError) as error:
@@ -136,6 +143,7 @@ def local_model(spec: str, settings: config.Settings) -> str:
 
 def refuse_without_jail(settings: config.Settings, why: str) -> None:
     """Stop, in one paragraph, when commands agents choose would run jailed but no jail can be made here."""
+    from rollout import config
     from rollout.sandbox.jail import jail_problem
 
     if (

@@ -7,9 +7,7 @@ import json
 from typing import Annotated
 
 import typer
-from omegaconf import OmegaConf
 
-from rollout import config
 from rollout.cli.common import JsonFlag, Overrides, fail, load_settings, out
 
 app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=True)
@@ -18,6 +16,10 @@ app = typer.Typer(help="Inspect the composed configuration.", no_args_is_help=Tr
 @app.command("show")
 def show(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
     """Print the configuration composed from the defaults and the overrides."""
+    from omegaconf import OmegaConf
+
+    from rollout import config
+
     tree = config.as_dict(load_settings(overrides))
     if as_json:
         print(json.dumps(tree, indent=2))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -17,7 +17,9 @@ from rich.table import Table
 from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import JsonFlag, Overrides, connect_temporal, fail, ledger_call, load_settings, out
 from rollout.cli.evals import CheckpointOption, SuiteArgument, eval_input, suite_named
-from rollout.config import Settings
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
 
 schedules = typer.Typer(help="The eval schedules: list, pause, resume, delete.", no_args_is_help=True)
 

@@ -30,9 +30,9 @@ from rollout.cli.common import (
     load_settings,
     out,
 )
-from rollout.config import Settings
 
 if TYPE_CHECKING:
+    from rollout.config import Settings
     from rollout.evals import EvalResult, Suite
     from rollout.ledger import Ledger
     from rollout.stack.embedded import Stack

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from rollout.cli.common import Overrides, as_service, err, fail, load_settings, local_model
-from rollout.ledger.errors import LedgerError
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -103,6 +102,7 @@ def gateway(
     from rollout.gateway.assembly import parse_externals, serve_gateway
     from rollout.gateway.operator import OPERATOR_KEY_FILE, is_loopback, load_operator_key
     from rollout.gateway.seats import load_secret
+    from rollout.ledger.errors import LedgerError
     from rollout.net import port_is_free
     from rollout.rendering import ModelRenderer, renderer_for_model
 

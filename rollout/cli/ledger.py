@@ -10,7 +10,6 @@ from typing import Annotated
 import typer
 
 from rollout.cli.common import Overrides, fail, load_settings
-from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(help="Look into the ledger: streams and their events.", no_args_is_help=True)
 
@@ -30,6 +29,7 @@ def tail(
 ) -> None:
     """Print a stream's events as JSON lines (seq, key, kind, payload)."""
     from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
     from rollout.ledger.follower import Follower
 
     url = load_settings(overrides).ledger_url

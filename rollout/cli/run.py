@@ -30,9 +30,9 @@ from rollout.cli.common import (
     load_settings,
     out,
 )
-from rollout.config import Settings
 
 if TYPE_CHECKING:
+    from rollout.config import Settings
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.workflows.client import RunUpdate
     from rollout.workflows.types import RunStatus

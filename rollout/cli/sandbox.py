@@ -13,7 +13,6 @@ from typing import Annotated
 import typer
 
 from rollout.cli.common import Overrides, as_service, err, fail, load_settings, refuse_without_jail
-from rollout.ledger.errors import LedgerError
 
 app = typer.Typer(
     help="Sandboxes: worlds that episodes claim (a computer, a Minecraft world, a shared grid, a kind of your own).",
@@ -44,6 +43,7 @@ def serve(
     import signal
 
     from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
     from rollout.net import free_port, port_is_free
     from rollout.sandbox import load_kind
     from rollout.sandbox.claims import SandboxNameTaken

@@ -13,7 +13,6 @@ from rich.console import Console
 
 from rollout.cli.cluster import ClusterFlag, load_context
 from rollout.cli.common import JsonFlag, Overrides, fail, load_settings
-from rollout.ledger.errors import LedgerError
 from rollout.redaction import unscrubbed
 
 app = typer.Typer(help="Agent seats: the base URL and key an agent samples through.", no_args_is_help=True)
@@ -41,6 +40,7 @@ def new(
     With --cluster, the cluster's gateway opens it (its operator route, with the context's operator key)."""
     from rollout.gateway.seats import load_secret, open_seat
     from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
 
     settings = load_settings(overrides)  # with --cluster the gateway opens the seat: these are not needed
 

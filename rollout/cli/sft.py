@@ -10,7 +10,6 @@ from typing import Annotated, Any
 import typer
 
 from rollout.cli.common import JsonFlag, Overrides, blob_store, err, fail, load_settings, local_model, out
-from rollout.ledger.errors import LedgerError
 
 
 def sft(
@@ -35,6 +34,7 @@ def sft(
 
     from rollout.cli.warm_start import WarmStartExists, warm_start
     from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
     from rollout.training.sft import ConversationError, SftConfig, read_conversations
 
     settings = load_settings(overrides)

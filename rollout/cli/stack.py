@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import typer
 from rich.table import Table
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
 from rollout.cli.common import JsonFlag, Overrides, err, guarded, load_settings, out
-from rollout.stack.embedded import ServiceStatus, Stack
+
+if TYPE_CHECKING:
+    from rollout.stack.embedded import ServiceStatus
 
 
 def print_status(services: list[ServiceStatus], as_json: bool) -> None:
@@ -40,6 +43,8 @@ def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
     Running `up` again is harmless. The runner imports environments from the directory `up` runs in and from
     $PYTHONPATH.
     """
+    from rollout.stack.embedded import Stack
+
     stack = Stack(load_settings(overrides))
     if as_json:
         services = guarded(stack.up)
@@ -62,6 +67,8 @@ def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: J
         settings = load_settings(cluster_overrides(True, overrides))
         services = cluster_status(settings, context.gateway_url, context.monitor_url)
     else:
+        from rollout.stack.embedded import Stack
+
         services = guarded(Stack(load_settings(overrides)).status)
     print_status(services, as_json)
     if not all(service.healthy for service in services):
@@ -70,6 +77,8 @@ def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: J
 
 def down(overrides: Overrides = None) -> None:
     """Stop what `rollout up` started. External services are left alone; state stays in the data directory."""
+    from rollout.stack.embedded import Stack
+
     stopped = guarded(Stack(load_settings(overrides)).down)
     out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 

@@ -25,12 +25,12 @@ from rollout.cli.common import (
     out,
     refuse_without_jail,
 )
-from rollout.config import Settings
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.cli.training_view import TrainingProgress
+    from rollout.config import Settings
     from rollout.environment import Environment
     from rollout.workflows.types import EvalInput, RunInput, RunStatus
 

@@ -29,14 +29,13 @@ from rollout.cli.placement import (
     check_placement,
     rerun_on_ray,
 )
-from rollout.config import Settings
-from rollout.ledger.errors import LedgerError
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
+    from rollout.config import Settings
     from rollout.ledger import Ledger
 
 app = typer.Typer(help="Worker processes (several may run, on several machines).", no_args_is_help=True)
@@ -45,6 +44,7 @@ app = typer.Typer(help="Worker processes (several may run, on several machines).
 def _serve_worker(settings: Settings, build: Callable[[Client, Ledger], Awaitable[Worker]]) -> None:
     """Connect to Temporal and the ledger, build the worker, and run it until interrupted."""
     from rollout.ledger import Ledger
+    from rollout.ledger.errors import LedgerError
 
     async def serve() -> None:
         client = await connect_temporal(settings)
