@@ -137,7 +137,17 @@ class StandIn:
     record: Path
 
     def requests(self) -> list[dict[str, Any]]:
+        if not self.record.exists():
+            return []
         return [json.loads(line) for line in self.record.read_text().splitlines()]
+
+    async def received(self, count: int) -> None:
+        """Wait until vLLM's engine core has received `count` requests in all: a request still in vLLM's front
+        end when a test sleeps the engine would be queued until the wake, not aborted."""
+        deadline = time.monotonic() + 60
+        while len(self.requests()) < count:
+            assert time.monotonic() < deadline, f"vLLM received {len(self.requests())} of {count} requests"
+            await asyncio.sleep(0.05)
 
     async def control(self, path: str, **query: str) -> int:
         async with (
@@ -231,16 +241,22 @@ async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoin
 async def test_what_vllm_aborts_is_never_passed_on_as_finished(standin: StandIn) -> None:
     """vLLM's /sleep defaults to `abort`: what is in flight comes back 200 with `finish_reason: "abort"` and
     partial tokens. The client raises EngineUnavailable (sampled again, or recorded aborted mid-stream)."""
+    before = len(standin.requests())
     whole = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=1000)))
     chunks = standin.engine.stream(SampleRequest(PROMPT, max_tokens=1000))
     first = await anext(chunks)
     assert first.ids and first.finish_reason is None
+    await standin.received(before + 2)
     assert await standin.control("/sleep", level="1", mode="abort") == 200
     with pytest.raises(EngineUnavailable, match="aborted"):
-        await whole
-    with pytest.raises(EngineUnavailable, match="aborted"):
+        await asyncio.wait_for(whole, 30)
+
+    async def read_to_the_end() -> None:
         async for _ in chunks:
             pass
+
+    with pytest.raises(EngineUnavailable, match="aborted"):
+        await asyncio.wait_for(read_to_the_end(), 30)
     assert await standin.control("/wake_up") == 200
 
 
@@ -260,10 +276,11 @@ async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_
 
     # Two requests run (--max-num-seqs 2); a third waits its turn. The pause lets the two finish and leaves the
     # third queued; the sleep then aborts it, so the gateway samples it again after the wake, not after the step.
+    before = len(standin.requests())
     streams = [standin.engine.stream(SampleRequest(PROMPT, max_tokens=60)) for _ in range(2)]
     firsts = [await anext(chunks) for chunks in streams]
     queued_turn = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=60)))
-    await asyncio.sleep(0.1)
+    await standin.received(before + 3)
     asleep = asyncio.create_task(standin.engine.sleep())
     for first, chunks in zip(firsts, streams, strict=True):
         rest = [chunk async for chunk in chunks]
