@@ -150,8 +150,8 @@ def main(quick: bool = False) -> int:
     from rollout import config
     from rollout.engines.models import TINY_QWEN3, resolve
     from rollout.stack.embedded import Stack
-    from tests.cluster import Cluster
-    from tests.stackutil import isolated_overrides
+    from rollout_testing.cluster import Cluster
+    from rollout_testing.stacks import isolated_overrides
 
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")

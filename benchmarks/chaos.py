@@ -61,7 +61,7 @@ class ChaosStack:
     overrides: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        from tests.stackutil import isolated_overrides
+        from rollout_testing.stacks import isolated_overrides
 
         self.overrides = [
             *isolated_overrides(self.data_dir, gateway=True),

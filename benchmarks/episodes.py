@@ -152,8 +152,8 @@ async def measure(settings: Any, queue: str, quick: bool) -> dict[str, Any]:
 def main(quick: bool = False) -> int:
     from rollout import config
     from rollout.stack.embedded import Stack
-    from tests.cluster import Cluster
-    from tests.stackutil import isolated_overrides
+    from rollout_testing.cluster import Cluster
+    from rollout_testing.stacks import isolated_overrides
 
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")

@@ -124,7 +124,7 @@ def main(quick: bool = False) -> int:
     from rollout import config
     from rollout.engines.models import TINY_QWEN3, resolve
     from rollout.stack.embedded import Stack
-    from tests.stackutil import isolated_overrides
+    from rollout_testing.stacks import isolated_overrides
 
     requests_for = {1: 200, 16: 640, 64: 1280} if not quick else {1: 10, 16: 32, 64: 64}
     models_dir = Path(

@@ -41,7 +41,7 @@ PLOT = Path(__file__).with_name("learning.png")
 
 
 def _overrides(data_dir: Path, models_dir: Path) -> list[str]:
-    from tests.stackutil import isolated_overrides
+    from rollout_testing.stacks import isolated_overrides
 
     return [*isolated_overrides(data_dir, gateway=True), f"models_dir={models_dir}"]
 

@@ -15,8 +15,8 @@ import pytest
 from rollout.config import Settings
 from rollout.ledger import Ledger
 from rollout.stack.embedded import Stack
-from tests.cluster import Cluster
-from tests.stackutil import isolated_settings
+from rollout_testing.cluster import Cluster
+from rollout_testing.stacks import isolated_settings
 
 
 @pytest.fixture(scope="session")
@@ -103,7 +103,7 @@ def cluster(stack_settings: Settings, tmp_path: Path, models_dir: Path, tiny_qwe
 def monitor_settings(stack_settings: Settings, models_dir: Path, tiny_qwen3: str) -> Settings:
     """The session stack as the dashboard reads it."""
     from rollout import config
-    from tests.stackutil import monitor_overrides
+    from rollout_testing.stacks import monitor_overrides
 
     return config.load(monitor_overrides(stack_settings, models_dir))
 
@@ -115,7 +115,7 @@ def trained_run(stack_settings: Settings, tiny_qwen3: str, tmp_path_factory: pyt
     import asyncio
     from dataclasses import replace
 
-    from rollout.cli.evals import eval_input
+    from rollout.control.evals import eval_input
     from rollout.evals import EvalEnvironment, Suite
     from rollout.evals.records import register
     from rollout.workflows.names import run_workflow_id

@@ -24,8 +24,8 @@ from rollout.workflows import runner_stubs
 from rollout.workflows.names import agent_workflow_id, episode_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus
-from tests.cluster import Cluster
-from tests.stackutil import isolated_settings
+from rollout_testing.cluster import Cluster
+from rollout_testing.stacks import isolated_settings
 
 pytestmark = pytest.mark.slow
 # A one-seat episode plays (and records) in `play_episode`; a seat of a multi-agent one in `play_agent`.

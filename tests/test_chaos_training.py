@@ -27,7 +27,7 @@ from rollout.training.checkpoints import publish_checkpoint
 from rollout.workflows.names import run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
-from tests.cluster import Cluster, Service
+from rollout_testing.cluster import Cluster, Service
 from tests.test_chaos_episodes import wait_for
 
 pytestmark = pytest.mark.slow

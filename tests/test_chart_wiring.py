@@ -31,7 +31,7 @@ from rollout.config import Settings
 from rollout.net import free_port
 from rollout.stack.embedded import Stack
 from rollout.stack.processes import terminate
-from tests.stackutil import isolated_settings
+from rollout_testing.stacks import isolated_settings
 
 pytestmark = pytest.mark.slow
 

@@ -34,7 +34,7 @@ from rollout.ledger.queries import count_events, run_turns
 from rollout.ledger.streams import run_episodes_stream
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
-from tests.stackutil import isolated_overrides
+from rollout_testing.stacks import isolated_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 

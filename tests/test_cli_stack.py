@@ -17,7 +17,7 @@ import pytest
 
 from rollout.config import Settings
 from rollout.ledger.migrate import head_revision
-from tests.stackutil import isolated_overrides
+from rollout_testing.stacks import isolated_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 

@@ -21,8 +21,8 @@ from coding.solver import solve, write_files_command
 from coding.tasks import HELD_OUT, coding_tasks, held_out_tasks, task_named, training_tasks
 from rollout.activities.agent_loop import play
 from rollout.activities.external_loop import play_external
-from rollout.cli.env_check import check_environment
 from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.control.env_check import check_environment
 from rollout.harness import CommandSetup, RunContext, SandboxSeat
 from rollout.isolation import SandboxIsolation
 from rollout.net import serving

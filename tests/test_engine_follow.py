@@ -20,7 +20,7 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS
 from rollout.serving import ServingAck, ServingTarget
 from rollout.training.checkpoints import CheckpointFile
-from tests.cluster import Cluster
+from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
 
 pytestmark = pytest.mark.slow

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.cli.env_check import check_environment
+from rollout.control.env_check import check_environment
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from rollout.cli.evals import eval_input, suite_named
 from rollout.config import Settings
+from rollout.control.evals import eval_input, suite_named
 from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite, load_suite
 from rollout.evals.records import find_suite, register, results
 from rollout.ledger import Kind, Ledger
@@ -126,7 +126,7 @@ async def test_an_sft_checkpoint_is_made_servable_and_scored(
 ) -> None:
     """A warm start has no serving target: the eval bridges it on the trainer queue, then scores it."""
     from rollout.blobs import FileBlobStore
-    from rollout.cli.warm_start import warm_start
+    from rollout.control.warm_start import warm_start
     from rollout.ledger.queries import serving_target_formats
     from rollout.training.sft import SftConfig
 

@@ -382,8 +382,8 @@ async def test_a_client_that_leaves_mid_stream_gets_its_turn_recorded_as_aborted
 ) -> None:
     from rollout.gateway.app import SSEResponse
     from rollout.gateway.dialects.openai_chat import OpenAIChat
+    from rollout.gateway.sampled import Sampled
     from rollout.gateway.seats import resolve
-    from rollout.gateway.service import Sampled
 
     seat_id, token = seat
     resolved = await resolve(ledger, token)

@@ -21,7 +21,7 @@ from rollout.stack.engine import has_cuda_gpu
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunStatus, run_policy
-from tests.cluster import Cluster
+from rollout_testing.cluster import Cluster
 from tests.test_chaos_training import training_run
 
 pytestmark = [

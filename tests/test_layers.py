@@ -34,3 +34,47 @@ def test_every_module_of_rollout_is_in_a_layer() -> None:
         if (path.suffix == ".py" and path.stem != "__init__") or (path / "__init__.py").is_file()
     }
     assert top_level - {"rollout.conf"} <= placed, f"not in any layer: {sorted(top_level - placed)}"
+
+
+def _graph():  # grimp's graph type is private
+    import grimp
+
+    return grimp.build_graph("rollout", include_external_packages=True, cache_dir=None)
+
+
+def test_no_import_circles() -> None:
+    """No module of `rollout` reaches itself through its imports (lazy imports inside functions included)."""
+    graph = _graph()
+    modules = sorted(m for m in graph.modules if m.startswith("rollout"))
+    circles = [
+        f"{a} ↔ {b}"
+        for a in modules
+        for b in graph.find_modules_directly_imported_by(a)
+        if b.startswith("rollout") and a < b and graph.chain_exists(importer=b, imported=a)
+    ]
+    assert circles == [], f"import circles: {circles}"
+
+
+def test_only_the_ledger_speaks_sql() -> None:
+    graph = _graph()
+    speakers = {
+        importer
+        for driver in ("psycopg", "psycopg_pool", "sqlalchemy", "alembic")
+        if driver in graph.modules
+        for importer in graph.find_modules_that_directly_import(driver)
+    }
+    outside = sorted(m for m in speakers if not (m == "rollout.ledger" or m.startswith("rollout.ledger.")))
+    assert outside == [], f"SQL drivers imported outside rollout.ledger: {outside}"
+
+
+def test_benchmarks_and_the_harness_never_import_tests() -> None:
+    import re
+
+    imports_tests = re.compile(r"^\s*(from tests[ .]|import tests\b)", re.MULTILINE)
+    offenders = [
+        str(path.relative_to(ROOT))
+        for folder in ("benchmarks", "testing", "rollout", "scripts")
+        for path in (ROOT / folder).rglob("*.py")
+        if imports_tests.search(path.read_text())
+    ]
+    assert offenders == []

@@ -132,7 +132,7 @@ def test_rollout_up_runs_the_dashboard_as_a_supervised_service(tmp_path: Path) -
     import httpx
 
     from rollout.stack.processes import read_pid_file
-    from tests.stackutil import isolated_overrides
+    from rollout_testing.stacks import isolated_overrides
 
     rollout = str(Path(sys.executable).parent / "rollout")
     overrides = isolated_overrides(tmp_path / "data", monitor=True)

@@ -28,7 +28,7 @@ from rollout.net import free_port
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunInput, run_policy
-from tests.stackutil import monitor_overrides
+from rollout_testing.stacks import monitor_overrides
 from tests.test_training_loop import training_loop
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")

@@ -20,7 +20,7 @@ import psutil
 import pytest
 
 from rollout.net import free_port
-from tests.cluster import Cluster
+from rollout_testing.cluster import Cluster
 
 pytestmark = pytest.mark.slow
 RAY = str(Path(sys.executable).parent / "ray")

@@ -15,7 +15,7 @@ from pathlib import Path
 from rollout.stack.embedded import Stack
 from rollout.stack.processes import read_pid_file
 from rollout.stack.supervisor import ServiceSpec, read_state, want
-from tests.stackutil import isolated_overrides
+from rollout_testing.stacks import isolated_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 

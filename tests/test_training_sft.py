@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from rollout.blobs import FileBlobStore
-from rollout.cli.warm_start import WarmStartExists, warm_start, warm_start_name
+from rollout.control.warm_start import WarmStartExists, warm_start, warm_start_name
 from rollout.ledger import Ledger
 from rollout.training.checkpoints import fetch_checkpoint, find_checkpoint
 from rollout.training.local import LocalTrainer, LocalTrainerConfig

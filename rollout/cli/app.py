@@ -9,10 +9,11 @@ import typer
 
 from rollout.cli import (
     cluster,
+    common,
     config,
     engine,
     env,
-    evals,
+    eval_schedules,
     gateway,
     ledger,
     models,
@@ -26,6 +27,7 @@ from rollout.cli import (
     train,
     worker,
 )
+from rollout.control.errors import ControlError
 from rollout.redaction import scrub_process_output
 
 app = typer.Typer(
@@ -43,7 +45,7 @@ app.command()(sft.sft)
 gateway.register(app)
 app.add_typer(run.app, name="run")
 app.add_typer(env.app, name="env")
-evals.register(app)
+eval_schedules.register(app)
 app.add_typer(seat.app, name="seat")
 app.add_typer(engine.app, name="engine")
 app.add_typer(worker.app, name="worker")
@@ -60,11 +62,14 @@ def main() -> None:
     CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
     temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's.
     Everything a command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new`
-    exists to print."""
+    exists to print. A `ControlError` from the application layer is its one paragraph, never a traceback."""
     scrub_process_output()
     try:
         app(prog_name="rollout")
         code = 0
+    except ControlError as error:
+        common.err.print(f"[bold red]error:[/] {error}", highlight=False)
+        code = 2 if error.usage else 1
     except SystemExit as done:
         if isinstance(done.code, int) or done.code is None:
             code = done.code or 0

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, blob_store, err, fail, load_settings, local_model
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.cli.placement import (
     GpusOption,
     PlacementOption,
@@ -18,6 +18,7 @@ from rollout.cli.placement import (
     check_placement,
     rerun_on_ray,
 )
+from rollout.control.connections import blob_store, local_model
 
 if TYPE_CHECKING:
     from rollout.config import Settings

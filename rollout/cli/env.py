@@ -28,7 +28,7 @@ def check(
 
     from rich.table import Table
 
-    from rollout.cli.env_check import check_environment
+    from rollout.control.env_check import check_environment
 
     # A sandbox kind says what it sets up (the minecraft kind's first install takes a while): show it.
     setting_up = logging.getLogger("rollout.sandbox")

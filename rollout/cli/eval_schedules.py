@@ -1,25 +1,27 @@
-"""`rollout eval schedule` and `rollout eval schedules list|pause|resume|delete`: evals on a Temporal Schedule.
+"""`rollout eval schedule` and `rollout eval schedules list|pause|resume|delete`: evals on a Temporal Schedule
+(rollout.control.eval_schedules does the work), added to the `rollout eval` group by `register`.
 
-Each firing starts an `EvalWorkflow` (one at a time: a firing while the last eval still plays is skipped) and
-resolves the checkpoint anew, so `latest:RUN/POLICY` scores the newest checkpoint then. Schedules are visible, and
-pausable, in the Temporal web UI too. Registered on the `rollout eval` group by rollout.cli.evals.
+Each firing resolves the checkpoint anew, so `latest:RUN/POLICY` scores the newest checkpoint then. Schedules
+are visible, and pausable, in the Temporal web UI too.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
-from typing import TYPE_CHECKING, Annotated, Any
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
+from rollout.cli import evals
 from rollout.cli.cluster import ClusterFlag, cluster_overrides
-from rollout.cli.common import JsonFlag, Overrides, connect_temporal, fail, ledger_call, load_settings, out
-from rollout.cli.evals import CheckpointOption, SuiteArgument, eval_input, suite_named
+from rollout.cli.common import JsonFlag, Overrides, load_settings, out
+from rollout.cli.evals import CheckpointOption, SuiteArgument
 
 if TYPE_CHECKING:
-    from rollout.config import Settings
+    from rollout.control.eval_schedules import ScheduleAction
 
 schedules = typer.Typer(help="The eval schedules: list, pause, resume, delete.", no_args_is_help=True)
 
@@ -41,62 +43,10 @@ def schedule(
 ) -> None:
     """Evaluate SUITE on a schedule (a Temporal Schedule): each time it fires, the checkpoint is resolved anew (so
     latest:RUN/POLICY scores the newest checkpoint then; one already scored records nothing new)."""
-    from temporalio.client import (
-        Schedule,
-        ScheduleActionStartWorkflow,
-        ScheduleAlreadyRunningError,
-        ScheduleIntervalSpec,
-        ScheduleOverlapPolicy,
-        SchedulePolicy,
-        ScheduleSpec,
-    )
-    from temporalio.service import RPCError
+    from rollout.control.eval_schedules import create_schedule
 
-    from rollout.ledger import Ledger
-    from rollout.workflows.evals import EvalWorkflow
-    from rollout.workflows.names import RUNNER_QUEUE, eval_schedule_id, eval_workflow_id
-
-    if (cron is None) == (every is None):
-        fail("give the schedule one of --cron EXPRESSION or --every SECONDS", code=2)
     settings = load_settings(cluster_overrides(cluster, overrides))
-
-    async def create() -> str:
-        from datetime import timedelta
-
-        async with await Ledger.connect(settings.ledger_url) as ledger:
-            chosen = await suite_named(ledger, suite)
-        spec = (
-            ScheduleSpec(cron_expressions=[cron])
-            if cron is not None
-            else ScheduleSpec(intervals=[ScheduleIntervalSpec(every=timedelta(seconds=every or 0))])
-        )
-        schedule_id = eval_schedule_id(chosen.name, checkpoint)
-        client = await connect_temporal(settings)
-        try:
-            await client.create_schedule(
-                schedule_id,
-                Schedule(
-                    action=ScheduleActionStartWorkflow(
-                        EvalWorkflow.run,
-                        eval_input(chosen, checkpoint, max_tokens=settings.run.max_tokens),
-                        id=eval_workflow_id(chosen.name, chosen.version, checkpoint),
-                        task_queue=RUNNER_QUEUE,
-                    ),
-                    spec=spec,
-                    policy=SchedulePolicy(
-                        overlap=ScheduleOverlapPolicy.SKIP
-                    ),  # one eval of a suite at a time
-                ),
-            )
-        except ScheduleAlreadyRunningError:
-            fail(
-                f"schedule {schedule_id} exists: delete it first with `rollout eval schedules delete {schedule_id}`"
-            )
-        except RPCError as error:
-            fail(f"Temporal refused the schedule: {error.message} (is the cron expression {cron!r} valid?)")
-        return schedule_id
-
-    schedule_id = ledger_call(create())
+    schedule_id = asyncio.run(create_schedule(settings, suite, checkpoint, cron=cron, every_s=every))
     if as_json:
         print(json.dumps({"schedule": schedule_id}))
         return
@@ -107,39 +57,15 @@ def schedule(
     )
 
 
-async def _schedule_rows(settings: Settings) -> list[dict[str, Any]]:
-    from rollout.workflows.names import EVAL_SCHEDULES
-
-    client = await connect_temporal(settings)
-    rows: list[dict[str, Any]] = []
-    async for listed in await client.list_schedules():
-        if not listed.id.startswith(EVAL_SCHEDULES):
-            continue
-        described = await client.get_schedule_handle(listed.id).describe()
-        spec = described.schedule.spec
-        when = ", ".join(spec.cron_expressions) or ", ".join(f"every {i.every}" for i in spec.intervals)
-        info = described.info
-        rows.append(
-            {
-                "schedule": listed.id,
-                "when": when,
-                "paused": described.schedule.state.paused,
-                "fired": info.num_actions,
-                "next": info.next_action_times[0].isoformat(timespec="seconds")
-                if info.next_action_times
-                else None,
-            }
-        )
-    return rows
-
-
 @schedules.command("list")
 def schedules_list(
     overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires next."""
+    from rollout.control.eval_schedules import schedule_rows
+
     settings = load_settings(cluster_overrides(cluster, overrides))
-    rows = asyncio.run(_schedule_rows(settings))
+    rows = [asdict(row) for row in asyncio.run(schedule_rows(settings))]
     if as_json:
         print(json.dumps(rows))
         return
@@ -154,26 +80,10 @@ def schedules_list(
     out.print(table)
 
 
-def _on_schedule(overrides: list[str], schedule_id: str, action: str) -> None:
-    from temporalio.service import RPCError, RPCStatusCode
+def _on_schedule(overrides: list[str], schedule_id: str, action: ScheduleAction) -> None:
+    from rollout.control.eval_schedules import act_on_schedule
 
-    settings = load_settings(overrides)
-
-    async def act() -> None:
-        handle = (await connect_temporal(settings)).get_schedule_handle(schedule_id)
-        try:
-            if action == "pause":
-                await handle.pause(note="rollout eval schedules pause")
-            elif action == "resume":
-                await handle.unpause(note="rollout eval schedules resume")
-            else:
-                await handle.delete()
-        except RPCError as error:
-            if error.status == RPCStatusCode.NOT_FOUND:
-                fail(f"no schedule {schedule_id!r}: `rollout eval schedules list` shows them")
-            raise
-
-    asyncio.run(act())
+    asyncio.run(act_on_schedule(load_settings(overrides), schedule_id, action))
     out.print(f"{action}d {schedule_id}" if action != "resume" else f"resumed {schedule_id}", highlight=False)
 
 
@@ -199,3 +109,10 @@ def schedules_delete(
 ) -> None:
     """Delete a schedule (the results it recorded stay in the ledger)."""
     _on_schedule(cluster_overrides(cluster, overrides), schedule_id, "delete")
+
+
+def register(app: typer.Typer) -> None:
+    """Add the `rollout eval` group (with `schedule` and `schedules`) to `app`."""
+    evals.app.command("schedule")(schedule)
+    evals.app.add_typer(schedules, name="schedules")
+    app.add_typer(evals.app, name="eval")

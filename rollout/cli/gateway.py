@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, err, fail, load_settings, local_model
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
+from rollout.control.connections import local_model
 
 if TYPE_CHECKING:
     from temporalio.client import Client

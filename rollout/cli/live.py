@@ -12,19 +12,21 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
+import typer
 from temporalio.service import RPCError
 
-from rollout.cli.common import err, fail
-from rollout.cli.training_view import TrainingProgress
+from rollout.cli.common import err, fail, out
+from rollout.control.connections import outlasting
+from rollout.control.progress import TrainingProgress
 from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerUnreachableError
 
 if TYPE_CHECKING:
     from temporalio.client import WorkflowHandle
 
+    from rollout.config import Settings
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.types import RunStatus
 
@@ -86,22 +88,8 @@ async def follow_training(
     return final
 
 
-async def outlasting[T](call: Callable[[], Awaitable[T]], window_s: float = 600.0) -> T:
-    """`call()`, repeated while Temporal or the ledger is away, for at most `window_s`."""
-    deadline = time.monotonic() + window_s
-    while True:
-        try:
-            return await call()
-        except (LedgerUnreachableError, RPCError):
-            if time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(1.0)
-
-
 def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, Any]:
     """The end-of-run summary: what trained, what was served, what was skipped and why."""
-    from rollout.cli.common import out
-
     summary = progress.summary() | {"episodes_failed": status.episodes_failed}
     out.print(
         f"run {progress.run}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the "
@@ -111,3 +99,52 @@ def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, An
     if reason := progress.skipped_reason():
         out.print(reason, highlight=False)
     return summary
+
+
+def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool) -> None:
+    """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back."""
+    import contextlib
+    import json
+    import logging
+
+    from rollout.control.connections import connect_temporal
+    from rollout.control.errors import ControlError
+    from rollout.control.evals import run_eval_scores
+    from rollout.control.runs import update_run
+    from rollout.workflows.client import run_handle
+
+    progress = TrainingProgress(run, policy)
+    # The pool's own warnings about a lost server would break the progress line, which says it better.
+    logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
+
+    async def follow() -> tuple[RunStatus, TrainingProgress]:
+        client = await connect_temporal(settings)
+        handle = run_handle(client, run)
+        # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
+        ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
+        async with ledger:
+            return await follow_training(ledger, handle, progress), progress
+
+    try:
+        status, progress = asyncio.run(follow())
+    except KeyboardInterrupt:
+        asyncio.run(update_run(settings, run, "pause"))
+        err.print(
+            f"\npaused run {run}. Come back to it with `rollout run attach {run}` (it resumes the run and restarts "
+            "its trainer); the stack keeps running."
+        )
+        raise typer.Exit(130) from None
+    evals: list[dict[str, object]] = []
+    if settings.eval.suite is not None:
+        # A ledger that cannot be read now: the summary goes without them.
+        with contextlib.suppress(ControlError):
+            evals = asyncio.run(run_eval_scores(settings, run))
+    if as_json:
+        print(json.dumps(progress.summary() | {"episodes_failed": status.episodes_failed, "evals": evals}))
+        return
+    print_summary(progress, status)
+    for scored in evals:
+        scores = scored["scores"]
+        assert isinstance(scores, dict)
+        shown = ", ".join(f"{e} {v:.3f}" for e, v in scores.items())
+        out.print(f"eval {scored['suite']} of {scored['checkpoint']}: {shown}", highlight=False)

@@ -8,7 +8,8 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, local_model, out
+from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
+from rollout.control.connections import local_model
 
 app = typer.Typer(help="List and fetch the models presets name.", no_args_is_help=True)
 

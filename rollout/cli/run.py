@@ -1,5 +1,5 @@
 """`rollout run start|list|status|attach|pause|resume|stop|set`: runs, started, followed and changed while
-they play.
+they play (rollout.control.runs does the work).
 
 Numbers come from the ledger (what is durable: episodes, groups, batches, checkpoints); the run's workflow
 adds what only it knows (paused, stopped, max_lag, whether it still plays). `attach` reattaches to a training
@@ -12,48 +12,20 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-import uuid
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.table import Table
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides
-from rollout.cli.common import (
-    JsonFlag,
-    Overrides,
-    connect_temporal,
-    err,
-    fail,
-    ledger_call,
-    load_settings,
-    out,
-)
+from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
 
 if TYPE_CHECKING:
-    from rollout.config import Settings
-    from rollout.ledger.queries import RunProgress, RunRow
     from rollout.workflows.client import RunUpdate
-    from rollout.workflows.types import RunStatus
 
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
 
 RunArgument = Annotated[str, typer.Argument(help="The run's id (`rollout run list` shows them).")]
-
-
-async def _update(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
-    from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
-    from rollout.workflows.client import update_run as send_update
-
-    client = await connect_temporal(settings)
-    try:
-        status = await send_update(client, run, update, *args)
-    except RunUpdateRefused as error:
-        fail(f"run {run} refused {update}: {error}")
-    except RunNotPlaying as error:
-        fail(f"{error}: `rollout run list` shows the runs, `rollout run start` starts one")
-    return asdict(status)
 
 
 def _print_status(status: dict[str, object], as_json: bool) -> None:
@@ -105,97 +77,24 @@ def start(
 
     A runner first confirms it can load the environment; if it cannot, nothing starts.
     """
-    from rollout.cli.preflight import PreflightFailed, confirm_runner_loads
-    from rollout.run_settings import BadRunSetting, max_lag_of
-    from rollout.workflows.client import start_run
-    from rollout.workflows.types import RunInput
+    from rollout.control.runs import start_run
 
-    if max_lag is not None:
-        try:
-            max_lag_of(max_lag, "--max-lag")
-        except BadRunSetting as error:
-            fail(str(error), code=2)
     settings = load_settings(cluster_overrides(cluster, overrides))
-    run_id = run or f"run-{uuid.uuid4().hex[:8]}"
-    given = RunInput(
-        run=run_id,
-        environment=environment,
-        groups_in_flight=settings.run.groups_in_flight if in_flight is None else in_flight,
-        max_groups=groups,
-        max_lag=settings.run.max_lag if max_lag is None else max_lag,
-        settings={"max_tokens": settings.run.max_tokens},
+    status = asyncio.run(
+        start_run(
+            settings, environment, run=run, groups=groups, in_flight=in_flight, max_lag=max_lag, wait=wait
+        )
     )
-
-    async def begin() -> dict[str, object]:
-        client = await connect_temporal(settings)
-        try:
-            await confirm_runner_loads(client, run_id, environment)
-        except PreflightFailed as error:
-            fail(str(error), code=2)
-        handle = await start_run(client, given)
-        if not wait:
-            return {"run": run_id, "workflow": handle.id}
-        return asdict(await handle.result())
-
-    _print_status(asyncio.run(begin()), as_json)
-
-
-def _state_word(state: str, status: RunStatus | None) -> str:
-    if status is not None:
-        if status.pause_reason:
-            return "paused (" + status.pause_reason + ")"
-        return "paused" if status.paused else "stopping" if status.stopped else "playing"
-    words = {
-        "COMPLETED": "finished",
-        "MISSING": "gone",
-        "NO_WORKER": "waiting for a worker (`rollout up`)",
-        "UNANSWERED": "running (its worker did not answer in time)",
-    }
-    return words.get(state, state.lower())
-
-
-def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | None) -> dict[str, Any]:
-    return {
-        "run": run.run,
-        "environment": run.environment,
-        "created_at": run.created_at.isoformat(timespec="seconds"),
-        "state": _state_word(state, status),
-        "max_lag": status.max_lag if status is not None else run.settings.get("max_lag"),
-        "episodes_finished": progress.episodes_finished,
-        "episodes_failed": progress.episodes_failed,
-        "groups_recorded": progress.groups_recorded,
-        "steps": sum(p.checkpoints for p in progress.policies.values()),
-        "batches_skipped": sum(p.batches_skipped for p in progress.policies.values()),
-        "policies": {name: asdict(p) for name, p in progress.policies.items()},
-    }
-
-
-async def _rows(settings: Settings, only: str | None) -> list[dict[str, Any]]:
-    from rollout.ledger import Ledger
-    from rollout.ledger.queries import find_run, list_runs, run_progress
-    from rollout.workflows.client import run_state
-
-    client = await connect_temporal(settings)
-    async with await Ledger.connect(settings.ledger_url) as ledger:
-        if only is None:
-            runs = await list_runs(ledger)
-        else:
-            found = await find_run(ledger, only)
-            if found is None:
-                fail(f"the ledger has no run {only!r}: `rollout run list` shows the runs it has")
-            runs = [found]
-        rows = []
-        for run in runs:
-            state, status = await run_state(client, run.run)
-            rows.append(_row(run, await run_progress(ledger, run.run), state, status))
-        return rows
+    _print_status(status, as_json)
 
 
 @app.command("list")
 def list_(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False) -> None:
     """Every run the ledger holds, newest first: its environment, state, episodes and steps."""
+    from rollout.control.runs import run_rows
+
     settings = load_settings(cluster_overrides(cluster, overrides))
-    rows: list[dict[str, Any]] = ledger_call(_rows(settings, None))
+    rows = asyncio.run(run_rows(settings))
     if as_json:
         print(json.dumps(rows))
         return
@@ -228,10 +127,12 @@ def status(
 ) -> None:
     """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones), steps;
     and from its workflow while it plays: paused, max_lag."""
+    from rollout.control.runs import run_rows
+
     settings = load_settings(cluster_overrides(cluster, overrides))
     try:
         while True:
-            row = ledger_call(_rows(settings, run))[0]
+            row = asyncio.run(run_rows(settings, run))[0]
             if as_json:
                 print(json.dumps(row), flush=True)
             else:
@@ -264,65 +165,28 @@ def attach(
     """Reattach to a training run (after its `rollout train` died): restart its trainer with the settings the
     run recorded, and show it live until it ends. Ctrl-C pauses it again. With --cluster, a run on the current
     cluster context: its trainer is the cluster's, and nothing is restarted here."""
-    from rollout.cli.train import follow_to_the_end
-    from rollout.cli.training_view import recorded_trainer_overrides
-    from rollout.ledger import Ledger
-    from rollout.ledger.queries import find_run
-    from rollout.stack.embedded import Stack
+    from rollout.cli.live import follow_to_the_end
+    from rollout.control.runs import reattach, recorded_trainer_overrides
 
     overrides = cluster_overrides(cluster, overrides)
-    settings = load_settings(overrides)
-
-    async def recorded() -> dict[str, Any] | None:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
-            found = await find_run(ledger, run)
-        return None if found is None else dict(found.settings)
-
-    run_settings = ledger_call(recorded())
-    if run_settings is None:
-        fail(f"the ledger has no run {run!r}: `rollout run list` shows the runs it has")
-    trainer = recorded_trainer_overrides(run_settings)
-    if not trainer:
-        fail(
-            f"run {run} trains nothing (it was started by `rollout run start`): follow it with `rollout run status {run} --watch`"
-        )
+    trainer = asyncio.run(recorded_trainer_overrides(load_settings(overrides), run))
     settings = load_settings([*trainer, *(overrides or [])])
-    state, status_ = asyncio.run(_workflow_state(settings, run))
-    if state == "UNANSWERED":
-        fail(
-            f"run {run}'s workflow did not answer in time (its worker is busy or stuck): try `rollout run attach {run}` again"
-        )
-    if state != "RUNNING" or status_ is None:
-        fail(
-            f"run {run} is not playing (its workflow is {_state_word(state, None)}): `rollout run status {run}` shows where it ended"
-        )
-    if not cluster:
-        try:
-            with err.status("trainer: starting with the run's settings…"):
-                Stack(settings).start_trainer()
-        except RuntimeError as error:
-            fail(str(error))
-    if status_.paused and not status_.pause_reason:
-        update_run(settings, run, "resume")
-    policy = next(iter(status_.trained), "default")
+    with err.status("trainer: starting with the run's settings…"):
+        policy = asyncio.run(reattach(settings, run, start_trainer=not cluster))
     follow_to_the_end(settings, run, policy, as_json=as_json)
 
 
-async def _workflow_state(settings: Settings, run: str) -> tuple[str, RunStatus | None]:
-    from rollout.workflows.client import run_state
+def update_run(overrides: list[str] | None, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
+    from rollout.control.runs import update_run as send
 
-    return await run_state(await connect_temporal(settings), run)
-
-
-def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
-    return asyncio.run(_update(settings, run, update, *args))
+    return asyncio.run(send(load_settings(overrides), run, update, *args))
 
 
 def _simple_update(update: RunUpdate, help_text: str) -> None:
     def command(
         run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
     ) -> None:
-        _print_status(update_run(load_settings(cluster_overrides(cluster, overrides)), run, update), as_json)
+        _print_status(update_run(cluster_overrides(cluster, overrides), run, update), as_json)
 
     command.__doc__ = help_text
     app.command(update)(command)
@@ -348,5 +212,4 @@ def set_(
             f"{setting!r}: the setting a run takes is max_lag=N, with N a whole number (0 = on-policy)",
             code=2,
         )
-    settings = load_settings(cluster_overrides(cluster, overrides))
-    _print_status(update_run(settings, run, "set_max_lag", int(value)), as_json)
+    _print_status(update_run(cluster_overrides(cluster, overrides), run, "set_max_lag", int(value)), as_json)

@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from rollout.cli.common import Overrides, as_service, err, fail, load_settings, refuse_without_jail
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
+from rollout.control.connections import refuse_without_jail
 
 app = typer.Typer(
     help="Sandboxes: worlds that episodes claim (a computer, a Minecraft world, a shared grid, a kind of your own).",

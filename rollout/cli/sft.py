@@ -9,7 +9,8 @@ from typing import Annotated, Any
 
 import typer
 
-from rollout.cli.common import JsonFlag, Overrides, blob_store, err, fail, load_settings, local_model, out
+from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
+from rollout.control.connections import blob_store, local_model
 
 
 def sft(
@@ -32,7 +33,7 @@ def sft(
     import os
     import socket
 
-    from rollout.cli.warm_start import WarmStartExists, warm_start
+    from rollout.control.warm_start import WarmStartExists, warm_start
     from rollout.ledger import Ledger
     from rollout.ledger.errors import LedgerError
     from rollout.training.sft import ConversationError, SftConfig, read_conversations

@@ -9,7 +9,8 @@ import typer
 from rich.table import Table
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
-from rollout.cli.common import JsonFlag, Overrides, err, guarded, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, err, load_settings, out
+from rollout.control.connections import stack_action
 
 if TYPE_CHECKING:
     from rollout.stack.embedded import ServiceStatus
@@ -47,10 +48,10 @@ def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
 
     stack = Stack(load_settings(overrides))
     if as_json:
-        services = guarded(stack.up)
+        services = stack_action(stack.up)
     else:
         with err.status("starting the embedded stack…") as spinner:
-            services = guarded(lambda: stack.up(report=lambda line: spinner.update(line)))
+            services = stack_action(lambda: stack.up(report=lambda line: spinner.update(line)))
     print_status(services, as_json)
     if not all(service.healthy for service in services):
         raise typer.Exit(1)
@@ -69,7 +70,7 @@ def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: J
     else:
         from rollout.stack.embedded import Stack
 
-        services = guarded(Stack(load_settings(overrides)).status)
+        services = stack_action(Stack(load_settings(overrides)).status)
     print_status(services, as_json)
     if not all(service.healthy for service in services):
         raise typer.Exit(1)
@@ -79,7 +80,7 @@ def down(overrides: Overrides = None) -> None:
     """Stop what `rollout up` started. External services are left alone; state stays in the data directory."""
     from rollout.stack.embedded import Stack
 
-    stopped = guarded(Stack(load_settings(overrides)).down)
+    stopped = stack_action(Stack(load_settings(overrides)).down)
     out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
 
 

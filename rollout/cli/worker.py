@@ -11,16 +11,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import (
-    Overrides,
-    as_service,
-    blob_store,
-    connect_temporal,
-    err,
-    fail,
-    load_settings,
-    local_model,
-)
+from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.cli.placement import (
     GpusOption,
     PlacementOption,
@@ -29,6 +20,7 @@ from rollout.cli.placement import (
     check_placement,
     rerun_on_ray,
 )
+from rollout.control.connections import blob_store, connect_temporal, local_model
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 if TYPE_CHECKING:

@@ -47,8 +47,9 @@ from rollout.gateway.live import LiveTurn
 from rollout.gateway.openapi import document
 from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn, decode_json
+from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat, SeenSeats, resolve, resolve_for_turn
-from rollout.gateway.service import Gateway, Sampled
+from rollout.gateway.service import Gateway
 
 log = logging.getLogger(__name__)
 

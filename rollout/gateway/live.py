@@ -24,15 +24,13 @@ import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from typing import Literal
 
 from rollout.contracts import Message, ToolSpec
 from rollout.engines.protocol import SampleChunk, SampleResult, collected
+from rollout.gateway.sampled import Sampled
 from rollout.ledger.payloads import SampledTurn
 from rollout.rendering import ModelRenderer
-
-if TYPE_CHECKING:
-    from rollout.gateway.service import Sampled
 
 Delta = tuple[Literal["reasoning", "text"], str]
 MAX_TAG = 32  # characters: longer than any renderer's marker, short enough not to hold back a `<` in prose

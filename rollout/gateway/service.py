@@ -30,7 +30,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import cast
 
 from rollout.contracts import Message
@@ -48,10 +48,11 @@ from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.prompts import Prepared, Prompt, render_prompt
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
+from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat
 from rollout.gateway.segments import Head, advance
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
-from rollout.ledger.payloads import ExternalTurn, RecordedTurn, SampledTurn, turn_recorded
+from rollout.ledger.payloads import ExternalTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
 
 
@@ -60,17 +61,6 @@ class NotLookedUp:
 
 
 NOT_LOOKED_UP = NotLookedUp()
-
-
-@dataclass(frozen=True)
-class Sampled:
-    """A turn sampled but not yet recorded (the streaming path records it at the end of the stream)."""
-
-    request: ChatRequest
-    seat: Seat
-    turn: Turn
-    record: RecordedTurn  # what `record` appends as the turn's `TurnRecorded`
-    head: Head | None  # None for an external model's turn: it has no token ids to extend
 
 
 def _cut_at_stop_strings(

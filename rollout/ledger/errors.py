@@ -34,6 +34,7 @@ class LedgerUnreachableError(LedgerError):
     """Postgres could not be reached at the configured URL."""
 
     def __init__(self, url: str, reason: str) -> None:
+        self.reason = scrub(reason.strip())  # why, without the URL or what to do
         super().__init__(
             f"cannot reach the ledger at {redact(url)}: {scrub(reason.strip())}\n"
             "Start the embedded stack with `rollout up`, or point `services.postgres.url=` at a running Postgres."

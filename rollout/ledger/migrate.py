@@ -86,6 +86,22 @@ def applied_revision(url: str) -> str | None:
     return str(row[0]) if row else None
 
 
+def server_and_revision(url: str) -> tuple[str, str | None]:
+    """The server's version and the revision its schema is at (None before the first migration); a server
+    that does not answer is `LedgerUnreachableError`. Changes nothing."""
+    try:
+        with psycopg.connect(url, connect_timeout=3) as connection:
+            version = connection.execute("SHOW server_version").fetchone()
+            revision = connection.execute(
+                "SELECT version_num FROM alembic_version"
+                " WHERE EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'alembic_version')"
+            ).fetchone()
+    except psycopg.Error as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise LedgerUnreachableError(url, reason) from error
+    return (str(version[0]) if version else "?"), (str(revision[0]) if revision else None)
+
+
 def upgrade(url: str) -> None:
     """Create the database if needed and apply every migration not yet applied.
 

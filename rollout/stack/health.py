@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import httpx
-import psycopg
 
 from rollout.blobs import open_store
 from rollout.config import Settings
@@ -49,33 +48,25 @@ def http_status(
 
 
 def postgres_status(url: str, pid: int | None, mode: Mode) -> ServiceStatus:
+    from rollout.ledger.errors import LedgerUnreachableError
+    from rollout.ledger.migrate import server_and_revision
+
     try:
-        with psycopg.connect(url, connect_timeout=3) as conn:
-            version = conn.execute("SHOW server_version").fetchone()
-            revision = conn.execute(
-                "SELECT version_num FROM alembic_version"
-                " WHERE EXISTS (SELECT 1 FROM pg_tables WHERE tablename = 'alembic_version')"
-            ).fetchone()
-        schema = f"schema {revision[0]}" if revision else "schema not migrated (run `rollout up`)"
-        detail = f"PostgreSQL {version[0] if version else '?'}, {schema}"
+        version, revision = server_and_revision(url)
+    except LedgerUnreachableError as error:
+        detail = f"unreachable: {error.reason}"
         return ServiceStatus(
-            name="postgres",
-            mode=mode,
-            address=redact(url),
-            healthy=revision is not None,
-            detail=detail,
-            pid=pid,
+            name="postgres", mode=mode, address=redact(url), healthy=False, detail=detail, pid=pid
         )
-    except psycopg.Error as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        return ServiceStatus(
-            name="postgres",
-            mode=mode,
-            address=redact(url),
-            healthy=False,
-            detail=f"unreachable: {reason}",
-            pid=pid,
-        )
+    schema = f"schema {revision}" if revision else "schema not migrated (run `rollout up`)"
+    return ServiceStatus(
+        name="postgres",
+        mode=mode,
+        address=redact(url),
+        healthy=revision is not None,
+        detail=f"PostgreSQL {version}, {schema}",
+        pid=pid,
+    )
 
 
 def temporal_status(

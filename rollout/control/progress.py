@@ -2,10 +2,6 @@
 attach`, and the summary they end with.
 
 Contract:
-- `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in flight,
-  max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch, advantages) and
-  the launch record (`trainer.*` as overrides, and where environments are imported from), so `rollout run
-  attach` can restart the run's trainer with the settings the run was started with.
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
   assembled (and which were skipped: every group's rewards equal, so no signal), and episodes finished. It shows
   only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
@@ -17,7 +13,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.config import Settings, trainer_overrides
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events
 from rollout.ledger.streams import (
@@ -27,62 +22,7 @@ from rollout.ledger.streams import (
     run_episodes_stream,
 )
 from rollout.serving import ServingAck
-from rollout.workflows.types import EvalInput, RunInput, TrainingSpec, run_policy
-
-TRAINER_PREFIX = "trainer."
-IMPORT_PATH = "launch.import_path"
-
-
-def serve_formats(settings: Settings) -> list[str]:
-    """The bridge each checkpoint goes through for the stack's engine: Tinker's sampler path; a LoRA adapter where
-    the engine loads adapters, else the adapter merged into full weights; full weights as they are."""
-    from rollout.engines.factory import SERVED_FORMATS
-
-    trainer = settings.trainer
-    if trainer.provider == "tinker":
-        return ["tinker"]
-    loads = SERVED_FORMATS.get(settings.engine_kind.value, ("lora", "full"))
-    return ["lora"] if trainer.lora_rank and "lora" in loads else ["merged"]
-
-
-def run_input(
-    settings: Settings,
-    environment: str,
-    run: str,
-    *,
-    import_path: str = "",
-    evaluation: EvalInput | None = None,
-) -> RunInput:
-    trainer = settings.trainer
-    formats = serve_formats(settings)
-    training = TrainingSpec(
-        steps=trainer.steps,
-        groups_per_batch=trainer.groups_per_batch,
-        advantage=trainer.advantage.value,
-        serve_formats=formats,
-        warm_start=trainer.warm_start,
-        evaluation=evaluation,
-        eval_every=settings.eval.every if evaluation is not None else 0,
-    )
-    recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
-    for override in trainer_overrides(settings):
-        key, _, value = override.partition("=")
-        recorded[key] = value
-    if import_path:
-        recorded[IMPORT_PATH] = import_path
-    return RunInput(
-        run=run,
-        environment=environment,
-        groups_in_flight=settings.run.groups_in_flight,
-        max_lag=settings.run.max_lag,
-        settings=recorded,
-        training=training,
-    )
-
-
-def recorded_trainer_overrides(run_settings: dict[str, Any]) -> list[str]:
-    """The `trainer.*` overrides a run was started with, from its recorded settings."""
-    return [f"{key}={value}" for key, value in sorted(run_settings.items()) if key.startswith(TRAINER_PREFIX)]
+from rollout.workflows.types import run_policy
 
 
 @dataclass

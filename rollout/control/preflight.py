@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
+from rollout.control.errors import ControlError
 from rollout.workflows.client import failure_reason
 from rollout.workflows.names import RUNNER_QUEUE, preflight_workflow_id
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
@@ -25,8 +26,11 @@ if TYPE_CHECKING:
 PICKUP_TIMEOUT_S = 90.0
 
 
-class PreflightFailed(RuntimeError):
-    pass
+class PreflightFailed(ControlError):
+    """No runner can load the environment; nothing was started."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, usage=True)
 
 
 async def confirm_runner_loads(

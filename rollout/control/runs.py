@@ -1,0 +1,183 @@
+"""Runs as calls: start one, list them, read where one is, change it while it plays, reattach to it.
+
+Contract:
+- Numbers come from the ledger (what is durable: episodes, groups, batches, checkpoints); the run's workflow
+  adds what only it knows (paused, stopped, max_lag, whether it still plays). A row is a JSON-ready dict (the
+  shape `rollout run list --json` prints).
+- `start_run` first has a runner confirm it can load the environment (`PreflightFailed` otherwise: nothing
+  starts); a `max_lag` below 0 is refused before anything is asked of a service.
+- `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
+  `ControlError` saying what to do. A run the ledger does not hold is `NotFound`.
+- `reattach` readies a training run whose follower died: it must be playing; its trainer restarts (embedded
+  stack) with the settings the run recorded, and a run paused by hand is resumed.
+"""
+
+from __future__ import annotations
+
+import uuid
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from rollout.control.connections import connect_temporal, ledger_session, stack_action
+from rollout.control.errors import ControlError, NotFound
+
+if TYPE_CHECKING:
+    from rollout.config import Settings
+    from rollout.ledger.queries import RunProgress, RunRow
+    from rollout.workflows.client import RunUpdate
+    from rollout.workflows.types import RunStatus
+
+NO_SUCH_RUN = "the ledger has no run {run!r}: `rollout run list` shows the runs it has"
+
+
+async def start_run(
+    settings: Settings,
+    environment: str,
+    *,
+    run: str | None = None,
+    groups: int | None = None,
+    in_flight: int | None = None,
+    max_lag: int | None = None,
+    wait: bool = False,
+) -> dict[str, object]:
+    """Start a run of `environment` (played by runner workers, training nothing); its status once it ends with
+    `wait`, else its id and workflow id."""
+    from rollout.control.preflight import confirm_runner_loads
+    from rollout.run_settings import BadRunSetting, max_lag_of
+    from rollout.workflows.client import start_run as start_workflow
+    from rollout.workflows.types import RunInput
+
+    try:
+        lag = settings.run.max_lag if max_lag is None else max_lag_of(max_lag, "--max-lag")
+    except BadRunSetting as error:
+        raise ControlError(str(error), usage=True) from None
+    run_id = run or f"run-{uuid.uuid4().hex[:8]}"
+    given = RunInput(
+        run=run_id,
+        environment=environment,
+        groups_in_flight=settings.run.groups_in_flight if in_flight is None else in_flight,
+        max_groups=groups,
+        max_lag=lag,
+        settings={"max_tokens": settings.run.max_tokens},
+    )
+    client = await connect_temporal(settings)
+    await confirm_runner_loads(client, run_id, environment)
+    handle = await start_workflow(client, given)
+    if not wait:
+        return {"run": run_id, "workflow": handle.id}
+    return asdict(await handle.result())
+
+
+def state_word(state: str, status: RunStatus | None) -> str:
+    """A run's state in a word or two, from its workflow's state and (while it runs) its status."""
+    if status is not None:
+        if status.pause_reason:
+            return "paused (" + status.pause_reason + ")"
+        return "paused" if status.paused else "stopping" if status.stopped else "playing"
+    words = {
+        "COMPLETED": "finished",
+        "MISSING": "gone",
+        "NO_WORKER": "waiting for a worker (`rollout up`)",
+        "UNANSWERED": "running (its worker did not answer in time)",
+    }
+    return words.get(state, state.lower())
+
+
+def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | None) -> dict[str, Any]:
+    return {
+        "run": run.run,
+        "environment": run.environment,
+        "created_at": run.created_at.isoformat(timespec="seconds"),
+        "state": state_word(state, status),
+        "max_lag": status.max_lag if status is not None else run.settings.get("max_lag"),
+        "episodes_finished": progress.episodes_finished,
+        "episodes_failed": progress.episodes_failed,
+        "groups_recorded": progress.groups_recorded,
+        "steps": sum(p.checkpoints for p in progress.policies.values()),
+        "batches_skipped": sum(p.batches_skipped for p in progress.policies.values()),
+        "policies": {name: asdict(p) for name, p in progress.policies.items()},
+    }
+
+
+async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str, Any]]:
+    """Every run the ledger holds, newest first (or only run `only`), with its state and progress."""
+    from rollout.ledger.queries import find_run, list_runs, run_progress
+    from rollout.workflows.client import run_state
+
+    client = await connect_temporal(settings)
+    async with ledger_session(settings) as ledger:
+        if only is None:
+            runs = await list_runs(ledger)
+        else:
+            found = await find_run(ledger, only)
+            if found is None:
+                raise NotFound(NO_SUCH_RUN.format(run=only))
+            runs = [found]
+        rows = []
+        for run in runs:
+            state, status = await run_state(client, run.run)
+            rows.append(_row(run, await run_progress(ledger, run.run), state, status))
+        return rows
+
+
+async def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
+    """Send `update` to run `run`'s workflow; its status after the update, as a dict."""
+    from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
+    from rollout.workflows.client import update_run as send_update
+
+    client = await connect_temporal(settings)
+    try:
+        status = await send_update(client, run, update, *args)
+    except RunUpdateRefused as error:
+        raise ControlError(f"run {run} refused {update}: {error}") from None
+    except RunNotPlaying as error:
+        raise ControlError(
+            f"{error}: `rollout run list` shows the runs, `rollout run start` starts one"
+        ) from None
+    return asdict(status)
+
+
+async def recorded_trainer_overrides(settings: Settings, run: str) -> list[str]:
+    """The `trainer.*` overrides training run `run` was started with (`NotFound` for no such run; a
+    `ControlError` for a run that trains nothing)."""
+    from rollout.control.training import trainer_overrides_of
+    from rollout.ledger.queries import find_run
+
+    async with ledger_session(settings) as ledger:
+        found = await find_run(ledger, run)
+    if found is None:
+        raise NotFound(NO_SUCH_RUN.format(run=run))
+    trainer = trainer_overrides_of(dict(found.settings))
+    if not trainer:
+        raise ControlError(
+            f"run {run} trains nothing (it was started by `rollout run start`): follow it with "
+            f"`rollout run status {run} --watch`"
+        )
+    return trainer
+
+
+async def reattach(settings: Settings, run: str, *, start_trainer: bool) -> str:
+    """Ready playing run `run` to be followed again: restart its trainer (`start_trainer`, with `settings`
+    carrying the run's recorded trainer overrides) and resume it if it was paused by hand. The policy it
+    trains (the first one)."""
+    import asyncio
+
+    from rollout.stack.embedded import Stack
+    from rollout.workflows.client import run_state
+
+    state, status = await run_state(await connect_temporal(settings), run)
+    if state == "UNANSWERED":
+        raise ControlError(
+            f"run {run}'s workflow did not answer in time (its worker is busy or stuck): try "
+            f"`rollout run attach {run}` again"
+        )
+    if state != "RUNNING" or status is None:
+        raise ControlError(
+            f"run {run} is not playing (its workflow is {state_word(state, None)}): `rollout run status {run}` "
+            "shows where it ended"
+        )
+    if start_trainer:
+        await asyncio.to_thread(stack_action, Stack(settings).start_trainer)
+    if status.paused and not status.pause_reason:
+        await update_run(settings, run, "resume")
+    return next(iter(status.trained), "default")

@@ -1,0 +1,266 @@
+"""Training as calls: settings checked against the environment, the stack readied, a run that trains started.
+
+Contract:
+- `check_training` loads the environment and refuses, before anything starts, settings that cannot train it
+  (a trainer model the engines do not serve, full weights on vLLM, a LoRA rank above vLLM's, evals half
+  configured), each as a `ControlError` naming the setting.
+- `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
+  flight, max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch,
+  advantages) and the launch record (`trainer.*` as overrides, and where environments are imported from), so
+  `reattach` can restart the run's trainer with the settings the run was started with
+  (`trainer_overrides_of`).
+- `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner,
+  trainer, the sandboxes its episodes claim) and refuses an engine already serving another model.
+- `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
+  a Temporal that the supervisor is restarting (the stack was just started); a run id already playing is
+  refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from rollout.control.connections import connect_temporal, ledger_session, local_model, outlasting
+from rollout.control.errors import ControlError
+
+if TYPE_CHECKING:
+    from temporalio.client import Client
+
+    from rollout.config import Settings
+    from rollout.environment import Environment
+    from rollout.stack.embedded import Stack
+    from rollout.workflows.types import EvalInput, RunInput
+
+# `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
+# brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30 s).
+TEMPORAL_OUTAGE_S = 120.0
+LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
+TRAINER_PREFIX = "trainer."
+IMPORT_PATH = "launch.import_path"
+
+
+def check_training(settings: Settings, environment: str, *, cluster: bool = False) -> Environment:
+    """The environment `environment` names, once `settings` can train it here (or on the cluster)."""
+    from rollout.environment import EnvironmentLoadError, load_environment
+
+    try:
+        loaded = load_environment(environment)
+    except EnvironmentLoadError as error:
+        raise ControlError(f"{error}\nCheck it with `rollout env check {environment}`.", usage=True) from None
+    if settings.trainer.model != settings.services.gateway.model:
+        raise ControlError(
+            f"trainer.model={settings.trainer.model} but the engines serve services.gateway.model="
+            f"{settings.services.gateway.model}: set both to the same model"
+        )
+    if (
+        settings.trainer.provider == "local"
+        and not settings.trainer.lora_rank
+        and settings.engine_kind == "vllm"
+    ):
+        raise ControlError(
+            "a full-weight run (trainer.lora_rank=0) cannot be served by services.engine.kind=vllm yet (it loads "
+            "LoRA adapters at run time; full weights would need a restart per checkpoint): train LoRA "
+            "(trainer.lora_rank=32) or serve on services.engine.kind=local",
+            usage=True,
+        )
+    engine = settings.services.engine
+    if settings.engine_kind == "vllm" and settings.trainer.lora_rank > engine.vllm_max_lora_rank:
+        raise ControlError(
+            f"trainer.lora_rank={settings.trainer.lora_rank} is above what vLLM loads "
+            f"(services.engine.vllm_max_lora_rank={engine.vllm_max_lora_rank}): raise that, or lower the rank",
+            usage=True,
+        )
+    if (settings.eval.suite is None) != (settings.eval.every < 1):
+        raise ControlError(
+            "evals during training need both eval.suite=SUITE and eval.every=N (N ≥ 1)", usage=True
+        )
+    if not cluster and runs_agent_commands(loaded):
+        from rollout.control.connections import refuse_without_jail
+
+        refuse_without_jail(settings, f"{environment} runs commands its agents choose")
+    return loaded
+
+
+def trained_policies(environment: Environment) -> list[str]:
+    return [a.policy for a in environment.agents if a.trainable] or ["default"]
+
+
+def ready_stack(
+    stack: Stack, settings: Settings, environment: Environment, report: Callable[[str], None]
+) -> None:
+    """Start what is missing of the embedded stack to train `environment` (raises `ControlError`)."""
+    from rollout.control.connections import stack_action
+    from rollout.stack.sandboxes import sandboxes_needed
+
+    def start() -> None:
+        stack.up(report=report)
+        check_engine_model(settings, local_model(settings.services.gateway.model, settings))
+        report("trainer: starting")
+        stack.start_trainer()
+        if environment.sandbox is not None:  # the sandboxes its episodes claim, one per episode in flight
+            stack.keep_sandboxes(
+                environment.sandbox.kind,
+                seats=environment.sandbox.seats,
+                count=sandboxes_needed(settings, environment.group_size),
+                report=report,
+            )
+
+    stack_action(start)
+
+
+def serve_formats(settings: Settings) -> list[str]:
+    """The bridge each checkpoint goes through for the stack's engine: Tinker's sampler path; a LoRA adapter where
+    the engine loads adapters, else the adapter merged into full weights; full weights as they are."""
+    from rollout.engines.factory import SERVED_FORMATS
+
+    trainer = settings.trainer
+    if trainer.provider == "tinker":
+        return ["tinker"]
+    loads = SERVED_FORMATS.get(settings.engine_kind.value, ("lora", "full"))
+    return ["lora"] if trainer.lora_rank and "lora" in loads else ["merged"]
+
+
+def run_input(
+    settings: Settings,
+    environment: str,
+    run: str,
+    *,
+    import_path: str = "",
+    evaluation: EvalInput | None = None,
+) -> RunInput:
+    from rollout.config import trainer_overrides
+    from rollout.workflows.types import RunInput, TrainingSpec
+
+    trainer = settings.trainer
+    training = TrainingSpec(
+        steps=trainer.steps,
+        groups_per_batch=trainer.groups_per_batch,
+        advantage=trainer.advantage.value,
+        serve_formats=serve_formats(settings),
+        warm_start=trainer.warm_start,
+        evaluation=evaluation,
+        eval_every=settings.eval.every if evaluation is not None else 0,
+    )
+    recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
+    for override in trainer_overrides(settings):
+        key, _, value = override.partition("=")
+        recorded[key] = value
+    if import_path:
+        recorded[IMPORT_PATH] = import_path
+    return RunInput(
+        run=run,
+        environment=environment,
+        groups_in_flight=settings.run.groups_in_flight,
+        max_lag=settings.run.max_lag,
+        settings=recorded,
+        training=training,
+    )
+
+
+def trainer_overrides_of(run_settings: dict[str, Any]) -> list[str]:
+    """The `trainer.*` overrides a run was started with, from its recorded settings."""
+    return [f"{key}={value}" for key, value in sorted(run_settings.items()) if key.startswith(TRAINER_PREFIX)]
+
+
+async def evaluation(settings: Settings) -> EvalInput | None:
+    """The eval every `eval.every`-th checkpoint gets (`eval.suite`, registered first), or None."""
+    from rollout.control.evals import eval_input, suite_named
+
+    if settings.eval.suite is None:
+        return None
+    async with ledger_session(settings) as ledger:
+        suite = await suite_named(ledger, settings.eval.suite)
+    return eval_input(suite, checkpoint="", max_tokens=settings.run.max_tokens)
+
+
+async def begin_training(settings: Settings, given: RunInput) -> None:
+    """Confirm a runner loads the run's environment, then start the run; Temporal outages are waited out."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from rollout.control.preflight import confirm_runner_loads
+
+    run, environment = given.run, given.environment
+    # The stack was just started: a service that dies now is being restarted by the supervisor, so each step
+    # waits it out (`outlasting`) rather than stopping before the run exists.
+    client = await connect_temporal(settings, patience_s=TEMPORAL_OUTAGE_S)
+    try:
+        await outlasting(lambda: confirm_runner_loads(client, run, environment), TEMPORAL_OUTAGE_S)
+    except RPCError as error:
+        raise ControlError(
+            f"Temporal stopped answering while a runner checked {environment} ({error.message}): {LOOK}"
+        ) from None
+    try:
+        await _start_riding_outages(client, given)
+    except RPCError as error:
+        raise ControlError(
+            f"Temporal stopped answering while run {run} was starting ({error.message}): {LOOK}"
+        ) from None
+    except WorkflowAlreadyStartedError:
+        raise ControlError(
+            f"run {run} is already playing: follow it with `rollout run attach {run}`, or train under another --run"
+        ) from None
+
+
+async def _start_riding_outages(client: Client, given: RunInput) -> None:
+    """Start the run's workflow, trying again while Temporal is away (for `TEMPORAL_OUTAGE_S`). A retry that finds
+    the run already playing found the start whose reply was lost; a run id already playing at the first try is
+    refused (`WorkflowAlreadyStartedError`)."""
+    from temporalio.exceptions import WorkflowAlreadyStartedError
+    from temporalio.service import RPCError
+
+    from rollout.workflows.client import start_run
+
+    deadline = time.monotonic() + TEMPORAL_OUTAGE_S
+    retried = False
+    while True:
+        try:
+            await start_run(client, given)
+            return
+        except WorkflowAlreadyStartedError:
+            if retried:
+                return
+            raise
+        except RPCError:
+            if time.monotonic() > deadline:
+                raise
+            retried = True
+            await asyncio.sleep(1.0)
+
+
+def check_engine_model(settings: Settings, model_path: str) -> None:
+    """The running engine must serve the model being trained (a stack started earlier may serve another)."""
+    import httpx
+
+    gateway = settings.services.gateway
+    try:
+        models = httpx.get(f"http://{gateway.engine_host}:{gateway.engine_port}/v1/models", timeout=5).json()[
+            "data"
+        ]
+    except (httpx.HTTPError, KeyError, ValueError):
+        return  # unreachable: `up` reported it
+    roots = {entry.get("root") for entry in models}
+    if model_path not in roots and "scripted" not in roots:
+        raise ControlError(
+            f"the running engine serves {', '.join(str(r) for r in roots)}, not {gateway.model}: stop the stack "
+            "with `rollout down` (or choose another data_dir=) and train again"
+        )
+
+
+def runs_agent_commands(environment: Environment) -> bool:
+    """Whether an environment's episodes run what its agents drive in a jail: a command seat, or a sandbox kind
+    that is jailed (a shell's commands, a Minecraft world)."""
+    from rollout.sandbox import load_kind
+    from rollout.sandbox.world import UnknownSandboxKind, jailed
+
+    if any(agent.command for agent in environment.agents):
+        return True
+    if environment.sandbox is None:
+        return False
+    try:
+        return jailed(load_kind(environment.sandbox.kind))
+    except UnknownSandboxKind:
+        return False  # its sandboxes fail to start, and say why
