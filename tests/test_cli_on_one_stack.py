@@ -7,9 +7,11 @@ by this module's tests in order; the last one stops it):
   a restart of the Temporal dev server and resumes.
 - Runs: an environment in the user's own folder (its episodes claiming shell sandboxes, which `rollout train`
   serves) trains on the stack started elsewhere; a runner that cannot import an environment stops `train` before
-  any run exists; `run list` and `run status` show the ledger's numbers mid-run; after `rollout train` and the
-  trainer are SIGKILLed, `rollout run attach` restarts the trainer with the run's recorded settings and finishes
-  the run; `down` stops every service, the sandboxes included.
+  any run exists; `run list` and `run status` show the ledger's numbers mid-run (paused); `rollout down` ends
+  the `rollout train` following it with a word on how to continue; after `rollout up` on other settings,
+  `run resume` refuses (the engine serves another model) and `rollout run attach` brings the stack to the
+  run's recorded model and trainer settings and finishes the run; `down` stops every service, the sandboxes
+  included.
 """
 
 from __future__ import annotations
@@ -367,20 +369,35 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert listed["episodes_finished"] == status["episodes_finished"]
     assert listed["steps"] == status["steps"]
 
-    # The train command and the trainer die; attach resumes the run and restarts the trainer with the run's
-    # recorded settings (tiny-qwen3 with LoRA: a trainer on the defaults would train another model, whose
-    # checkpoints the engine could not serve).
-    train.send_signal(signal.SIGKILL)
-    train.wait()
+    # The user stops the stack on purpose. `rollout train`, following the paused run, says so and how to go on,
+    # and exits (no traceback, no raw Temporal warnings).
+    down = rollout("down", *overrides, cwd=elsewhere)
+    assert "Traceback" not in down.stderr
+    try:
+        train.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        train.kill()
+        raise AssertionError("`rollout train` kept following a stack stopped on purpose") from None
     log.close()
-    trainer = read_pid_file(user_stack.data / "run" / "trainer.pid")
-    assert trainer is not None
-    os.kill(trainer.pid, signal.SIGKILL)
     printed = (tmp_path / "train.log").read_text()
+    assert train.returncode == 1, printed[-3000:]
+    assert "the stack was stopped (`rollout down`)" in printed and "rollout run attach mine" in printed
+    assert "Traceback" not in printed and " WARN " not in printed, printed[-3000:]
     assert "run mine: training tiny-qwen3 for 3 steps" in printed
     assert "episodes played" in printed or "step 1 · reward" in printed  # plain progress lines
 
-    attached = rollout("run", "attach", "mine", "--json", *overrides, cwd=elsewhere, timeout=600)
+    # `rollout up` on the defaults serves another model (SmolLM2): resuming the run there would never sample,
+    # so resume refuses and names attach; attach brings the engine, gateway and trainer to the run's recorded
+    # settings (tiny-qwen3 with LoRA), resumes the run and follows it to the end.
+    plain = [o for o in overrides if not o.startswith("preset=")]
+    rollout("up", *plain, cwd=elsewhere, timeout=600)
+    refused = rollout("run", "resume", "mine", *plain, cwd=elsewhere, check=False)
+    assert refused.returncode == 1 and "Traceback" not in refused.stderr, refused.stderr
+    assert "trains tiny-qwen3, but the stack's engine serves" in refused.stderr
+    assert "`rollout run attach mine`" in refused.stderr
+    assert runs(plain, elsewhere)["mine"]["state"] == "paused", "a refused resume leaves the run paused"
+
+    attached = rollout("run", "attach", "mine", "--json", *plain, cwd=elsewhere, timeout=600)
     summary = json.loads(attached.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 3 and set(summary["served"]) == set(summary["checkpoints"])
     assert summary["episodes"] > 0 and summary["episodes_failed"] == 0
@@ -389,9 +406,11 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert sandboxes is not None, "the stack serves the sandboxes the run's episodes claim"
     data = user_stack.data.resolve()
     assert sandbox_workdir(data, "shell#my-env", "stack-7").is_dir(), "2 groups of 4: 8"
-    services = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere, check=False).stdout)
+    services = json.loads(rollout("status", "--json", *plain, cwd=elsewhere, check=False).stdout)
     shown = next(s for s in services["services"] if s["name"] == "sandboxes-shell-my-env")
     assert shown["healthy"] and shown["detail"].startswith("8 sandbox(es)")
+    trainer = next(s for s in services["services"] if s["name"] == "trainer")
+    assert trainer["detail"].startswith("trains tiny-qwen3"), "the model it trains, not the settings' default"
 
     # The module's last test: `down` stops every service the stack runs, the sandboxes `train` started included.
     stopped = rollout("down", *overrides, cwd=elsewhere).stdout

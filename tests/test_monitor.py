@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 from streamlit.testing.v1 import AppTest
 
@@ -102,6 +103,11 @@ def test_machines_list_services_workers_and_leases(monitor_settings: Settings, t
     links = dict(zip(workflows["workflow"], workflows["Temporal web UI"], strict=True))
     assert f"run/{trained_run}" in links and f"run/{trained_run}/supply" in links, list(links)
     assert links[f"run/{trained_run}"].endswith(f"/workflows/run%2F{trained_run}"), "a link into the web UI"
+    (services,) = [f.value for f in app.dataframe if "service" in f.value.columns]
+    modes = dict(zip(services["service"], services["mode"], strict=True))
+    assert modes["temporal"] == "embedded" and modes["postgres"] == "embedded", modes
+    page = httpx.get(links[f"run/{trained_run}"], timeout=30, follow_redirects=True)
+    assert page.status_code == 200 and "<html" in page.text.lower(), "the link opens the Temporal web UI"
 
 
 def test_a_run_that_does_not_exist_is_a_sentence(monitor_settings: Settings, trained_run: str) -> None:

@@ -5,13 +5,15 @@ Contract: `follow_training` returns when the run's workflow is no longer running
 the command with the pause reason and how to resume when the run pauses itself (a non-finite loss). It reads
 progress from the ledger only, so following can stop and start again at any time (`rollout run attach`).
 A service that dies meanwhile (Postgres, Temporal: the supervisor restarts it) does not end the command: the
-line says what it waits for, and following resumes when the service is back.
+line says what it waits for, and following resumes when the service is back. A stack stopped on purpose (its
+supervisor gone: nothing will bring the service back) ends it, saying how to continue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -34,7 +36,10 @@ PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (
 
 
 async def follow_training(
-    ledger: Ledger, handle: WorkflowHandle[RunWorkflow, RunStatus], progress: TrainingProgress
+    ledger: Ledger,
+    handle: WorkflowHandle[RunWorkflow, RunStatus],
+    progress: TrainingProgress,
+    stack_stopped: Callable[[], bool] = lambda: False,
 ) -> RunStatus:
     from rich.live import Live
 
@@ -53,13 +58,19 @@ async def follow_training(
             if description.status is not None and description.status.name != "RUNNING":
                 return False
             status = await handle.query(RunWorkflow.status)
-        except LedgerUnreachableError:
-            outage[:] = ["waiting for Postgres to come back (the stack's supervisor restarts it)"]
-            return True
-        except RPCError as error:
-            outage[:] = [
-                f"waiting for Temporal to come back ({error.status.name.lower()}; the supervisor restarts it)"
-            ]
+        except (LedgerUnreachableError, RPCError) as error:
+            if stack_stopped():
+                fail(
+                    f"the stack was stopped (`rollout down`), so run {run} does not play now; it is kept as it "
+                    f"was. Start the stack with `rollout up`, then `rollout run attach {run}` (it brings the stack "
+                    "to the run's model and settings, resumes the run and follows it)."
+                )
+            if isinstance(error, LedgerUnreachableError):
+                outage[:] = ["waiting for Postgres to come back (the stack's supervisor restarts it)"]
+            else:
+                outage[:] = [
+                    f"waiting for Temporal to come back ({error.status.name.lower()}; the supervisor restarts it)"
+                ]
             return True
         outage.clear()
         if status.pause_reason:
@@ -101,8 +112,9 @@ def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, An
     return summary
 
 
-def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool) -> None:
-    """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back."""
+def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool, embedded: bool) -> None:
+    """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back. With
+    `embedded`, a stack stopped on purpose (`rollout down`) ends the command, saying how to continue."""
     import contextlib
     import json
     import logging
@@ -111,9 +123,15 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
     from rollout.control.errors import ControlError
     from rollout.control.evals import run_eval_scores
     from rollout.control.runs import update_run
+    from rollout.stack.embedded import Stack
     from rollout.workflows.client import run_handle
 
     progress = TrainingProgress(run, policy)
+    stack = Stack(settings) if embedded else None
+
+    def stopped() -> bool:
+        return stack is not None and not stack.supervised()
+
     # The pool's own warnings about a lost server would break the progress line, which says it better.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
@@ -123,7 +141,7 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
         # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
         ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
         async with ledger:
-            return await follow_training(ledger, handle, progress), progress
+            return await follow_training(ledger, handle, progress, stopped), progress
 
     try:
         status, progress = asyncio.run(follow())

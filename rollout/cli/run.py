@@ -162,18 +162,22 @@ def attach(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Reattach to a training run (after its `rollout train` died): restart its trainer with the settings the
-    run recorded, and show it live until it ends. Ctrl-C pauses it again. With --cluster, a run on the current
-    cluster context: its trainer is the cluster's, and nothing is restarted here."""
+    """Reattach to a training run (after its `rollout train` died or the stack was stopped): bring the stack to
+    the run's recorded settings (an engine and gateway serving another model restart on the run's, its trainer
+    restarts with the run's trainer settings), resume it if it was paused, and show it live until it ends.
+    Ctrl-C pauses it again. With --cluster, a run on the current cluster context: its trainer is the cluster's,
+    and nothing is restarted here."""
     from rollout.cli.live import follow_to_the_end
-    from rollout.control.runs import reattach, recorded_trainer_overrides
+    from rollout.control.runs import bring_stack_to, reattach, recorded_launch
 
     overrides = cluster_overrides(cluster, overrides)
-    trainer = asyncio.run(recorded_trainer_overrides(load_settings(overrides), run))
-    settings = load_settings([*trainer, *(overrides or [])])
-    with err.status("trainer: starting with the run's settings…"):
-        policy = asyncio.run(reattach(settings, run, start_trainer=not cluster))
-    follow_to_the_end(settings, run, policy, as_json=as_json)
+    launch = asyncio.run(recorded_launch(load_settings(overrides), run))
+    settings = load_settings([*launch.overrides, *(overrides or [])])
+    if not cluster:
+        with err.status(f"bringing the stack to run {run}'s settings…") as spinner:
+            bring_stack_to(settings, launch, report=lambda line: spinner.update(line))
+    policy = asyncio.run(reattach(settings, run))
+    follow_to_the_end(settings, run, policy, as_json=as_json, embedded=not cluster)
 
 
 def update_run(overrides: list[str] | None, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
@@ -193,8 +197,21 @@ def _simple_update(update: RunUpdate, help_text: str) -> None:
 
 
 _simple_update("pause", "Pause a run: no new turns or episodes begin; recorded in the ledger.")
-_simple_update("resume", "Resume a paused run.")
 _simple_update("stop", "Stop a run once the episodes in flight finish.")
+
+
+@app.command("resume")
+def resume(
+    run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
+) -> None:
+    """Resume a paused run. A training run whose model the stack's engine does not serve (a stack started
+    again with other settings) is not resumed: `rollout run attach RUN` brings the stack to the run's model."""
+    from rollout.control.runs import refuse_a_stack_serving_another_model
+
+    overrides = cluster_overrides(cluster, overrides)
+    if not cluster:
+        asyncio.run(refuse_a_stack_serving_another_model(load_settings(overrides), run))
+    _print_status(update_run(overrides, run, "resume"), as_json)
 
 
 @app.command("set")

@@ -1,7 +1,8 @@
 """The connections an application call opens, each failing as a `ControlError` that says how to fix it.
 
 Contract: `connect_temporal` returns a client or raises `Unreachable` naming the address and `rollout up`
-(with `patience_s`, a server being restarted by the stack's supervisor is waited for that long);
+(with `patience_s`, a server being restarted by the stack's supervisor is waited for that long); its clients
+log Temporal's core warnings through Python logging, never straight to stderr;
 `ledger_session` is `Ledger.connect` whose unreachable or broken ledger is `Unreachable`; `outlasting` repeats
 a call while Temporal or the ledger is away; `local_model` resolves a model spec or raises `NotFound` saying
 how to pull it; `stack_action` runs an embedded-stack action, its fixable failures as `ControlError`.
@@ -19,10 +20,40 @@ from rollout.control.errors import STACK_HINT, ControlError, NotFound, Unreachab
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+    from temporalio.runtime import Runtime
 
     from rollout.blobs import BlobStore
     from rollout.config import Settings
     from rollout.ledger import Ledger
+
+
+_runtime: Runtime | None = None
+
+
+def temporal_runtime() -> Runtime:
+    """The Temporal runtime of this process's clients. Temporal's core writes its warnings (a call retried while
+    the server restarts) straight to stderr, in the middle of a command's progress line; forwarded to the
+    `temporalio.core` logger they reach a service's log and stay out of a command's output."""
+    import logging
+
+    from temporalio.runtime import (
+        LogForwardingConfig,
+        LoggingConfig,
+        Runtime,
+        TelemetryConfig,
+        TelemetryFilter,
+    )
+
+    global _runtime
+    if _runtime is None:
+        core = logging.getLogger("temporalio.core")
+        core.addHandler(logging.NullHandler())  # not Python's last-resort handler, which prints to stderr
+        forwarded = LoggingConfig(
+            filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+            forwarding=LogForwardingConfig(logger=core),
+        )
+        _runtime = Runtime(telemetry=TelemetryConfig(logging=forwarded))
+    return _runtime
 
 
 async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Client:
@@ -31,7 +62,7 @@ async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Cl
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return await Client.connect(settings.temporal_address)
+            return await Client.connect(settings.temporal_address, runtime=temporal_runtime())
         except RuntimeError as error:
             if time.monotonic() < deadline:
                 await asyncio.sleep(1.0)

@@ -8,17 +8,23 @@ Contract:
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
 - `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
   `ControlError` saying what to do. A run the ledger does not hold is `NotFound`.
-- `reattach` readies a training run whose follower died: it must be playing; its trainer restarts (embedded
-  stack) with the settings the run recorded, and a run paused by hand is resumed.
+- `recorded_launch` reads how a training run was launched (its trainer settings, the model it trains, where its
+  environment was imported from); `bring_stack_to` brings the embedded stack to it (an engine serving another
+  model is restarted on the run's); `reattach` then resumes a run paused by hand (it must be playing).
+- `refuse_a_stack_serving_another_model` stops a resume that could never sample: the run trains a model the
+  stack's engine does not serve.
 """
 
 from __future__ import annotations
 
+import asyncio
+import os
 import uuid
-from dataclasses import asdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
-from rollout.control.connections import connect_temporal, ledger_session, stack_action
+from rollout.control.connections import connect_temporal, ledger_session
 from rollout.control.errors import ControlError, NotFound
 
 if TYPE_CHECKING:
@@ -137,35 +143,77 @@ async def update_run(settings: Settings, run: str, update: RunUpdate, *args: int
     return asdict(status)
 
 
-async def recorded_trainer_overrides(settings: Settings, run: str) -> list[str]:
-    """The `trainer.*` overrides training run `run` was started with (`NotFound` for no such run; a
-    `ControlError` for a run that trains nothing)."""
-    from rollout.control.training import trainer_overrides_of
+@dataclass(frozen=True)
+class Launch:
+    """How a training run was launched, as it recorded it: enough to bring a stack back to it."""
+
+    run: str
+    environment: str
+    overrides: list[str]  # its `trainer.*` settings, and what the engines serve (the model it trains)
+    import_path: list[str]  # where its environment was imported from
+    model: str
+
+
+async def recorded_launch(settings: Settings, run: str) -> Launch:
+    """How training run `run` was launched (`NotFound` for no such run; a `ControlError` for a run that trains
+    nothing)."""
+    from rollout.control.training import IMPORT_PATH, launch_overrides_of
     from rollout.ledger.queries import find_run
 
     async with ledger_session(settings) as ledger:
         found = await find_run(ledger, run)
     if found is None:
         raise NotFound(NO_SUCH_RUN.format(run=run))
-    trainer = trainer_overrides_of(dict(found.settings))
-    if not trainer:
+    recorded = dict(found.settings)
+    model = str(recorded.get("trainer.model", ""))
+    if not model:
         raise ControlError(
             f"run {run} trains nothing (it was started by `rollout run start`): follow it with "
             f"`rollout run status {run} --watch`"
         )
-    return trainer
+    paths = [p for p in str(recorded.get(IMPORT_PATH, "")).split(os.pathsep) if p]
+    return Launch(run, found.environment, launch_overrides_of(recorded), paths, model)
 
 
-async def reattach(settings: Settings, run: str, *, start_trainer: bool) -> str:
-    """Ready playing run `run` to be followed again: restart its trainer (`start_trainer`, with `settings`
-    carrying the run's recorded trainer overrides) and resume it if it was paused by hand. The policy it
-    trains (the first one)."""
-    import asyncio
+def bring_stack_to(settings: Settings, launch: Launch, report: Callable[[str], None]) -> None:
+    """Start what is missing of the embedded stack of `settings` (which carry `launch.overrides`) for the run:
+    an engine and gateway serving another model are restarted on the run's, its trainer with the run's
+    settings, the sandboxes its episodes claim."""
+    import sys
 
+    from rollout.control.training import check_training, ready_stack
     from rollout.stack.embedded import Stack
+
+    # The environment is loaded from where the run loaded it (this command may run from elsewhere).
+    sys.path[:0] = [p for p in launch.import_path if p not in sys.path]
+    environment = check_training(settings, launch.environment)
+    ready_stack(Stack(settings, import_path=launch.import_path), settings, environment, report)
+
+
+async def refuse_a_stack_serving_another_model(settings: Settings, run: str) -> None:
+    """Raise, naming `rollout run attach`, when `run` trains a model the stack's engine does not serve (no turn
+    of it could be admitted); a run that trains nothing, or an engine that does not answer, passes."""
+    from rollout.control.training import serves_another_model
+
+    try:
+        launch = await recorded_launch(settings, run)
+    except ControlError:
+        return
+    served = await asyncio.to_thread(serves_another_model, settings, launch.model)
+    if served is not None:
+        raise ControlError(
+            f"run {run} trains {launch.model}, but the stack's engine serves {served}: no turn of the run could "
+            f"sample. `rollout run attach {run}` brings the stack to the run's model and settings, resumes the "
+            "run and follows it."
+        )
+
+
+async def reattach(settings: Settings, run: str) -> str:
+    """Ready playing run `run` to be followed again: resume it if it was paused by hand. The policy it trains
+    (the first one)."""
     from rollout.workflows.client import run_state
 
-    state, status = await run_state(await connect_temporal(settings), run)
+    state, status = await run_state(await connect_temporal(settings, patience_s=30), run)
     if state == "UNANSWERED":
         raise ControlError(
             f"run {run}'s workflow did not answer in time (its worker is busy or stuck): try "
@@ -176,8 +224,6 @@ async def reattach(settings: Settings, run: str, *, start_trainer: bool) -> str:
             f"run {run} is not playing (its workflow is {state_word(state, None)}): `rollout run status {run}` "
             "shows where it ended"
         )
-    if start_trainer:
-        await asyncio.to_thread(stack_action, Stack(settings).start_trainer)
     if status.paused and not status.pause_reason:
         await update_run(settings, run, "resume")
     return next(iter(status.trained), "default")

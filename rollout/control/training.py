@@ -6,9 +6,8 @@ Contract:
   configured), each as a `ControlError` naming the setting.
 - `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
   flight, max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch,
-  advantages) and the launch record (`trainer.*` as overrides, and where environments are imported from), so
-  `reattach` can restart the run's trainer with the settings the run was started with
-  (`trainer_overrides_of`).
+  advantages) and the launch record (`trainer.*` and what the engines serve, as overrides, and where
+  environments are imported from), so a stack can be brought back to the run (`launch_overrides_of`).
 - `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner,
   trainer, the sandboxes its episodes claim) and refuses an engine already serving another model.
 - `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
@@ -39,6 +38,7 @@ if TYPE_CHECKING:
 TEMPORAL_OUTAGE_S = 120.0
 LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
 TRAINER_PREFIX = "trainer."
+STACK_PREFIXES = ("services.", "run.")
 IMPORT_PATH = "launch.import_path"
 
 
@@ -97,7 +97,7 @@ def ready_stack(
 
     def start() -> None:
         stack.up(report=report)
-        check_engine_model(settings, local_model(settings.services.gateway.model, settings))
+        check_engine_model(settings)
         report("trainer: starting")
         stack.start_trainer()
         if environment.sandbox is not None:  # the sandboxes its episodes claim, one per episode in flight
@@ -145,7 +145,7 @@ def run_input(
         eval_every=settings.eval.every if evaluation is not None else 0,
     )
     recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
-    for override in trainer_overrides(settings):
+    for override in [*trainer_overrides(settings), *serving_overrides(settings)]:
         key, _, value = override.partition("=")
         recorded[key] = value
     if import_path:
@@ -160,9 +160,29 @@ def run_input(
     )
 
 
-def trainer_overrides_of(run_settings: dict[str, Any]) -> list[str]:
-    """The `trainer.*` overrides a run was started with, from its recorded settings."""
-    return [f"{key}={value}" for key, value in sorted(run_settings.items()) if key.startswith(TRAINER_PREFIX)]
+def serving_overrides(settings: Settings) -> list[str]:
+    """What the stack must be for a run's turns to sample: the engine's model, context and kind; and the groups
+    in flight, which the sandboxes its episodes claim are counted by."""
+    gateway = settings.services.gateway
+    return [
+        f"services.gateway.model={gateway.model}",
+        f"services.gateway.max_context={gateway.max_context}",
+        f"services.engine.kind={settings.engine_kind.value}",
+        f"run.groups_in_flight={settings.run.groups_in_flight}",
+    ]
+
+
+def launch_overrides_of(run_settings: dict[str, Any]) -> list[str]:
+    """The `trainer.*` and serving overrides a run was started with, from its recorded settings (a run recorded
+    before serving was: the engines serve the model it trains)."""
+    launch = [
+        f"{key}={value}"
+        for key, value in sorted(run_settings.items())
+        if key.startswith((TRAINER_PREFIX, *STACK_PREFIXES))
+    ]
+    if "services.gateway.model" not in run_settings and "trainer.model" in run_settings:
+        launch.append(f"services.gateway.model={run_settings['trainer.model']}")
+    return launch
 
 
 async def evaluation(settings: Settings) -> EvalInput | None:
@@ -231,21 +251,31 @@ async def _start_riding_outages(client: Client, given: RunInput) -> None:
             await asyncio.sleep(1.0)
 
 
-def check_engine_model(settings: Settings, model_path: str) -> None:
-    """The running engine must serve the model being trained (a stack started earlier may serve another)."""
+def served_roots(settings: Settings) -> set[str] | None:
+    """The model paths the stack's engine serves (`/v1/models`' roots); None when it does not answer."""
     import httpx
 
     gateway = settings.services.gateway
     try:
-        models = httpx.get(f"http://{gateway.engine_host}:{gateway.engine_port}/v1/models", timeout=5).json()[
-            "data"
-        ]
-    except (httpx.HTTPError, KeyError, ValueError):
-        return  # unreachable: `up` reported it
-    roots = {entry.get("root") for entry in models}
-    if model_path not in roots and "scripted" not in roots:
+        url = f"http://{gateway.engine_host}:{gateway.engine_port}/v1/models"
+        return {str(entry.get("root")) for entry in httpx.get(url, timeout=5).json()["data"]}
+    except (httpx.HTTPError, KeyError, ValueError, TypeError, AttributeError):
+        return None
+
+
+def serves_another_model(settings: Settings, model: str) -> str | None:
+    """What the running engine serves instead of `model` (a spec), or None when it serves it (or is down)."""
+    roots = served_roots(settings)
+    if roots is None or "scripted" in roots or local_model(model, settings) in roots:
+        return None
+    return ", ".join(sorted(roots)) or "nothing"
+
+
+def check_engine_model(settings: Settings) -> None:
+    """The running engine must serve the model being trained (a stack started earlier may serve another)."""
+    if (served := serves_another_model(settings, settings.services.gateway.model)) is not None:
         raise ControlError(
-            f"the running engine serves {', '.join(str(r) for r in roots)}, not {gateway.model}: stop the stack "
+            f"the running engine serves {served}, not {settings.services.gateway.model}: stop the stack "
             "with `rollout down` (or choose another data_dir=) and train again"
         )
 

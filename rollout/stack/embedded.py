@@ -379,6 +379,11 @@ class Stack:
                 stopped.append("postgres")
         return stopped
 
+    def supervised(self) -> bool:
+        """Whether the stack's supervisor runs: without it, nothing brings back a service that stops (the stack
+        was stopped on purpose, or never started)."""
+        return supervisor_process(self.data_dir).pid() is not None
+
     def status(self) -> list[ServiceStatus]:
         services = self._service_status()
         kept = read_state(self.data_dir)
@@ -458,9 +463,7 @@ class Stack:
                         mode="embedded",
                         address=f"queue {TRAINER_QUEUE}",
                         healthy=pid is not None,
-                        detail=f"trains {self.settings.trainer.model} (`rollout train`)"
-                        if pid
-                        else "not running",
+                        detail=f"trains {self._trainer_model()} (`rollout train`)" if pid else "not running",
                         pid=pid,
                     )
                 )
@@ -470,6 +473,13 @@ class Stack:
             if is_sandboxes(spec.name)
         ]
         return services
+
+    def _trainer_model(self) -> str:
+        """The model the trainer the supervisor runs was started to train (a run's recorded settings, which
+        may not be these settings' `trainer.model`)."""
+        running = next((s for s in wanted(self.data_dir) if s.name == "Trainer"), None)
+        given = [a for a in (running.command if running else ()) if a.startswith("trainer.model=")]
+        return given[-1].partition("=")[2] if given else self.settings.trainer.model
 
     def _temporal_status(self) -> ServiceStatus:
         return temporal_status(

@@ -29,13 +29,8 @@ def isolated_settings(data_dir: Path) -> config.Settings:
 
 
 def monitor_overrides(settings: config.Settings, models_dir: Path) -> list[str]:
-    """A stack's settings as `rollout monitor` overrides (the tiny model's tokenizer for the transcripts)."""
-    return [
-        f"data_dir={settings.data_dir}",
-        f"models_dir={models_dir}",
-        f"services.postgres.port={settings.services.postgres.port}",
-        f"services.temporal.port={settings.services.temporal.port}",
-        f"services.temporal.ui_port={settings.services.temporal.ui_port}",
-        "services.gateway.enabled=false",
-        "services.gateway.model=tiny-qwen3",
-    ]
+    """A stack's settings as its dashboard gets them (rollout.stack.dashboard), with the tiny model's tokenizer
+    for the transcripts."""
+    from rollout.stack.dashboard import dashboard_overrides
+
+    return [*dashboard_overrides(settings), f"models_dir={models_dir}", "services.gateway.model=tiny-qwen3"]
