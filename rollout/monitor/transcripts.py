@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import html
 import math
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import streamlit as st
@@ -140,16 +141,29 @@ def _coloured(turn: SampledTurn, tokenizer: Any, by_version: bool) -> str:
     return f'<div style="font-family:monospace;line-height:1.6">{"".join(spans)}</div>'
 
 
+class _FastDecoder:
+    """A model's `tokenizer.json` read by the `tokenizers` library alone: what decoding needs, without importing
+    transformers (seconds, on the first transcript a dashboard opens)."""
+
+    def __init__(self, path: Path) -> None:
+        from tokenizers import Tokenizer
+
+        self._tokenizer = Tokenizer.from_file(str(path))
+
+    def decode(self, ids: list[int]) -> str:
+        return self._tokenizer.decode(ids, skip_special_tokens=False)
+
+
 @st.cache_resource(show_spinner=False)
 def _tokenizer_for(path: str) -> Any:
+    if (Path(path) / "tokenizer.json").is_file():
+        return _FastDecoder(Path(path) / "tokenizer.json")
     from transformers import AutoTokenizer
 
     return AutoTokenizer.from_pretrained(path)
 
 
 def _tokenizer(monitor: Monitor) -> Any:
-    from pathlib import Path
-
     from rollout.engines.models import resolve
 
     try:
