@@ -26,6 +26,7 @@ from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
 from rollout.run_settings import BadRunSetting, max_lag_of
+from rollout.training.advantages import AdvantageKind
 
 
 class LogLevel(StrEnum):
@@ -165,11 +166,6 @@ class LossKind(StrEnum):
     truncated_is = "truncated_is"
     ppo = "ppo"
     cispo = "cispo"
-
-
-class AdvantageKind(StrEnum):
-    group_norm = "group_norm"
-    leave_one_out = "leave_one_out"
 
 
 class TrainerProvider(StrEnum):

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rollout.training.advantages import group_advantages
+from rollout.training.advantages import AdvantageKind, group_advantages
 from rollout.training.losses import LossConfig, LossKind, policy_loss, staleness_histogram
 
 
@@ -19,11 +19,15 @@ def log(*probabilities: float) -> torch.Tensor:
 def test_group_normalised_and_leave_one_out_advantages() -> None:
     rewards = [1.0, 0.0, 0.0, 1.0]
     # mean 0.5, population std 0.5
-    assert group_advantages(rewards, "group_norm", eps=0.0) == [1.0, -1.0, -1.0, 1.0]
+    assert group_advantages(rewards, AdvantageKind.group_norm, eps=0.0) == [1.0, -1.0, -1.0, 1.0]
     # R_i − mean of the others: 1 − 1/3, 0 − 2/3
-    assert group_advantages(rewards, "leave_one_out") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
-    assert group_advantages([0.5, 0.5, 0.5], "group_norm") is None, "no signal: skipped, not trained on"
-    assert group_advantages([1.0], "leave_one_out") is None
+    assert group_advantages(rewards, AdvantageKind.leave_one_out) == pytest.approx(
+        [2 / 3, -2 / 3, -2 / 3, 2 / 3]
+    )
+    assert group_advantages([0.5, 0.5, 0.5], AdvantageKind.group_norm) is None, (
+        "no signal: skipped, not trained on"
+    )
+    assert group_advantages([1.0], AdvantageKind.leave_one_out) is None
     with pytest.raises(ValueError, match="finite"):
         group_advantages([1.0, math.nan])
 

@@ -19,7 +19,7 @@ from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEve
 from rollout.ledger.payloads import EpisodeEnded, SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
-from rollout.training.advantages import AdvantageMethod
+from rollout.training.advantages import AdvantageKind
 from rollout.training.batches import AgentEpisode, Batch, assemble_batch
 from rollout.training.segments import segments_from_turns
 from rollout.training.selection import EpisodeRecordView, ready_groups
@@ -82,8 +82,7 @@ class TrainerActivities:
         if not groups:
             return None
         taken = [r for r in records.values() if r.group in groups]
-        method: AdvantageMethod = "leave_one_out" if given.advantage == "leave_one_out" else "group_norm"
-        batch = assemble_batch(await _agent_episodes(self.ledger, taken), given.policy, method)
+        batch = assemble_batch(await _agent_episodes(self.ledger, taken), given.policy, given.advantage)
         info = BatchInfo(
             run=given.run,
             policy=given.policy,
@@ -105,8 +104,7 @@ class TrainerActivities:
             return BatchInfo.from_payload(existing.payload)
         return info
 
-    async def load_batch(self, info: BatchInfo, advantage: str = "group_norm") -> Batch:
+    async def load_batch(self, info: BatchInfo, advantage: AdvantageKind = AdvantageKind.group_norm) -> Batch:
         records = _episode_records(await read_all(self.ledger, run_episodes_stream(info.run)))
         taken = [records[e] for e in info.episodes]
-        method: AdvantageMethod = "leave_one_out" if advantage == "leave_one_out" else "group_norm"
-        return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, method)
+        return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, advantage)

@@ -138,7 +138,7 @@ def run_input(
     training = TrainingSpec(
         steps=trainer.steps,
         groups_per_batch=trainer.groups_per_batch,
-        advantage=trainer.advantage.value,
+        advantage=trainer.advantage,
         serve_formats=serve_formats(settings),
         warm_start=trainer.warm_start,
         evaluation=evaluation,

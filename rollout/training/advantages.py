@@ -1,7 +1,7 @@
 """Advantages for a group of episodes of one task (one seat's rewards). Pure Python, no I/O.
 
 Contract:
-- `group_advantages(rewards_G, method)` returns one advantage per episode, in order, or None when the group
+- `AdvantageKind` names the methods; `group_advantages(rewards_G, method)` returns one advantage per episode, in order, or None when the group
   carries no signal (every reward equal, within `tolerance`): such a group is skipped and counted, never
   trained on with zero advantages.
 - `group_norm` (GRPO): `(R_i − mean R) / (std R + eps)`, with the population standard deviation.
@@ -13,14 +13,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
+from enum import StrEnum
 
-AdvantageMethod = Literal["group_norm", "leave_one_out"]
+
+class AdvantageKind(StrEnum):
+    """How a group's rewards become advantages: the one spelling of the choice, from `trainer.advantage` through
+    the workflows' inputs to the math."""
+
+    group_norm = "group_norm"  # GRPO
+    leave_one_out = "leave_one_out"  # RLOO
 
 
 def group_advantages(
     rewards_G: Sequence[float],
-    method: AdvantageMethod = "group_norm",
+    method: AdvantageKind = AdvantageKind.group_norm,
     *,
     eps: float = 1e-6,
     tolerance: float = 1e-9,

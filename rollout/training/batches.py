@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rollout.training.advantages import AdvantageMethod, group_advantages
+from rollout.training.advantages import AdvantageKind, group_advantages
 from rollout.training.segments import TrainingSegment
 
 
@@ -54,7 +54,7 @@ class Batch:
 
 
 def assemble_batch(
-    played: Sequence[AgentEpisode], policy: str, method: AdvantageMethod = "group_norm"
+    played: Sequence[AgentEpisode], policy: str, method: AdvantageKind = AdvantageKind.group_norm
 ) -> Batch:
     mine = [p for p in played if p.policy == policy]
     groups: dict[tuple[int, str], list[AgentEpisode]] = {}

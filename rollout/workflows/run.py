@@ -138,16 +138,8 @@ class RunWorkflow:
                 run=run,
                 policy=policy,
                 group_size=environment.group_size,
-                steps=spec.steps,
-                groups_per_batch=spec.groups_per_batch,
-                advantage=spec.advantage,
-                wait_s=spec.wait_s,
-                serve_formats=list(spec.serve_formats),
-                served_wait_s=spec.served_wait_s,
-                heartbeat_s=spec.heartbeat_s,
+                spec=spec,
                 parent=spec.warm_start,
-                evaluation=spec.evaluation,
-                eval_every=spec.eval_every,
                 eval_queue=workflow.info().task_queue,
             )
             handle = await workflow.start_child_workflow(

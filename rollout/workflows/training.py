@@ -100,7 +100,7 @@ class TrainingWorkflow:
         self.newest = parent
         policy = run_policy(given.run, given.policy)
         trained_here = 0
-        while step <= given.steps:
+        while step <= given.spec.steps:
             self.step = step
             if trained_here >= STEPS_PER_HISTORY:
                 workflow.continue_as_new(replace(given, next_step=step, parent=parent, skipped_steps=skipped))
@@ -111,14 +111,14 @@ class TrainingWorkflow:
                     policy=policy,
                     step=step,
                     group_size=given.group_size,
-                    groups_per_batch=given.groups_per_batch,
-                    advantage=given.advantage,
+                    groups_per_batch=given.spec.groups_per_batch,
+                    advantage=given.spec.advantage,
                 ),
                 **heartbeating(timedelta(minutes=5)),
             )
             batch = lookup.batch
             if batch is None:
-                await workflow.sleep(timedelta(seconds=given.wait_s))
+                await workflow.sleep(timedelta(seconds=given.spec.wait_s))
                 continue
             if batch.sampled_tokens == 0:
                 skipped += 1
@@ -134,10 +134,10 @@ class TrainingWorkflow:
                         step=step,
                         batch=batch,
                         parent=parent,
-                        advantage=given.advantage,
+                        advantage=given.spec.advantage,
                     ),
                     start_to_close_timeout=TRAIN_TIMEOUT,
-                    heartbeat_timeout=timedelta(seconds=given.heartbeat_s),
+                    heartbeat_timeout=timedelta(seconds=given.spec.heartbeat_s),
                     retry_policy=RetryPolicy(
                         maximum_interval=timedelta(seconds=10),
                         maximum_attempts=10,
@@ -155,7 +155,7 @@ class TrainingWorkflow:
                 step += 1
                 await self._report(given, step - 1)
                 continue
-            for fmt in given.serve_formats:
+            for fmt in given.spec.serve_formats:
                 await workflow.execute_child_workflow(
                     BridgeWorkflow.run,
                     BridgeInput(
@@ -170,19 +170,19 @@ class TrainingWorkflow:
                 )
             parent = self.newest = checkpoint.name
             if (
-                given.evaluation is not None
-                and given.eval_every > 0
-                and checkpoint.version % given.eval_every == 0
+                given.spec.evaluation is not None
+                and given.spec.eval_every > 0
+                and checkpoint.version % given.spec.eval_every == 0
             ):
-                await self._evaluate(given.evaluation, checkpoint.name, given.eval_queue)
+                await self._evaluate(given.spec.evaluation, checkpoint.name, given.eval_queue)
             step += 1
             trained_here += 1
             await self._report(given, step - 1)
-        if parent is not None and given.served_wait_s > 0:
+        if parent is not None and given.spec.served_wait_s > 0:
             await workflow.execute_activity(
                 trainer_stubs.wait_served,
-                ServedWait(parent, given.served_wait_s),
-                **heartbeating(timedelta(seconds=given.served_wait_s + 60)),
+                ServedWait(parent, given.spec.served_wait_s),
+                **heartbeating(timedelta(seconds=given.spec.served_wait_s + 60)),
             )
         for evaluation in self.evals:
             try:
@@ -190,7 +190,7 @@ class TrainingWorkflow:
             except (ChildWorkflowError, asyncio.CancelledError) as error:
                 workflow.logger.warning("an eval of this run failed: %s", error)
         return TrainingResult(
-            run=given.run, policy=given.policy, steps=given.steps, newest=parent, skipped_steps=skipped
+            run=given.run, policy=given.policy, steps=given.spec.steps, newest=parent, skipped_steps=skipped
         )
 
     async def _evaluate(self, template: EvalInput, checkpoint: str, task_queue: str) -> None:

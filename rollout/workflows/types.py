@@ -12,6 +12,7 @@ from typing import Any
 
 from rollout import defaults
 from rollout.run_settings import max_lag_of
+from rollout.training.advantages import AdvantageKind
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 
@@ -251,7 +252,7 @@ class AssembleInput:
     step: int
     group_size: int
     groups_per_batch: int = 2
-    advantage: str = "group_norm"  # or leave_one_out
+    advantage: AdvantageKind = AdvantageKind.group_norm
 
 
 @dataclass
@@ -314,7 +315,7 @@ class TrainStepInput:
     step: int
     batch: BatchInfo
     parent: str | None  # the checkpoint this step trains from; None for the base model
-    advantage: str = "group_norm"
+    advantage: AdvantageKind = AdvantageKind.group_norm
 
 
 @dataclass
@@ -327,21 +328,15 @@ class CheckpointInfo:
 
 @dataclass
 class TrainingInput:
+    """One policy's training in a run: the run's `TrainingSpec`, and where this workflow starts from."""
+
     run: str
     policy: str
     group_size: int
-    steps: int
-    groups_per_batch: int = 2
-    advantage: str = "group_norm"
-    wait_s: float = 1.0  # between looks for ready groups
-    serve_formats: list[str] = field(default_factory=lambda: ["lora"])
-    served_wait_s: float = 300.0
-    heartbeat_s: float = 30.0
+    spec: TrainingSpec
     next_step: int = 1
-    parent: str | None = None
+    parent: str | None = None  # the checkpoint the next step trains from (at first, the spec's warm start)
     skipped_steps: int = 0
-    evaluation: EvalInput | None = None  # the suite every `eval_every`-th checkpoint is scored on
-    eval_every: int = 0
     eval_queue: str = RUNNER_QUEUE  # where the evals play: the run's runner queue
 
 
@@ -360,7 +355,7 @@ class TrainingSpec:
 
     steps: int
     groups_per_batch: int = 2
-    advantage: str = "group_norm"
+    advantage: AdvantageKind = AdvantageKind.group_norm
     serve_formats: list[str] = field(default_factory=lambda: ["lora"])
     wait_s: float = 1.0
     served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
