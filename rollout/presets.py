@@ -19,7 +19,7 @@ import hashlib
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import yaml
 
@@ -27,6 +27,7 @@ from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import PRESETS
+from rollout.records import Payload
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -44,7 +45,7 @@ class BadPreset(ValueError):
 
 
 @dataclass(frozen=True)
-class PresetVersion:
+class PresetVersion(Payload):
     name: str
     version: int
     sha256: str
@@ -53,18 +54,6 @@ class PresetVersion:
     @property
     def ref(self) -> str:
         return f"{self.name}@{self.version}"
-
-    def to_payload(self) -> dict[str, Any]:
-        return {"name": self.name, "version": self.version, "sha256": self.sha256, "text": self.text}
-
-    @staticmethod
-    def from_payload(payload: dict[str, Any]) -> PresetVersion:
-        return PresetVersion(
-            name=str(payload["name"]),
-            version=int(payload["version"]),
-            sha256=str(payload["sha256"]),
-            text=str(payload["text"]),
-        )
 
 
 def check_preset(name: str, text: str) -> None:

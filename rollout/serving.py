@@ -22,11 +22,11 @@ Contract:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from rollout.blobs import BlobRef
 from rollout.ledger.events import Kind
 from rollout.ledger.streams import SERVING_ACKS, SERVING_REQUESTS
+from rollout.records import Payload
 from rollout.training.checkpoints import CheckpointFile
 
 if TYPE_CHECKING:
@@ -37,22 +37,8 @@ BASE_CHECKPOINT = "base"
 FORMATS = ("lora", "full", "tinker")
 
 
-def _files_payload(files: dict[str, CheckpointFile]) -> dict[str, dict[str, Any]]:
-    return {
-        name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
-        for name, f in files.items()
-    }
-
-
-def files_from_payload(payload: dict[str, Any]) -> dict[str, CheckpointFile]:
-    return {
-        name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
-        for name, f in payload.items()
-    }
-
-
 @dataclass(frozen=True)
-class ServingTarget:
+class ServingTarget(Payload):
     policy: str
     checkpoint: str
     version: int
@@ -65,29 +51,6 @@ class ServingTarget:
     def key(self) -> str:
         return f"{self.policy}/{self.version}/{self.format}"
 
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "policy": self.policy,
-            "checkpoint": self.checkpoint,
-            "version": self.version,
-            "run": self.run,
-            "format": self.format,
-            "files": _files_payload(self.files),
-            "location": self.location,
-        }
-
-    @staticmethod
-    def from_payload(payload: dict[str, Any]) -> ServingTarget:
-        return ServingTarget(
-            policy=payload["policy"],
-            checkpoint=payload["checkpoint"],
-            version=int(payload["version"]),
-            run=payload["run"],
-            format=payload["format"],
-            files=files_from_payload(payload.get("files") or {}),
-            location=payload.get("location"),
-        )
-
 
 @dataclass(frozen=True)
 class Served:
@@ -99,7 +62,7 @@ class Served:
 
 
 @dataclass(frozen=True)
-class ServingAck:
+class ServingAck(Payload):
     engine: str
     url: str
     incarnation: str
@@ -113,34 +76,6 @@ class ServingAck:
     @property
     def key(self) -> str:
         return f"{self.engine}/{self.incarnation}/{self.n}"
-
-    def to_payload(self) -> dict[str, Any]:
-        return {
-            "engine": self.engine,
-            "url": self.url,
-            "incarnation": self.incarnation,
-            "n": self.n,
-            "base": self.base,
-            "serving": [s.__dict__ for s in self.serving],
-            "sleeping": self.sleeping,
-            "gpu": self.gpu,
-            "failed": self.failed,
-        }
-
-    @staticmethod
-    def from_payload(payload: dict[str, Any]) -> ServingAck:
-        serving = tuple(Served(s["policy"], s["checkpoint"], int(s["version"])) for s in payload["serving"])
-        return ServingAck(
-            engine=payload["engine"],
-            url=payload["url"],
-            incarnation=payload["incarnation"],
-            n=int(payload["n"]),
-            base=payload.get("base", BASE_CHECKPOINT),
-            serving=serving,
-            sleeping=bool(payload.get("sleeping")),
-            gpu=payload.get("gpu"),
-            failed=payload.get("failed"),
-        )
 
     def serves(self, checkpoint: str) -> bool:
         return any(s.checkpoint == checkpoint for s in self.serving)
@@ -166,7 +101,7 @@ class EngineStates:
 
 
 @dataclass(frozen=True)
-class ServingRequest:
+class ServingRequest(Payload):
     """`holder` (an eval's workflow id) needs `checkpoint` served until it releases it."""
 
     holder: str
@@ -179,9 +114,6 @@ class ServingRequest:
     @property
     def released_key(self) -> str:
         return f"{self.holder}/{self.checkpoint}/released"
-
-    def to_payload(self) -> dict[str, Any]:
-        return {"holder": self.holder, "checkpoint": self.checkpoint}
 
 
 @dataclass

@@ -42,7 +42,7 @@ def adapter(base: str, directory: Path, seed: int) -> Path:
 
 def upload(store: FileBlobStore, directory: Path, prefix: str) -> dict[str, CheckpointFile]:
     return {
-        path.name: CheckpointFile(
+        path.name: CheckpointFile.stored(
             f"{prefix}/{path.name}", store.put(f"{prefix}/{path.name}", path.read_bytes())
         )
         for path in sorted(directory.iterdir())

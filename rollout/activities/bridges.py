@@ -24,9 +24,9 @@ from rollout.activities.heartbeat import heartbeating
 from rollout.blobs import BlobStore
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
-from rollout.serving import EngineStates, ServingTarget, files_from_payload
+from rollout.serving import EngineStates, ServingTarget
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
-from rollout.training.checkpoints import find_checkpoint
+from rollout.training.checkpoints import files_of, find_checkpoint
 from rollout.workflows import trainer_stubs
 from rollout.workflows.types import BridgeInput, BridgeResult, ServedWait
 
@@ -100,7 +100,7 @@ class BridgeActivities:
             version=given.version,
             run=given.run,
             format=SERVING_FORMAT[given.format],
-            files=files_from_payload(dict(converted.payload["files"])),
+            files=files_of(converted.payload["files"]),
             location=converted.payload.get("location"),
         )
         # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to it).

@@ -14,14 +14,15 @@ Contract:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from rollout.evals.suites import Suite, suite_from_payload
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import EVAL_SUITES, eval_results_stream
+from rollout.records import Payload
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -36,7 +37,7 @@ class UnknownSuite(LookupError):
 
 
 @dataclass(frozen=True)
-class EvalResult:
+class EvalResult(Payload):
     """One environment's score for one checkpoint under one suite version."""
 
     suite: str
@@ -59,13 +60,6 @@ class EvalResult:
     @property
     def key(self) -> str:
         return result_key(self.version, self.checkpoint, self.environment)
-
-    def to_payload(self) -> dict[str, Any]:
-        return asdict(self)
-
-    @staticmethod
-    def from_payload(payload: dict[str, Any]) -> EvalResult:
-        return EvalResult(**payload)
 
 
 def result_key(version: str, checkpoint: str, environment: str) -> str:

@@ -93,5 +93,5 @@ def _merged(
             if path.is_file():
                 relative = path.relative_to(out).as_posix()
                 key = f"bridges/{record.policy}/{record.name}/merged/{relative}"
-                files[relative] = CheckpointFile(key, store.put(key, path.read_bytes()))
+                files[relative] = CheckpointFile.stored(key, store.put(key, path.read_bytes()))
         return files

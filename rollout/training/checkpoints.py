@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from rollout.blobs import BlobRef, BlobStore
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.queries import checkpoint_payload
 from rollout.ledger.streams import policy_checkpoints_stream
+from rollout.records import Payload
 
 
 def checkpoint_name(policy: str, step: int) -> str:
@@ -41,13 +42,30 @@ def lineage_version(policy: str, checkpoint: str | None) -> int:
 
 
 @dataclass(frozen=True)
-class CheckpointFile:
+class CheckpointFile(Payload):
+    """One file of a checkpoint in the blob store: its key, and the reference its bytes are checked against."""
+
     key: str  # the blob store key
-    ref: BlobRef
+    uri: str
+    sha256: str
+    size: int
+
+    @staticmethod
+    def stored(key: str, ref: BlobRef) -> CheckpointFile:
+        return CheckpointFile(key, ref.uri, ref.sha256, ref.size)
+
+    @property
+    def ref(self) -> BlobRef:
+        return BlobRef(self.uri, self.sha256, self.size)
+
+
+def files_of(payload: Mapping[str, Any]) -> dict[str, CheckpointFile]:
+    """A payload's `files` (by path relative to the checkpoint directory), each checked."""
+    return {str(name): CheckpointFile.from_payload(f) for name, f in payload.items()}
 
 
 @dataclass(frozen=True)
-class CheckpointRecord:
+class CheckpointRecord(Payload):
     """A `CheckpointCreated` (on `policy/{policy}/checkpoints`, keyed `step/{step}`)."""
 
     name: str
@@ -56,38 +74,7 @@ class CheckpointRecord:
     parent: str | None
     run: str
     files: dict[str, CheckpointFile]  # by path relative to the checkpoint directory
-    metrics: dict[str, float]
-
-    @staticmethod
-    def from_payload(payload: Mapping[str, Any]) -> CheckpointRecord:
-        files = {
-            name: CheckpointFile(f["key"], BlobRef(f["uri"], f["sha256"], int(f["size"])))
-            for name, f in payload["files"].items()
-        }
-        return CheckpointRecord(
-            name=payload["name"],
-            policy=payload["policy"],
-            version=int(payload["version"]),
-            parent=payload["parent"],
-            run=payload["run"],
-            files=files,
-            metrics=dict(payload.get("metrics", {})),
-        )
-
-    def to_payload(self) -> dict[str, Any]:
-        files = {
-            name: {"key": f.key, "uri": f.ref.uri, "sha256": f.ref.sha256, "size": f.ref.size}
-            for name, f in self.files.items()
-        }
-        return {
-            "name": self.name,
-            "policy": self.policy,
-            "version": self.version,
-            "parent": self.parent,
-            "run": self.run,
-            "files": files,
-            "metrics": self.metrics,
-        }
+    metrics: dict[str, float] = field(default_factory=dict[str, float])
 
 
 def _key(record_name: str, policy: str, epoch: int, relative: str) -> str:
@@ -99,7 +86,9 @@ def _upload(store: BlobStore, directory: Path, key_of: Callable[[str], str]) -> 
     for path in sorted(directory.rglob("*")):
         if path.is_file():
             relative = path.relative_to(directory).as_posix()
-            files[relative] = CheckpointFile(key_of(relative), store.put(key_of(relative), path.read_bytes()))
+            files[relative] = CheckpointFile.stored(
+                key_of(relative), store.put(key_of(relative), path.read_bytes())
+            )
     return files
 
 

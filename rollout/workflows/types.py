@@ -6,11 +6,10 @@ retried by Temporal writes the same ledger keys as the attempt before it.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from rollout import defaults
+from rollout.records import Payload
 from rollout.run_settings import max_lag_of
 from rollout.training.advantages import AdvantageKind
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -256,7 +255,7 @@ class AssembleInput:
 
 
 @dataclass
-class BatchInfo:
+class BatchInfo(Payload):
     """A `BatchAssembled` record: exactly the episodes (of whole groups) a step consumes."""
 
     run: str
@@ -269,36 +268,6 @@ class BatchInfo:
     sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
     reward_mean: float
     reward_std: float
-
-    def to_payload(self) -> dict[str, Any]:
-        """The `BatchAssembled` payload (on `run/{run}/batches/{policy}`, keyed `step/{step}`)."""
-        return {
-            "run": self.run,
-            "policy": self.policy,
-            "step": self.step,
-            "groups": list(self.groups),
-            "episodes": list(self.episodes),
-            "trained_episodes": list(self.trained_episodes),
-            "skipped_groups": self.skipped_groups,
-            "sampled_tokens": self.sampled_tokens,
-            "reward_mean": self.reward_mean,
-            "reward_std": self.reward_std,
-        }
-
-    @staticmethod
-    def from_payload(payload: Mapping[str, Any]) -> BatchInfo:
-        return BatchInfo(
-            run=str(payload["run"]),
-            policy=str(payload["policy"]),
-            step=int(payload["step"]),
-            groups=[int(g) for g in payload["groups"]],
-            episodes=[str(e) for e in payload["episodes"]],
-            trained_episodes=[str(e) for e in payload["trained_episodes"]],
-            skipped_groups=int(payload["skipped_groups"]),
-            sampled_tokens=int(payload["sampled_tokens"]),
-            reward_mean=float(payload["reward_mean"]),
-            reward_std=float(payload["reward_std"]),
-        )
 
 
 @dataclass
