@@ -1,23 +1,24 @@
-"""`uv run python -m benchmarks async`: training steps per hour and reward at equal steps, max_lag 0 against 2 and 4.
+"""`uv run python -m benchmarks async`: training steps per hour and reward at equal steps, max_lag 0 against 2
+and 4.
 
 Everything is real and local, each its own process on this machine: Postgres and the Temporal dev server
 (embedded stack), the local engine (tiny-qwen3, `cpu-micro`'s random-weight model, with its serving follower),
-`rollout gateway`, one `rollout worker runner` and one `rollout worker trainer` (LoRA rank 4). The environment is
-`benchmarks.heavytail` (chains of arithmetic questions whose lengths are heavy-tailed, 50 ms of "tool" time per
-answer).
+`rollout gateway`, one `rollout worker runner` and one `rollout worker trainer` (LoRA rank 4). The environment
+is `benchmarks.heavytail` (chains of arithmetic questions whose lengths are heavy-tailed, 50 ms of "tool" time
+per answer).
 
 The three runs differ only in max_lag: the same engine, trainer and runner, the same groups in flight (at most
 `GROUPS_IN_FLIGHT`), the same batch (`GROUPS_PER_BATCH` whole groups per step), the same number of steps.
 - max_lag 0 is synchronous: a batch of groups plays, is trained on, and the next batch starts once its
   checkpoint exists, its turns on that checkpoint only.
-- max_lag 2 and 4: the supply runs up to max_lag batches ahead of training and turns may use a checkpoint up to
-  max_lag behind the newest, so sampling goes on while the trainer trains and no step waits for the longest
+- max_lag 2 and 4: the supply runs up to max_lag batches ahead of training and turns may use a checkpoint up
+  to max_lag behind the newest, so sampling goes on while the trainer trains and no step waits for the longest
   episode of its batch.
-Steps per hour: steps / (last checkpoint's time − the run's creation), from the ledger's clock. Reward at equal
-steps: the mean over all steps of each batch's mean reward. A warm-up run (one step) goes first and is not counted.
-A plot of steps done against time goes to `benchmarks/async.png`.
-Target (issue 5): >= 1.8x steps per hour at max_lag 4 against max_lag 0, with no worse reward (within two
-standard errors of the step-to-step noise).
+Steps per hour: steps / (last checkpoint's time − the run's creation), from the ledger's clock. Reward at
+equal steps: the mean over all steps of each batch's mean reward. A warm-up run (one step) goes first and is
+not counted. A plot of steps done against time goes to `benchmarks/async.png`. Target (issue 5): >= 1.8x steps
+per hour at max_lag 4 against max_lag 0, with no worse reward (within two standard errors of the step-to-step
+noise).
 """
 
 from __future__ import annotations
@@ -137,7 +138,8 @@ def _plot(results: list[dict[str, Any]]) -> None:
 
 
 def _no_worse(rewards: list[float], baseline: list[float]) -> bool:
-    """Mean reward not below the baseline's by more than two standard errors of the difference (step noise)."""
+    """Mean reward not below the baseline's by more than two standard errors of the difference (step
+    noise)."""
     if len(rewards) < 2 or len(baseline) < 2:
         return statistics.mean(rewards) >= statistics.mean(baseline)
     error = (

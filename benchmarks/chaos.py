@@ -1,18 +1,18 @@
 """`uv run python -m benchmarks chaos`: SIGKILL each service of the embedded stack at a random moment of a
 training run, and check that the run finishes by itself with nothing lost or counted twice.
 
-Everything is the real thing, started the way a user starts it: `rollout up` (Postgres, the Temporal dev server,
-the local engine serving tiny-qwen3, the gateway, a runner, and the supervisor that keeps them alive), then
-`rollout train arithmetic.environment:environment --preset cpu-micro trainer.steps=N --json` as a subprocess
-(which starts the trainer). Arithmetic is replayable.
+Everything is the real thing, started the way a user starts it: `rollout up` (Postgres, the Temporal dev
+server, the local engine serving tiny-qwen3, the gateway, a runner, and the supervisor that keeps them alive),
+then `rollout train arithmetic.environment:environment --preset cpu-micro trainer.steps=N --json` as a
+subprocess (which starts the trainer). Arithmetic is replayable.
 
 Cases, each on the same stack, each its own run:
 - `baseline`: no kill; its counts are what every other case must match.
 - one per service (gateway, engine, runner, trainer, postgres, temporal) and seed: the service's process is
   SIGKILLed once, at a moment drawn uniformly from the first 80% of the baseline's duration (a run that ends
   before its kill, on a machine less loaded than during the baseline, is played again with the window halved).
-- `everything`: the supervisor and every service SIGKILLed at once, then `rollout up` (the `rollout train` that
-  follows the run is left running and must ride it out).
+- `everything`: the supervisor and every service SIGKILLed at once, then `rollout up` (the `rollout train`
+  that follows the run is left running and must ride it out).
 - `monkey`: a longer run; a random service SIGKILLed every 20-40 s until the run ends.
 
 A case passes when `rollout train` exits 0 by itself (within `CASE_TIMEOUT_S`) and the ledger shows:
@@ -259,8 +259,8 @@ def play(
 
     if case.service is not None and sleep_while_training(rng.uniform(1.0, max(2.0, 0.8 * base_s))):
         kill(case.service)
-    # Everything dies once the run exists (while `rollout train` is still starting the stack, it would stop with
-    # "run `rollout up`": nothing to recover yet).
+    # Everything dies once the run exists (while `rollout train` is still starting the stack, it would stop
+    # with "run `rollout up`": nothing to recover yet).
     while case.everything and f"run {run}: training" not in log.read_text(errors="replace"):
         if not sleep_while_training(0.2):
             break
@@ -359,8 +359,8 @@ def run_matrix(
     lines: list[dict[str, Any]] = []
     try:
         stack.up()
-        # A first run warms what only a first run pays for (the trainer's start, the model's first load), so the
-        # baseline's duration is that of a run like the cases' own: kills are drawn within it.
+        # A first run warms what only a first run pays for (the trainer's start, the model's first load), so
+        # the baseline's duration is that of a run like the cases' own: kills are drawn within it.
         warm = play(stack, Case(name="warm-up", steps=steps), base_s=0.0, baseline=None, scratch=scratch)
         emit(warm)
         lines.append(warm)

@@ -9,7 +9,8 @@ processes, each its own process on this machine. The environments are `arithmeti
   services (what an episode costs with no platform at all).
 - Latency: episodes one after another (groups of one, one group in flight); the platform overhead per episode
   is the mean latency of an `EpisodeWorkflow` (start to close, from Temporal) minus the baseline's.
-- Throughput: many groups in flight; episodes finished per second of wall time, from the run's start to its end.
+- Throughput: many groups in flight; episodes finished per second of wall time, from the run's start to its
+  end.
 Targets (issue 4): >= 20 one-turn episodes/s; <= 50 ms overhead per episode.
 """
 
@@ -96,8 +97,8 @@ async def _episode_latencies_ms(client: Any, run: str, episodes: list[str]) -> l
 
 
 async def _timeline_ms(client: Any, run: str, episodes: list[str]) -> dict[str, float]:
-    """Where an episode's time goes: the median ms between consecutive events of its Temporal history, each step
-    named by the event that ends it (a history's events are the same kinds in the same order for every
+    """Where an episode's time goes: the median ms between consecutive events of its Temporal history, each
+    step named by the event that ends it (a history's events are the same kinds in the same order for every
     episode of one environment)."""
     from temporalio.api.enums.v1 import EventType
 

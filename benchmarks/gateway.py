@@ -39,9 +39,9 @@ LITELLM = str(Path(sys.executable).parent / "litellm")
 
 
 async def _load(url: str, headers: list[dict[str, str]], concurrency: int, requests: int) -> dict[str, float]:
-    """`requests` new conversations from `concurrency` workers, each with a connection of its own. The client is
-    aiohttp's: at concurrency 64 httpx's pool cost the client most of a core (the direct path fell from 1,162
-    turns/s at c=16 to 253 at c=64), which on two cores the servers under test then lacked."""
+    """`requests` new conversations from `concurrency` workers, each with a connection of its own. The client
+    is aiohttp's: at concurrency 64 httpx's pool cost the client most of a core (the direct path fell from
+    1,162 turns/s at c=16 to 253 at c=64), which on two cores the servers under test then lacked."""
     latencies: list[float] = []
     queue: asyncio.Queue[int] = asyncio.Queue()
     for n in range(requests):

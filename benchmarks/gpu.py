@@ -1,14 +1,14 @@
 """`uv run python -m benchmarks gpu`: the local trainer's speed on a CUDA GPU, tokens/s and MFU per step.
 
-The model is Qwen3-0.6B when pulled (`rollout models pull qwen3-0.6b`), else the shipped SmolLM2-135M. Each step
-trains rank-32 LoRA on a batch of `ROWS` sequences of `LENGTH` tokens, half of each sampled (the shape of an
-agent's turns: a prompt, then its reply), with micro-batches of `MICRO_TOKENS`. The baseline, in the same run, is
-the device's peak bf16 throughput: MFU = model FLOPs / time / peak, with model FLOPs 4 × parameters × tokens for
-LoRA (forward 2N, backward through the frozen weights 2N, no weight gradients). The first step (CUDA warm-up)
-is reported but not counted.
+The model is Qwen3-0.6B when pulled (`rollout models pull qwen3-0.6b`), else the shipped SmolLM2-135M. Each
+step trains rank-32 LoRA on a batch of `ROWS` sequences of `LENGTH` tokens, half of each sampled (the shape of
+an agent's turns: a prompt, then its reply), with micro-batches of `MICRO_TOKENS`. The baseline, in the same
+run, is the device's peak bf16 throughput: MFU = model FLOPs / time / peak, with model FLOPs 4 × parameters ×
+tokens for LoRA (forward 2N, backward through the frozen weights 2N, no weight gradients). The first step
+(CUDA warm-up) is reported but not counted.
 
-Target: MFU ≥ 20 % on an H100-class GPU for the 0.6B model. Without CUDA it prints why it did not run and exits 0:
-there is nothing to measure.
+Target: MFU ≥ 20 % on an H100-class GPU for the 0.6B model. Without CUDA it prints why it did not run and
+exits 0: there is nothing to measure.
 """
 
 from __future__ import annotations

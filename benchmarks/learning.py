@@ -1,11 +1,12 @@
 """`uv run python -m benchmarks learning`: does `cpu-tiny` learn `arithmetic` on this machine, and how fast?
 
-It runs the user's command, `rollout train arithmetic.environment:environment --preset cpu-tiny` (SmolLM2-135M-
-Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack in a scratch directory), until
-`BUDGET_S` (30 minutes) has passed (`STEPS` is more than that allows); at the budget it interrupts the command
-the way a user would (Ctrl-C pauses the run). The reward curve is read from the ledger: each step's batch mean
-reward, with the time it was trained (`CheckpointCreated` metrics), and the steps skipped for having no signal
-(every group's rewards equal: `BatchAssembled` with no sampled token) with theirs, so every episode played counts.
+It runs the user's command, `rollout train arithmetic.environment:environment --preset cpu-tiny`
+(SmolLM2-135M- Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack in a scratch
+directory), until `BUDGET_S` (30 minutes) has passed (`STEPS` is more than that allows); at the budget it
+interrupts the command the way a user would (Ctrl-C pauses the run). The reward curve is read from the ledger:
+each step's batch mean reward, with the time it was trained (`CheckpointCreated` metrics), and the steps
+skipped for having no signal (every group's rewards equal: `BatchAssembled` with no sampled token) with
+theirs, so every episode played counts.
 
 Result: the mean reward of the first `WINDOW` batches against the last `WINDOW` (10 batches, 80 episodes: a
 single batch swings between 0.1 and 0.5 once exact answers appear), and a plot of the curve
@@ -159,8 +160,9 @@ def models_dir() -> Path:
 
 @dataclass(frozen=True)
 class Trained:
-    """A `rollout train` on an embedded stack: its exit code (None: interrupted at the budget), when it started
-    (epoch seconds), how long it ran, its reward curve (see `_curve`), its settings and the tail of its output."""
+    """A `rollout train` on an embedded stack: its exit code (None: interrupted at the budget), when it
+    started (epoch seconds), how long it ran, its reward curve (see `_curve`), its settings and the tail of
+    its output."""
 
     exit_code: int | None
     started_at: float

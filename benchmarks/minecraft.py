@@ -1,13 +1,13 @@
 """`uv run python -m benchmarks minecraft`: how fast a Minecraft world starts, how fast its bots answer with
 four of them acting at once, and whether a long session leaks (the soak).
 
-A minecraft sandbox is served over HTTP, as in a run. Each of `STARTS` claims starts a fresh world: the server's
-start (listening) and the world's readiness (four bots spawned) are timed. Then four seats act at once, each in
-a loop of the tools an agent uses (observe, wait 0 s, look, chat, place and dig next to itself), for `SOAK_S`
-(10 minutes; 45 s with --quick): every round trip through the sandbox's HTTP API is timed, and the world's memory
-and processes are sampled as it goes. The baseline, in the same run, is the same tools sent to the world's
-sidecar directly, without HTTP: the difference is what the sandbox server adds. `move_to` is timed apart: a
-walk takes game time (about 4 blocks a second), not round-trip time.
+A minecraft sandbox is served over HTTP, as in a run. Each of `STARTS` claims starts a fresh world: the
+server's start (listening) and the world's readiness (four bots spawned) are timed. Then four seats act at
+once, each in a loop of the tools an agent uses (observe, wait 0 s, look, chat, place and dig next to itself),
+for `SOAK_S` (10 minutes; 45 s with --quick): every round trip through the sandbox's HTTP API is timed, and
+the world's memory and processes are sampled as it goes. The baseline, in the same run, is the same tools sent
+to the world's sidecar directly, without HTTP: the difference is what the sandbox server adds. `move_to` is
+timed apart: a walk takes game time (about 4 blocks a second), not round-trip time.
 
 Targets (issue 17): server start ≤ 3 s; tool round trip p50 ≤ 50 ms with 4 bots acting. The soak's bound: the
 world's memory grows less than 120 MB from the end of warm-up to the end, and it runs one process.

@@ -3,11 +3,11 @@
 A throwaway embedded Postgres is seeded with what a long campaign leaves: 10 training runs of 100 steps (1,000
 checkpoints with their bridges and serving targets), 25,000 episodes of 4 turns each (100,000 turns, each with
 its token ids and logprobs), engine acks, eval results and leases. Each view (Runs with one run chosen,
-Transcripts of one run with an episode open, the Checkpoint tree of all runs, Evals, Machines) is rendered with
-Streamlit's AppTest, several times; the baseline is the same view on a ledger holding one small run, so the
-ratio shows what the data costs. Target (issue 15): every view under 1 s. Then the first transcript a new
-dashboard process opens (its modules and the model's tokenizer loaded then; issue 34: under 2 s). One JSON line
-per view, then the summary as the last line.
+Transcripts of one run with an episode open, the Checkpoint tree of all runs, Evals, Machines) is rendered
+with Streamlit's AppTest, several times; the baseline is the same view on a ledger holding one small run, so
+the ratio shows what the data costs. Target (issue 15): every view under 1 s. Then the first transcript a new
+dashboard process opens (its modules and the model's tokenizer loaded then; issue 34: under 2 s). One JSON
+line per view, then the summary as the last line.
 """
 
 from __future__ import annotations

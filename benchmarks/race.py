@@ -1,24 +1,24 @@
 """`uv run python -m benchmarks race`: a learning race against TRL on this machine (issue 20).
 
 Two runs, one after the other, each for `BUDGET_S` (15 minutes) of wall clock from the start of its process:
-- TRL: `GRPOTrainer` in a process of its own (`_trl`), on the same model as `cpu-tiny` (SmolLM2-135M-Instruct, the
-  directory `rollout.engines.models.resolve` builds), a LoRA of the same rank, alpha and target modules, the same
-  learning rate and gradient clip, 2 groups of 4 completions per optimizer step, at most 16 sampled tokens at
-  temperature 1, on CPU in float32. Its prompts are the arithmetic environment's questions (the environment's
-  own task source, group 0, 1, ...) as one user message: the chat template adds SmolLM2's default system prompt,
-  token for token what rollout's agent sends. Its reward function is the environment's `score`. A callback
-  records each step's mean reward and wall-clock time, and stops training at the budget.
-- rollout: `rollout train arithmetic.environment:environment --preset cpu-tiny` on an embedded stack of its own
-  (benchmarks.learning), interrupted at the budget; its curve is every step's batch mean reward from the ledger,
-  steps whose groups all lacked signal included (TRL trains on those too, with zero advantages).
+- TRL: `GRPOTrainer` in a process of its own (`_trl`), on the same model as `cpu-tiny` (SmolLM2-135M-Instruct,
+  the directory `rollout.engines.models.resolve` builds), a LoRA of the same rank, alpha and target modules,
+  the same learning rate and gradient clip, 2 groups of 4 completions per optimizer step, at most 16 sampled
+  tokens at temperature 1, on CPU in float32. Its prompts are the arithmetic environment's questions (the
+  environment's own task source, group 0, 1, ...) as one user message: the chat template adds SmolLM2's
+  default system prompt, token for token what rollout's agent sends. Its reward function is the environment's
+  `score`. A callback records each step's mean reward and wall-clock time, and stops training at the budget.
+- rollout: `rollout train arithmetic.environment:environment --preset cpu-tiny` on an embedded stack of its
+  own (benchmarks.learning), interrupted at the budget; its curve is every step's batch mean reward from the
+  ledger, steps whose groups all lacked signal included (TRL trains on those too, with zero advantages).
 
-Result (one JSON line on stdout; progress on stderr): per side the steps, episodes, final reward (the mean of the
-last `WINDOW` steps), start-up time, seconds per step and when the moving mean of `WINDOW` steps first reaches
-TRL's final reward, both from the start of the process (model load and, for rollout, the stack included) and
-from the start of training (TRL's `on_train_begin`, rollout's `RunCreated`); the ratio rollout/TRL of each.
-Target: rollout reaches it in at most two-thirds of TRL's time, counted from the start of the process (what a
-user waits for). A plot of both moving means against wall minutes goes to `benchmarks/race.png`. `--quick`
-runs each side for `QUICK_BUDGET_S` (2 minutes) and draws no plot.
+Result (one JSON line on stdout; progress on stderr): per side the steps, episodes, final reward (the mean of
+the last `WINDOW` steps), start-up time, seconds per step and when the moving mean of `WINDOW` steps first
+reaches TRL's final reward, both from the start of the process (model load and, for rollout, the stack
+included) and from the start of training (TRL's `on_train_begin`, rollout's `RunCreated`); the ratio
+rollout/TRL of each. Target: rollout reaches it in at most two-thirds of TRL's time, counted from the start of
+the process (what a user waits for). A plot of both moving means against wall minutes goes to
+`benchmarks/race.png`. `--quick` runs each side for `QUICK_BUDGET_S` (2 minutes) and draws no plot.
 """
 
 from __future__ import annotations
@@ -45,8 +45,9 @@ PLOT = Path(__file__).with_name("race.png")
 
 
 def _trl(out: Path, budget_s: float, started_at: float) -> None:
-    """In a process of its own: GRPO with TRL until `budget_s` after `started_at` (epoch seconds); one JSON line
-    per step (`at`: epoch seconds, `reward`, `completion_tokens`, `generate_s`), after a first line `{"began": at}`."""
+    """In a process of its own: GRPO with TRL until `budget_s` after `started_at` (epoch seconds); one JSON
+    line per step (`at`: epoch seconds, `reward`, `completion_tokens`, `generate_s`), after a first line
+    `{"began": at}`."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import TrainerCallback

@@ -1,5 +1,5 @@
-"""What the jail costs: a `shell` sandbox's commands run jailed (bubblewrap) against the same commands unjailed
-(`sandbox.isolation=none`), in the same run, on the same machine.
+"""What the jail costs: a `shell` sandbox's commands run jailed (bubblewrap) against the same commands
+unjailed (`sandbox.isolation=none`), in the same run, on the same machine.
 
 Measured, for each isolation, through `ShellWorld.act` (what a tool call pays, less the HTTP hop):
 - `true`: the jail's own cost (namespaces, mounts, cgroup, rlimits) over a fork and exec;
@@ -8,8 +8,8 @@ Measured, for each isolation, through `ShellWorld.act` (what a tool call pays, l
 - reset: `ShellWorld.reset()` after a command left 200 files and a background process behind (kills the jail's
   processes, then clears the workspace).
 
-Targets: the jail adds at most 10 ms to the p50 of `true`, and a reset takes at most 100 ms (p50). The last line
-printed is one JSON object.
+Targets: the jail adds at most 10 ms to the p50 of `true`, and a reset takes at most 100 ms (p50). The last
+line printed is one JSON object.
 """
 
 from __future__ import annotations

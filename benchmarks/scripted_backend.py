@@ -1,11 +1,10 @@
 """A scripted engine over HTTP for the gateway benchmark: the same fixed reply in two dialects.
 
 `/v1/completions` answers in vLLM's dialect (token ids and logprobs; what rollout's gateway calls) and
-`/v1/chat/completions` in OpenAI's (what LiteLLM's proxy and the direct baseline call). Both do the same trivial
-work, so the difference between the paths in front of it is the cost of the path. Asked to stream, both send
-one chunk per token, each `TOKEN_S` after the one before (a stand-in for decoding time), in their dialect's
-server-sent events.
-Run: `python -m benchmarks.scripted_backend --port P --ids 1,2,3`.
+`/v1/chat/completions` in OpenAI's (what LiteLLM's proxy and the direct baseline call). Both do the same
+trivial work, so the difference between the paths in front of it is the cost of the path. Asked to stream,
+both send one chunk per token, each `TOKEN_S` after the one before (a stand-in for decoding time), in their
+dialect's server-sent events. Run: `python -m benchmarks.scripted_backend --port P --ids 1,2,3`.
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
-"""`uv run python -m benchmarks stability`: at max_lag 8, does decoupled PPO stay stable where unclipped importance
-sampling degrades?
+"""`uv run python -m benchmarks stability`: at max_lag 8, does decoupled PPO stay stable where unclipped
+importance sampling degrades?
 
-Two runs, one after the other, of the user's command `rollout train arithmetic.environment:environment --preset
-cpu-tiny` (SmolLM2-135M-Instruct, LoRA rank 8, on CPU; every service its own process on an embedded stack of its
-own in a scratch directory, as `benchmarks.learning` runs it), each until `BUDGET_S` (12 minutes) has passed,
-then Ctrl-C. Both with `run.max_lag=8`, `run.groups_in_flight=18`, cpu-tiny's learning rate (2e-4) and
-`trainer.updates_per_batch=4`: four AdamW steps over each batch against the π_old of its first pass, as PPO
-is meant to run. With one update per batch PPO's ratio π_θ/π_old is 1 and its clip never acts, and the two
+Two runs, one after the other, of the user's command `rollout train arithmetic.environment:environment
+--preset cpu-tiny` (SmolLM2-135M-Instruct, LoRA rank 8, on CPU; every service its own process on an embedded
+stack of its own in a scratch directory, as `benchmarks.learning` runs it), each until `BUDGET_S` (12 minutes)
+has passed, then Ctrl-C. Both with `run.max_lag=8`, `run.groups_in_flight=18`, cpu-tiny's learning rate (2e-4)
+and `trainer.updates_per_batch=4`: four AdamW steps over each batch against the π_old of its first pass, as
+PPO is meant to run. With one update per batch PPO's ratio π_θ/π_old is 1 and its clip never acts, and the two
 losses differed only in the cap on the behaviour weight: at 2e-4 neither moved far enough in 8 steps to matter
 (ESS ≥ 0.98 in both), at 5e-4 and 1e-3 both collapsed to one reply whatever the loss (benchmarks/RESULTS.md).
 They differ only in the loss:
@@ -16,30 +16,30 @@ They differ only in the loss:
 - `unclipped_is`: `trainer.loss=truncated_is trainer.is_cap=1e9`: every token weighted by its whole ratio
   π_θ/μ, a cap no ratio reaches, and nothing stops a token within the batch's updates.
 Why 18 groups in flight: the supply may have started (steps trained + max_lag + 1) × groups_per_batch groups
-(`rollout.training.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups per
-step. With 18 in flight the in-flight cap never binds before that allowance does: every group starts the moment
-it is allowed, on the oldest checkpoint the bound permits, so once the pipeline is full each batch is trained
-8 checkpoints after its episodes began, whether sampling or training is the slower side (with cpu-tiny's 4 in
-flight and sampling the slower side, staleness would stay near 4 / 2 − 1 = 1).
+(`rollout.training.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups
+per step. With 18 in flight the in-flight cap never binds before that allowance does: every group starts the
+moment it is allowed, on the oldest checkpoint the bound permits, so once the pipeline is full each batch is
+trained 8 checkpoints after its episodes began, whether sampling or training is the slower side (with
+cpu-tiny's 4 in flight and sampling the slower side, staleness would stay near 4 / 2 − 1 = 1).
 
 Per batch, from the ledger (each step's `CheckpointCreated` metrics; a step whose every group had no signal is
-skipped, has no checkpoint and counts for the reward only): the batch mean reward, the effective sample size of
-the ratios (ESS, (Σρ)² / (n Σρ²) over the sampled tokens' ρ = π_θ/μ: how far sampler and learner drifted apart,
-whatever the loss) and of the weights the loss applies (`weight_ess`: ρ itself for unclipped IS, the capped or
-clipped weight for PPO; a token the clip stopped weighs 0, so PPO's clip acting lowers its weight ESS too),
-ratio_max, clipped_fraction, staleness mean and max, and grad_norm (before clipping to trainer.max_grad_norm),
-each over the batch's four updates (means averaged, maxima the largest). Progress goes to stderr; the last line on stdout is one
-JSON object: per run the batches it ran (`batches_run`) and, over the first `compared_batches` of each (the
-fewer of the two runs' counts: the runs are compared at equal steps, so one that started slower on a colder
-machine is not judged on fewer, less stale steps), the steps, the reward's mean over the first and last `WINDOW`
-batches, both ESSs' means over the last `WINDOW` trained steps and their minima, staleness mean and max,
-grad_norm max; and the verdict.
-A run is stable when its last window's reward is not below its first window's by more than two standard errors
-(step-to-step noise) and its weight ESS never fell below `ESS_MIN` = 0.5: ESS = 1 / (1 + CV²) of the weights,
-so below 0.5 their standard deviation exceeds their mean and a few tokens dominate the batch's gradient (the
-usual resampling threshold of importance samplers, N/2). Target (issue 20): `ppo_stable` and not `is_stable`.
-Not in `--quick`: the plot `benchmarks/stability.png` (reward moving mean, ESS and staleness against step).
-`--quick` runs the same for 2 minutes each (it checks the benchmark works; the lag barely fills in that time).
+skipped, has no checkpoint and counts for the reward only): the batch mean reward, the effective sample size
+of the ratios (ESS, (Σρ)² / (n Σρ²) over the sampled tokens' ρ = π_θ/μ: how far sampler and learner drifted
+apart, whatever the loss) and of the weights the loss applies (`weight_ess`: ρ itself for unclipped IS, the
+capped or clipped weight for PPO; a token the clip stopped weighs 0, so PPO's clip acting lowers its weight
+ESS too), ratio_max, clipped_fraction, staleness mean and max, and grad_norm (before clipping to
+trainer.max_grad_norm), each over the batch's four updates (means averaged, maxima the largest). Progress goes
+to stderr; the last line on stdout is one JSON object: per run the batches it ran (`batches_run`) and, over
+the first `compared_batches` of each (the fewer of the two runs' counts: the runs are compared at equal steps,
+so one that started slower on a colder machine is not judged on fewer, less stale steps), the steps, the
+reward's mean over the first and last `WINDOW` batches, both ESSs' means over the last `WINDOW` trained steps
+and their minima, staleness mean and max, grad_norm max; and the verdict. A run is stable when its last
+window's reward is not below its first window's by more than two standard errors (step-to-step noise) and its
+weight ESS never fell below `ESS_MIN` = 0.5: ESS = 1 / (1 + CV²) of the weights, so below 0.5 their standard
+deviation exceeds their mean and a few tokens dominate the batch's gradient (the usual resampling threshold of
+importance samplers, N/2). Target (issue 20): `ppo_stable` and not `is_stable`. Not in `--quick`: the plot
+`benchmarks/stability.png` (reward moving mean, ESS and staleness against step). `--quick` runs the same for 2
+minutes each (it checks the benchmark works; the lag barely fills in that time).
 """
 
 from __future__ import annotations
@@ -88,7 +88,8 @@ def _not_below(last: list[float], first: list[float]) -> bool:
 
 
 def _steps(trained: Trained) -> list[dict[str, Any]]:
-    """One record per batch: step, minutes, reward, trained, and the trained steps' diagnostics (None if skipped)."""
+    """One record per batch: step, minutes, reward, trained, and the trained steps' diagnostics (None if
+    skipped)."""
     keys = (
         "effective_sample_size",
         "weight_ess",

@@ -1,12 +1,13 @@
-"""What a person waits for before the CLI answers: `rollout --help` and `rollout status --json`, each run as a new
-process, against the baseline of the same interpreter starting and exiting (`python -c pass`), in the same run.
+"""What a person waits for before the CLI answers: `rollout --help` and `rollout status --json`, each run as a
+new process, against the baseline of the same interpreter starting and exiting (`python -c pass`), in the same
+run.
 
-Measured: the wall time of `ROUNDS` runs of each (the stack need not be up: `status` then reports every service
-down, which is the same work), twice: with Python's bytecode cache, as an installed `rollout` runs after its first
-start (Python writes `__pycache__` then; the targets are for this), and without one (every module compiled from
-source each time: a machine with PYTHONDONTWRITEBYTECODE set, or a read-only install), reported beside it.
-Targets: `rollout --help` at most 0.6 s and `rollout status --json` at most 1 s (p50). The last line printed is
-one JSON object.
+Measured: the wall time of `ROUNDS` runs of each (the stack need not be up: `status` then reports every
+service down, which is the same work), twice: with Python's bytecode cache, as an installed `rollout` runs
+after its first start (Python writes `__pycache__` then; the targets are for this), and without one (every
+module compiled from source each time: a machine with PYTHONDONTWRITEBYTECODE set, or a read-only install),
+reported beside it. Targets: `rollout --help` at most 0.6 s and `rollout status --json` at most 1 s (p50). The
+last line printed is one JSON object.
 """
 
 from __future__ import annotations

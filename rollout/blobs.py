@@ -5,10 +5,10 @@ Contract:
   returns a `BlobRef` with the object's URI, SHA-256 and size; the ledger records these, never the bytes.
 - `get` returns the bytes and, given the recorded `BlobRef`, checks the hash: a corrupt or replaced
   object raises `BlobIntegrityError` rather than being used.
-- Keys are relative paths with `/` separators, and every key stays under its store's root or prefix: a key that
-  could escape it (`..`, `.` or empty segments, an absolute path, a backslash, a NUL or other control character,
-  a percent-encoded spelling of any of these) raises `BlobKeyError` before anything is read or written; on
-  `file://` so does a key that resolves outside the root through a symbolic link.
+- Keys are relative paths with `/` separators, and every key stays under its store's root or prefix: a key
+  that could escape it (`..`, `.` or empty segments, an absolute path, a backslash, a NUL or other control
+  character, a percent-encoded spelling of any of these) raises `BlobKeyError` before anything is read or
+  written; on `file://` so does a key that resolves outside the root through a symbolic link.
 - Backends: `file://` (the default, under the data directory) and `s3://bucket/prefix` (the `minio` client,
   for MinIO on a cluster or any S3 API).
 """
@@ -78,7 +78,8 @@ def _key_problem(key: str) -> str | None:
 def _checked_key(key: str) -> str:
     problem = _key_problem(key)
     if problem is None and "%" in key:
-        # A layer below may decode the key again (an S3 gateway, a proxy): its decoded spellings must be plain too.
+        # A layer below may decode the key again (an S3 gateway, a proxy): its decoded spellings must be plain
+        # too.
         decoded = key
         for _ in range(3):
             decoded = unquote(decoded)

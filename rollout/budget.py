@@ -1,11 +1,12 @@
 """GPU memory budgets: whether an engine and a trainer sharing one GPU (`gpu.mode=shared`) fit its memory.
 
 Contract:
-- `ModelShape` is what the arithmetic needs of a model (parameter counts by kind, attention layout, vocabulary).
+- `ModelShape` is what the arithmetic needs of a model (parameter counts by kind, attention layout,
+  vocabulary).
 - `one_gpu_budget(...)` returns a `Budget` with two phases, each a list of named `Item`s in GiB:
   - serving: the engine awake (its weights, KV cache and recurrent state for the sequences in flight, its LoRA
-    slots, its CUDA context and graphs) while the trainer holds only its CUDA context (between steps its weights
-    wait in CPU memory, as the engine's do while it sleeps);
+    slots, its CUDA context and graphs) while the trainer holds only its CUDA context (between steps its
+    weights wait in CPU memory, as the engine's do while it sleeps);
   - training: the engine asleep (vLLM sleep level 1 keeps its CUDA context and graphs on the device) while the
     trainer holds its quantized base (embeddings and LM head in bf16), the LoRA adapter with its gradients and
     Adam state, activations (gradient checkpointing: one hidden state per layer and token, plus one layer
@@ -13,14 +14,15 @@ Contract:
     trains alone, so max(micro-batch, context)), and float32 logits with their gradient at the sampled
     positions only (the trainer computes no others): at most `sampled_tokens` of them per sequence.
 - vLLM takes a fixed share of the device (`engine_share`, its --gpu-memory-utilization) and fills what its
-  weights and graphs leave with KV blocks: the serving phase counts that share whole, and the budget also checks
-  that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included (logits,
-  logprobs, probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs), and its
-  LoRA slots at `engine_lora_rank` (its --max-lora-rank; the trainer's rank by default). Neither the engine
-  (--language-model-only) nor the trainer holds a vision tower.
+  weights and graphs leave with KV blocks: the serving phase counts that share whole, and the budget also
+  checks that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included
+  (logits, logprobs, probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs),
+  and its LoRA slots at `engine_lora_rank` (its --max-lora-rank; the trainer's rank by default). Neither the
+  engine (--language-model-only) nor the trainer holds a vision tower.
 - `Budget.fits` holds when both phases stay under the device's memory less `headroom_gib` (allocator
-  fragmentation) and the engine fits its share; `Budget.table()` is what `rollout config budget` prints. The numbers are estimates from the
-  model's shape, conservative on purpose: a preset whose budget fits should not run out of memory for these reasons.
+  fragmentation) and the engine fits its share; `Budget.table()` is what `rollout config budget` prints. The
+  numbers are estimates from the model's shape, conservative on purpose: a preset whose budget fits should not
+  run out of memory for these reasons.
 """
 
 from __future__ import annotations
@@ -35,9 +37,9 @@ BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5 + 4 / 64}  # nf4: 4 bits, and a fl
 
 @dataclass(frozen=True)
 class ModelShape:
-    """A decoder's shape. `linear_params` are the transformer blocks' matrices (the quantized part); embeddings and
-    the LM head stay in bf16 under 4-bit quantization; `extra_params` (a vision tower, say) are neither served nor
-    trained (kept for the record of the model's size)."""
+    """A decoder's shape. `linear_params` are the transformer blocks' matrices (the quantized part);
+    embeddings and the LM head stay in bf16 under 4-bit quantization; `extra_params` (a vision tower, say) are
+    neither served nor trained (kept for the record of the model's size)."""
 
     name: str
     layers: int
@@ -51,8 +53,8 @@ class ModelShape:
     kv_heads: int = 8
     head_dim: int = 128
     recurrent_state_bytes: int = 0  # per sequence, for linear-attention layers (their state, not a cache)
-    # The sum of (in + out) over the modules a LoRA adapter targets (rollout.defaults.LORA_TARGET_MODULES, which
-    # vLLM is also told), per layer: the trainer's adapter and each of vLLM's LoRA slots.
+    # The sum of (in + out) over the modules a LoRA adapter targets (rollout.defaults.LORA_TARGET_MODULES,
+    # which vLLM is also told), per layer: the trainer's adapter and each of vLLM's LoRA slots.
     lora_in_out: int = 0
 
     @property

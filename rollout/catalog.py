@@ -3,8 +3,8 @@
 Contract:
 - `CATALOG[name]` is a `CatalogModel`: the Hugging Face repository (and revision) its files come from, roughly
   how much it downloads, and its `ModelShape` for memory budgets (rollout.budget).
-- A catalog model lives in `{models_dir}/{name}` once pulled; `pulled(name, models_dir)` says whether it is there
-  (a marker written after the whole download: an interrupted pull is resumed, never taken for a model).
+- A catalog model lives in `{models_dir}/{name}` once pulled; `pulled(name, models_dir)` says whether it is
+  there (a marker written after the whole download: an interrupted pull is resumed, never taken for a model).
   Nothing downloads it at run time: engines and trainers that name it refuse to start until it is pulled.
 - The built-in models (smollm2, tiny-qwen3) are not here: they are made offline from installed packages.
 - `settings_budget(settings)` is the one-GPU memory budget of a configuration (its model, engine, trainer and
@@ -32,7 +32,8 @@ class CatalogModel:
 
 # Qwen3.5-9B: 32 blocks, 3 of each 4 Gated DeltaNet (linear attention, 32 value heads of 128 × 128 state) and
 # 1 gated full attention (16 query heads, 4 KV heads of 256); hidden 4096, MLP 12288, vocabulary 248320
-# (untied embeddings); a 0.45B vision tower that neither the engine (--language-model-only) nor the trainer loads.
+# (untied embeddings); a 0.45B vision tower that neither the engine (--language-model-only) nor the trainer
+# loads.
 QWEN3_5_9B = ModelShape(
     name="Qwen3.5-9B",
     layers=32,
@@ -145,7 +146,8 @@ def pulled_path(name: str, models_dir: Path) -> str:
 
 
 def pull_model(model: CatalogModel, models_dir: Path) -> Path:
-    """Download `model` into `{models_dir}/{name}` (resuming a partial download); `PullError` when it cannot."""
+    """Download `model` into `{models_dir}/{name}` (resuming a partial download); `PullError` when it
+    cannot."""
     target = model_dir(model.name, models_dir)
     if pulled(model.name, models_dir):
         return target

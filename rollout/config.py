@@ -1,10 +1,10 @@
 """Configuration: Hydra composes `rollout/conf` with command-line overrides into typed `Settings`.
 
 Contract:
-- `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending
-  key and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
-  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a negative
-  `run.max_lag`).
+- `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending key
+  and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
+  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
+  negative `run.max_lag`).
 - The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
 """
 
@@ -37,8 +37,8 @@ class LogLevel(StrEnum):
 
 
 LEDGER_WORKER_ROLE = "rollout_worker"
-"""The database role services (gateway, runner, trainer, engine, sandbox) use: it reads the ledger and writes it
-only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any table; migration 0003)."""
+"""The database role services (gateway, runner, trainer, engine, sandbox) use: it reads the ledger and writes
+it only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any table; migration 0003)."""
 
 
 @dataclass
@@ -70,7 +70,8 @@ class GatewaySettings:
     engine_port: int = 8100
     max_context: int = 8192
     # How long an agent's turn keeps retrying while the gateway or its engine is unreachable (a restart, an
-    # outage) before the attempt fails; a replayable episode then rides out the outage instead of being abandoned.
+    # outage) before the attempt fails; a replayable episode then rides out the outage instead of being
+    # abandoned.
     outage_window_s: float = 600.0
     max_request_bytes: int = 4 * 1024 * 1024  # a larger request body is refused (413) before it is parsed
 
@@ -133,7 +134,8 @@ class GpuMode(StrEnum):
 
 @dataclass
 class GpuSettings:
-    """`gpu.mode=shared`: the engine and the trainer take turns on one GPU (lease `gpu/{name}` in the ledger)."""
+    """`gpu.mode=shared`: the engine and the trainer take turns on one GPU (lease `gpu/{name}` in the
+    ledger)."""
 
     mode: GpuMode = GpuMode.exclusive
     name: str = "0"
@@ -261,8 +263,8 @@ class Settings:
 
     @property
     def worker_ledger_url(self) -> str:
-        """The URL services connect with: `services.postgres.worker_url`; else, on the embedded server, the worker
-        role (`LEDGER_WORKER_ROLE`); else (a server of your own, `services.postgres.url`) that URL."""
+        """The URL services connect with: `services.postgres.worker_url`; else, on the embedded server, the
+        worker role (`LEDGER_WORKER_ROLE`); else (a server of your own, `services.postgres.url`) that URL."""
         postgres = self.services.postgres
         if postgres.worker_url:
             return postgres.worker_url
@@ -300,9 +302,10 @@ def hydra_quote(value: str) -> str:
 
 
 def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None = None) -> Settings:
-    """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are more
-    places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger, rollout.presets),
-    and so are the folders in $ROLLOUT_PRESET_PATH (`:`-separated: a deployment's presets, mounted)."""
+    """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are
+    more places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger,
+    rollout.presets), and so are the folders in $ROLLOUT_PRESET_PATH (`:`-separated: a deployment's presets,
+    mounted)."""
     mounted = [
         Path(d)
         for d in os.environ.get("ROLLOUT_PRESET_PATH", "").split(os.pathsep)

@@ -2,16 +2,17 @@
 
 The configuration (`run.*`, `rollout config show`), the workflows' inputs (`RunInput`, `SupplyInput`) and the
 gateway's admission (a seat whose run recorded no max_lag) all take their defaults from here, so `rollout
-train`, `rollout run start` and a run started from code agree. So do the trainer and vLLM on the modules a LoRA
-adapter targets (`LORA_TARGET_MODULES`). Pure constants, no imports.
+train`, `rollout run start` and a run started from code agree. So do the trainer and vLLM on the modules a
+LoRA adapter targets (`LORA_TARGET_MODULES`). Pure constants, no imports.
 """
 
 MAX_LAG = 1  # checkpoints behind the newest a turn may sample (0: on-policy); changes mid-run
 GROUPS_IN_FLIGHT = 4  # episode groups the supply keeps playing at once
 MAX_TOKENS = 256  # sampled tokens per turn, at most
 
-# The modules a checkpoint's LoRA adapter trains, in Hugging Face's names: the local trainer's default targets,
-# and what vLLM reserves LoRA slots for (--lora-target-modules; without it, every module it supports).
+# The modules a checkpoint's LoRA adapter trains, in Hugging Face's names: the local trainer's default
+# targets, and what vLLM reserves LoRA slots for (--lora-target-modules; without it, every module it
+# supports).
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
 
 # A run setting per policy answered by an external model: `external_model/POLICY` = `MODEL[@API_BASE]`

@@ -2,8 +2,8 @@
 how to make each seat's `Task`; `load_environment("package.module:attribute")` finds one.
 
 Contract:
-- Task sources are deterministic by index: `parameters(group)` is the same on every machine and every retry, so
-  workflows pass only the group index and each runner rebuilds the task itself (nothing heavy crosses
+- Task sources are deterministic by index: `parameters(group)` is the same on every machine and every retry,
+  so workflows pass only the group index and each runner rebuilds the task itself (nothing heavy crosses
   Temporal). A `Dataset` cycles through its rows; a `Generator` draws from a RNG seeded by (seed, group).
 - Every episode of a group plays the same parameters (group-relative advantages compare like with like).
 - An episode has one seat per `AgentSeatSpec`; each seat has its own `Task` (made by `make_task(parameters,
@@ -86,8 +86,8 @@ class AgentSeatSpec:
     checkpoint: str | None = None
     command: tuple[str, ...] = ()  # an external agent loop; empty for the built-in one
     timeout_s: float = 1800.0  # an external command is killed after this long
-    # What else of this machine an external command reads (its script, its data), read-only at the same path in
-    # its jail; the install of its program (and of a script's interpreter) is found without being named.
+    # What else of this machine an external command reads (its script, its data), read-only at the same path
+    # in its jail; the install of its program (and of a script's interpreter) is found without being named.
     readable: tuple[str, ...] = ()
     # A model the platform does not train, reached through LiteLLM: `anthropic/claude-sonnet-4-5`, or
     # `openai/NAME@API_BASE` for any OpenAI-compatible server. Its turns are recorded as text, never trained.
@@ -95,7 +95,8 @@ class AgentSeatSpec:
 
     @property
     def trainable(self) -> bool:
-        """Does this seat's sampling train its policy? Not when pinned to a checkpoint or played by a model."""
+        """Does this seat's sampling train its policy? Not when pinned to a checkpoint or played by a
+        model."""
         return self.checkpoint is None and self.model is None
 
 
@@ -125,8 +126,9 @@ class SandboxSpec:
 
     For a kind that runs agents' commands (`shell`), `limits` replaces the kind's own (rollout.sandbox.limits)
     for this environment's claims, and `network` is what those commands reach: `"none"` (the default),
-    `"gateway"` (the acting seat's own gateway routes), or a list of those and `"host:port"` (rollout.isolation:
-    never the stack's own ledger, Temporal, engine or gateway). docs/sandboxes.md says how."""
+    `"gateway"` (the acting seat's own gateway routes), or a list of those and `"host:port"`
+    (rollout.isolation: never the stack's own ledger, Temporal, engine or gateway). docs/sandboxes.md says
+    how."""
 
     kind: str
     seats: int = 1

@@ -13,8 +13,8 @@ Contract:
   this machine confines agents' commands: a Task that runs the agent's code itself (a grader) jails it alike.
 - A seat played by an external command (Claude Code, Codex, a script): `start` gives the prompt the command is
   started with, `prepare` fills its working directory and may add to its environment before it starts (the
-  Task's own code, run outside the command's jail: it may reach the sandbox, the command may not), and `finish`
-  scores the command's outcome when it ends. `respond` is never called.
+  Task's own code, run outside the command's jail: it may reach the sandbox, the command may not), and
+  `finish` scores the command's outcome when it ends. `respond` is never called.
 """
 
 from __future__ import annotations
@@ -51,8 +51,8 @@ class End(Observation):
 
 @dataclass(frozen=True)
 class SandboxSeat:
-    """An agent's place in a claimed sandbox: the server, the claim's epoch (its fence) and the seat number, and
-    the claim's secret that proves it to the server (rollout.sandbox.keys; never shown to an agent)."""
+    """An agent's place in a claimed sandbox: the server, the claim's epoch (its fence) and the seat number,
+    and the claim's secret that proves it to the server (rollout.sandbox.keys; never shown to an agent)."""
 
     address: str
     kind: str
@@ -113,7 +113,8 @@ class Task(abc.ABC):
         )
 
     async def prepare(self, run: RunContext, setup: CommandSetup) -> None:
-        """Before an external command starts: lay out what it works on in `setup.workdir` (nothing by default)."""
+        """Before an external command starts: lay out what it works on in `setup.workdir` (nothing by
+        default)."""
         return None
 
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:

@@ -1,8 +1,8 @@
 """`rollout-health`: a container's health check, for the images' HEALTHCHECK and the chart's exec probes.
 
 Contract: with `ROLLOUT_HEALTH_URL` set, exit 0 when a GET of it answers 2xx within `ROLLOUT_HEALTH_TIMEOUT_S`
-(default 4 s), else 1 with the reason on stderr; without it (a role with no port: runner, trainer), exit 0 (the
-process running is its health). It imports nothing heavy: it runs every 30 s.
+(default 4 s), else 1 with the reason on stderr; without it (a role with no port: runner, trainer), exit 0
+(the process running is its health). It imports nothing heavy: it runs every 30 s.
 """
 
 from __future__ import annotations

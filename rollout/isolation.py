@@ -1,12 +1,12 @@
 """How the commands agents choose are confined: the records a stack and an environment say it with.
 
 Contract:
-- `SandboxIsolation` is one value, named in settings (`sandbox.isolation`), carried to every runner and sandbox
-  server, and handed to a Task in its `RunContext` (a grader jails what it grades alike). `said(isolation)` is
-  how `rollout status`, the dashboard and a run's settings put it in words.
-- `JailLimits` is what every command of one jail may use (rlimits, a cgroup's caps, the workspace's disk). Every
-  field is checked once, where the record is made (`ValueError` names it). A sandbox kind has its own defaults
-  (rollout.sandbox.limits); an environment's `SandboxSpec.limits` replaces them for its claims.
+- `SandboxIsolation` is one value, named in settings (`sandbox.isolation`), carried to every runner and
+  sandbox server, and handed to a Task in its `RunContext` (a grader jails what it grades alike).
+  `said(isolation)` is how `rollout status`, the dashboard and a run's settings put it in words.
+- `JailLimits` is what every command of one jail may use (rlimits, a cgroup's caps, the workspace's disk).
+  Every field is checked once, where the record is made (`ValueError` names it). A sandbox kind has its own
+  defaults (rollout.sandbox.limits); an environment's `SandboxSpec.limits` replaces them for its claims.
 - `SandboxNetwork` is what a jailed command may reach besides its own loopback: nothing (`none`, the default),
   the gateway's routes of the seat that acts (`gateway`), and `endpoints`, each a `host:port` bridged to the
   same port on the jail's loopback. `SandboxNetwork.parse` takes what an environment writes ("none",
@@ -65,7 +65,8 @@ class JailLimits:
 
     @classmethod
     def from_json(cls, given: object) -> JailLimits:
-        """The limits a claim's `/open` names; ValueError for anything but an object of known positive integers."""
+        """The limits a claim's `/open` names; ValueError for anything but an object of known positive
+        integers."""
         if not isinstance(given, dict):
             raise ValueError(f"sandbox limits must be an object of integers, not {given!r}")
         known = {field.name for field in fields(cls)}

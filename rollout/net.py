@@ -30,8 +30,8 @@ def port_is_free(host: str, port: int) -> bool:
 
 
 def reachable_host(host: str) -> str:
-    """The address others reach a server bound to `host` at: `host` itself, or for all interfaces (0.0.0.0, ::)
-    this machine's own address (a pod's IP, a Ray node's)."""
+    """The address others reach a server bound to `host` at: `host` itself, or for all interfaces (0.0.0.0,
+    ::) this machine's own address (a pod's IP, a Ray node's)."""
     if host not in ("0.0.0.0", "::", ""):
         return host
     try:

@@ -1,11 +1,12 @@
-"""Presets kept in the ledger, versioned: what `rollout preset load DIR` stores, so a cluster's runs compose them.
+"""Presets kept in the ledger, versioned: what `rollout preset load DIR` stores, so a cluster's runs compose
+them.
 
 Contract:
-- A preset is a YAML mapping of settings (`rollout config show` names them), as in rollout/conf/preset/. `store`
-  appends `PresetStored` on the stream `presets` under `{name}@{version}` with the text and its sha256. Storing
-  the same text as the name's newest version stores nothing and returns that version; other text becomes the next
-  version (1, 2, ...). Nothing is overwritten: every version stays readable. Two stores racing for one version:
-  one wins it, the other takes the next.
+- A preset is a YAML mapping of settings (`rollout config show` names them), as in rollout/conf/preset/.
+  `store` appends `PresetStored` on the stream `presets` under `{name}@{version}` with the text and its
+  sha256. Storing the same text as the name's newest version stores nothing and returns that version; other
+  text becomes the next version (1, 2, ...). Nothing is overwritten: every version stays readable. Two stores
+  racing for one version: one wins it, the other takes the next.
 - `stored(ledger)` lists every version in order; `newest(ledger, name, version=None)` finds one or raises
   `UnknownPreset` naming what there is.
 - `write_presets(presets, directory)` writes each as `directory/preset/NAME.yaml` (as Hydra's `preset` group

@@ -1,10 +1,10 @@
 """Typed records as ledger payloads, by one codec: no record writes its own `to_payload` or `from_payload`.
 
 Contract:
-- A record is a dataclass that subclasses `Payload`. `record.to_payload()` is its fields as JSON values (tuples
-  as lists, enums as their values, nested dataclasses as objects), plus its `markers()` (fixed keys readers
-  use, such as `"trainable": false`), less the fields named in `OMITTED_AT_DEFAULT` while they hold their
-  default (fields added later: a record that does not use one keeps the shape it had before it existed).
+- A record is a dataclass that subclasses `Payload`. `record.to_payload()` is its fields as JSON values
+  (tuples as lists, enums as their values, nested dataclasses as objects), plus its `markers()` (fixed keys
+  readers use, such as `"trainable": false`), less the fields named in `OMITTED_AT_DEFAULT` while they hold
+  their default (fields added later: a record that does not use one keeps the shape it had before it existed).
 - `Record.from_payload(payload)` checks the payload against the record's field types (pydantic's validation of
   the dataclass: a payload read from the ledger is checked before it is used) and ignores keys it does not
   know; a field missing from the payload, or null where its default is not, takes its default (a field added

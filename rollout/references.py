@@ -18,13 +18,15 @@ import sys
 
 
 def import_path() -> list[str]:
-    """The working directory, then each $PYTHONPATH entry: where references are found beyond installed packages."""
+    """The working directory, then each $PYTHONPATH entry: where references are found beyond installed
+    packages."""
     entries = [os.getcwd(), *os.environ.get("PYTHONPATH", "").split(os.pathsep)]
     return list(dict.fromkeys(os.path.abspath(entry) for entry in entries if entry))
 
 
 def _working_directory_importable() -> None:
-    # A console script's sys.path starts at its bin/ directory, not the working directory (unlike `python -m`).
+    # A console script's sys.path starts at its bin/ directory, not the working directory (unlike `python
+    # -m`).
     if "" not in sys.path and os.getcwd() not in sys.path:
         sys.path.append(os.getcwd())
 

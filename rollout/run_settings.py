@@ -2,13 +2,13 @@
 
 Contract:
 - `max_lag_of(value, setting)` is the one check of a max_lag: a whole number of checkpoints, 0 (on-policy) or
-  more. The config's `run.max_lag`, `rollout run start --max-lag`, `rollout run set`, the operator route, the run
-  workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
+  more. The config's `run.max_lag`, `rollout run start --max-lag`, `rollout run set`, the operator route, the
+  run workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
   `setting`, rather than leaving every turn unadmitted.
-- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, the run's caps on sampled tokens
-  and temperature, and the policies an external model answers. `RunSettings.from_recorded(settings)` reads the
-  run projection's settings (a payload from the ledger, so checked like any input); a value that fails a check
-  raises `BadRunSetting`.
+- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, the run's caps on sampled
+  tokens and temperature, and the policies an external model answers. `RunSettings.from_recorded(settings)`
+  reads the run projection's settings (a payload from the ledger, so checked like any input); a value that
+  fails a check raises `BadRunSetting`.
 """
 
 from __future__ import annotations

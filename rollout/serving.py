@@ -1,20 +1,21 @@
 """Serving records: what the trainer asks engines to serve (`ServingTarget`) and what each engine serves
-(`ServingAck`). Pure data (the stream names are `rollout.ledger.streams`); the follower beside an engine writes
-acks, the gateway routes by them.
+(`ServingAck`). Pure data (the stream names are `rollout.ledger.streams`); the follower beside an engine
+writes acks, the gateway routes by them.
 
 Contract:
 - Targets are appended on one stream, `serving/targets`, keyed `{policy}/{version}/{format}`: one target per
-  (checkpoint, format), so a retried publish records once. A target names the checkpoint, its policy and version,
-  the format its files are in (`lora`: a peft adapter directory; `full`: full weights; `tinker`: a sampler path),
-  and the files themselves (blob keys with hashes).
-- Acks are appended on one stream, `serving/acks`, keyed `{engine}/{incarnation}/{n}`. Each ack is the engine's
-  whole state: the base model it serves to every policy, the checkpoints it serves, whether it sleeps, and the
-  last load that failed (the engine keeps serving what it served before). The newest ack of an engine is its
-  state; a restarted engine starts a new incarnation whose first ack serves only the base model.
-- Requests (`serving/requests`, rollout.ledger.streams.SERVING_REQUESTS) ask for a checkpoint to be served beyond
-  the newest ones (an eval of an older checkpoint): `ServingRequested` keyed `{holder}/{checkpoint}/requested`,
-  then `ServingReleased` keyed `.../released`. `ServingRequests` folds them into the checkpoints some holder
-  still wants; engines serve those too, while their targets exist in a format they load.
+  (checkpoint, format), so a retried publish records once. A target names the checkpoint, its policy and
+  version, the format its files are in (`lora`: a peft adapter directory; `full`: full weights; `tinker`: a
+  sampler path), and the files themselves (blob keys with hashes).
+- Acks are appended on one stream, `serving/acks`, keyed `{engine}/{incarnation}/{n}`. Each ack is the
+  engine's whole state: the base model it serves to every policy, the checkpoints it serves, whether it
+  sleeps, and the last load that failed (the engine keeps serving what it served before). The newest ack of an
+  engine is its state; a restarted engine starts a new incarnation whose first ack serves only the base model.
+- Requests (`serving/requests`, rollout.ledger.streams.SERVING_REQUESTS) ask for a checkpoint to be served
+  beyond the newest ones (an eval of an older checkpoint): `ServingRequested` keyed
+  `{holder}/{checkpoint}/requested`, then `ServingReleased` keyed `.../released`. `ServingRequests` folds them
+  into the checkpoints some holder still wants; engines serve those too, while their targets exist in a format
+  they load.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
 - `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
 """
@@ -118,7 +119,8 @@ class ServingRequest(Payload):
 
 @dataclass
 class ServingRequests:
-    """The checkpoints some holder has requested and not released, folded from `serving/requests` by cursor."""
+    """The checkpoints some holder has requested and not released, folded from `serving/requests` by
+    cursor."""
 
     holders: dict[str, set[str]] = field(default_factory=dict[str, set[str]])  # checkpoint -> holders
     cursor: int = 0

@@ -4,8 +4,8 @@
     uv run python scripts/generate_reference.py --check  # exit 1 when docs/reference.md is stale
 
 Contract:
-- Every module of the `rollout` package is found by walking it with pkgutil and importing each module. A module
-  that fails to import only because an optional extra of the distribution is not installed (a
+- Every module of the `rollout` package is found by walking it with pkgutil and importing each module. A
+  module that fails to import only because an optional extra of the distribution is not installed (a
   `ModuleNotFoundError` for a package named in `[project.optional-dependencies]`, such as vllm) is listed as
   "not importable here", with the extra to install. Any other import failure stops the generator with the
   module's name and the error: nothing is skipped silently.

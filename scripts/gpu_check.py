@@ -1,18 +1,18 @@
 """The GPU acceptance run: what only a CUDA device can show, checked in one go, one JSON line printed last.
 
-`bash scripts/gpu_check.sh` (or `python scripts/gpu_check.py [--model DIR]`) on a machine with one CUDA GPU. It
-needs only what can be carried there: the repository, torch, transformers and peft, and a small model directory
-(default: the shipped tiny Qwen3, built by `rollout.engines.models.resolve`; no hub access). Each check reports
-`ok`, `failed` (with why) or `skipped` (with why), and its seconds; progress goes to stderr. Exit status 1 when any
-check failed. The checks:
+`bash scripts/gpu_check.sh` (or `python scripts/gpu_check.py [--model DIR]`) on a machine with one CUDA GPU.
+It needs only what can be carried there: the repository, torch, transformers and peft, and a small model
+directory (default: the shipped tiny Qwen3, built by `rollout.engines.models.resolve`; no hub access). Each
+check reports `ok`, `failed` (with why) or `skipped` (with why), and its seconds; progress goes to stderr.
+Exit status 1 when any check failed. The checks:
 
-- `trainer_bf16`: the local trainer on CUDA holds its base in bf16, steps (finite loss, the adapter moves), its
-  sampled-token logprobs agree with a float32 copy on CPU, and `offload` gives the device's memory back.
-- `engine_cuda`: the local engine on CUDA samples the same tokens for the same seed before and after a sleep, holds
-  (almost) no device memory asleep, and refuses a sample while asleep.
-- `one_gpu_order`: one-GPU mode's hand-over in order: the engine sleeps, the trainer comes onto the device, steps,
-  saves and leaves, the engine wakes and loads the new adapter, which changes its fixed-seed output, and still
-  does after another sleep and wake.
+- `trainer_bf16`: the local trainer on CUDA holds its base in bf16, steps (finite loss, the adapter moves),
+  its sampled-token logprobs agree with a float32 copy on CPU, and `offload` gives the device's memory back.
+- `engine_cuda`: the local engine on CUDA samples the same tokens for the same seed before and after a sleep,
+  holds (almost) no device memory asleep, and refuses a sample while asleep.
+- `one_gpu_order`: one-GPU mode's hand-over in order: the engine sleeps, the trainer comes onto the device,
+  steps, saves and leaves, the engine wakes and loads the new adapter, which changes its fixed-seed output,
+  and still does after another sleep and wake.
 - `vllm`: with vLLM installed, the `gpu`-marked tests (tests/test_gpu.py, tests/test_vllm_launcher.py,
   tests/test_vllm_gpu.py): vLLM serves and samples token-exactly through the gateway, an adapter changes
   fixed-seed output across sleep and wake, an aborted turn is never trained, and the one-GPU order on the real
@@ -221,8 +221,8 @@ def check_vllm(model: str) -> dict[str, Any]:
     tests = ["tests/test_gpu.py", "tests/test_vllm_launcher.py", "tests/test_vllm_gpu.py"]
     command = [sys.executable, "-m", "pytest", "-m", "gpu", "-q", "-p", "no:cacheprovider", *tests]
     log(f"running {' '.join(command[2:])} (at most {VLLM_TIMEOUT_S} s)")
-    # A session of its own: on a timeout the `vllm serve` processes the tests started go with pytest, rather than
-    # holding the GPU's memory after the check.
+    # A session of its own: on a timeout the `vllm serve` processes the tests started go with pytest, rather
+    # than holding the GPU's memory after the check.
     tests_run = subprocess.Popen(
         command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True
     )

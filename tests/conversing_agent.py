@@ -1,6 +1,6 @@
-"""A command agent for tests that talks the way Claude Code and Codex do: a tool conversation, then a rewrite of
-that history (a compaction: the earlier turns summarised), then a side task (a title) asked of another model
-name with no tools. Each request goes to its seat over the OpenAI SDK; it prints `done`."""
+"""A command agent for tests that talks the way Claude Code and Codex do: a tool conversation, then a rewrite
+of that history (a compaction: the earlier turns summarised), then a side task (a title) asked of another
+model name with no tools. Each request goes to its seat over the OpenAI SDK; it prints `done`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ def main() -> int:
         {"role": "system", "content": SYSTEM},
         {"role": "user", "content": task},
     ]
-    # The task's conversation (how a conversation extends, tool results and all, is tests/test_agent_clis.py's).
+    # The task's conversation (how a conversation extends, tool results and all, is
+    # tests/test_agent_clis.py's).
     client.chat.completions.create(model="policy", messages=messages, tools=[SHELL], max_tokens=8)
     # A compaction: the history so far replaced by a summary of it (a new segment, which trains too).
     compacted: list[ChatCompletionMessageParam] = [

@@ -120,8 +120,8 @@ external_arithmetic = Environment(
 
 
 class Conversing(Task):
-    """Played by `tests.conversing_agent` (a task conversation, its compaction, a title on the side); members 0
-    and 2 of a group win, so groups carry a training signal."""
+    """Played by `tests.conversing_agent` (a task conversation, its compaction, a title on the side); members
+    0 and 2 of a group win, so groups carry a training signal."""
 
     async def start(self, run: RunContext) -> Observation:
         return Observation("List the files in the current directory.")

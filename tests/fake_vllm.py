@@ -1,10 +1,10 @@
 """A named fake of `vllm serve` for machines without a GPU: it serves the local engine over the same HTTP API.
 
-`rollout engine serve --kind vllm` runs whatever `vllm` is first on PATH; tests put a wrapper around this module
-there. It takes the arguments rollout's launcher passes (model, host, port, served name; the rest, which shape a
-real vLLM's memory and LoRA slots, are ignored) and replaces itself with `rollout engine serve --kind local
---no-follow`, so the follower under test is the one `engine serve --kind vllm` runs. The live counterpart is the
-`gpu`-marked test in tests/test_gpu.py, against a real vLLM.
+`rollout engine serve --kind vllm` runs whatever `vllm` is first on PATH; tests put a wrapper around this
+module there. It takes the arguments rollout's launcher passes (model, host, port, served name; the rest,
+which shape a real vLLM's memory and LoRA slots, are ignored) and replaces itself with `rollout engine serve
+--kind local --no-follow`, so the follower under test is the one `engine serve --kind vllm` runs. The live
+counterpart is the `gpu`-marked test in tests/test_gpu.py, against a real vLLM.
 """
 
 from __future__ import annotations

@@ -2,9 +2,10 @@
 
     python red_team_agent.py WORKDIR
 
-Reads `WORKDIR/attacks.json` (what its Task's `prepare` wrote), runs the probe, then each attack with bash, and
-writes `WORKDIR/results.json`: the probe's output and each attack's `verdict=N` line. The attacks that would harm
-the machine if the jail failed run only once the probe showed a PID namespace of its own and rlimits in force.
+Reads `WORKDIR/attacks.json` (what its Task's `prepare` wrote), runs the probe, then each attack with bash,
+and writes `WORKDIR/results.json`: the probe's output and each attack's `verdict=N` line. The attacks that
+would harm the machine if the jail failed run only once the probe showed a PID namespace of its own and
+rlimits in force.
 """
 
 import contextlib
@@ -19,8 +20,9 @@ from pathlib import Path
 
 
 def run(command: str) -> str:
-    # Each command is a session of its own, killed whole once it returns, as the shell sandbox kills a command's
-    # jail: a fork bomb's survivors would otherwise hold every process the seat may have, and the next fork fails.
+    # Each command is a session of its own, killed whole once it returns, as the shell sandbox kills a
+    # command's jail: a fork bomb's survivors would otherwise hold every process the seat may have, and the
+    # next fork fails.
     for _attempt in range(50):
         try:
             child = subprocess.Popen(

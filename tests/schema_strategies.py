@@ -1,5 +1,5 @@
-"""Hypothesis strategies from the JSON schemas of an OpenAPI document: bodies a schema accepts, the same bodies
-one step away from it, and arbitrary JSON.
+"""Hypothesis strategies from the JSON schemas of an OpenAPI document: bodies a schema accepts, the same
+bodies one step away from it, and arbitrary JSON.
 
 `accepted(schema, components)` covers the keywords the gateway's schemas use (type, properties, required,
 additionalProperties, items, minItems, minLength, minimum, maximum, const, enum, anyOf, oneOf, not, $ref); a
@@ -51,7 +51,8 @@ JSON = st.recursive(
 
 
 def accepted(schema: dict[str, Any], components: dict[str, Any]) -> st.SearchStrategy[Any]:
-    """Values `schema` accepts (with `$ref`s into `components`, an OpenAPI document's `components.schemas`)."""
+    """Values `schema` accepts (with `$ref`s into `components`, an OpenAPI document's
+    `components.schemas`)."""
     unknown = set(schema) - KNOWN
     assert not unknown, f"the strategies do not know {sorted(unknown)}"
     if "$ref" in schema:

@@ -10,7 +10,8 @@ from rollout.contracts import Message
 
 
 def play(prompt: str) -> Message:
-    """Play whichever example environment the prompt is from: walk gridworlds, build pillars, answer arithmetic."""
+    """Play whichever example environment the prompt is from: walk gridworlds, build pillars, answer
+    arithmetic."""
     if "one of four builders" in prompt:
         return minecraft_policy.reply_to_prompt(prompt)
     if "Map:" in prompt:

@@ -1,8 +1,8 @@
 """Claude Code and Codex, unchanged, through the gateway: a tool loop is one segment; what else they send.
 
-The engine is scripted: it asks for the CLI's shell tool, then answers with what the tool printed. The CLIs are
-the real npm packages, installed once into a cache directory. Beyond the tool loop: parallel tool calls, a tool
-output the client truncates, a Claude Code sub-agent, and compaction (Claude Code's `/compact`, Codex's
+The engine is scripted: it asks for the CLI's shell tool, then answers with what the tool printed. The CLIs
+are the real npm packages, installed once into a cache directory. Beyond the tool loop: parallel tool calls, a
+tool output the client truncates, a Claude Code sub-agent, and compaction (Claude Code's `/compact`, Codex's
 automatic one), each recorded as the conversations an environment's `trains` chooses from.
 """
 
@@ -322,8 +322,9 @@ async def test_claude_code_truncation_sub_agent_and_compaction(
     assert sub_agent.turns == 1 and "Say 42." in sub_agent.first_user, (
         "the sub-agent is a conversation of its own"
     )
-    # Qwen3's template drops earlier replies' think blocks once a user message follows, so the request to compact
-    # cannot extend the task's tokens: it is a conversation of its own, marked by its last user message.
+    # Qwen3's template drops earlier replies' think blocks once a user message follows, so the request to
+    # compact cannot extend the task's tokens: it is a conversation of its own, marked by its last user
+    # message.
     assert kinds.count("compaction") == 1
     after = [c for c, kind in zip(found, kinds, strict=True) if kind is None and "SUMMARY-7" in c.first_user]
     assert len(after) == 1, "the conversation goes on from the summary, a rewrite that trains"
@@ -331,8 +332,8 @@ async def test_claude_code_truncation_sub_agent_and_compaction(
 
 
 class CodexCompaction:
-    """Two long shell outputs (Codex compacts automatically past its token limit), a summary when asked for one,
-    and an answer from it."""
+    """Two long shell outputs (Codex compacts automatically past its token limit), a summary when asked for
+    one, and an answer from it."""
 
     def __init__(self) -> None:
         self.prompts: list[str] = []

@@ -46,7 +46,8 @@ async def wait_for[T](condition: Callable[[], Awaitable[T | None]], timeout_s: f
 
 
 async def play_attempts(client: Client, workflow_id: str) -> list[tuple[int, str]]:
-    """(attempt, worker identity) of every start of a play activity in the workflow, from Temporal's history."""
+    """(attempt, worker identity) of every start of a play activity in the workflow, from Temporal's
+    history."""
     handle = client.get_workflow_handle(workflow_id)
     scheduled: dict[int, str] = {}
     started = []

@@ -1,9 +1,9 @@
 """The chaos matrix as a test (the benchmark `uv run python -m benchmarks chaos` runs it with more steps and
 seeds, plus a monkey): on one embedded stack started with `rollout up`, each of gateway, engine, runner,
-trainer, Postgres and the Temporal server is SIGKILLed at a random moment of a `rollout train` run, and then all
-of them at once with the supervisor (followed by `rollout up`). Every run must finish by itself with every step
-trained once, every checkpoint created, converted and targeted once, no turn recorded twice, no replayable
-episode abandoned, and the counts of the uninterrupted run (see `benchmarks.chaos.judge`).
+trainer, Postgres and the Temporal server is SIGKILLed at a random moment of a `rollout train` run, and then
+all of them at once with the supervisor (followed by `rollout up`). Every run must finish by itself with every
+step trained once, every checkpoint created, converted and targeted once, no turn recorded twice, no
+replayable episode abandoned, and the counts of the uninterrupted run (see `benchmarks.chaos.judge`).
 
 Here the matrix kills the services that no other chaos test kills: the engine, the trainer and a runner are
 killed mid-run by their own tests (tests/test_chaos_training.py, tests/test_chaos_episodes.py), which also

@@ -1,10 +1,10 @@
-"""Chaos for training: real processes (local engine with its follower, gateway, runner, trainer workers) killed
-under a real Temporal dev server and a real Postgres.
+"""Chaos for training: real processes (local engine with its follower, gateway, runner, trainer workers)
+killed under a real Temporal dev server and a real Postgres.
 
-What must hold: a trainer SIGKILLed mid-step loses nothing (another trainer retries the step on the same batch,
-exactly one `CheckpointCreated` per step, the dead trainer's lease epoch can no longer publish); an engine
-SIGKILLed mid-run comes back, loads the checkpoint being served, and the gateway holds turns meanwhile so no
-episode fails.
+What must hold: a trainer SIGKILLed mid-step loses nothing (another trainer retries the step on the same
+batch, exactly one `CheckpointCreated` per step, the dead trainer's lease epoch can no longer publish); an
+engine SIGKILLed mid-run comes back, loads the checkpoint being served, and the gateway holds turns meanwhile
+so no episode fails.
 """
 
 from __future__ import annotations
@@ -168,8 +168,8 @@ async def _an_engine_killed_mid_run_comes_back_serving_the_checkpoint_and_no_epi
 async def test_a_trainer_then_an_engine_killed_mid_run_lose_nothing(
     cluster: Cluster, stack_settings: Settings, ledger: Ledger
 ) -> None:
-    """One cluster for both kills (its start is most of each part's time): a trainer killed mid-step on a first
-    run, then, with the second trainer serving, the engine killed mid-run on a second."""
+    """One cluster for both kills (its start is most of each part's time): a trainer killed mid-step on a
+    first run, then, with the second trainer serving, the engine killed mid-run on a second."""
     client = await Client.connect(stack_settings.temporal_address)
     engine, engine_url = cluster.local_engine("engine-k")
     port = int(engine_url.rsplit(":", 1)[1])

@@ -1,6 +1,6 @@
-"""The Helm chart, checked offline: `helm lint`, rendering with each values file, every object validated strictly
-against the Kubernetes schemas, the RayCluster against KubeRay's CRD, and every command a container runs exists in
-the CLI and takes the settings the chart gives it.
+"""The Helm chart, checked offline: `helm lint`, rendering with each values file, every object validated
+strictly against the Kubernetes schemas, the RayCluster against KubeRay's CRD, and every command a container
+runs exists in the CLI and takes the settings the chart gives it.
 
 Helm itself comes from helm-python-sdk (Helm's Go SDK through a C library: no helm binary, no cluster).
 """
@@ -85,7 +85,8 @@ def test_every_rendered_object_is_valid_kubernetes_and_the_raycluster_matches_ku
 
 
 def test_strict_validation_refuses_a_misplaced_field() -> None:
-    """The validation is not vacuous: a field in the wrong place fails, in Kubernetes' schema and KubeRay's."""
+    """The validation is not vacuous: a field in the wrong place fails, in Kubernetes' schema and
+    KubeRay's."""
     deployment = next(obj for obj in rendered("default") if obj["kind"] == "Deployment")
     broken = json.loads(json.dumps(deployment))
     broken["spec"]["template"]["spec"]["containers"][0]["argz"] = ["gateway"]

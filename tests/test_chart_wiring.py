@@ -1,10 +1,11 @@
-"""The chart's wiring, run for real without Kubernetes: render the chart, start each of its rollout pods (gateway,
-engine, runner, trainer: each pod's init containers first, the ledger migration and the model pull) as local
-processes with the command, arguments and environment Kubernetes would give them (Secret values resolved, `$(VAR)`
-expanded, each pod's /data its own folder with the Secret's files in it, ConfigMaps mounted, Service names
-resolved to this machine), against a local Postgres, Temporal and an S3 server standing in for the cluster's. Then `rollout cluster connect`, `rollout preset load … --cluster`
-and a 2-step `rollout train … --preset NAME --cluster` with the preset read from the cluster's ledger, and a seat
-opened through the gateway's operator route with the Secret's operator key."""
+"""The chart's wiring, run for real without Kubernetes: render the chart, start each of its rollout pods
+(gateway, engine, runner, trainer: each pod's init containers first, the ledger migration and the model pull)
+as local processes with the command, arguments and environment Kubernetes would give them (Secret values
+resolved, `$(VAR)` expanded, each pod's /data its own folder with the Secret's files in it, ConfigMaps
+mounted, Service names resolved to this machine), against a local Postgres, Temporal and an S3 server standing
+in for the cluster's. Then `rollout cluster connect`, `rollout preset load … --cluster` and a 2-step `rollout
+train … --preset NAME --cluster` with the preset read from the cluster's ledger, and a seat opened through the
+gateway's operator route with the Secret's operator key."""
 
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ MICRO_PRESET = (ROOT / "rollout" / "conf" / "preset" / "cpu-micro.yaml").read_te
 
 @pytest.fixture
 def services(tmp_path: Path) -> Iterator[tuple[Settings, str]]:
-    """Postgres and Temporal (an embedded stack with nothing else) and moto's S3 server: the cluster's services."""
+    """Postgres and Temporal (an embedded stack with nothing else) and moto's S3 server: the cluster's
+    services."""
     settings = isolated_settings(tmp_path / "services")
     stack = Stack(settings)
     port = free_port()
@@ -66,8 +68,8 @@ def render(values: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 class Pod:
-    """One rendered pod, run here as Kubernetes would run it: its init containers one after another, each to its
-    end, then its container."""
+    """One rendered pod, run here as Kubernetes would run it: its init containers one after another, each to
+    its end, then its container."""
 
     def __init__(
         self,

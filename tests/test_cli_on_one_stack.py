@@ -1,17 +1,17 @@
-"""The command line as a user drives it, on one embedded stack that `rollout up` started (real processes, shared
-by this module's tests in order; the last one stops it):
+"""The command line as a user drives it, on one embedded stack that `rollout up` started (real processes,
+shared by this module's tests in order; the last one stops it):
 
 - `up` starts a local engine and the gateway agents use; a seat made with `seat new` samples through it.
 - Evals: bad input is refused with nothing recorded, `rollout train … eval.every=1` scores every checkpoint, a
-  runner SIGKILLed mid-eval changes no score and doubles no turn, and a Temporal Schedule fires, pauses, survives
-  a restart of the Temporal dev server and resumes.
+  runner SIGKILLed mid-eval changes no score and doubles no turn, and a Temporal Schedule fires, pauses,
+  survives a restart of the Temporal dev server and resumes.
 - Runs: an environment in the user's own folder (its episodes claiming shell sandboxes, which `rollout train`
-  serves) trains on the stack started elsewhere; a runner that cannot import an environment stops `train` before
-  any run exists; `run list` and `run status` show the ledger's numbers mid-run (paused); `rollout down` ends
-  the `rollout train` following it with a word on how to continue; after `rollout up` on other settings,
-  `run resume` refuses (the engine serves another model) and `rollout run attach` brings the stack to the
-  run's recorded model and trainer settings and finishes the run; `down` stops every service, the sandboxes
-  included.
+  serves) trains on the stack started elsewhere; a runner that cannot import an environment stops `train`
+  before any run exists; `run list` and `run status` show the ledger's numbers mid-run (paused); `rollout
+  down` ends the `rollout train` following it with a word on how to continue; after `rollout up` on other
+  settings, `run resume` refuses (the engine serves another model) and `rollout run attach` brings the stack
+  to the run's recorded model and trainer settings and finishes the run; `down` stops every service, the
+  sandboxes included.
 """
 
 from __future__ import annotations
@@ -369,8 +369,8 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert listed["episodes_finished"] == status["episodes_finished"]
     assert listed["steps"] == status["steps"]
 
-    # The user stops the stack on purpose. `rollout train`, following the paused run, says so and how to go on,
-    # and exits (no traceback, no raw Temporal warnings).
+    # The user stops the stack on purpose. `rollout train`, following the paused run, says so and how to go
+    # on, and exits (no traceback, no raw Temporal warnings).
     down = rollout("down", *overrides, cwd=elsewhere)
     assert "Traceback" not in down.stderr
     try:
@@ -412,7 +412,8 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     trainer = next(s for s in services["services"] if s["name"] == "trainer")
     assert trainer["detail"].startswith("trains tiny-qwen3"), "the model it trains, not the settings' default"
 
-    # The module's last test: `down` stops every service the stack runs, the sandboxes `train` started included.
+    # The module's last test: `down` stops every service the stack runs, the sandboxes `train` started
+    # included.
     stopped = rollout("down", *overrides, cwd=elsewhere).stdout
     for service in ("sandboxes-shell-my-env", "runner", "gateway", "engine", "temporal", "postgres"):
         assert service in stopped, stopped

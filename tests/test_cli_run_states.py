@@ -1,6 +1,7 @@
-"""`rollout run status` and `run list` for a run whose workflow nothing executes (the workers are down, `rollout
-up` not run again): the run shows as waiting for a worker, at once, in the table and in `--json`, never as a
-traceback. Real Postgres and Temporal; the run's workflow is started on a task queue no worker polls."""
+"""`rollout run status` and `run list` for a run whose workflow nothing executes (the workers are down,
+`rollout up` not run again): the run shows as waiting for a worker, at once, in the table and in `--json`,
+never as a traceback. Real Postgres and Temporal; the run's workflow is started on a task queue no worker
+polls."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Claude Code and Codex, unchanged, solve a coding task as command agents: the runner's external loop starts
-after the Task's `prepare` laid the repository out, its model turns go through a real gateway (the engine is scripted: it
-asks the CLI's shell tool to write the reference solution, then says it is done), and the Task grades the
-repository back in a real shell sandbox. The CLIs are the real npm packages, installed once into a cache."""
+after the Task's `prepare` laid the repository out, its model turns go through a real gateway (the engine is
+scripted: it asks the CLI's shell tool to write the reference solution, then says it is done), and the Task
+grades the repository back in a real shell sandbox. The CLIs are the real npm packages, installed once into a
+cache."""
 
 from __future__ import annotations
 

@@ -135,10 +135,10 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
         assert all("timed out after 5 s" in why for why in hanging.failed.values())
 
 
-# A wrong solution that tries every way it has to pass anyway (tests.red_team.FORGER: it patches unittest, writes
-# a verdict that passes every test to each file descriptor it holds, and exits 0 when called); then one whose
-# `clamp` answers what it could find from its jail (the hidden tests, a nonce, another process), which the
-# grader's failure reasons show.
+# A wrong solution that tries every way it has to pass anyway (tests.red_team.FORGER: it patches unittest,
+# writes a verdict that passes every test to each file descriptor it holds, and exits 0 when called); then one
+# whose `clamp` answers what it could find from its jail (the hidden tests, a nonce, another process), which
+# the grader's failure reasons show.
 LOOKER = """
 import os
 seen = []
@@ -255,8 +255,8 @@ async def test_the_last_turn_hands_the_repository_in(tmp_path: Path) -> None:
     assert played.reward == 1.0 and not played.truncated and played.metrics["out_of_turns"] == 1.0
 
 
-# The agent's script runs jailed on the project's interpreter, where neither rollout nor the coding package can
-# be imported: the test writes the solution into the script.
+# The agent's script runs jailed on the project's interpreter, where neither rollout nor the coding package
+# can be imported: the test writes the solution into the script.
 SCRIPT_AGENT = """
 import json, os, pathlib, sys
 files, solution = json.loads(sys.argv[1])

@@ -1,8 +1,8 @@
-"""Command agents train: a seat played by a command (here a script that talks like Claude Code and Codex: a tool
-conversation, a compaction of it, a title on the side) trains its policy like a built-in seat. Each of its
-conversations is a segment; the rewrite trains, the side task its environment declines does not. A seat the
-environment gives to an external model (LiteLLM; here a local OpenAI-compatible server) is answered by it in
-the run, recorded as text, and trains nothing.
+"""Command agents train: a seat played by a command (here a script that talks like Claude Code and Codex: a
+tool conversation, a compaction of it, a title on the side) trains its policy like a built-in seat. Each of
+its conversations is a segment; the rewrite trains, the side task its environment declines does not. A seat
+the environment gives to an external model (LiteLLM; here a local OpenAI-compatible server) is answered by it
+in the run, recorded as text, and trains nothing.
 
 The real CLIs training on the coding environment are in tests/test_agent_clis_training.py."""
 

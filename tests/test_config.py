@@ -71,8 +71,8 @@ def test_a_lora_rank_vllm_does_not_serve_is_refused_when_the_settings_are_loaded
 
 
 def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> None:
-    """A negative max_lag admits no turn (each waits out its budget, then 503): refused at the config, at a run's
-    input, and when a run's recorded settings are read back from the ledger."""
+    """A negative max_lag admits no turn (each waits out its budget, then 503): refused at the config, at a
+    run's input, and when a run's recorded settings are read back from the ledger."""
     with pytest.raises(config.ConfigError, match=r"bad value for 'run\.max_lag': -1"):
         config.load(["run.max_lag=-1"])
     with pytest.raises(BadRunSetting, match="bad value for 'max_lag': -1"):

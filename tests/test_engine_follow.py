@@ -1,8 +1,8 @@
-"""`rollout engine follow` beside an engine it did not start: the local engine over vLLM's HTTP API (a stand-in
-for a `vllm serve` the user started, which needs a GPU), and `rollout engine serve --kind vllm` running a named fake
-`vllm` as its child with the follower beside it. It hot-loads each LoRA checkpoint the trainer
-publishes, unloads those that fall out of the newest `keep`, and acks what the engine serves. A checkpoint
-whose files fail to load is reported and tried again with backoff until it loads."""
+"""`rollout engine follow` beside an engine it did not start: the local engine over vLLM's HTTP API (a
+stand-in for a `vllm serve` the user started, which needs a GPU), and `rollout engine serve --kind vllm`
+running a named fake `vllm` as its child with the follower beside it. It hot-loads each LoRA checkpoint the
+trainer publishes, unloads those that fall out of the newest `keep`, and acks what the engine serves. A
+checkpoint whose files fail to load is reported and tried again with backoff until it loads."""
 
 from __future__ import annotations
 
@@ -139,7 +139,8 @@ async def test_engine_serve_kind_vllm_runs_vllm_as_its_child_follows_it_and_stop
     engine = VLLMEngine(url, name=name)
     store = FileBlobStore(cluster.root / "blobs")
     try:
-        # The follower in `engine serve` serves every run's checkpoints; this one's is what the test publishes.
+        # The follower in `engine serve` serves every run's checkpoints; this one's is what the test
+        # publishes.
         checkpoint = f"{policy}-1"
         files = upload(store, adapter(tiny_qwen3, tmp_path / checkpoint, 1), f"ckpt/{checkpoint}")
         target = ServingTarget(policy, checkpoint, 1, run, "lora", files)

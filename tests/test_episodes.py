@@ -1,4 +1,5 @@
-"""Runs and episodes as Temporal workflows: a real dev server, real Postgres, a real gateway and runner worker."""
+"""Runs and episodes as Temporal workflows: a real dev server, real Postgres, a real gateway and runner
+worker."""
 
 from __future__ import annotations
 

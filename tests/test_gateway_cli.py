@@ -1,4 +1,5 @@
-"""`rollout engine serve`, `rollout gateway` and `rollout seat new` as a user runs them, with the OpenAI SDK."""
+"""`rollout engine serve`, `rollout gateway` and `rollout seat new` as a user runs them, with the OpenAI
+SDK."""
 
 from __future__ import annotations
 

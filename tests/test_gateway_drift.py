@@ -1,5 +1,5 @@
-"""No drift: over a 5-turn tool conversation with a real model, every prompt the engine saw extends the previous
-prompt and sampled ids verbatim, and the ledger's segment rebuilds exactly those ids."""
+"""No drift: over a 5-turn tool conversation with a real model, every prompt the engine saw extends the
+previous prompt and sampled ids verbatim, and the ledger's segment rebuilds exactly those ids."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""The gateway, fuzzed from its own OpenAPI document against a real model: bodies the document accepts, the same
-bodies one step away, and arbitrary JSON, on every dialect route. No answer is a 5xx; every error is one the
-document lists for that route, in the shape it documents (the dialect's own); a body the document accepts is
-answered, or refused only for what no schema can see (a prompt longer than the context, say)."""
+"""The gateway, fuzzed from its own OpenAPI document against a real model: bodies the document accepts, the
+same bodies one step away, and arbitrary JSON, on every dialect route. No answer is a 5xx; every error is one
+the document lists for that route, in the shape it documents (the dialect's own); a body the document accepts
+is answered, or refused only for what no schema can see (a prompt longer than the context, say)."""
 
 from __future__ import annotations
 

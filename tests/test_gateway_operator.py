@@ -1,6 +1,6 @@
-"""The gateway's operator routes over real HTTP: open on loopback, behind the operator key beyond it; a seat token
-is never an operator key; a seat's id is never the client's to choose; bad bodies are named; the key file is made
-once, mode 600. (Run control against a real run is in tests/test_security_stack.py.)"""
+"""The gateway's operator routes over real HTTP: open on loopback, behind the operator key beyond it; a seat
+token is never an operator key; a seat's id is never the client's to choose; bad bodies are named; the key
+file is made once, mode 600. (Run control against a real run is in tests/test_security_stack.py.)"""
 
 from __future__ import annotations
 

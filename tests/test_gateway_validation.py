@@ -1,5 +1,5 @@
-"""A gateway that refuses bad input: what issue 13 found accepted is a 400 naming the field, in the dialect's own
-shape (as the real SDKs read it); a body over the byte limit is a 413 before it is parsed; `/openapi.json`
+"""A gateway that refuses bad input: what issue 13 found accepted is a 400 naming the field, in the dialect's
+own shape (as the real SDKs read it); a body over the byte limit is a 413 before it is parsed; `/openapi.json`
 describes exactly the routes served. A real model samples what is accepted."""
 
 from __future__ import annotations

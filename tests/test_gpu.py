@@ -1,7 +1,7 @@
 """GPU checks, for a machine with CUDA and vLLM (`uv run pytest -m gpu`); skipped without them.
 
-The CPU counterparts: tests/test_engine_follow.py (the follower beside `engine serve --kind vllm`, with the named
-fake vllm) and tests/test_one_gpu.py (one-GPU mode with the local engine's sleep and wake).
+The CPU counterparts: tests/test_engine_follow.py (the follower beside `engine serve --kind vllm`, with the
+named fake vllm) and tests/test_one_gpu.py (one-GPU mode with the local engine's sleep and wake).
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """The images: hadolint passes on both Dockerfiles, and what they run exists.
 
 No image can be built here (no Docker engine): the build itself is checked where Docker exists; here the
-Dockerfiles are linted and their entrypoint, health check and copied paths are checked against the repository and
-the installed CLI.
+Dockerfiles are linted and their entrypoint, health check and copied paths are checked against the repository
+and the installed CLI.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The jail every agent's command runs in (bubblewrap, real processes): what a command can see, write and reach,
-its limits, and that its whole tree dies with its time limit and with the sandbox's reset. The attacks that
-would harm this machine if the jail failed (a fork bomb, a large write) run only after the same test has seen,
-from inside, the PID namespace and the limits in force."""
+"""The jail every agent's command runs in (bubblewrap, real processes): what a command can see, write and
+reach, its limits, and that its whole tree dies with its time limit and with the sandbox's reset. The attacks
+that would harm this machine if the jail failed (a fork bomb, a large write) run only after the same test has
+seen, from inside, the PID namespace and the limits in force."""
 
 from __future__ import annotations
 

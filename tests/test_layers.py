@@ -1,5 +1,6 @@
 """The layers hold: the launcher layer on top, the core at the bottom importing none of the layers above it
-(the contracts are `[tool.importlinter]` in pyproject.toml), and every module of `rollout` is placed in one."""
+(the contracts are `[tool.importlinter]` in pyproject.toml), and every module of `rollout` is placed in
+one."""
 
 from __future__ import annotations
 

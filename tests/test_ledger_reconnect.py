@@ -89,7 +89,8 @@ async def test_a_migration_cut_off_by_a_crash_says_so_and_finishes_when_run_agai
     url = postgres.url("rollout")
     try:
         await asyncio.to_thread(migrate.ensure_database, url)
-        # Another migrator holds the lock, so ours is inside alembic (connected, waiting) when the server dies.
+        # Another migrator holds the lock, so ours is inside alembic (connected, waiting) when the server
+        # dies.
         with psycopg.connect(url, autocommit=True) as holder:
             holder.execute("SELECT pg_advisory_lock(%s)", (migrate.MIGRATION_LOCK,))
             migrating = asyncio.create_task(asyncio.to_thread(migrate.upgrade, url))

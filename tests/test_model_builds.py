@@ -1,5 +1,5 @@
-"""Built-in models on a fresh machine: processes that start together (the stack's engine and gateway on an empty
-data directory) build tiny-qwen3 once, and none of them reads it, or its npm tokenizer, half-written."""
+"""Built-in models on a fresh machine: processes that start together (the stack's engine and gateway on an
+empty data directory) build tiny-qwen3 once, and none of them reads it, or its npm tokenizer, half-written."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""The dashboard's views with Streamlit's AppTest, against the real ledger of the session's stack holding a short
-real training run (tiny model, two steps, each checkpoint scored by an eval): what a person would see in each
-view, and the pages for a run that does not exist and for a ledger that is down."""
+"""The dashboard's views with Streamlit's AppTest, against the real ledger of the session's stack holding a
+short real training run (tiny model, two steps, each checkpoint scored by an eval): what a person would see in
+each view, and the pages for a run that does not exist and for a ledger that is down."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """The dashboard in a real browser: Chromium (Debian's, driven by Playwright) opens each view of a running
-`rollout monitor` and sees what a person would (the run, a transcript's tokens, the tree's nodes, a score,
-the services), and the Pause button pauses a playing run (checked in the ledger); a ledger outage is a banner that gives way to the
-page by itself once the ledger is back. Screenshots of every view are left in `build/screenshots/monitor/`.
+`rollout monitor` and sees what a person would (the run, a transcript's tokens, the tree's nodes, a score, the
+services), and the Pause button pauses a playing run (checked in the ledger); a ledger outage is a banner that
+gives way to the page by itself once the ledger is back. Screenshots of every view are left in
+`build/screenshots/monitor/`.
 
 Chromium is a system package (`.ci/run` installs it with apt-get): without one, the test is skipped, except in
 CI (`CI` set), where a missing browser fails it.
@@ -80,8 +81,8 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
             async with async_playwright() as playwright:
                 browser = await playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
                 page = await browser.new_page(viewport={"width": 1400, "height": 1100})
-                # Visible text, or text in a table (the data grid paints on a canvas and keeps its cells in the
-                # page for screen readers: there, in the page is what a person sees).
+                # Visible text, or text in a table (the data grid paints on a canvas and keeps its cells in
+                # the page for screen readers: there, in the page is what a person sees).
                 views: list[tuple[str, str, Literal["attached", "visible"]]] = [
                     (f"?run={trained_run}", trained_run, "attached"),  # Runs is the main page
                     (f"?run={trained_run}", "Per step", "visible"),  # the chosen run, below the table

@@ -1,5 +1,5 @@
-"""One-GPU mode on CPU: the engine and the trainer pass the device back and forth through the ledger's GPU lease,
-on a full-weight run (each checkpoint served as a model of its own).
+"""One-GPU mode on CPU: the engine and the trainer pass the device back and forth through the ledger's GPU
+lease, on a full-weight run (each checkpoint served as a model of its own).
 
 The local engine's sleep and wake stand in for vLLM's (level 1: weights kept in CPU memory). Real Temporal,
 Postgres, HTTP, a tiny model that samples and trains; the order of what happened is read back from the ledger.
@@ -21,8 +21,8 @@ from rollout.workflows.run import RunWorkflow
 from rollout.workflows.types import RunStatus, run_policy
 from tests.test_training_loop import run_input, training_loop, turns_of_run
 
-# A turn recorded this long after its engine's sleep ack may still have been sampled before it (the response was
-# on its way, on two busy cores); one recorded later, and before the wake, was sampled asleep.
+# A turn recorded this long after its engine's sleep ack may still have been sampled before it (the response
+# was on its way, on two busy cores); one recorded later, and before the wake, was sampled asleep.
 RECORDING_SLACK = timedelta(seconds=1.5)
 
 

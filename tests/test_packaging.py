@@ -18,7 +18,8 @@ def _name(requirement: str) -> str:
 
 
 def _imported_top_levels() -> dict[str, str]:
-    """Top-level module → a file importing it, over every module of `rollout` (stdlib and rollout left out)."""
+    """Top-level module → a file importing it, over every module of `rollout` (stdlib and rollout left
+    out)."""
     found: dict[str, str] = {}
     for path in sorted((ROOT / "rollout").rglob("*.py")):
         if "migrations" in path.parts:

@@ -1,6 +1,6 @@
-"""Presets stored in the ledger, versioned, through a cluster context: `rollout cluster connect`, `rollout status
---cluster`, `rollout preset load DIR --cluster`, `rollout preset list --cluster`, against a real Postgres and
-Temporal standing in for the cluster's."""
+"""Presets stored in the ledger, versioned, through a cluster context: `rollout cluster connect`, `rollout
+status --cluster`, `rollout preset load DIR --cluster`, `rollout preset list --cluster`, against a real
+Postgres and Temporal standing in for the cluster's."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Pid files: a reused pid is not mistaken for our service; a service that loses its port to a race between\nthe check and its bind is started again."""
+"""Pid files: a reused pid is not mistaken for our service; a service that loses its port to a race
+between\nthe check and its bind is started again."""
 
 import json
 import os
@@ -49,8 +50,8 @@ def test_a_jump_of_the_wall_clock_leaves_a_live_process_alive(tmp_path: Path) ->
     assert read_pid_file(path) is None, "another start time is another process"
 
 
-# A service whose first `refusals` starts exit saying their port is taken (as a Go or Python server says it), and
-# that counts its starts in `starts`.
+# A service whose first `refusals` starts exit saying their port is taken (as a Go or Python server says it),
+# and that counts its starts in `starts`.
 SERVICE = """
 import socket, sys
 from pathlib import Path
@@ -109,8 +110,8 @@ def test_a_service_failing_for_another_reason_is_not_started_again(tmp_path: Pat
     assert _starts(tmp_path) == 1
 
 
-# A parent that starts a child which ignores SIGTERM, prints its pid, and never reaps it: once killed, the child
-# stays a zombie, as a detached service does under an init that does not reap.
+# A parent that starts a child which ignores SIGTERM, prints its pid, and never reaps it: once killed, the
+# child stays a zombie, as a detached service does under an init that does not reap.
 UNREAPED = (
     "import subprocess, sys, time\n"
     "child = subprocess.Popen([sys.executable, '-c', "

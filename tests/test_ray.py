@@ -1,6 +1,7 @@
-"""placement=ray on CPU: a local Ray cluster (`ray start --head`, as the chart's RayCluster head) shared by the
-module; an engine and a trainer worker each run by a Ray actor (the gateway samples through the engine), each
-stopped with its driver; and a trainer training data-parallel on two Ray workers, across steps and a resume."""
+"""placement=ray on CPU: a local Ray cluster (`ray start --head`, as the chart's RayCluster head) shared by
+the module; an engine and a trainer worker each run by a Ray actor (the gateway samples through the engine),
+each stopped with its driver; and a trainer training data-parallel on two Ray workers, across steps and a
+resume."""
 
 from __future__ import annotations
 
@@ -28,8 +29,8 @@ RAY = str(Path(sys.executable).parent / "ray")
 
 @pytest.fixture(scope="module")
 def ray_head() -> Iterator[str]:
-    """A one-node Ray cluster on this machine, stopped after this module's tests (its temp dir is short: Ray's Unix sockets
-    live there, and their paths may not exceed 107 bytes)."""
+    """A one-node Ray cluster on this machine, stopped after this module's tests (its temp dir is short: Ray's
+    Unix sockets live there, and their paths may not exceed 107 bytes)."""
     temp = Path(tempfile.mkdtemp(prefix="ray-", dir="/tmp"))
     port = free_port()
     env = {**os.environ, "RAY_USAGE_STATS_ENABLED": "0"}

@@ -1,6 +1,6 @@
-"""Secrets come out of text however they appear: tokens by their shape, URL passwords by their place, registered
-secrets and secret-named environment variables by their value; a process's output is scrubbed as it is written,
-but for what `rollout seat new` hands out."""
+"""Secrets come out of text however they appear: tokens by their shape, URL passwords by their place,
+registered secrets and secret-named environment variables by their value; a process's output is scrubbed as it
+is written, but for what `rollout seat new` hands out."""
 
 from __future__ import annotations
 

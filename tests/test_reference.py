@@ -1,6 +1,6 @@
-"""docs/reference.md is what scripts/generate_reference.py makes of the code now: a changed docstring or signature
-without a regenerated page fails here, with the command that fixes it. The generator reports a module that needs
-a missing optional extra instead of crashing, and stops on any other import failure."""
+"""docs/reference.md is what scripts/generate_reference.py makes of the code now: a changed docstring or
+signature without a regenerated page fails here, with the command that fixes it. The generator reports a
+module that needs a missing optional extra instead of crashing, and stops on any other import failure."""
 
 from __future__ import annotations
 

@@ -5,8 +5,8 @@ command seat (a script standing in for Claude Code) tries the same from its own 
 Every attack must fail and say so in its answer, the stack must keep serving, nothing may outlive its claim,
 and the run must finish with its expected counts and no reward above what an honest agent that changed nothing
 earns. The attacks that would harm this machine if a jail failed (a signal, a fork bomb, a 10 GB write) run
-only after the agent saw its PID namespace and rlimits in force (tests/red_team.py). Only loopback ports of this
-machine are probed.
+only after the agent saw its PID namespace and rlimits in force (tests/red_team.py). Only loopback ports of
+this machine are probed.
 """
 
 from __future__ import annotations

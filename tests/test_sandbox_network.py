@@ -1,7 +1,7 @@
-"""An environment's `SandboxSpec.limits` and `SandboxSpec.network`, through a real sandbox server's `/open`: a claim's
-commands get that environment's limits and reach exactly what it declared (a `host:port`, its own seat's gateway
-routes) and nothing else; the next claim without them is back to none; a network naming the stack's own service
-is refused; an act that waited through the next claim's reset never starts its command."""
+"""An environment's `SandboxSpec.limits` and `SandboxSpec.network`, through a real sandbox server's `/open`: a
+claim's commands get that environment's limits and reach exactly what it declared (a `host:port`, its own
+seat's gateway routes) and nothing else; the next claim without them is back to none; a network naming the
+stack's own service is refused; an act that waited through the next claim's reset never starts its command."""
 
 from __future__ import annotations
 

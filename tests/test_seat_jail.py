@@ -1,7 +1,7 @@
-"""A command seat's jail (bubblewrap, real processes, a real HTTP server standing in for the gateway): the command
-reaches its own seat's routes through the relay and the runner's proxy, and nothing else: no other seat, no
-operator route, no path that climbs out, no port of this machine; it reads its program's install and the paths
-its seat declares, not the host's files; what it leaves running dies with it."""
+"""A command seat's jail (bubblewrap, real processes, a real HTTP server standing in for the gateway): the
+command reaches its own seat's routes through the relay and the runner's proxy, and nothing else: no other
+seat, no operator route, no path that climbs out, no port of this machine; it reads its program's install and
+the paths its seat declares, not the host's files; what it leaves running dies with it."""
 
 from __future__ import annotations
 

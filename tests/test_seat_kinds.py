@@ -1,6 +1,6 @@
 """Which seats train: built-in and command seats train their policy; a pinned checkpoint or an external model
-does not. An environment's `trains` judges each conversation of a seat; an external model cannot share a policy
-with seats that train."""
+does not. An environment's `trains` judges each conversation of a seat; an external model cannot share a
+policy with seats that train."""
 
 from __future__ import annotations
 

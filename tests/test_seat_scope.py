@@ -1,7 +1,7 @@
-"""A seat's token reaches its own turns only. Seat A, sending exactly what seat B sent (the same request, hence
-the same turn key; B's history and B's replies, hence B's segment; retries of it; streamed and not), never gets
-B's recorded reply, never extends B's segment and never writes to B's stream; B's turns stay as B recorded them,
-and replay for B alone."""
+"""A seat's token reaches its own turns only. Seat A, sending exactly what seat B sent (the same request,
+hence the same turn key; B's history and B's replies, hence B's segment; retries of it; streamed and not),
+never gets B's recorded reply, never extends B's segment and never writes to B's stream; B's turns stay as B
+recorded them, and replay for B alone."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Who may do what, on a running stack: the session's Postgres and Temporal, and an engine, gateway and runner
-started by `Stack.up` as detached processes, logging at DEBUG, with passwords in both ledger URLs and API keys in
-their environment.
+started by `Stack.up` as detached processes, logging at DEBUG, with passwords in both ledger URLs and API keys
+in their environment.
 
 - The gateway's operator routes open seats that sample, and pause, re-lag and resume a real run through its
   workflow (recorded in the ledger); an unknown run is a 404.
@@ -193,7 +193,8 @@ def _listening(pid: int) -> list[tuple[str, int]]:
             connections = process.net_connections(kind="inet")
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-        # Listening TCP sockets, and UDP sockets bound but connected to nothing (they take datagrams from anyone).
+        # Listening TCP sockets, and UDP sockets bound but connected to nothing (they take datagrams from
+        # anyone).
         found += [
             (c.laddr.ip, c.laddr.port)
             for c in connections
@@ -264,8 +265,8 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
 
 
 def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_path: Path) -> None:
-    """What the stack tells its processes: no owner's URL (a service that is compromised learns no password but
-    its own), and an engine on loopback even when the gateway is opened to other machines."""
+    """What the stack tells its processes: no owner's URL (a service that is compromised learns no password
+    but its own), and an engine on loopback even when the gateway is opened to other machines."""
     settings = config.load(
         [
             f"data_dir={tmp_path}",
@@ -351,8 +352,8 @@ def _all_secrets(secure: SecureStack) -> dict[str, str]:
 
 
 def test_no_secret_is_written_in_clear_anywhere(secure: SecureStack, stack_settings: Settings) -> None:
-    # Traffic that would carry secrets: a seat handed out by the CLI, turns through it and through a wrong key,
-    # a whole run played by the runner (its agents sample through their seats' URLs).
+    # Traffic that would carry secrets: a seat handed out by the CLI, turns through it and through a wrong
+    # key, a whole run played by the runner (its agents sample through their seats' URLs).
     handed = _rollout("seat", "new", "--gateway-url", secure.url, "--json", *secure.overrides)
     seat = json.loads(handed.stdout)
     secure.handed_out.append(seat["api_key"])

@@ -1,7 +1,9 @@
-"""Choosing engines and fitting one GPU: the presets, the stack's engine, the memory budget, `rollout models pull`.
+"""Choosing engines and fitting one GPU: the presets, the stack's engine, the memory budget, `rollout models
+pull`.
 
-Everything here runs on CPU: what a GPU machine would start is checked as the command line the stack builds and
-as the budget's arithmetic; the refusals (vLLM without a GPU, a model not pulled, no network) run for real.
+Everything here runs on CPU: what a GPU machine would start is checked as the command line the stack builds
+and as the budget's arithmetic; the refusals (vLLM without a GPU, a model not pulled, no network) run for
+real.
 """
 
 from __future__ import annotations
@@ -61,9 +63,9 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
         "a 4-bit 9B base with bf16 embeddings"
     )
 
-    # vLLM's start-up profiling samples --max-num-seqs sequences at once over a 248k vocabulary: the preset bounds
-    # it to gpu.sequences; at vLLM's default of 256 (on a 16 GiB GPU) it takes 1.5 GiB more of the share, and on
-    # a GPU of 70 GiB or more vLLM's default is 1024.
+    # vLLM's start-up profiling samples --max-num-seqs sequences at once over a 248k vocabulary: the preset
+    # bounds it to gpu.sequences; at vLLM's default of 256 (on a 16 GiB GPU) it takes 1.5 GiB more of the
+    # share, and on a GPU of 70 GiB or more vLLM's default is 1024.
     (profiling,) = [item for item in budget.serving if "profiling peak" in item.name]
     assert "(8 sequences)" in profiling.name
     unbounded = settings_budget(
@@ -83,7 +85,8 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
     )
     (wider_slots,) = [item for item in wider.serving if "LoRA slots" in item.name]
     assert "rank 128" in wider_slots.name and wider_slots.gib == pytest.approx(slots.gib * 4)
-    # The budget bites: logits at every position no longer fit, nor does three times the context, nor a bf16 base.
+    # The budget bites: logits at every position no longer fit, nor does three times the context, nor a bf16
+    # base.
     assert not settings_budget(load_settings(["preset=minecraft-one-gpu", "gpu.sampled_tokens=null"])).fits
     longer = load_settings(["preset=minecraft-one-gpu", "services.gateway.max_context=12288"])
     assert not settings_budget(longer).fits

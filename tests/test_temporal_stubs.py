@@ -32,7 +32,8 @@ from rollout.workflows.run import RunWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = sorted([*ROOT.glob("rollout/workflows/*.py"), *ROOT.glob("rollout/workers/*.py")])
-# Calls whose first argument names an activity, a workflow or a message: a string there is a name spelled by hand.
+# Calls whose first argument names an activity, a workflow or a message: a string there is a name spelled by
+# hand.
 BY_NAME = {
     "execute_activity",
     "start_activity",
@@ -179,8 +180,8 @@ def test_the_signals_sent_by_name_are_the_run_workflows_handlers() -> None:
 
 def test_no_activity_can_wait_on_a_dead_worker_for_long() -> None:
     """Every activity call heartbeats (`heartbeating(...)` options, or a heartbeat timeout of its own) or is a
-    quick ledger write (`QUICK`): so an attempt on a dead worker times out within ~30 s and is retried elsewhere
-    (rollout.workflows.options)."""
+    quick ledger write (`QUICK`): so an attempt on a dead worker times out within ~30 s and is retried
+    elsewhere (rollout.workflows.options)."""
     unfitted: list[str] = []
     for path in sorted(ROOT.glob("rollout/workflows/*.py")):
         for node in ast.walk(ast.parse(path.read_text())):

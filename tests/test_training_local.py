@@ -1,5 +1,6 @@
 """The local training provider on a tiny random-weight Qwen3 (CPU, fp32): a step moves the policy the way the
-advantage says, micro-batching leaves the gradient alone, checkpoints resume exactly, a NaN loss changes nothing."""
+advantage says, micro-batching leaves the gradient alone, checkpoints resume exactly, a NaN loss changes
+nothing."""
 
 from __future__ import annotations
 
@@ -112,8 +113,8 @@ def test_micro_batches_do_not_change_the_step(tiny_qwen3: str) -> None:
     whole.step(batch)
     pieces.step(batch)
     # AdamW's first step moves each weight by about the learning rate times its gradient's sign, so a gradient
-    # within rounding of 0 may step either way; its first moment is linear in the gradient, and is what must match.
-    # (LoRA's A matrices have no gradient on the first step: their B matrices start at 0.)
+    # within rounding of 0 may step either way; its first moment is linear in the gradient, and is what must
+    # match. (LoRA's A matrices have no gradient on the first step: their B matrices start at 0.)
     moved = 0.0
     for a, b in zip(whole.parameters, pieces.parameters, strict=True):
         moment_a, moment_b = whole.optimizer.state[a]["exp_avg"], pieces.optimizer.state[b]["exp_avg"]

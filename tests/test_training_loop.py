@@ -1,5 +1,6 @@
-"""The training loop end to end in one process: real Temporal, Postgres, HTTP, a real (tiny) model that samples
-and trains, the gateway routing by serving acks, a follower loading each checkpoint into the engine."""
+"""The training loop end to end in one process: real Temporal, Postgres, HTTP, a real (tiny) model that
+samples and trains, the gateway routing by serving acks, a follower loading each checkpoint into the
+engine."""
 
 from __future__ import annotations
 
@@ -66,8 +67,9 @@ async def training_loop(
     lora_rank: int = 4,
 ) -> AsyncIterator[Loop]:
     """Engine + follower, gateway, runner worker and trainer worker, all serving one run (`follow_all`: the
-    follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`; `gpu`: one-GPU
-    mode, the engine sleeping while the trainer holds that GPU's lease; `lora_rank=0`: full weights)."""
+    follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`; `gpu`:
+    one-GPU mode, the engine sleeping while the trainer holds that GPU's lease; `lora_rank=0`: full
+    weights)."""
     run = f"train-{uuid.uuid4().hex[:6]}"
     client = await Client.connect(settings.temporal_address)
     queue, trainer_queue = f"runner-{uuid.uuid4().hex[:8]}", f"trainer-{uuid.uuid4().hex[:8]}"

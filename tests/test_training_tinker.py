@@ -96,7 +96,8 @@ def test_a_segment_becomes_a_datum_shifted_by_one_with_loss_on_sampled_tokens_on
     assert first.model_input_T == (10, 11, 12, 13) and first.target_tokens_T == (11, 12, 13, 14)
     assert first.mask_T == (0, 1, 1, 0)
     assert first.logprobs_T == (0.0, -0.5, -0.7, 0.0)
-    # Tinker sums over tokens: each advantage is divided by the batch's 4 sampled tokens, so the sum is a mean.
+    # Tinker sums over tokens: each advantage is divided by the batch's 4 sampled tokens, so the sum is a
+    # mean.
     assert first.advantages_T == (0.0, 0.5, 0.5, 0.0)
     assert second.advantages_T == (-0.25, -0.25)
     assert loss_function(LossConfig("ppo", clip_low=0.2, clip_high=0.28)) == (

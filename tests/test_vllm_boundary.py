@@ -1,10 +1,11 @@
-"""rollout's vLLM boundary, checked against vLLM's own code (the locked vLLM; no GPU): its OpenAI app and `AsyncLLM`
-serve the launcher's exact command line over a CPU stand-in for the engine core (tests/vllm_standin.py), and its
-own parser, request and response classes judge what rollout sends and what rollout's local engine answers.
+"""rollout's vLLM boundary, checked against vLLM's own code (the locked vLLM; no GPU): its OpenAI app and
+`AsyncLLM` serve the launcher's exact command line over a CPU stand-in for the engine core
+(tests/vllm_standin.py), and its own parser, request and response classes judge what rollout sends and what
+rollout's local engine answers.
 
 Each test here fails on what the first reading of vLLM 0.33 found wrong: sampling defaults taken from the
-checkpoint, aborted completions passed on as finished, `/sleep` cutting turns short and queueing new ones until
-the wake, a 404 for an adapter vLLM does not hold, and launcher flags vLLM does not accept.
+checkpoint, aborted completions passed on as finished, `/sleep` cutting turns short and queueing new ones
+until the wake, a 404 for an adapter vLLM does not hold, and launcher flags vLLM does not accept.
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ JUDGE_VARIABLE = "ROLLOUT_VLLM_STANDIN_JUDGE"
 STANDIN_TOKENS = (1000, 1001, 1002, 1003, 1004)
 STANDIN_LOGPROB = -0.5
 PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)
-# What Qwen checkpoints ship in generation_config.json: vLLM applies each to a request that leaves it out, unless
-# told `--generation-config vllm`.
+# What Qwen checkpoints ship in generation_config.json: vLLM applies each to a request that leaves it out,
+# unless told `--generation-config vllm`.
 QWEN_SAMPLING_DEFAULTS = {
     "temperature": 0.7,
     "top_p": 0.8,
@@ -159,8 +160,8 @@ class StandIn:
 
 @pytest.fixture(scope="module")
 def qwen_like(tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The tiny Qwen3 with the sampling defaults a Qwen checkpoint ships in generation_config.json, and Qwen3's
-    context (40960 positions), so each preset's context is a model's."""
+    """The tiny Qwen3 with the sampling defaults a Qwen checkpoint ships in generation_config.json, and
+    Qwen3's context (40960 positions), so each preset's context is a model's."""
     folder = tmp_path_factory.mktemp("qwen-like")
     for file in Path(tiny_qwen3).iterdir():
         if file.name not in ("generation_config.json", "config.json"):
@@ -176,8 +177,8 @@ def qwen_like(tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Path
 async def standin(
     judge: Judge, qwen_like: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[StandIn]:
-    """vLLM's app over the stand-in engine core, started with exactly the launcher's command line; it judges what
-    `judge` asks before it serves."""
+    """vLLM's app over the stand-in engine core, started with exactly the launcher's command line; it judges
+    what `judge` asks before it serves."""
     port = free_port()
     launch = VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8, max_num_seqs=2)
     argv, env = command(launch)
@@ -213,9 +214,10 @@ async def standin(
 async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoints_defaults(
     standin: StandIn, judge: Judge
 ) -> None:
-    """vLLM reports raw logprobs (temperature 1, before top_p: the engine protocol's): for a turn at temperature 1
-    and top_p 1 they are the sampling distribution's only when no top_k, min_p or penalty comes from the
-    checkpoint. The client's requests are vLLM `CompletionRequest`s with no key vLLM would silently drop."""
+    """vLLM reports raw logprobs (temperature 1, before top_p: the engine protocol's): for a turn at
+    temperature 1 and top_p 1 they are the sampling distribution's only when no top_k, min_p or penalty comes
+    from the checkpoint. The client's requests are vLLM `CompletionRequest`s with no key vLLM would silently
+    drop."""
     asked = SampleRequest(PROMPT, max_tokens=5, temperature=0.6, top_p=0.95, seed=9, stop_token_ids=(151645,))
     result = await standin.engine.sample(asked)
     streamed = [chunk async for chunk in standin.engine.stream(asked)]
@@ -263,10 +265,10 @@ async def test_what_vllm_aborts_is_never_passed_on_as_finished(standin: StandIn)
 async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_wake(
     standin: StandIn,
 ) -> None:
-    """vLLM queues a request that reaches it asleep until it wakes (shown first, with a bare /sleep), so a turn
-    would hang for a whole training step; the client's sleep pauses first: what is being generated finishes,
-    what is still queued is aborted (sampled again later), and a new request is refused at once with a 503 (the
-    gateway's cue to hold the turn) until the wake."""
+    """vLLM queues a request that reaches it asleep until it wakes (shown first, with a bare /sleep), so a
+    turn would hang for a whole training step; the client's sleep pauses first: what is being generated
+    finishes, what is still queued is aborted (sampled again later), and a new request is refused at once with
+    a 503 (the gateway's cue to hold the turn) until the wake."""
     assert await standin.control("/sleep", level="1", mode="wait") == 200
     queued = asyncio.create_task(standin.engine.sample(SampleRequest(PROMPT, max_tokens=3)))
     done, _ = await asyncio.wait([queued], timeout=1.5)
@@ -274,8 +276,9 @@ async def test_sleep_finishes_what_is_in_flight_and_refuses_new_turns_until_the_
     assert await standin.control("/wake_up") == 200
     assert (await asyncio.wait_for(queued, 10)).completion_ids == STANDIN_TOKENS[:3]
 
-    # Two requests run (--max-num-seqs 2); a third waits its turn. The pause lets the two finish and leaves the
-    # third queued; the sleep then aborts it, so the gateway samples it again after the wake, not after the step.
+    # Two requests run (--max-num-seqs 2); a third waits its turn. The pause lets the two finish and leaves
+    # the third queued; the sleep then aborts it, so the gateway samples it again after the wake, not after
+    # the step.
     before = len(standin.requests())
     streams = [standin.engine.stream(SampleRequest(PROMPT, max_tokens=60)) for _ in range(2)]
     firsts = [await anext(chunks) for chunks in streams]
@@ -350,8 +353,9 @@ async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(
 async def test_the_local_engine_server_answers_in_vllms_own_response_classes(
     standin: StandIn, judge: Judge
 ) -> None:
-    """rollout's local engine server speaks vLLM's dialect to the same client: each of its answers (a completion,
-    every streamed chunk with the usage chunk, a 404 and a paused 503) validates as vLLM's own class."""
+    """rollout's local engine server speaks vLLM's dialect to the same client: each of its answers (a
+    completion, every streamed chunk with the usage chunk, a 404 and a paused 503) validates as vLLM's own
+    class."""
     verdicts = judge.verdicts()["responses"]
     kinds = [kind for _, kind, _ in judge.asked["responses"]]
     assert kinds.count("CompletionStreamResponse") >= 3 and kinds.count("ErrorResponse") == 2

@@ -195,8 +195,9 @@ async def test_closing_the_stream_closes_the_connection_and_errors_are_raised() 
 async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finished(
     reason: str, raised: type[Exception]
 ) -> None:
-    """vLLM put to sleep answers what it had in flight with `abort` and partial tokens: that is no finished turn
-    (it is sampled again, or recorded aborted mid-stream); a reason this client does not know is a failure."""
+    """vLLM put to sleep answers what it had in flight with `abort` and partial tokens: that is no finished
+    turn (it is sampled again, or recorded aborted mid-stream); a reason this client does not know is a
+    failure."""
     fake = FakeVLLM(finish=reason)
     fake.release(len(IDS))
     async with serving(fake.app()) as url:
@@ -222,9 +223,9 @@ async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finis
 
 
 async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() -> None:
-    """vLLM answers 500 once its engine core has died (its /health fails too): the gateway holds the turn (503)
-    rather than failing it. A 500 from an engine whose /health answers is that request's own failure: retrying
-    it would only fail again."""
+    """vLLM answers 500 once its engine core has died (its /health fails too): the gateway holds the turn
+    (503) rather than failing it. A 500 from an engine whose /health answers is that request's own failure:
+    retrying it would only fail again."""
     fake = FakeVLLM(status=500)
     async with serving(fake.app()) as url:
         client = VLLMEngine(url)
@@ -241,8 +242,8 @@ async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() 
 
 
 async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() -> None:
-    """What the follower takes as "already gone" (it unloads retired checkpoints, some of which a restarted vLLM
-    never loaded)."""
+    """What the follower takes as "already gone" (it unloads retired checkpoints, some of which a restarted
+    vLLM never loaded)."""
     async with serving(FakeVLLM().app()) as url:
         client = VLLMEngine(url)
         with pytest.raises(KeyError, match="gone"):

@@ -1,10 +1,10 @@
-"""vLLM on a GPU, through rollout's client, as the one-GPU mode drives it (`pytest -m gpu`; skipped without vLLM
-and a CUDA device; scripts/gpu_check.sh runs these with the other GPU checks).
+"""vLLM on a GPU, through rollout's client, as the one-GPU mode drives it (`pytest -m gpu`; skipped without
+vLLM and a CUDA device; scripts/gpu_check.sh runs these with the other GPU checks).
 
 One `vllm serve` of the shipped tiny Qwen3, started with exactly the launcher's argv, serves the module:
 - a LoRA adapter trained here changes the fixed-seed output, and still does after a sleep and a wake;
-- `sleep` lets a stream in flight finish (never `abort`), and a request sent while vLLM sleeps is refused at once
-  (`EngineUnavailable`, the gateway's cue to hold the turn), not queued until the wake;
+- `sleep` lets a stream in flight finish (never `abort`), and a request sent while vLLM sleeps is refused at
+  once (`EngineUnavailable`, the gateway's cue to hold the turn), not queued until the wake;
 - a stream cut short by vLLM's own `/sleep?mode=abort` raises `EngineUnavailable` after its first tokens: the
   gateway records such a turn aborted and never trains it (tests/test_vllm_client_streaming.py shows what the
   client does with each finish reason; tests/test_gateway_streaming.py what the gateway records).

@@ -1,4 +1,5 @@
-"""The vLLM launch command; and, where vLLM and a GPU exist, the real thing driven by rollout's engine client."""
+"""The vLLM launch command; and, where vLLM and a GPU exist, the real thing driven by rollout's engine
+client."""
 
 from __future__ import annotations
 
@@ -25,12 +26,14 @@ def test_the_command_enables_runtime_lora_and_sleep_mode() -> None:
     assert argv[argv.index("--quantization") + 1] == "bitsandbytes"
     assert env == {"VLLM_ALLOW_RUNTIME_LORA_UPDATING": "True", "VLLM_SERVER_DEV_MODE": "1"}
     # Without it, vLLM fills what a request leaves out (top_k, min_p, penalties) from the checkpoint's
-    # generation_config.json, and the recorded logprob no longer describes the distribution that drew the token.
+    # generation_config.json, and the recorded logprob no longer describes the distribution that drew the
+    # token.
     assert argv[argv.index("--generation-config") + 1] == "vllm"
     assert argv[argv.index("--logprobs-mode") + 1] == "raw_logprobs"
     assert "--language-model-only" in argv, "no vision tower loaded, profiled or cached: turns are text"
     assert "--max-num-seqs" not in argv, "vLLM's own default unless asked"
-    # LoRA slots for what the trainer's adapters train, not every module vLLM supports (the budget counts these).
+    # LoRA slots for what the trainer's adapters train, not every module vLLM supports (the budget counts
+    # these).
     start = argv.index("--lora-target-modules") + 1
     assert tuple(argv[start : start + 4]) == LocalTrainerConfig().target_modules == LORA_TARGET_MODULES
     bounded, _ = command(VLLMLaunch("m", max_num_seqs=8))

@@ -1,34 +1,35 @@
-"""A stand-in for `vllm serve` where there is no GPU: vLLM's own OpenAI app and `AsyncLLM`, over a CPU stand-in
-for its engine core. Named as a fake; its live counterpart is tests/test_vllm_gpu.py, against the real engine.
+"""A stand-in for `vllm serve` where there is no GPU: vLLM's own OpenAI app and `AsyncLLM`, over a CPU
+stand-in for its engine core. Named as a fake; its live counterpart is tests/test_vllm_gpu.py, against the
+real engine.
 
 `python -m tests.vllm_standin serve MODEL [vllm serve options]` takes exactly the arguments rollout's launcher
-gives `vllm serve`, parses them with vLLM's own parser, validates them (`validate_parsed_serve_args`) and builds
-vLLM's engine configuration from them, as `vllm serve` does, on a stand-in platform (vLLM's CPU platform that
-admits sleep mode, as CUDA does). Then it serves vLLM's real FastAPI app (`build_app`, `init_app_state`) over
-vLLM's real `AsyncLLM` (input processing, output processing, logprobs, detokenisation, aborts, LoRA and sleep
-bookkeeping), with only the engine core replaced by `StandInCore`:
+gives `vllm serve`, parses them with vLLM's own parser, validates them (`validate_parsed_serve_args`) and
+builds vLLM's engine configuration from them, as `vllm serve` does, on a stand-in platform (vLLM's CPU
+platform that admits sleep mode, as CUDA does). Then it serves vLLM's real FastAPI app (`build_app`,
+`init_app_state`) over vLLM's real `AsyncLLM` (input processing, output processing, logprobs, detokenisation,
+aborts, LoRA and sleep bookkeeping), with only the engine core replaced by `StandInCore`:
 - the "model" draws a fixed cycle of tokens (`TOKENS`), one per running request every `STEP_S`, each with
   logprob `LOGPROB`, honouring `max_tokens`, EOS, `stop_token_ids` and the context length, as vLLM's
   `check_stop` does; at most `--max-num-seqs` requests run, the rest wait in arrival order;
 - sleep and pause follow vLLM 0.33's engine core (`EngineCore.sleep`, `EngineCoreProc.pause_scheduler` and
   `pause_generation`) in what the tests rely on: `/sleep` in mode `abort` ends everything, running or waiting,
-  with `abort`; `wait` lets the running requests finish and leaves the waiting ones queued; `keep` freezes all;
-  a request that arrives asleep is queued until the wake; a `/pause` in mode `abort` or `wait` refuses new
-  requests (retryable, which the app answers 503) from the moment it begins until resumed. Not modelled: KV
-  preemption, prefix caching, and the tensors themselves;
+  with `abort`; `wait` lets the running requests finish and leaves the waiting ones queued; `keep` freezes
+  all; a request that arrives asleep is queued until the wake; a `/pause` in mode `abort` or `wait` refuses
+  new requests (retryable, which the app answers 503) from the moment it begins until resumed. Not modelled:
+  KV preemption, prefix caching, and the tensors themselves;
 - adding a LoRA adapter makes vLLM's worker's checks on its files (`adapter_config.json` within
   `--max-lora-rank`, and a tensors file), without reading the tensors.
-With `ROLLOUT_VLLM_STANDIN_RECORD=PATH`, each request the engine core receives is appended to PATH as a JSON line:
-its prompt, adapter and the `SamplingParams` vLLM derived from the HTTP request and the checkpoint (what a real
-vLLM would sample with).
+With `ROLLOUT_VLLM_STANDIN_RECORD=PATH`, each request the engine core receives is appended to PATH as a JSON
+line: its prompt, adapter and the `SamplingParams` vLLM derived from the HTTP request and the checkpoint (what
+a real vLLM would sample with).
 
-`python -m tests.vllm_standin judge` reads one JSON object on stdin and prints one JSON object (or, as `serve` is
-starting, with `ROLLOUT_VLLM_STANDIN_JUDGE=PATH`, reads PATH and writes PATH.verdicts before it serves: one vLLM
-import for both): for each of its
-`argvs` (`vllm serve ...` command lines), whether vLLM's parser and engine-config validation accept it; for each of
-its `payloads` (bodies for `/v1/completions`), the keys vLLM's `CompletionRequest` does not declare (vLLM drops
-them silently) or its validation error; for each of its `responses` (`[class, body]`, class one of
-`CompletionResponse`, `CompletionStreamResponse`, `ErrorResponse`), vLLM's validation error, if any.
+`python -m tests.vllm_standin judge` reads one JSON object on stdin and prints one JSON object (or, as `serve`
+is starting, with `ROLLOUT_VLLM_STANDIN_JUDGE=PATH`, reads PATH and writes PATH.verdicts before it serves: one
+vLLM import for both): for each of its `argvs` (`vllm serve ...` command lines), whether vLLM's parser and
+engine-config validation accept it; for each of its `payloads` (bodies for `/v1/completions`), the keys vLLM's
+`CompletionRequest` does not declare (vLLM drops them silently) or its validation error; for each of its
+`responses` (`[class, body]`, class one of `CompletionResponse`, `CompletionStreamResponse`, `ErrorResponse`),
+vLLM's validation error, if any.
 
 Importing vLLM takes about 20 s on two cores: a test module starts one `serve` (judging too) at most.
 """
@@ -48,7 +49,8 @@ from vllm.platforms.cpu import CpuPlatform
 
 
 class StandInPlatform(CpuPlatform):
-    """vLLM's CPU platform, admitting sleep mode (as CUDA does): the configuration is then validated as on a GPU."""
+    """vLLM's CPU platform, admitting sleep mode (as CUDA does): the configuration is then validated as on a
+    GPU."""
 
     def is_sleep_mode_available(self) -> bool:
         return True

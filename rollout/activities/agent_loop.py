@@ -82,9 +82,9 @@ class GatewayChat:
     """The model behind a seat, reached with the OpenAI SDK.
 
     A turn rides out an outage of the gateway or its engine: an unreachable gateway, a 5xx, or a 503 while no
-    engine serves (honouring Retry-After) are retried with backoff until `outage_window_s` has passed since the
-    first failure, then the last error propagates. A repeated request is safe: the gateway answers a turn it
-    already recorded from the ledger."""
+    engine serves (honouring Retry-After) are retried with backoff until `outage_window_s` has passed since
+    the first failure, then the last error propagates. A repeated request is safe: the gateway answers a turn
+    it already recorded from the ledger."""
 
     def __init__(
         self,
@@ -102,7 +102,8 @@ class GatewayChat:
         self.outage_window_s = outage_window_s
         self._on_wait = on_wait
 
-        # A runner passes one shared HTTP client: a new one per episode costs a TLS context and a connection pool.
+        # A runner passes one shared HTTP client: a new one per episode costs a TLS context and a connection
+        # pool.
         self._owns_http = http_client is None
         self._client = openai.AsyncOpenAI(
             base_url=base_url,

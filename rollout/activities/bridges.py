@@ -1,9 +1,11 @@
-"""Bridge and serving activities: a checkpoint converted for the engines, its serving target, waiting for acks.
+"""Bridge and serving activities: a checkpoint converted for the engines, its serving target, waiting for
+acks.
 
 Contract:
-- `bridge_checkpoint` is idempotent per (checkpoint, format): the first attempt converts (rollout.training.bridges)
-  and records `CheckpointConverted` on `policy/{policy}/bridges` under `bridge/{version}/{format}` (not on the
-  checkpoint stream, which only the trainer's lease may write); a retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`).
+- `bridge_checkpoint` is idempotent per (checkpoint, format): the first attempt converts
+  (rollout.training.bridges) and records `CheckpointConverted` on `policy/{policy}/bridges` under
+  `bridge/{version}/{format}` (not on the checkpoint stream, which only the trainer's lease may write); a
+  retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`).
 - `publish_serving` appends the `ServingTarget` for a converted checkpoint (once per checkpoint and serving
   format); followers beside the engines load it.
 - `wait_served` waits (heartbeating) until some engine's newest ack serves the checkpoint, or the time is up
@@ -103,7 +105,8 @@ class BridgeActivities:
             files=files_of(converted.payload["files"]),
             location=converted.payload.get("location"),
         )
-        # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to it).
+        # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to
+        # it).
         with contextlib.suppress(KeyConflictError):
             await self.ledger.append_one(
                 SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())

@@ -2,9 +2,9 @@
 
 Contract: `conversations(turns)` groups a seat's recorded `SampledTurn`s by segment, in recording order, each
 with the opening its first turn recorded (the model the client asked for, its tools, the start of its system
-prompt, of its first user message and of its last); aborted turns are not counted. `untrained(environment, turns)` is the segment
-ids the environment keeps out of training: none when it has no `trains`. A `trains` that raises is the
-environment's bug: it is reported as `TaskFailed`, never guessed around.
+prompt, of its first user message and of its last); aborted turns are not counted. `untrained(environment,
+turns)` is the segment ids the environment keeps out of training: none when it has no `trains`. A `trains`
+that raises is the environment's bug: it is reported as `TaskFailed`, never guessed around.
 """
 
 from __future__ import annotations

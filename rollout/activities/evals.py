@@ -1,8 +1,9 @@
 """The runner's eval activities: which checkpoint, keeping it served, and the scores.
 
 Contract (each stub's docstring in rollout.workflows.runner_stubs is its activity's contract):
-- Every write is idempotent by its ledger key: a serving request or release by `{holder}/{checkpoint}`, a result
-  by `{version}/{checkpoint}/{environment}` (rollout.evals.records), so a retried activity writes nothing twice.
+- Every write is idempotent by its ledger key: a serving request or release by `{holder}/{checkpoint}`, a
+  result by `{version}/{checkpoint}/{environment}` (rollout.evals.records), so a retried activity writes
+  nothing twice.
 - A score is computed from the finished episodes recorded on the eval run's `run/{run}/episodes` (one per
   episode, whatever attempts it took); a multi-agent episode counts as the mean of its agents' rewards.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `UnknownCheckpoint`,

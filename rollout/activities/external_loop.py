@@ -6,13 +6,13 @@ Contract:
   (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) plus `ROLLOUT_BASE_URL`/
   `ROLLOUT_API_KEY`. Nothing of the sandbox (its address, its claim's secret) reaches it: the Task's own
   `prepare` and `finish` work with the sandbox.
-- It runs jailed (rollout.sandbox.seat_jail; unjailed only with isolation `none`): in a fresh working directory
-  (`{workdir}`, `/sandbox` as it sees it) with a home of its own (`{workdir}/home`, HOME), able to read only the
-  system, its program's install and the seat's `readable` paths, and to reach only its own seat's gateway routes
-  (the base URLs above), for at most `timeout_s`; on a timeout or a cancelled activity every process it started
-  is killed. Before it starts, `Task.prepare` fills the directory (rollout.harness.CommandSetup). The last
-  `OUTPUT_TAIL_BYTES` of its output are kept. A program that is not on this machine, or a jail that cannot be
-  made, fails the seat (`TaskFailed`).
+- It runs jailed (rollout.sandbox.seat_jail; unjailed only with isolation `none`): in a fresh working
+  directory (`{workdir}`, `/sandbox` as it sees it) with a home of its own (`{workdir}/home`, HOME), able to
+  read only the system, its program's install and the seat's `readable` paths, and to reach only its own
+  seat's gateway routes (the base URLs above), for at most `timeout_s`; on a timeout or a cancelled activity
+  every process it started is killed. Before it starts, `Task.prepare` fills the directory
+  (rollout.harness.CommandSetup). The last `OUTPUT_TAIL_BYTES` of its output are kept. A program that is not
+  on this machine, or a jail that cannot be made, fails the seat (`TaskFailed`).
 - When it ends, `Task.finish(run, CommandOutcome)` gives the seat's `End` (its reward); the turns are what the
   gateway recorded on the seat.
 - A command is not replayable: the workflow gives every attempt a fresh seat.

@@ -1,8 +1,8 @@
 """Heartbeats for activities whose work outlasts their heartbeat timeout.
 
-Contract: inside `async with heartbeating():` the activity heartbeats every `every_s` seconds from a task on its
-event loop (the work itself runs in threads or awaits), so Temporal takes the attempt for dead only when its
-worker is; leaving the block stops the heartbeats.
+Contract: inside `async with heartbeating():` the activity heartbeats every `every_s` seconds from a task on
+its event loop (the work itself runs in threads or awaits), so Temporal takes the attempt for dead only when
+its worker is; leaving the block stops the heartbeats.
 """
 
 from __future__ import annotations

@@ -5,16 +5,17 @@ Contract:
 - `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) wraps
   `TrainerActivities.assemble_batch` in a `BatchLookup`.
 - `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
-  holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
-  the base model), trains on the recorded batch, saves, and publishes the checkpoint fenced by the lease, so
-  an attempt that lost the lease (a zombie) cannot publish.
-- A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published. A step
-  that fails otherwise, or is cancelled, drops the policy's trainer (its thread may still change it): the retry
-  starts again from the parent checkpoint.
-- One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking that
-  GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer, trains,
-  saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake to the new
-  checkpoint. The lease's TTL (`GPU_LEASE_TTL_S`) bounds a step: it is not renewed.
+  holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the
+  checkpoint in memory, or resumed from the blob store, or the base model), trains on the recorded batch,
+  saves, and publishes the checkpoint fenced by the lease, so an attempt that lost the lease (a zombie) cannot
+  publish.
+- A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published. A
+  step that fails otherwise, or is cancelled, drops the policy's trainer (its thread may still change it): the
+  retry starts again from the parent checkpoint.
+- One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking
+  that GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer,
+  trains, saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake
+  to the new checkpoint. The lease's TTL (`GPU_LEASE_TTL_S`) bounds a step: it is not renewed.
 """
 
 from __future__ import annotations
@@ -94,8 +95,8 @@ class LocalTrainingActivities:
             self.trainers.pop(given.policy, None)  # a new epoch: whatever we had in memory may be stale
         async with self.leases.kept(given.policy):
             batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
-            # One-GPU mode: the trainer is built (or brought back from CPU memory) only once the device is ours,
-            # and holds it until the checkpoint is published, so the engines wake to it.
+            # One-GPU mode: the trainer is built (or brought back from CPU memory) only once the device is
+            # ours, and holds it until the checkpoint is published, so the engines wake to it.
             async with (
                 self._gpu(),
                 self._on_device(await self._trainer_at(given.policy, given.parent)) as trainer,
@@ -141,8 +142,8 @@ class LocalTrainingActivities:
 
     @contextlib.asynccontextmanager
     async def _on_device(self, trainer: Trainer) -> AsyncIterator[Trainer]:
-        """One-GPU mode: the trainer's weights and optimiser state are on the device for the step, and wait in CPU
-        memory between steps."""
+        """One-GPU mode: the trainer's weights and optimiser state are on the device for the step, and wait in
+        CPU memory between steps."""
         if self.gpu_lease is None:
             yield trainer
             return

@@ -2,23 +2,24 @@
 
 Contract:
 - Each activity is idempotent by the business key it is given: seats are opened by seat id (the token is
-  derived from it), ledger events are appended under keys built from run, episode, agent and attempt, so a retry
-  after a crash writes nothing twice.
-- `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it through
-  the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by replay.
-  `play_episode` plays a one-seat episode's seat the same way and records the episode (`record_episode`) in the
-  same activity; a retry that finds the episode recorded returns what was recorded and plays nothing.
+  derived from it), ledger events are appended under keys built from run, episode, agent and attempt, so a
+  retry after a crash writes nothing twice.
+- `play_agent` opens the seat, rebuilds the Task from the environment and the group index, and plays it
+  through the gateway, heartbeating while it plays. A retried attempt of a replayable environment resumes by
+  replay. `play_episode` plays a one-seat episode's seat the same way and records the episode
+  (`record_episode`) in the same activity; a retry that finds the episode recorded returns what was recorded
+  and plays nothing.
 - A seat with an external `command` is played by that command (rollout.activities.external_loop). When the
-  play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it keeps
-  out of training go back with the agent's result and into the episode's record (`untrained`).
+  play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it
+  keeps out of training go back with the agent's result and into the episode's record (`untrained`).
 - `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
   The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
   `SandboxSeat` a Task gets): it never travels through Temporal.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
   (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
-- Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause from
-  their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
+- Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause
+  from their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
 - Error texts and reasons are recorded scrubbed (rollout.redaction): no seat token, key or password in clear.
 """
 

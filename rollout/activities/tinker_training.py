@@ -2,8 +2,8 @@
 
 Contract:
 - Same activity names and guarantees as the local provider (`assemble_batch`, `train_step`): a step already
-  published returns its checkpoint; the policy's trainer lease is held and kept while it trains; the checkpoint
-  is published fenced by that lease, exactly once per step.
+  published returns its checkpoint; the policy's trainer lease is held and kept while it trains; the
+  checkpoint is published fenced by that lease, exactly once per step.
 - A step: the batch's segments become Datums (`rollout.training.tinker_data`: `target_tokens`, the sampler's
   `logprobs`, `advantages` on sampled tokens only), then `forward_backward` with Tinker's built-in loss
   (`importance_sampling`, `ppo` or `cispo`), then `optim_step` (Adam, gradient clipping) — the optimiser step
@@ -12,8 +12,8 @@ Contract:
   the same pure loss code as the local provider.
 - The checkpoint lives in Tinker: `save_state` (weights and optimiser: what a resumed or branched step loads
   with `create_training_client_from_state_with_optimizer`) and `save_weights_for_sampler` (what engines
-  sample). The published checkpoint's one file, `tinker.json`, names both paths; the `tinker` bridge serves the
-  sampler path.
+  sample). The published checkpoint's one file, `tinker.json`, names both paths; the `tinker` bridge serves
+  the sampler path.
 - One training client per policy is kept in memory with the checkpoint it is at; a step from any other parent
   (a retry elsewhere, a branch) loads that parent's state first.
 """
@@ -161,7 +161,8 @@ class TinkerTrainingActivities:
         if policy in self.clients and self.clients[policy][1] == parent:
             return self.clients[policy][0]
         service = await self._service_client()
-        # Making a training client may open the SDK's session, which blocks until answered: off the event loop.
+        # Making a training client may open the SDK's session, which blocks until answered: off the event
+        # loop.
         if parent is None:
             config = self.config
             return await asyncio.to_thread(

@@ -98,7 +98,8 @@ class TrainerActivities:
         try:
             await self.ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.to_payload()))
         except KeyConflictError:
-            # Another attempt recorded this step first (with what it saw then): that record is the step's batch.
+            # Another attempt recorded this step first (with what it saw then): that record is the step's
+            # batch.
             existing = await self.ledger.find(stream, key)
             assert existing is not None
             return BatchInfo.from_payload(existing.payload)

@@ -2,8 +2,8 @@
 
 Contract:
 - `hold(policy)` renews the lease this worker holds or claims it; while another holder's lease is live it
-  waits (heartbeating) up to one TTL for it to lapse (a dead trainer's does), then fails the step to retry later
-  (`ApplicationError`, retryable). It answers whether the epoch is new: whatever the worker had in
+  waits (heartbeating) up to one TTL for it to lapse (a dead trainer's does), then fails the step to retry
+  later (`ApplicationError`, retryable). It answers whether the epoch is new: whatever the worker had in
   memory for the policy (a model at some checkpoint) may then be stale, since another holder may have trained.
 - `kept(policy)` heartbeats the activity and renews the lease while a step runs, often enough for both the
   activity's heartbeat timeout and the lease's TTL; once a renewal fails it stops, and the step's fenced

@@ -3,8 +3,8 @@ bridges that convert and publish each checkpoint.
 
 Contract: `trainer_activities` checks the settings before it builds anything heavy and raises
 `TrainerSetupError` with a message that says what to set (Tinker needs its model name and a LoRA rank). The
-model of the local provider is resolved (converted or built once) into `models_dir`. Each trainer process keeps
-its scratch files under `scratch`.
+model of the local provider is resolved (converted or built once) into `models_dir`. Each trainer process
+keeps its scratch files under `scratch`.
 """
 
 from __future__ import annotations
@@ -69,7 +69,8 @@ def trainer_activities(
     holder: str,
     scratch: Path,
 ) -> TrainerWorkerActivities:
-    """The activities a trainer worker registers. `model_path` is the resolved `spec.model` (local provider)."""
+    """The activities a trainer worker registers. `model_path` is the resolved `spec.model` (local
+    provider)."""
     check_trainer_settings(spec)
     if spec.provider == TrainerProvider.tinker:
         assert spec.tinker_base_model is not None  # checked above

@@ -58,11 +58,11 @@ app.add_typer(cluster.app, name="cluster")
 
 
 def main() -> None:
-    """Run the command, then leave without interpreter finalization: a Temporal client's Rust threads can crash
-    CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
-    temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's.
-    Everything a command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new`
-    exists to print. A `ControlError` from the application layer is its one paragraph, never a traceback."""
+    """Run the command, then leave without interpreter finalization: a Temporal client's Rust threads can
+    crash CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
+    temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's. Everything a
+    command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new` exists to
+    print. A `ControlError` from the application layer is its one paragraph, never a traceback."""
     scrub_process_output()
     try:
         app(prog_name="rollout")

@@ -5,13 +5,13 @@ Contract:
   (and its S3 endpoint), the gateway's and the dashboard's URLs, and the kubeconfig context it lives in. It is
   kept as `{config home}/clusters/NAME.json` (config home: $ROLLOUT_CONFIG_HOME, else ~/.config/rollout), mode
   600 (its URLs may carry a password), and `connect` makes it the current one (`current`).
-- `cluster_overrides(name=None)` are the settings a command run with `--cluster` composes on top of its own, so
-  it talks to the cluster instead of the embedded stack; no current context is one clear error saying how to
-  make one. `cluster_settings(preset, overrides)` also composes `preset` as the cluster's ledger stores it
+- `cluster_overrides(name=None)` are the settings a command run with `--cluster` composes on top of its own,
+  so it talks to the cluster instead of the embedded stack; no current context is one clear error saying how
+  to make one. `cluster_settings(preset, overrides)` also composes `preset` as the cluster's ledger stores it
   (`rollout preset load DIR --cluster`; `NAME@VERSION` picks a version, `NAME` the newest), else the built-in
   preset of that name.
-- A context may keep the gateway's operator key (`--operator-key-file`): `seat new --cluster` opens seats through
-  the gateway's operator route with it, since the seat secret stays in the cluster.
+- A context may keep the gateway's operator key (`--operator-key-file`): `seat new --cluster` opens seats
+  through the gateway's operator route with it, since the seat secret stays in the cluster.
 """
 
 from __future__ import annotations
@@ -102,7 +102,8 @@ def load_context(name: str | None = None) -> ClusterContext:
 
 
 def cluster_overrides(use_cluster: bool, overrides: list[str] | None) -> list[str]:
-    """The command's overrides, on top of the current cluster context's settings when `--cluster` was given."""
+    """The command's overrides, on top of the current cluster context's settings when `--cluster` was
+    given."""
     return [*(load_context().overrides() if use_cluster else []), *(overrides or [])]
 
 
@@ -176,7 +177,8 @@ def connect(
         ),
     ] = None,
 ) -> None:
-    """Record where a deployed rollout's services are, and make it the current cluster (`--cluster` uses it)."""
+    """Record where a deployed rollout's services are, and make it the current cluster (`--cluster` uses
+    it)."""
     if operator_key_file is not None and not operator_key_file.is_file():
         fail(f"--operator-key-file {operator_key_file}: no such file", code=2)
     given = _from_values(values) if values is not None else {}

@@ -38,8 +38,8 @@ def budget(
     """Check that a configuration's engine and trainer fit one GPU's memory (gpu.mode=shared).
 
     Prints each phase's estimate from the model's shape: serving (the engine awake: weights, KV cache, LoRA
-    slots) and training (the engine asleep: the quantized base, the adapter with its Adam state, activations and
-    logits of one micro-batch). Exits 1 when the peak does not fit gpu.memory_gib, saying what to change.
+    slots) and training (the engine asleep: the quantized base, the adapter with its Adam state, activations
+    and logits of one micro-batch). Exits 1 when the peak does not fit gpu.memory_gib, saying what to change.
     """
     from rollout.catalog import BudgetUnknown, settings_budget
 

@@ -78,15 +78,16 @@ def serve(
 ) -> None:
     """Serve a model over vLLM's HTTP dialect: the local engine, a real `vllm serve`, or Tinker's sampler.
 
-    The local engine batches concurrent requests; LoRA checkpoints load at runtime through /v1/load_lora_adapter
-    (with --kind tinker, a checkpoint's path is its tinker:// sampler path). --kind tinker reads the API key
-    from $TINKER_API_KEY; --model then names the tokenizer (used for the text fields only).
+    The local engine batches concurrent requests; LoRA checkpoints load at runtime through
+    /v1/load_lora_adapter (with --kind tinker, a checkpoint's path is its tinker:// sampler path). --kind
+    tinker reads the API key from $TINKER_API_KEY; --model then names the tokenizer (used for the text fields
+    only).
 
     Beside the engine runs its serving follower (--no-follow to run without): it loads each checkpoint the
     trainer publishes and records what the engine serves, which is how the gateway routes turns. --kind vllm
-    starts `vllm serve` as a child process (runtime LoRA loading and sleep mode on; services.engine.vllm_* shape
-    its command line) and runs the follower beside it; stopping this command stops vLLM. For a `vllm serve` you
-    started yourself, run `rollout engine follow --engine-url URL --kind vllm` beside it instead.
+    starts `vllm serve` as a child process (runtime LoRA loading and sleep mode on; services.engine.vllm_*
+    shape its command line) and runs the follower beside it; stopping this command stops vLLM. For a `vllm
+    serve` you started yourself, run `rollout engine follow --engine-url URL --kind vllm` beside it instead.
     """
     from rollout.engines.factory import (
         SERVED_FORMATS,

@@ -1,4 +1,5 @@
-"""`rollout env check`: does an environment load, declare valid tools and play to a reward? Needs no services."""
+"""`rollout env check`: does an environment load, declare valid tools and play to a reward? Needs no
+services."""
 
 from __future__ import annotations
 

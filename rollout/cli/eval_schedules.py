@@ -41,8 +41,8 @@ def schedule(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Evaluate SUITE on a schedule (a Temporal Schedule): each time it fires, the checkpoint is resolved anew (so
-    latest:RUN/POLICY scores the newest checkpoint then; one already scored records nothing new)."""
+    """Evaluate SUITE on a schedule (a Temporal Schedule): each time it fires, the checkpoint is resolved anew
+    (so latest:RUN/POLICY scores the newest checkpoint then; one already scored records nothing new)."""
     from rollout.control.eval_schedules import create_schedule
 
     settings = load_settings(cluster_overrides(cluster, overrides))
@@ -61,7 +61,8 @@ def schedule(
 def schedules_list(
     overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
-    """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires next."""
+    """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires
+    next."""
     from rollout.control.eval_schedules import schedule_rows
 
     settings = load_settings(cluster_overrides(cluster, overrides))

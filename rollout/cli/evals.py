@@ -69,8 +69,8 @@ def run_(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Score SUITE on one checkpoint and print a score per environment (with its 95% interval). Starts what
-    is missing of the embedded stack (with --cluster, the cluster's runners play it and nothing starts here). A
+    """Score SUITE on one checkpoint and print a score per environment (with its 95% interval). Starts what is
+    missing of the embedded stack (with --cluster, the cluster's runners play it and nothing starts here). A
     suite version already scored on that checkpoint is not played again: its recorded scores are shown."""
     from rollout.control.connections import stack_action
     from rollout.control.evals import run_eval

@@ -1,5 +1,5 @@
-"""`rollout gateway`: the gateway every agent loop samples through, recording every turn, with the operator routes
-(seats, run control) an agent host on another machine uses."""
+"""`rollout gateway`: the gateway every agent loop samples through, recording every turn, with the operator
+routes (seats, run control) an agent host on another machine uses."""
 
 from __future__ import annotations
 
@@ -22,8 +22,8 @@ UPDATE_TIMEOUT_S = 60.0
 
 
 class TemporalRunControl:
-    """The gateway's run control: each operator action is the run workflow's update, as `rollout run` sends it.
-    The Temporal client is made on first use, so a gateway starts (and serves turns) without Temporal."""
+    """The gateway's run control: each operator action is the run workflow's update, as `rollout run` sends
+    it. The Temporal client is made on first use, so a gateway starts (and serves turns) without Temporal."""
 
     def __init__(self, address: str, namespace: str) -> None:
         self.address, self.namespace = address, namespace
@@ -94,9 +94,9 @@ def gateway(
     """Serve the gateway: OpenAI Chat, OpenAI Responses and Anthropic Messages, recording every turn.
 
     Point agents at a seat's base URL (`rollout seat new` prints one). A request body over
-    `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted. Listening
-    beyond 127.0.0.1, its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag) need the key
-    in DATA_DIR/operator.key.
+    `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted.
+    Listening beyond 127.0.0.1, its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag)
+    need the key in DATA_DIR/operator.key.
     """
     from transformers import AutoTokenizer
 

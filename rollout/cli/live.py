@@ -1,5 +1,5 @@
-"""Following a training run while it plays: a live line on a terminal, plain progress lines elsewhere (CI logs,
-`tee`), and what to say when it pauses or ends.
+"""Following a training run while it plays: a live line on a terminal, plain progress lines elsewhere (CI
+logs, `tee`), and what to say when it pauses or ends.
 
 Contract: `follow_training` returns when the run's workflow is no longer running (its final status), and exits
 the command with the pause reason and how to resume when the run pauses itself (a non-finite loss). It reads

@@ -1,4 +1,5 @@
-"""`rollout models list` and `rollout models pull NAME`: the catalog's models, fetched where a network exists."""
+"""`rollout models list` and `rollout models pull NAME`: the catalog's models, fetched where a network
+exists."""
 
 from __future__ import annotations
 
@@ -52,7 +53,8 @@ def pull(
     from rollout.catalog import CATALOG, PullError, pull_model
     from rollout.engines.models import BUILTIN
 
-    # A built-in model is built from the packages installed here: nothing to download (a chart's pods pull any).
+    # A built-in model is built from the packages installed here: nothing to download (a chart's pods pull
+    # any).
     if name in BUILTIN:
         out.print(f"{name}: built in, at {local_model(name, load_settings(overrides))}", highlight=False)
         return

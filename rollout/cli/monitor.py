@@ -27,9 +27,9 @@ def monitor(
     cluster: ClusterFlag = False,
 ) -> None:
     """Open the dashboard: runs (curves, pause/resume/max_lag), transcripts (tokens coloured by logprob), the
-    checkpoint tree, evals, and machines (services, engines, workers, sandboxes, leases). It reads the ledger and
-    Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login. With --cluster it shows
-    the current cluster context's runs (`rollout cluster connect`)."""
+    checkpoint tree, evals, and machines (services, engines, workers, sandboxes, leases). It reads the ledger
+    and Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login. With --cluster it
+    shows the current cluster context's runs (`rollout cluster connect`)."""
     from rollout.monitor.context import OVERRIDES_VARIABLE
 
     if cluster:  # the dashboard, here, on the cluster's ledger and Temporal (no ingress needed)

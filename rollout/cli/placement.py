@@ -1,13 +1,14 @@
 """`--placement ray` for the commands that run a GPU role (`engine serve`, `worker trainer`).
 
 Contract:
-- The options are shared: `--placement here|ray`, `--ray-address` (default RAY_ADDRESS, else a local Ray), `--gpus`
-  (what the role asks Ray for) and `--ray-group` (a worker group of the chart's RayCluster: the role asks for one
-  unit of the custom resource `rollout-GROUP` that group's workers advertise, so Ray places it on that group).
+- The options are shared: `--placement here|ray`, `--ray-address` (default RAY_ADDRESS, else a local Ray),
+  `--gpus` (what the role asks Ray for) and `--ray-group` (a worker group of the chart's RayCluster: the role
+  asks for one unit of the custom resource `rollout-GROUP` that group's workers advertise, so Ray places it on
+  that group).
 - `rerun_on_ray(role, ...)` runs this very command, less its placement options, as the child of a Ray actor
-  (rollout.stack.ray_command): the role resolves its model and binds its port where Ray placed it, with the GPUs
-  Ray gave. This process is its driver: stopping it stops the role. It returns when the role exits, failing with
-  one line when the role failed or Ray is missing.
+  (rollout.stack.ray_command): the role resolves its model and binds its port where Ray placed it, with the
+  GPUs Ray gave. This process is its driver: stopping it stops the role. It returns when the role exits,
+  failing with one line when the role failed or Ray is missing.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""`rollout preset load DIR` and `rollout preset list`: presets stored in the ledger, versioned (rollout.presets)."""
+"""`rollout preset load DIR` and `rollout preset list`: presets stored in the ledger, versioned
+(rollout.presets)."""
 
 from __future__ import annotations
 
@@ -24,8 +25,9 @@ def load_presets(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Store each NAME.yaml of DIRECTORY as preset NAME in the ledger: new content becomes its next version, the
-    same content stores nothing. Each must compose onto the defaults (`rollout config show preset=NAME`)."""
+    """Store each NAME.yaml of DIRECTORY as preset NAME in the ledger: new content becomes its next version,
+    the same content stores nothing. Each must compose onto the defaults (`rollout config show
+    preset=NAME`)."""
     from rollout.config import ConfigError, load
     from rollout.ledger import Ledger
     from rollout.presets import BadPreset, PresetVersion, check_preset, store, write_presets

@@ -73,7 +73,8 @@ def start(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Start a run: episodes of ENVIRONMENT, played by runner workers (`rollout worker runner`, or the stack's).
+    """Start a run: episodes of ENVIRONMENT, played by runner workers (`rollout worker runner`, or the
+    stack's).
 
     A runner first confirms it can load the environment; if it cannot, nothing starts.
     """
@@ -125,8 +126,8 @@ def status(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones), steps;
-    and from its workflow while it plays: paused, max_lag."""
+    """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones),
+    steps; and from its workflow while it plays: paused, max_lag."""
     from rollout.control.runs import run_rows
 
     settings = load_settings(cluster_overrides(cluster, overrides))
@@ -162,11 +163,11 @@ def attach(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Reattach to a training run (after its `rollout train` died or the stack was stopped): bring the stack to
-    the run's recorded settings (an engine and gateway serving another model restart on the run's, its trainer
-    restarts with the run's trainer settings), resume it if it was paused, and show it live until it ends.
-    Ctrl-C pauses it again. With --cluster, a run on the current cluster context: its trainer is the cluster's,
-    and nothing is restarted here."""
+    """Reattach to a training run (after its `rollout train` died or the stack was stopped): bring the stack
+    to the run's recorded settings (an engine and gateway serving another model restart on the run's, its
+    trainer restarts with the run's trainer settings), resume it if it was paused, and show it live until it
+    ends. Ctrl-C pauses it again. With --cluster, a run on the current cluster context: its trainer is the
+    cluster's, and nothing is restarted here."""
     from rollout.cli.live import follow_to_the_end
     from rollout.control.runs import bring_stack_to, reattach, recorded_launch
 
@@ -205,7 +206,8 @@ def resume(
     run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Resume a paused run. A training run whose model the stack's engine does not serve (a stack started
-    again with other settings) is not resumed: `rollout run attach RUN` brings the stack to the run's model."""
+    again with other settings) is not resumed: `rollout run attach RUN` brings the stack to the run's
+    model."""
     from rollout.control.runs import refuse_a_stack_serving_another_model
 
     overrides = cluster_overrides(cluster, overrides)

@@ -136,8 +136,8 @@ def install(
     kind: Annotated[str, typer.Argument(help="The kind to install: minecraft.")],
     overrides: Overrides = None,
 ) -> None:
-    """Install what a sandbox kind runs, ahead of its first use: for minecraft, the pinned Minecraft server and
-    bots (npm packages, ~750 MB, and Node 22 when the machine's Node is older) under the data directory.
+    """Install what a sandbox kind runs, ahead of its first use: for minecraft, the pinned Minecraft server
+    and bots (npm packages, ~750 MB, and Node 22 when the machine's Node is older) under the data directory.
     Sandboxes install it themselves on first use; this does it now, with progress, and says where."""
     import logging
     import time

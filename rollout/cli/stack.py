@@ -37,8 +37,8 @@ def print_status(services: list[ServiceStatus], as_json: bool) -> None:
 
 
 def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
-    """Start the embedded stack (Postgres, Temporal with its web UI, the blob directory, an engine, the gateway
-    and a runner) and migrate the ledger.
+    """Start the embedded stack (Postgres, Temporal with its web UI, the blob directory, an engine, the
+    gateway and a runner) and migrate the ledger.
 
     Services with a URL configured are used as they are; nothing is started for them.
     Running `up` again is harmless. The runner imports environments from the directory `up` runs in and from
@@ -59,8 +59,8 @@ def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
 
 def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False) -> None:
     """Report every service: address, health, what each engine serves, and the Temporal web UI URL. Exits 1
-    when one is down. With --cluster, the current cluster context's services instead (the ledger, Temporal, the
-    blob store, the gateway and the dashboard), probed from here."""
+    when one is down. With --cluster, the current cluster context's services instead (the ledger, Temporal,
+    the blob store, the gateway and the dashboard), probed from here."""
     if cluster:
         from rollout.stack.health import cluster_status
 

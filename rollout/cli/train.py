@@ -37,10 +37,11 @@ def train(
     `trainer.steps=5 trainer.learning_rate=1e-4 run.max_lag=2`. Ctrl-C pauses the run (it stays paused across
     restarts); `rollout run attach RUN` resumes it and shows it again.
 
-    With --cluster the run starts on the current cluster context (`rollout cluster connect`) and nothing starts
-    here: the cluster's runners play it and its trainer trains it (with the trainer settings the release was
-    deployed with), and --preset NAME[@VERSION] is the preset as the cluster's ledger stores it (`rollout preset
-    load DIR --cluster`), else the built-in one. The cluster's runners must be able to import ENVIRONMENT.
+    With --cluster the run starts on the current cluster context (`rollout cluster connect`) and nothing
+    starts here: the cluster's runners play it and its trainer trains it (with the trainer settings the
+    release was deployed with), and --preset NAME[@VERSION] is the preset as the cluster's ledger stores it
+    (`rollout preset load DIR --cluster`), else the built-in one. The cluster's runners must be able to import
+    ENVIRONMENT.
     """
     from rollout.cli.live import follow_to_the_end
     from rollout.control.training import (

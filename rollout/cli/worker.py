@@ -107,8 +107,8 @@ def trainer(
     ray_group: RayGroupOption = None,
 ) -> None:
     """Run a trainer worker: it trains steps (`trainer.*` settings; `trainer.provider=tinker` trains through
-    Tinker's API, with `trainer.tinker_base_model=` and TINKER_API_KEY), bridges each checkpoint for the engines
-    and publishes it for serving. Runs started with training (`rollout train`) need one."""
+    Tinker's API, with `trainer.tinker_base_model=` and TINKER_API_KEY), bridges each checkpoint for the
+    engines and publishes it for serving. Runs started with training (`rollout train`) need one."""
     from rollout.activities.trainer_setup import TrainerSetupError, check_trainer_settings, trainer_activities
     from rollout.config import TrainerProvider
     from rollout.workers.trainer import trainer_worker

@@ -31,9 +31,9 @@ _runtime: Runtime | None = None
 
 
 def temporal_runtime() -> Runtime:
-    """The Temporal runtime of this process's clients. Temporal's core writes its warnings (a call retried while
-    the server restarts) straight to stderr, in the middle of a command's progress line; forwarded to the
-    `temporalio.core` logger they reach a service's log and stay out of a command's output."""
+    """The Temporal runtime of this process's clients. Temporal's core writes its warnings (a call retried
+    while the server restarts) straight to stderr, in the middle of a command's progress line; forwarded to
+    the `temporalio.core` logger they reach a service's log and stay out of a command's output."""
     import logging
 
     from temporalio.runtime import (
@@ -76,7 +76,8 @@ async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Cl
 async def ledger_session(
     settings: Settings, *, reconnect_window_s: float | None = None
 ) -> AsyncIterator[Ledger]:
-    """The ledger at `settings.ledger_url`; a ledger error inside the block is `Unreachable`, with the hint."""
+    """The ledger at `settings.ledger_url`; a ledger error inside the block is `Unreachable`, with the
+    hint."""
     from rollout.ledger import Ledger
     from rollout.ledger.errors import LedgerError
 

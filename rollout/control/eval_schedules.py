@@ -1,9 +1,9 @@
 """Evals on a Temporal Schedule: created, listed, paused, resumed, deleted.
 
 Contract: each firing starts an `EvalWorkflow` (one at a time: a firing while the last eval still plays is
-skipped) and resolves the checkpoint anew, so `latest:RUN/POLICY` scores the newest checkpoint then. A schedule
-that exists already, or a cron expression Temporal refuses, is a `ControlError`; acting on a schedule that does
-not exist is `NotFound`. Schedules are visible, and pausable, in the Temporal web UI too.
+skipped) and resolves the checkpoint anew, so `latest:RUN/POLICY` scores the newest checkpoint then. A
+schedule that exists already, or a cron expression Temporal refuses, is a `ControlError`; acting on a schedule
+that does not exist is `NotFound`. Schedules are visible, and pausable, in the Temporal web UI too.
 """
 
 from __future__ import annotations
@@ -86,7 +86,8 @@ class ScheduleRow:
 
 
 async def schedule_rows(settings: Settings) -> list[ScheduleRow]:
-    """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires next."""
+    """Every eval schedule: when it fires, whether it is paused, how often it has fired, when it fires
+    next."""
     from rollout.workflows.names import EVAL_SCHEDULES
 
     client = await connect_temporal(settings)

@@ -2,9 +2,9 @@
 
 Contract:
 - A suite is named `NAME` (its newest registered version), `NAME@VERSION`, a YAML or Python file, or a shipped
-  suite (`smoke`); files and shipped suites are registered on first use, once every environment of theirs loads
-  here and gives the suite's tasks. A name the ledger does not hold is `NotFound`; a file that does not parse,
-  an environment that does not load, or other content under a registered version is a `ControlError`.
+  suite (`smoke`); files and shipped suites are registered on first use, once every environment of theirs
+  loads here and gives the suite's tasks. A name the ledger does not hold is `NotFound`; a file that does not
+  parse, an environment that does not load, or other content under a registered version is a `ControlError`.
 - `run_eval` starts (or joins) the `EvalWorkflow` scoring a suite on a checkpoint and returns its outcome,
   reporting the episodes played as it goes; a suite version already scored on that checkpoint is not played
   again. Scores live in the ledger (one `EvalResult` per suite version, checkpoint and environment).
@@ -101,7 +101,8 @@ async def suite_named(ledger: Ledger, source: str) -> Suite:
 
 
 def checked_suite(suite: Suite) -> Suite:
-    """`suite`, once every environment of it loads here and can give the suite's tasks (nothing is recorded)."""
+    """`suite`, once every environment of it loads here and can give the suite's tasks (nothing is
+    recorded)."""
     from rollout.environment import EnvironmentLoadError, load_environment
 
     for entry in suite.environments:

@@ -1,9 +1,9 @@
 """Before a run starts: a runner must be able to load its environment.
 
 Contract: `confirm_runner_loads` starts `EnvironmentCheckWorkflow` on the runner queue and returns what the
-runner found; it raises `PreflightFailed` with one paragraph (what failed, where it looked, what to do) when the
-runner cannot import the environment or when no runner picks the check up in time. Nothing is recorded either
-way: a failed preflight leaves no run behind.
+runner found; it raises `PreflightFailed` with one paragraph (what failed, where it looked, what to do) when
+the runner cannot import the environment or when no runner picks the check up in time. Nothing is recorded
+either way: a failed preflight leaves no run behind.
 """
 
 from __future__ import annotations

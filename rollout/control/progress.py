@@ -3,8 +3,8 @@ attach`, and the summary they end with.
 
 Contract:
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
-  assembled (and which were skipped: every group's rewards equal, so no signal), and episodes finished. It shows
-  only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
+  assembled (and which were skipped: every group's rewards equal, so no signal), and episodes finished. It
+  shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
 - Nothing here decides anything a workflow decides: stopping at `trainer.steps` is `RunWorkflow`'s job.
 """
 

@@ -8,9 +8,9 @@ Contract:
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
 - `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
   `ControlError` saying what to do. A run the ledger does not hold is `NotFound`.
-- `recorded_launch` reads how a training run was launched (its trainer settings, the model it trains, where its
-  environment was imported from); `bring_stack_to` brings the embedded stack to it (an engine serving another
-  model is restarted on the run's); `reattach` then resumes a run paused by hand (it must be playing).
+- `recorded_launch` reads how a training run was launched (its trainer settings, the model it trains, where
+  its environment was imported from); `bring_stack_to` brings the embedded stack to it (an engine serving
+  another model is restarted on the run's); `reattach` then resumes a run paused by hand (it must be playing).
 - `refuse_a_stack_serving_another_model` stops a resume that could never sample: the run trains a model the
   stack's engine does not serve.
 """
@@ -191,8 +191,8 @@ def bring_stack_to(settings: Settings, launch: Launch, report: Callable[[str], N
 
 
 async def refuse_a_stack_serving_another_model(settings: Settings, run: str) -> None:
-    """Raise, naming `rollout run attach`, when `run` trains a model the stack's engine does not serve (no turn
-    of it could be admitted); a run that trains nothing, or an engine that does not answer, passes."""
+    """Raise, naming `rollout run attach`, when `run` trains a model the stack's engine does not serve (no
+    turn of it could be admitted); a run that trains nothing, or an engine that does not answer, passes."""
     from rollout.control.training import serves_another_model
 
     try:

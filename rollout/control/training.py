@@ -34,7 +34,8 @@ if TYPE_CHECKING:
     from rollout.workflows.types import EvalInput, RunInput
 
 # `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
-# brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30 s).
+# brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30
+# s).
 TEMPORAL_OUTAGE_S = 120.0
 LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
 TRAINER_PREFIX = "trainer."
@@ -112,8 +113,8 @@ def ready_stack(
 
 
 def serve_formats(settings: Settings) -> list[str]:
-    """The bridge each checkpoint goes through for the stack's engine: Tinker's sampler path; a LoRA adapter where
-    the engine loads adapters, else the adapter merged into full weights; full weights as they are."""
+    """The bridge each checkpoint goes through for the stack's engine: Tinker's sampler path; a LoRA adapter
+    where the engine loads adapters, else the adapter merged into full weights; full weights as they are."""
     from rollout.engines.factory import SERVED_FORMATS
 
     trainer = settings.trainer
@@ -161,8 +162,8 @@ def run_input(
 
 
 def serving_overrides(settings: Settings) -> list[str]:
-    """What the stack must be for a run's turns to sample: the engine's model, context and kind; and the groups
-    in flight, which the sandboxes its episodes claim are counted by."""
+    """What the stack must be for a run's turns to sample: the engine's model, context and kind; and the
+    groups in flight, which the sandboxes its episodes claim are counted by."""
     gateway = settings.services.gateway
     return [
         f"services.gateway.model={gateway.model}",
@@ -173,8 +174,8 @@ def serving_overrides(settings: Settings) -> list[str]:
 
 
 def launch_overrides_of(run_settings: dict[str, Any]) -> list[str]:
-    """The `trainer.*` and serving overrides a run was started with, from its recorded settings (a run recorded
-    before serving was: the engines serve the model it trains)."""
+    """The `trainer.*` and serving overrides a run was started with, from its recorded settings (a run
+    recorded before serving was: the engines serve the model it trains)."""
     launch = [
         f"{key}={value}"
         for key, value in sorted(run_settings.items())
@@ -226,9 +227,9 @@ async def begin_training(settings: Settings, given: RunInput) -> None:
 
 
 async def _start_riding_outages(client: Client, given: RunInput) -> None:
-    """Start the run's workflow, trying again while Temporal is away (for `TEMPORAL_OUTAGE_S`). A retry that finds
-    the run already playing found the start whose reply was lost; a run id already playing at the first try is
-    refused (`WorkflowAlreadyStartedError`)."""
+    """Start the run's workflow, trying again while Temporal is away (for `TEMPORAL_OUTAGE_S`). A retry that
+    finds the run already playing found the start whose reply was lost; a run id already playing at the first
+    try is refused (`WorkflowAlreadyStartedError`)."""
     from temporalio.exceptions import WorkflowAlreadyStartedError
     from temporalio.service import RPCError
 
@@ -281,8 +282,8 @@ def check_engine_model(settings: Settings) -> None:
 
 
 def runs_agent_commands(environment: Environment) -> bool:
-    """Whether an environment's episodes run what its agents drive in a jail: a command seat, or a sandbox kind
-    that is jailed (a shell's commands, a Minecraft world)."""
+    """Whether an environment's episodes run what its agents drive in a jail: a command seat, or a sandbox
+    kind that is jailed (a shell's commands, a Minecraft world)."""
     from rollout.sandbox import load_kind
     from rollout.sandbox.world import UnknownSandboxKind, jailed
 

@@ -41,7 +41,8 @@ def _openai_message(message: Message) -> dict[str, Any]:
 
 @dataclass(frozen=True)
 class ExternalModel:
-    """`model` in LiteLLM's naming (`anthropic/claude-...`, `openai/gpt-...`, `openai/NAME` with `api_base`)."""
+    """`model` in LiteLLM's naming (`anthropic/claude-...`, `openai/gpt-...`, `openai/NAME` with
+    `api_base`)."""
 
     model: str
     api_base: str | None = None
@@ -50,9 +51,9 @@ class ExternalModel:
 
     @staticmethod
     def from_spec(spec: str) -> ExternalModel:
-        """`MODEL` or `MODEL@API_BASE` (an OpenAI-compatible server: `openai/NAME@http://host:port/v1`). The key
-        is LiteLLM's to find in the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...); a server of your own
-        named by API_BASE with no key set gets a placeholder, as such servers ask for none."""
+        """`MODEL` or `MODEL@API_BASE` (an OpenAI-compatible server: `openai/NAME@http://host:port/v1`). The
+        key is LiteLLM's to find in the environment (ANTHROPIC_API_KEY, OPENAI_API_KEY, ...); a server of your
+        own named by API_BASE with no key set gets a placeholder, as such servers ask for none."""
         name, _, api_base = spec.partition("@")
         if not name:
             raise ValueError(f"external model {spec!r}: write MODEL or MODEL@API_BASE")

@@ -7,8 +7,8 @@ Contract:
 - `build_engine` raises `EngineSetupError` with a message that says what to change (a missing script, key or
   extra); it never starts serving.
 - `serve_engine` serves the engine over vLLM's HTTP dialect until cancelled; with a follower, the follower
-  reconnects to the ledger for as long as the engine serves (an unreachable ledger is reported and retried every
-  5 s, never fatal: the engine keeps serving what it holds).
+  reconnects to the ledger for as long as the engine serves (an unreachable ledger is reported and retried
+  every 5 s, never fatal: the engine keeps serving what it holds).
 """
 
 from __future__ import annotations

@@ -1,19 +1,22 @@
-"""The serving follower: beside each engine, it loads what the trainer publishes and says what the engine serves.
+"""The serving follower: beside each engine, it loads what the trainer publishes and says what the engine
+serves.
 
 Contract:
 - It reads `ServingTarget`s (stream `serving/targets`) by cursor and keeps the engine serving, per policy, the
   newest `keep` checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still
-  find theirs), and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files come from the blob store, hash-verified, into a cache directory; then `engine.load`.
+  find theirs), and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files
+  come from the blob store, hash-verified, into a cache directory; then `engine.load`.
 - After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state; the
-  gateway routes by the newest ack. Its first ack, as it starts, serves only the base model: a restarted engine
-  never claims what it no longer holds. A checkpoint that is dropped is left out of the ack first and unloaded
-  `grace_s` later, so turns already routed to it finish.
-- A checkpoint that fails to load is reported (a warning, and `failed` in the ack: checkpoint, error, attempts,
-  seconds to the next try) and tried again with exponential backoff (`retry_s`, doubling up to `retry_max_s`) for
-  as long as it is wanted; the engine keeps serving what it served before. A later success clears the report.
-- One-GPU mode (`gpu` set): while another holder has the ledger lease `gpu/{gpu}` (the trainer, for a step), the
-  engine sleeps and its ack says so; when the lease is free it wakes. A follower starting wakes its engine first
-  (it may have been left asleep by a follower that died).
+  gateway routes by the newest ack. Its first ack, as it starts, serves only the base model: a restarted
+  engine never claims what it no longer holds. A checkpoint that is dropped is left out of the ack first and
+  unloaded `grace_s` later, so turns already routed to it finish.
+- A checkpoint that fails to load is reported (a warning, and `failed` in the ack: checkpoint, error,
+  attempts, seconds to the next try) and tried again with exponential backoff (`retry_s`, doubling up to
+  `retry_max_s`) for as long as it is wanted; the engine keeps serving what it served before. A later success
+  clears the report.
+- One-GPU mode (`gpu` set): while another holder has the ledger lease `gpu/{gpu}` (the trainer, for a step),
+  the engine sleeps and its ack says so; when the lease is free it wakes. A follower starting wakes its engine
+  first (it may have been left asleep by a follower that died).
 """
 
 from __future__ import annotations
@@ -92,8 +95,8 @@ class ServingFollower:
         self.requests = ServingRequests()
 
     async def run(self) -> None:
-        # A follower that restarted does not know whether its engine sleeps: wake it (a no-op when awake); the GPU
-        # lease, if held by the trainer, puts it back to sleep on the first step.
+        # A follower that restarted does not know whether its engine sleeps: wake it (a no-op when awake); the
+        # GPU lease, if held by the trainer, puts it back to sleep on the first step.
         try:
             await self.engine.wake()
         except Exception as error:  # an engine without sleep mode, or one not up yet: nothing to wake

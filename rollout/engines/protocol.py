@@ -4,19 +4,20 @@ Contract:
 - `sample` takes exact prompt token ids and returns exact completion token ids with one behaviour logprob per
   completion token (the log-probability under the engine's model at temperature 1, as vLLM reports it), the
   finish reason, and the name of the checkpoint that produced them. The engine never re-tokenises.
-- Sampling parameters other than the ids (temperature, top_p, stop token ids, seed) shape which tokens are drawn,
-  not how their logprobs are reported.
-- `stream` (optional: `StreamingEngine`) yields the same completion as `SampleChunk`s while it is sampled: each
-  chunk carries the ids sampled since the last one with their logprobs; the last chunk, and only it, carries the
-  finish reason and the checkpoint's name. Concatenated, the chunks are exactly what `sample` would have returned
-  (same ids, same logprob semantics). Closing the iterator early (`aclose`, or cancelling its consumer) stops
-  the generation. `stream_sample` streams from any engine: one that cannot stream (Tinker, an external model)
-  answers with one chunk once `sample` returns. Errors before the first chunk are raised as `sample` raises them.
+- Sampling parameters other than the ids (temperature, top_p, stop token ids, seed) shape which tokens are
+  drawn, not how their logprobs are reported.
+- `stream` (optional: `StreamingEngine`) yields the same completion as `SampleChunk`s while it is sampled:
+  each chunk carries the ids sampled since the last one with their logprobs; the last chunk, and only it,
+  carries the finish reason and the checkpoint's name. Concatenated, the chunks are exactly what `sample`
+  would have returned (same ids, same logprob semantics). Closing the iterator early (`aclose`, or cancelling
+  its consumer) stops the generation. `stream_sample` streams from any engine: one that cannot stream (Tinker,
+  an external model) answers with one chunk once `sample` returns. Errors before the first chunk are raised as
+  `sample` raises them.
 - `load` makes a checkpoint servable under its name; `sleep` frees the accelerator (requests then fail with
   `EngineUnavailable` until `wake`); `health` is cheap and never raises.
-- An engine that cannot serve (down, asleep, overloaded) raises `EngineUnavailable`; the gateway turns that into
-  a 503 with Retry-After; `CheckpointNotServed` is one such case (the router's view of the engine is older than
-  the engine). One that refuses the request itself raises `EngineError` with the reason.
+- An engine that cannot serve (down, asleep, overloaded) raises `EngineUnavailable`; the gateway turns that
+  into a 503 with Retry-After; `CheckpointNotServed` is one such case (the router's view of the engine is
+  older than the engine). One that refuses the request itself raises `EngineError` with the reason.
 """
 
 from __future__ import annotations
@@ -41,7 +42,8 @@ class CheckpointNotServed(EngineUnavailable):
 
 
 class EngineError(RuntimeError):
-    """The engine refused a request (not an availability problem): a bad request, an unknown model, a bad key."""
+    """The engine refused a request (not an availability problem): a bad request, an unknown model, a bad
+    key."""
 
 
 @dataclass(frozen=True)
@@ -70,7 +72,8 @@ class SampleResult:
 
 @dataclass(frozen=True)
 class SampleChunk:
-    """Ids sampled since the previous chunk, one logprob each; the last chunk has `finish_reason` and `model`."""
+    """Ids sampled since the previous chunk, one logprob each; the last chunk has `finish_reason` and
+    `model`."""
 
     ids: tuple[int, ...]
     logprobs: tuple[float, ...]

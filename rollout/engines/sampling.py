@@ -1,8 +1,8 @@
 """Batched autoregressive sampling with a Hugging Face causal LM: pure compute, no I/O.
 
 Contract:
-- `sample_batch` runs several requests in one forward pass per step (left-padded, with a KV cache) and returns,
-  per request, the sampled ids and the log-probability of each under the model's raw distribution
+- `sample_batch` runs several requests in one forward pass per step (left-padded, with a KV cache) and
+  returns, per request, the sampled ids and the log-probability of each under the model's raw distribution
   (temperature 1), which is the behaviour logprob training needs.
 - Each request keeps its own temperature, top_p, stop ids, token budget and seed: a seeded request draws the
   same tokens whatever else shares its batch.

@@ -2,12 +2,12 @@
 
 Contract: the script maps the decoded prompt to the assistant message to answer with; the engine turns that
 message into completion ids exactly as the model's renderer would emit it (so parsing it back gives the same
-message) and reports logprob 0 for every token: a scripted policy is deterministic. `think_s` makes every reply
-take that long (a stand-in for a model's sampling time, in chaos tests and benchmarks); `stream` spreads it
-evenly over the reply's tokens, one chunk per token, so a streaming client sees the first token long before the
-last. `finished` counts the samples and streams that ran to their end and `cancelled` the streams closed early
-(what tests observe of the engine's side). `load_script` finds a script by reference
-(`rollout engine serve --kind scripted --script package.module:function`).
+message) and reports logprob 0 for every token: a scripted policy is deterministic. `think_s` makes every
+reply take that long (a stand-in for a model's sampling time, in chaos tests and benchmarks); `stream` spreads
+it evenly over the reply's tokens, one chunk per token, so a streaming client sees the first token long before
+the last. `finished` counts the samples and streams that ran to their end and `cancelled` the streams closed
+early (what tests observe of the engine's side). `load_script` finds a script by reference (`rollout engine
+serve --kind scripted --script package.module:function`).
 """
 
 from __future__ import annotations
@@ -67,7 +67,8 @@ class ScriptedEngine:
         self.loaded.discard(name)
 
     def completion_ids(self, reply: Message) -> list[int]:
-        """The ids a model would sample to say `reply`: its rendering after a generation prompt, to the stop."""
+        """The ids a model would sample to say `reply`: its rendering after a generation prompt, to the
+        stop."""
         probe = [Message.user("·")]
         prompt = self.renderer.prompt_ids(probe, [])
         full = self.renderer.conversation_ids([*probe, reply])

@@ -1,4 +1,5 @@
-"""An engine that samples through Tinker: the SDK's `SamplingClient` on a base model or a checkpoint's sampler path.
+"""An engine that samples through Tinker: the SDK's `SamplingClient` on a base model or a checkpoint's sampler
+path.
 
 Contract:
 - `load(CheckpointRef(name, path))` takes a Tinker sampler path (`tinker://…/sampler_weights/…`, what

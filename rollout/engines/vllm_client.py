@@ -1,26 +1,26 @@
 """An engine reached over vLLM's HTTP dialect: a real `vllm serve`, or rollout's local engine server.
 
 Contract: maps the engine protocol onto `/v1/completions` with token-id prompts, `logprobs=0` and
-`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a server fault (500,
-502, 504: a dead engine core, a proxy without its engine), a timeout, a completion for a model the engine does
-not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when put to sleep)
-raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`, `length` and `abort`,
-raises `EngineError` with the server's message: a completion is never passed on as finished unless the model
-finished it; a 500 from an engine whose /health still answers is that request's failure (`EngineError`), not a
-dead engine. Unloading an adapter the engine does not hold (vLLM's 404) raises `KeyError`; loading one that
-trains modules outside `rollout.defaults.LORA_TARGET_MODULES` (vLLM's `--lora-target-modules`) raises
-`EngineError`. `sleep` pauses the engine (what is being generated finishes, new requests are refused with 503
-until `wake`), then sleeps, aborting what the pause left queued. `stream` asks for the
-same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs as they arrive
-(ids from `token_ids`, or from `token_id:N` tokens when the server was started with
+`return_token_ids`, and onto the LoRA, sleep and health routes. A connection failure, a 503, a server fault
+(500, 502, 504: a dead engine core, a proxy without its engine), a timeout, a completion for a model the
+engine does not serve (404) or one vLLM aborted (`finish_reason: "abort"`, as it ends requests in flight when
+put to sleep) raise `EngineUnavailable`; any other error response, or a finish reason other than `stop`,
+`length` and `abort`, raises `EngineError` with the server's message: a completion is never passed on as
+finished unless the model finished it; a 500 from an engine whose /health still answers is that request's
+failure (`EngineError`), not a dead engine. Unloading an adapter the engine does not hold (vLLM's 404) raises
+`KeyError`; loading one that trains modules outside `rollout.defaults.LORA_TARGET_MODULES` (vLLM's
+`--lora-target-modules`) raises `EngineError`. `sleep` pauses the engine (what is being generated finishes,
+new requests are refused with 503 until `wake`), then sleeps, aborting what the pause left queued. `stream`
+asks for the same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs
+as they arrive (ids from `token_ids`, or from `token_id:N` tokens when the server was started with
 `--return-tokens-as-token-ids` and sends no `token_ids`); errors before the first chunk are raised as `sample`
-raises them, an error event as `EngineError` (or `EngineUnavailable` when it is vLLM's retryable 503, as for
-a request refused while paused) and an abort mid-stream as `EngineUnavailable` (the gateway then records the
-turn aborted). Closing the stream early closes its connection, which is how vLLM learns
-to stop generating.
+raises them, an error event as `EngineError` (or `EngineUnavailable` when it is vLLM's retryable 503, as for a
+request refused while paused) and an abort mid-stream as `EngineUnavailable` (the gateway then records the
+turn aborted). Closing the stream early closes its connection, which is how vLLM learns to stop generating.
 
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
-it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added latency.
+it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added
+latency.
 """
 
 from __future__ import annotations
@@ -97,8 +97,9 @@ class VLLMEngine:
 
     async def _check(self, answer: _Answer, *, path: str = "") -> None:
         if answer.status == 500 and await self.health():
-            # vLLM answers 500 for a dead engine core (its /health then fails too) and for any failure it does not
-            # classify (an adapter it cannot load, say): with the engine alive, this request failed and would again.
+            # vLLM answers 500 for a dead engine core (its /health then fails too) and for any failure it does
+            # not classify (an adapter it cannot load, say): with the engine alive, this request failed and
+            # would again.
             raise EngineError(f"engine at {self.base_url} failed the request (500): {answer.text[:500]}")
         self._raise_for(answer, path=path)
 
@@ -110,7 +111,8 @@ class VLLMEngine:
             raise EngineUnavailable(f"engine at {self.base_url} is unavailable: {answer.text}", retry)
         if answer.status in SERVER_FAULTS:
             # vLLM answers 500 once its engine core has died (and until it is restarted: `_check` has seen its
-            # /health fail); a proxy in front of it 502 or 504: the engine is not there now, no fault of the request.
+            # /health fail); a proxy in front of it 502 or 504: the engine is not there now, no fault of the
+            # request.
             raise EngineUnavailable(
                 f"engine at {self.base_url} failed ({answer.status}): {answer.text[:500]}"
             )
@@ -171,7 +173,8 @@ class VLLMEngine:
                             float(x) for x in (choice.get("logprobs") or {}).get("token_logprobs") or []
                         )
                         if choice.get("finish_reason") is not None:
-                            # Held until [DONE] (right behind it) so the connection is read to its end and reused.
+                            # Held until [DONE] (right behind it) so the connection is read to its end and
+                            # reused.
                             last = SampleChunk(
                                 ids=ids,
                                 logprobs=logprobs,
@@ -207,14 +210,14 @@ class VLLMEngine:
     async def sleep(self) -> None:
         """Level 1 (weights to CPU memory, KV cache dropped) once the requests being generated have finished.
 
-        `/sleep` alone would not do: its default mode, `abort`, cuts what is in flight short, and in any mode vLLM
-        queues a request that arrives while it sleeps until it wakes (a turn would hang for a whole training
-        step). So it is paused first (`/pause?mode=wait`: the requests being generated finish, anything new is
-        refused with a retryable 503, which the gateway waits out as it does the local engine's), then put to
-        sleep with `mode=abort`: what the pause left queued (behind `--max-num-seqs`, or preempted) ends with
-        `abort`, so the gateway samples it again after the wake (or records it aborted if it had begun streaming)
-        instead of it waiting out the step. A sleep that fails after its pause resumes the engine, so it is never
-        left refusing every turn."""
+        `/sleep` alone would not do: its default mode, `abort`, cuts what is in flight short, and in any mode
+        vLLM queues a request that arrives while it sleeps until it wakes (a turn would hang for a whole
+        training step). So it is paused first (`/pause?mode=wait`: the requests being generated finish,
+        anything new is refused with a retryable 503, which the gateway waits out as it does the local
+        engine's), then put to sleep with `mode=abort`: what the pause left queued (behind `--max-num-seqs`,
+        or preempted) ends with `abort`, so the gateway samples it again after the wake (or records it aborted
+        if it had begun streaming) instead of it waiting out the step. A sleep that fails after its pause
+        resumes the engine, so it is never left refusing every turn."""
         await self._post("/pause?mode=wait")
         try:
             await self._post("/sleep?level=1&mode=abort")
@@ -242,8 +245,8 @@ class VLLMEngine:
 
 
 def _check_targets(checkpoint: CheckpointRef) -> None:
-    """Refuse an adapter that trains modules vLLM holds no LoRA slots for (`--lora-target-modules`): vLLM would
-    load it and then silently apply only part of it."""
+    """Refuse an adapter that trains modules vLLM holds no LoRA slots for (`--lora-target-modules`): vLLM
+    would load it and then silently apply only part of it."""
     config = Path(checkpoint.path) / "adapter_config.json"
     if not config.is_file():
         return  # not on this host: vLLM reads it (and says what is wrong with it)
@@ -279,10 +282,11 @@ def _stream_error(error: Any, base_url: str) -> EngineError | EngineUnavailable:
 def _finish(choice: dict[str, Any], base_url: str) -> FinishReason:
     """The completion's finish reason, when it is one a turn may be trained on: `stop` or `length`.
 
-    vLLM ends what is in flight with `abort` when it is put to sleep (its default mode) or shuts down: what came
-    back is partial and was not finished by the model, so it is raised as `EngineUnavailable` (a turn not yet
-    streamed is sampled again; one already streaming is recorded aborted, never trained). Any other reason
-    (`error`, or one this client does not know) is the engine's failure, `EngineError`: never recorded as done."""
+    vLLM ends what is in flight with `abort` when it is put to sleep (its default mode) or shuts down: what
+    came back is partial and was not finished by the model, so it is raised as `EngineUnavailable` (a turn not
+    yet streamed is sampled again; one already streaming is recorded aborted, never trained). Any other reason
+    (`error`, or one this client does not know) is the engine's failure, `EngineError`: never recorded as
+    done."""
     reason = choice.get("finish_reason")
     if reason == "stop" or reason == "length":
         return reason

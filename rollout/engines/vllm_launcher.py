@@ -75,8 +75,9 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
         launch.dtype,
         # Token-id prompts in, token ids out: the gateway never lets the engine re-tokenise.
         "--return-tokens-as-token-ids",
-        # No sampling defaults from the checkpoint's generation_config.json (Qwen's ship top_k 20): a setting a
-        # request leaves out is then vLLM's neutral one, so nothing the turn did not ask for shapes the draw.
+        # No sampling defaults from the checkpoint's generation_config.json (Qwen's ship top_k 20): a setting
+        # a request leaves out is then vLLM's neutral one, so nothing the turn did not ask for shapes the
+        # draw.
         "--generation-config",
         "vllm",
         # The engine protocol's logprob (the model's, at temperature 1), named so no default can move it.

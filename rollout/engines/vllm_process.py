@@ -1,15 +1,16 @@
 """`rollout engine serve --kind vllm`: a `vllm serve` child process with the serving follower beside it.
 
 Contract:
-- `serve_vllm` starts `vllm serve` (argv and environment from `rollout.engines.vllm_launcher.command`) in its own
-  process group, waits until it answers `/health` (reporting progress; vLLM takes minutes to load a large model),
-  then runs the serving follower against it over vLLM's HTTP API until the child exits or this coroutine is
-  cancelled. It returns the child's exit status.
+- `serve_vllm` starts `vllm serve` (argv and environment from `rollout.engines.vllm_launcher.command`) in its
+  own process group, waits until it answers `/health` (reporting progress; vLLM takes minutes to load a large
+  model), then runs the serving follower against it over vLLM's HTTP API until the child exits or this
+  coroutine is cancelled. It returns the child's exit status.
 - A child that exits before it is healthy is reported with the tail of its output (`VLLMStartError`).
 - Cancelled, or sent SIGTERM or SIGINT (Ctrl-C, the supervisor restarting the engine), it stops the child:
   SIGTERM, then SIGKILL after `stop_grace_s`; a second signal does not cut that short. The child stays in this
   process's group, so whoever kills the group (the stack's supervisor) kills vLLM too, and it is told to exit
-  when this process dies (PR_SET_PDEATHSIG on Linux): no vLLM outlives the `rollout engine serve` that started it.
+  when this process dies (PR_SET_PDEATHSIG on Linux): no vLLM outlives the `rollout engine serve` that started
+  it.
 - A follower that dies of an error is reported at once; vLLM goes on serving what it holds.
 
 """
@@ -83,8 +84,8 @@ async def serve_vllm(
 
 
 def _stop_on_signals() -> None:
-    """The first SIGTERM or SIGINT cancels this task (Python's default for SIGTERM is to exit at once, skipping
-    the `finally` that stops vLLM); later ones are ignored while vLLM stops."""
+    """The first SIGTERM or SIGINT cancels this task (Python's default for SIGTERM is to exit at once,
+    skipping the `finally` that stops vLLM); later ones are ignored while vLLM stops."""
     task = asyncio.current_task()
     assert task is not None
     loop = asyncio.get_running_loop()

@@ -2,8 +2,8 @@
 
 Routes (shapes as vLLM's OpenAI-compatible server answers them):
 - `POST /v1/completions` with a token-id `prompt`, `logprobs` (0 = the sampled token's logprob) and
-  `return_token_ids`: choices carry `token_ids`, `prompt_token_ids` and `logprobs.token_logprobs`.
-  With `stream: true` it answers with server-sent events as vLLM does: one `text_completion` chunk per batch of
+  `return_token_ids`: choices carry `token_ids`, `prompt_token_ids` and `logprobs.token_logprobs`. With
+  `stream: true` it answers with server-sent events as vLLM does: one `text_completion` chunk per batch of
   tokens the engine hands out (`token_ids`, `logprobs` and `text` of those tokens; `prompt_token_ids` on the
   first; `finish_reason` on the last), a usage chunk when `stream_options.include_usage`, then `data: [DONE]`.
   An error before the first token is an ordinary error response; one after it is a `data: {"error": ...}`

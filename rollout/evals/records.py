@@ -1,12 +1,13 @@
-"""Eval records in the ledger: registered suites, and one `EvalResult` per (suite@version, checkpoint, environment).
+"""Eval records in the ledger: registered suites, and one `EvalResult` per (suite@version, checkpoint,
+environment).
 
 Contract:
-- `register(ledger, suite)` appends `EvalSuiteRegistered` on `evals/suites` under `name@version` with the suite's
-  declaration and content hash. Registering the same content again changes nothing (returns False); other
-  content under a version already registered raises `SuiteVersionTaken` (bump the version). Nothing is ever
-  overwritten.
-- `find_suite(ledger, name, version=None)` returns the registered suite (the newest registered version when none
-  is given), or raises `UnknownSuite` naming the versions or suites there are.
+- `register(ledger, suite)` appends `EvalSuiteRegistered` on `evals/suites` under `name@version` with the
+  suite's declaration and content hash. Registering the same content again changes nothing (returns False);
+  other content under a version already registered raises `SuiteVersionTaken` (bump the version). Nothing is
+  ever overwritten.
+- `find_suite(ledger, name, version=None)` returns the registered suite (the newest registered version when
+  none is given), or raises `UnknownSuite` naming the versions or suites there are.
 - `EvalResult` is recorded on `evals/{suite}/results` under `{version}/{checkpoint}/{environment}`: recording
   a result again (a retried or repeated eval) changes nothing; the first one stands.
 - `results(ledger, suite=None)` reads them back, oldest first.

@@ -7,10 +7,10 @@ Contract:
 - `package.module:function`: the function of the rewards (a list of floats) returns the score; its interval is
   the 2.5th to 97.5th percentile of the function over 1,000 bootstrap resamples drawn from a fixed seed, so a
   score recomputed from the same rewards is the same.
-- A metric function that raises, or a score that is not a finite number, raises `MetricError` naming the metric;
-  nothing is recorded for it.
-- `changes(baseline, candidate, max_drop)` compares two checkpoints' scores environment by environment; a change
-  below `-max_drop` is a regression (what `rollout eval compare` gates on).
+- A metric function that raises, or a score that is not a finite number, raises `MetricError` naming the
+  metric; nothing is recorded for it.
+- `changes(baseline, candidate, max_drop)` compares two checkpoints' scores environment by environment; a
+  change below `-max_drop` is a regression (what `rollout eval compare` gates on).
 - Pure: no I/O beyond importing a metric function.
 """
 

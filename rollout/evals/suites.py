@@ -2,13 +2,13 @@
 
 Contract:
 - A suite is declared in YAML (a file holding one mapping: `name`, `version`, `environments`) or in Python (a
-  `Suite` value, named `package.module:attribute` or found in a `.py` file); `load_suite(source)` reads either and
-  raises `SuiteError` naming the source and the offending field.
-- Each `EvalEnvironment` names an environment (`package.module:attribute`), its tasks (`eval`: the environment's
-  held-out `eval_source`, the default; or `seed: N`, generator tasks under a seed training does not use), the
-  first task index, the number of episodes, sampling settings (temperature 0 by default: greedy) and the
-  metric (rollout.evals.scoring). Its `name` (default: the environment's package, or `package.attribute` for an
-  attribute other than `environment`) is unique in the suite and names its scores.
+  `Suite` value, named `package.module:attribute` or found in a `.py` file); `load_suite(source)` reads either
+  and raises `SuiteError` naming the source and the offending field.
+- Each `EvalEnvironment` names an environment (`package.module:attribute`), its tasks (`eval`: the
+  environment's held-out `eval_source`, the default; or `seed: N`, generator tasks under a seed training does
+  not use), the first task index, the number of episodes, sampling settings (temperature 0 by default: greedy)
+  and the metric (rollout.evals.scoring). Its `name` (default: the environment's package, or
+  `package.attribute` for an attribute other than `environment`) is unique in the suite and names its scores.
 - `Suite.payload()` is the canonical JSON of the declaration and `content_hash()` its SHA-256: the same suite
   written in YAML or Python, in any key order, has one hash. The ledger keeps a suite under `name@version`
   with that hash (rollout.evals.records).
@@ -106,7 +106,8 @@ ENVIRONMENT_FIELDS = (
 
 
 def suite_from_payload(data: Any, source: str = "the suite") -> Suite:
-    """A `Suite` from its mapping (a YAML file's content, or a recorded payload); `SuiteError` says what is wrong."""
+    """A `Suite` from its mapping (a YAML file's content, or a recorded payload); `SuiteError` says what is
+    wrong."""
     if not isinstance(data, dict):
         raise SuiteError(f"{source}: a suite is a mapping with name, version and environments")
     unknown = sorted(set(data) - set(SUITE_FIELDS))

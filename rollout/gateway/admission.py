@@ -1,14 +1,14 @@
 """Admission: which engine may serve a turn, given the run's settings in the ledger.
 
 Contract:
-- A turn for a seat on policy P may begin only on an engine serving a checkpoint of version
-  `v >= newest(P) - max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection,
-  read as a checked `rollout.run_settings.RunSettings`)
-  and `newest(P)` is P's newest checkpoint version. The base model is version 0 of every policy, so a policy
-  with no checkpoint yet (or within max_lag of version 0) is served by the base. Among eligible engines the
-  freshest checkpoint is tried first. Settings are re-read for every turn (a mid-run change takes
-  effect on the next turn); nothing here talks to Temporal.
-- A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not limited.
+- A turn for a seat on policy P may begin only on an engine serving a checkpoint of version `v >= newest(P) -
+  max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection, read as a
+  checked `rollout.run_settings.RunSettings`) and `newest(P)` is P's newest checkpoint version. The base model
+  is version 0 of every policy, so a policy with no checkpoint yet (or within max_lag of version 0) is served
+  by the base. Among eligible engines the freshest checkpoint is tried first. Settings are re-read for every
+  turn (a mid-run change takes effect on the next turn); nothing here talks to Temporal.
+- A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not
+  limited.
 - A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
   `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with. Its
   `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
@@ -82,8 +82,9 @@ class Admission:
         return await newest_checkpoint_version(self.ledger, policy)
 
     async def candidates(self, seat: Seat, *, fresh: bool = False, deadline: float | None = None) -> Admitted:
-        """Eligible engines in the order to try them: the freshest checkpoint first, rotating among engines that
-        serve it (so load spreads). Waits while the run is paused or nothing qualifies, up to the deadline."""
+        """Eligible engines in the order to try them: the freshest checkpoint first, rotating among engines
+        that serve it (so load spreads). Waits while the run is paused or nothing qualifies, up to the
+        deadline."""
         deadline = time.monotonic() + self.wait_s if deadline is None else deadline
         while True:
             settings = await self.run_settings(seat.run)

@@ -7,22 +7,24 @@ Routes, each under `/v1` and under `/s/{token}/v1` (the seat's base URL):
 Contract:
 - A request names its seat by the base URL's token, `x-api-key`, or `Authorization: Bearer`. No token or an
   unknown one → 401; a closed seat → 410; each in the route's own error shape. A turn for a seat this process
-  has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the seat.
-- A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any of
-  it is parsed or tokenised. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters included)
-  → 400.
+  has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the
+  seat.
+- A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any
+  of it is parsed or tokenised. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters
+  included) → 400.
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
   naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
   context → 400; no admitted engine → 503 with `Retry-After`. Nothing here crashes on a model's output:
   unparseable tool calls come back as text.
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
-- Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an `Operator`.
+- Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an
+  `Operator`.
 - A streaming request streams the reply as the engine samples it (rollout.gateway.live says what is held back
   until it is settled), in the dialect's own events. The turn is recorded after its last content frame and
-  before its terminating frame; if the client went away before that, the engine's generation is stopped and the
-  turn is recorded as aborted. An engine that fails mid-stream ends the stream without its terminating frame
-  (the turn is recorded as aborted too).
+  before its terminating frame; if the client went away before that, the engine's generation is stopped and
+  the turn is recorded as aborted. An engine that fails mid-stream ends the stream without its terminating
+  frame (the turn is recorded as aborted too).
 """
 
 from __future__ import annotations
@@ -74,9 +76,10 @@ def _token(request: Request) -> str | None:
 
 
 class SSEResponse:
-    """Stream a turn's SSE frames: a live turn's as its tokens are settled, a whole turn's at once. The turn is
-    recorded after its last content frame and before its terminating frame; a client that leaves before that
-    stops the engine's generation and leaves the turn recorded as aborted, with what was sampled until then."""
+    """Stream a turn's SSE frames: a live turn's as its tokens are settled, a whole turn's at once. The turn
+    is recorded after its last content frame and before its terminating frame; a client that leaves before
+    that stops the engine's generation and leaves the turn recorded as aborted, with what was sampled until
+    then."""
 
     def __init__(self, gateway: Gateway, outcome: Turn | Sampled | LiveTurn, writer: StreamWriter) -> None:
         self.gateway, self.outcome, self.writer = gateway, outcome, writer
@@ -189,7 +192,8 @@ def build_app(
         return seat
 
     async def body_of(request: Request) -> Any:
-        # Refused before anything is parsed: by the declared length, or once the streamed bytes pass the limit.
+        # Refused before anything is parsed: by the declared length, or once the streamed bytes pass the
+        # limit.
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_request_bytes:
             raise _Refused(413, too_large)

@@ -5,8 +5,8 @@ Contract:
   malformed spec raises `ValueError` saying how to write it.
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine that acks what
   it serves (at its acked URL), and serves the three dialects and the operator routes on host:port until
-  cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator key unless
-  host is loopback. It closes the ledger connection when it stops.
+  cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator key
+  unless host is loopback. It closes the ledger connection when it stops.
 """
 
 from __future__ import annotations

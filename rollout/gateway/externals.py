@@ -2,9 +2,9 @@
 (`--external POLICY=MODEL`), or one the seat's run recorded for it (its environment seats the model under that
 policy: the run's `external_model/POLICY` settings).
 
-Contract: a run's external models are fixed when the run is made, so they are read from the ledger once per run
-and kept (the newest `MAX_RUNS_REMEMBERED` runs); a seat of no run has only the configured ones. A run trains
-its own lineage of a policy (`{run}/{policy}`): an external model is named by the policy's last part.
+Contract: a run's external models are fixed when the run is made, so they are read from the ledger once per
+run and kept (the newest `MAX_RUNS_REMEMBERED` runs); a seat of no run has only the configured ones. A run
+trains its own lineage of a policy (`{run}/{policy}`): an external model is named by the policy's last part.
 """
 
 from __future__ import annotations

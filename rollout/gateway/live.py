@@ -9,9 +9,9 @@ Contract:
   begun nothing more is sent until the end (tool calls are parsed from the whole reply). Reasoning is sent
   before text, never after it.
 - At the end `SettledText.finish` compares the whole reply's parse with what was sent: the rest is sent, and
-  the reply recorded is exactly what the client was sent (without leading whitespace it was not sent). If the parse of the whole reply does not extend what
-  was sent (a renderer whose markers are not tags), the recorded reply keeps what was sent and the record
-  names the divergence among its parse failures.
+  the reply recorded is exactly what the client was sent (without leading whitespace it was not sent). If the
+  parse of the whole reply does not extend what was sent (a renderer whose markers are not tags), the recorded
+  reply keeps what was sent and the record names the divergence among its parse failures.
 - `LiveTurn.deltas` yields those deltas as the engine's chunks arrive (chunks that arrive together are parsed
   once) and ends when the engine finishes or a stop string is completed (the engine's generation is then
   stopped). `LiveTurn.sampled` is then the turn to record. `LiveTurn.abort` stops the engine's generation and
@@ -37,8 +37,8 @@ MAX_TAG = 32  # characters: longer than any renderer's marker, short enough not 
 
 
 def _settled(text: str, stops: tuple[str, ...]) -> str:
-    """The part of `text` that the tokens still to come cannot change (leading whitespace is left out too: parses
-    strip it, an open reasoning block's before its close does)."""
+    """The part of `text` that the tokens still to come cannot change (leading whitespace is left out too:
+    parses strip it, an open reasoning block's before its close does)."""
     text = text.lstrip()
     while True:
         before = text

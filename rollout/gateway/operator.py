@@ -1,5 +1,5 @@
-"""Operator actions over HTTP, for an agent host on another machine: open a seat, pause or resume a run, set its
-max_lag (what `rollout seat new` and `rollout run pause|resume|set` do from the stack's own machine).
+"""Operator actions over HTTP, for an agent host on another machine: open a seat, pause or resume a run, set
+its max_lag (what `rollout seat new` and `rollout run pause|resume|set` do from the stack's own machine).
 
 Routes:
 - `POST /operator/seats` `{agent, policy?, run?, episode?, checkpoint?}` → 201 `{seat, api_key, base_url}`
@@ -12,12 +12,12 @@ Contract:
   never an operator key. On loopback the routes are open (only this machine reaches them, as it reaches the
   ledger), but a key that is sent must still be the operator key. Keys are compared in constant time.
 - The operator key is made once in the data directory (`operator.key`, mode 600) by `load_operator_key`.
-- A seat's id is made here (`manual/{12 hex}`), never taken from the client: a seat's token is derived from its
-  id, so an id chosen by the client would hand out another seat's token. A field a route does not know, or one
-  of the wrong type, → 400 naming it.
-- Run control goes to the `RunControl` the launcher gives (this package imports no workflow code); it records the
-  change in the ledger and applies it, as the CLI does. No run playing → 404; refused by the run → 409; no run
-  control, or Temporal not answering → 503.
+- A seat's id is made here (`manual/{12 hex}`), never taken from the client: a seat's token is derived from
+  its id, so an id chosen by the client would hand out another seat's token. A field a route does not know, or
+  one of the wrong type, → 400 naming it.
+- Run control goes to the `RunControl` the launcher gives (this package imports no workflow code); it records
+  the change in the ledger and applies it, as the CLI does. No run playing → 404; refused by the run → 409; no
+  run control, or Temporal not answering → 503.
 - Every refusal is `{"error": {"type": ..., "message": ...}}`.
 """
 
@@ -56,8 +56,8 @@ class RunControl(Protocol):
 
 
 class RunControlError(Exception):
-    """A run control that could not be applied: `status` is 404 (no such run playing), 409 (the run refused it)
-    or 503 (it could not be sent)."""
+    """A run control that could not be applied: `status` is 404 (no such run playing), 409 (the run refused
+    it) or 503 (it could not be sent)."""
 
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)

@@ -23,7 +23,8 @@ from rollout.rendering import ModelRenderer
 
 @dataclass(frozen=True)
 class Prompt:
-    """A turn's rendered prompt and where it goes: its segment and the prefix shared with the segment so far."""
+    """A turn's rendered prompt and where it goes: its segment and the prefix shared with the segment so
+    far."""
 
     ids: list[int]
     segment_id: str

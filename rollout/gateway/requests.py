@@ -3,8 +3,8 @@
 Contract:
 - `decode_json` reads a request body as strict UTF-8 JSON (no NaN or Infinity, no lone surrogates, no NUL in a
   string) or raises `BadRequest`.
-- A `ChatRequest` carries canonical messages, tools and sampling parameters; its `fingerprint` is a stable hash
-  of exactly those (so the same request from a retried episode attempt has the same fingerprint); its
+- A `ChatRequest` carries canonical messages, tools and sampling parameters; its `fingerprint` is a stable
+  hash of exactly those (so the same request from a retried episode attempt has the same fingerprint); its
   `turn_index` is the number of assistant messages in its history (the k-th model call of a conversation).
 """
 
@@ -63,7 +63,8 @@ def _holds_nul(value: Any) -> bool:
 
 
 def canonical_arguments(arguments: str) -> str:
-    """Tool-call arguments in one spelling: parsed and re-serialised when they are JSON, verbatim otherwise."""
+    """Tool-call arguments in one spelling: parsed and re-serialised when they are JSON, verbatim
+    otherwise."""
     try:
         return json.dumps(json.loads(arguments), sort_keys=True, separators=(",", ":"))
     except (json.JSONDecodeError, TypeError):

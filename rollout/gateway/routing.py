@@ -1,14 +1,14 @@
 """Routes: the engine slots the gateway may send a turn to, from its configured engines and the engines' acks.
 
 Contract:
-- A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy until
-  an ack says more about it.
+- A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy
+  until an ack says more about it.
 - Each engine's newest `ServingAck` (stream `serving/acks`) is its state: one slot for its base model (any
-  policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping engine
-  has no slots. An engine known only by its ack is reached at the ack's URL.
-- Acks are read incrementally by cursor, at most every `refresh_s` unless a fresh read is asked for (the gateway
-  asks when no slot qualifies or every qualifying engine failed), so routing costs one indexed read per interval,
-  not one per turn.
+  policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping
+  engine has no slots. An engine known only by its ack is reached at the ack's URL.
+- Acks are read incrementally by cursor, at most every `refresh_s` unless a fresh read is asked for (the
+  gateway asks when no slot qualifies or every qualifying engine failed), so routing costs one indexed read
+  per interval, not one per turn.
 """
 
 from __future__ import annotations

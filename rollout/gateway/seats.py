@@ -11,8 +11,8 @@ Contract:
 - `SeenSeats` remembers which seat a token named, in this process, so a turn can be rendered while its seat is
   looked up. It is never trusted for a check: every turn still resolves its seat (open or closed) from the
   ledger, and a token's seat never changes.
-- A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat, whatever
-  ids or history the client sends (replays and segments are looked up on that stream alone).
+- A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat,
+  whatever ids or history the client sends (replays and segments are looked up on that stream alone).
 - Secrets on disk (the token secret, the operator key: rollout.keyfiles) are made once, mode 600.
 """
 

@@ -1,13 +1,13 @@
 """Token-exact segments: when a request extends an earlier turn, the earlier ids are reused verbatim.
 
-A seat's conversation is a chain of turns. A request *extends* a turn when its messages are that turn's request
-messages, then that turn's reply (as the client echoes it back), then only new non-assistant messages, with the
-same tools. The new prompt is then the earlier prompt + sampled ids + the rendering of the new messages; nothing
-sampled is ever re-tokenised. Turns chained like this form one segment, which trains as one sequence. Anything
-else (compaction, an edited history, other tools) starts a new segment.
+A seat's conversation is a chain of turns. A request *extends* a turn when its messages are that turn's
+request messages, then that turn's reply (as the client echoes it back), then only new non-assistant messages,
+with the same tools. The new prompt is then the earlier prompt + sampled ids + the rendering of the new
+messages; nothing sampled is ever re-tokenised. Turns chained like this form one segment, which trains as one
+sequence. Anything else (compaction, an edited history, other tools) starts a new segment.
 
-A new segment's first turn records the conversation's opening (`conversation_opening`), by which an environment
-tells a client's side tasks from its main conversation.
+A new segment's first turn records the conversation's opening (`conversation_opening`), by which an
+environment tells a client's side tasks from its main conversation.
 
 Pure functions over `Head`s (the newest turn of each segment); no I/O.
 """
@@ -75,8 +75,8 @@ OPENING_CHARS = 1000
 
 
 def conversation_opening(request: ChatRequest) -> dict[str, Any]:
-    """What a new segment's first request says about the conversation it starts (recorded with that turn):
-    the model the client asked for, the tools it offered, and the start of its system prompt, of its first user
+    """What a new segment's first request says about the conversation it starts (recorded with that turn): the
+    model the client asked for, the tools it offered, and the start of its system prompt, of its first user
     message and of its last one. An environment tells a side task (a title, a sub-agent, a compaction request)
     from the task itself by these: a sub-agent has its own system prompt, a compaction request ends with the
     client's instruction to summarise."""

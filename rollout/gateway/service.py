@@ -2,26 +2,26 @@
 
 Contract:
 - Every turn served is recorded once on the seat's stream (`seat/{id}`) as `TurnRecorded`, keyed
-  `turn/{index}/{fingerprint}`, before the response completes. The record holds the exact prompt ids (as a delta
-  on the segment's earlier ids), the sampled ids, one behaviour logprob per sampled id, the checkpoint and engine
-  that sampled them, the segment id, the parsed reply, parse failures and timings.
+  `turn/{index}/{fingerprint}`, before the response completes. The record holds the exact prompt ids (as a
+  delta on the segment's earlier ids), the sampled ids, one behaviour logprob per sampled id, the checkpoint
+  and engine that sampled them, the segment id, the parsed reply, parse failures and timings.
 - The same request at the same turn index gets the recorded reply, not a new sample (replay). Two identical
   requests racing each other both get the one reply that was recorded first.
-- A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as text
-  with `external: true, trainable: false` (no token ids), and replays like any other. Which model answers a
-  seat is rollout.gateway.externals' to say (one configured for its policy, or one its run recorded).
+- A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as
+  text with `external: true, trainable: false` (no token ids), and replays like any other. Which model answers
+  a seat is rollout.gateway.externals' to say (one configured for its policy, or one its run recorded).
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained), with the ids and logprobs sampled until the engine was stopped.
 - `stream` serves a streaming request: a replay (`Turn`) or an external model's turn (`Sampled`) whole, and a
   sampled turn as a `LiveTurn` (rollout.gateway.live) that hands out the reply as the engine samples it and is
-  recorded by the caller once it ends. A live turn's prompt, admission and engine retries are those of `sample`
-  (an engine is retried only until it produced a first token); its record is the one `sample` would make of the
-  same tokens, but for the reply, which is what the client was sent.
+  recorded by the caller once it ends. A live turn's prompt, admission and engine retries are those of
+  `sample` (an engine is retried only until it produced a first token); its record is the one `sample` would
+  make of the same tokens, but for the reply, which is what the client was sent.
 - Prompt ids come from the segment rules (rollout.gateway.prompts); a prompt that does not fit the model's
   context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
-- `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked up
-  (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and render
-  again otherwise. A prepared render that failed raises its `BadRequest` only once it is used.
+- `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked
+  up (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and
+  render again otherwise. A prepared render that failed raises its `BadRequest` only once it is used.
 """
 
 from __future__ import annotations
@@ -66,7 +66,8 @@ NOT_LOOKED_UP = NotLookedUp()
 def _cut_at_stop_strings(
     renderer: ModelRenderer, result: SampleResult, stops: tuple[str, ...]
 ) -> tuple[SampleResult, str | None]:
-    """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on text)."""
+    """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on
+    text)."""
     if not stops:
         return result, None
     text = renderer.tokenizer.decode(list(result.completion_ids))
@@ -104,7 +105,8 @@ class Gateway:
         self._heads: dict[str, list[Head]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
-    # ---- the turn -------------------------------------------------------------------------------------------
+    # ---- the turn
+    # -------------------------------------------------------------------------------------------
 
     async def complete(
         self,
@@ -156,7 +158,8 @@ class Gateway:
         recorded: RecordedEvent | NotLookedUp | None = NOT_LOOKED_UP,
         prepared: Prepared | None = None,
     ) -> Turn | Sampled | LiveTurn:
-        """A replayed `Turn`, an external model's `Sampled`, or a `LiveTurn` whose engine has sampled a token."""
+        """A replayed `Turn`, an external model's `Sampled`, or a `LiveTurn` whose engine has sampled a
+        token."""
         early = await self._replayed_or_external(seat, request, recorded)
         if early is not None:
             return early
@@ -215,7 +218,8 @@ class Gateway:
         slot: EngineSlot,
         admitted: Admitted,
     ) -> Sampled:
-        """The turn `result` makes: cut at a stop string, parsed, with its record and the segment's new head."""
+        """The turn `result` makes: cut at a stop string, parsed, with its record and the segment's new
+        head."""
         tools = list(request.tools)
         prompt, segment_id, prefix = rendered.ids, rendered.segment_id, rendered.prefix
         result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
@@ -323,7 +327,8 @@ class Gateway:
         answers (an engine restarting, a checkpoint being reloaded) the turn is held and admission is asked
         again, up to its wait."""
         deadline = time.monotonic() + self.admission.wait_s
-        # top_p 0 keeps only the likeliest token: that is greedy, which every engine takes (vLLM refuses top_p 0).
+        # top_p 0 keeps only the likeliest token: that is greedy, which every engine takes (vLLM refuses top_p
+        # 0).
         greedy = request.params.top_p <= 0
         temperature = 0.0 if greedy else request.params.temperature
         top_p = 1.0 if greedy else request.params.top_p
@@ -373,7 +378,8 @@ class Gateway:
         key = f"{self.turn_key(sampled.request)}/aborted/{uuid.uuid4().hex[:8]}"
         await self.ledger.append_one(sampled.seat.stream, NewEvent(key, Kind.TURN_RECORDED, payload))
 
-    # ---- state ----------------------------------------------------------------------------------------------
+    # ---- state
+    # ----------------------------------------------------------------------------------------------
 
     @staticmethod
     def turn_key(request: ChatRequest) -> str:

@@ -37,7 +37,8 @@ class Kind(StrEnum):
 
 @dataclass(frozen=True)
 class NewEvent:
-    """An event to append. `key` is the business key that makes the append idempotent (never a Temporal id)."""
+    """An event to append. `key` is the business key that makes the append idempotent (never a Temporal
+    id)."""
 
     key: str
     kind: str

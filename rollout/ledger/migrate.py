@@ -105,8 +105,8 @@ def server_and_revision(url: str) -> tuple[str, str | None]:
 def upgrade(url: str) -> None:
     """Create the database if needed and apply every migration not yet applied.
 
-    Raises `LedgerUnreachableError` when the server cannot be reached or goes away mid-way; each migration runs
-    in one transaction, so calling `upgrade` again once the server is back finishes the job.
+    Raises `LedgerUnreachableError` when the server cannot be reached or goes away mid-way; each migration
+    runs in one transaction, so calling `upgrade` again once the server is back finishes the job.
     """
     from sqlalchemy.exc import OperationalError
 

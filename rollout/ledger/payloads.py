@@ -130,7 +130,8 @@ class EpisodeEnded(Payload):
     turns: dict[str, int] = field(default_factory=dict[str, int])  # by agent
     metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])  # by agent
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
-    # By agent: the segments (conversations) its environment keeps out of training, such as a client's side tasks.
+    # By agent: the segments (conversations) its environment keeps out of training, such as a client's side
+    # tasks.
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
 
     @property

@@ -239,8 +239,8 @@ async def checkpoint_payload(ledger: Ledger, policy: str, name: str) -> dict[str
 
 
 async def checkpoint_names(ledger: Ledger) -> list[str]:
-    """The name of every recorded checkpoint, oldest first (scans `CheckpointCreated` events: for error messages
-    and tools)."""
+    """The name of every recorded checkpoint, oldest first (scans `CheckpointCreated` events: for error
+    messages and tools)."""
     rows = await ledger._fetch_all(
         "SELECT payload->>'name' AS name FROM event WHERE kind = %s ORDER BY recorded_at",
         (Kind.CHECKPOINT_CREATED.value,),

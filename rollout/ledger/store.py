@@ -31,8 +31,8 @@ from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from rollout.ledger.errors import KeyConflictError, LedgerUnreachableError, translate
 from rollout.ledger.events import Fence, Lease, NewEvent, RecordedEvent
 
-# Leases change only through the ledger's functions (migration 0003): the worker role may call them, and may not
-# UPDATE a lease row itself.
+# Leases change only through the ledger's functions (migration 0003): the worker role may call them, and may
+# not UPDATE a lease row itself.
 _CLAIM = "SELECT resource, holder, epoch, expires_at FROM ledger_claim(%(resource)s, %(holder)s, %(ttl)s)"
 
 _RENEW = "SELECT resource, holder, epoch, expires_at FROM ledger_renew(%(resource)s, %(holder)s, %(epoch)s, %(ttl)s)"
@@ -45,8 +45,8 @@ RECONNECT_WINDOW_S = 120.0
 type Connection = psycopg.AsyncConnection[TupleRow]
 type QueryParams = Sequence[Any] | Mapping[str, Any]
 
-# Parameters in binary (%b): arrays of keys, kinds and payloads go without text escaping, a quarter of a batch's
-# time in the client (benchmarks/RESULTS.md, ledger).
+# Parameters in binary (%b): arrays of keys, kinds and payloads go without text escaping, a quarter of a
+# batch's time in the client (benchmarks/RESULTS.md, ledger).
 _APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%b, %b, %b, %b, %b, %b)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
@@ -78,7 +78,8 @@ class Ledger:
         reconnect_window_s: float = RECONNECT_WINDOW_S,
     ) -> Ledger:
         """Open a pool; a server that cannot be reached raises `LedgerUnreachableError` naming the URL."""
-        # One direct connection first: it fails fast with the server's own reason, where a pool only times out.
+        # One direct connection first: it fails fast with the server's own reason, where a pool only times
+        # out.
         try:
             probe = await psycopg.AsyncConnection.connect(url, connect_timeout=int(timeout_s))
         except psycopg.OperationalError as error:
@@ -103,10 +104,10 @@ class Ledger:
         await self._pool.close()
 
     async def _using[T](self, work: Callable[[Connection], Awaitable[T]]) -> T:
-        """Run `work` on a pooled connection; a lost connection (a restarted server, `AdminShutdown`, a refused
-        connect) is retried on a fresh one with backoff until `reconnect_window_s` has passed, then raises
-        `LedgerUnreachableError`. Every statement the ledger sends is safe to repeat: appends are idempotent by
-        key, reads and lease updates by their arguments."""
+        """Run `work` on a pooled connection; a lost connection (a restarted server, `AdminShutdown`, a
+        refused connect) is retried on a fresh one with backoff until `reconnect_window_s` has passed, then
+        raises `LedgerUnreachableError`. Every statement the ledger sends is safe to repeat: appends are
+        idempotent by key, reads and lease updates by their arguments."""
         deadline = time.monotonic() + self.reconnect_window_s
         backoff = 0.1
         while True:

@@ -18,8 +18,8 @@ SERVING_ACKS = "serving/acks"
 """`ServingAck`s: each engine's whole state, keyed `{engine}/{incarnation}/{n}`."""
 
 SERVING_REQUESTS = "serving/requests"
-"""`ServingRequested` / `ServingReleased`: a checkpoint someone (an eval) needs served beyond the newest ones, keyed
-`{holder}/{checkpoint}/requested` and `.../released`."""
+"""`ServingRequested` / `ServingReleased`: a checkpoint someone (an eval) needs served beyond the newest ones,
+keyed `{holder}/{checkpoint}/requested` and `.../released`."""
 
 EVAL_SUITES = "evals/suites"
 PRESETS = "presets"  # presets stored with `rollout preset load`, versioned (rollout.presets)

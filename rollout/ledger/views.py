@@ -3,8 +3,8 @@ engines and leases, each one or two indexed round trips.
 
 Contract:
 - Read-only, like rollout.ledger.queries; typed rows out. Reads of one kind across streams use the
-  `event_kind_recorded` index (migration 0004); reads of one stream use its primary key. Every list is
-  bounded (`limit`, and `offset` where a person pages), so a view costs the same with 100,000 turns in the ledger.
+  `event_kind_recorded` index (migration 0004); reads of one stream use its primary key. Every list is bounded
+  (`limit`, and `offset` where a person pages), so a view costs the same with 100,000 turns in the ledger.
 - Payload fields are read as the writers record them (rollout.ledger.payloads, rollout.training.checkpoints,
   rollout.serving, rollout.evals.records); a field added later may be absent from older events.
 """

@@ -1,8 +1,9 @@
 """The dashboard's Streamlit script: five views on one navigation (`streamlit run rollout/monitor/app.py`,
 started by `rollout monitor`).
 
-A view that cannot reach the ledger shows a banner naming the address and tries again every few seconds, so the
-app recovers by itself when the ledger returns; a run or episode that does not exist is a sentence on the page.
+A view that cannot reach the ledger shows a banner naming the address and tries again every few seconds, so
+the app recovers by itself when the ledger returns; a run or episode that does not exist is a sentence on the
+page.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
-"""The Evals view: scores per environment across checkpoints, per suite version, as a plot and a table; a score
-that dropped by more than `REGRESSION` from the previous checkpoint of the same policy is highlighted."""
+"""The Evals view: scores per environment across checkpoints, per suite version, as a plot and a table; a
+score that dropped by more than `REGRESSION` from the previous checkpoint of the same policy is
+highlighted."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""The Runs view: every run with its state, settings, how its agents' commands were confined (in words), episodes/s
-and steps (a page of 100, newest first); one run's per-step curves and its controls.
+"""The Runs view: every run with its state, settings, how its agents' commands were confined (in words),
+episodes/s and steps (a page of 100, newest first); one run's per-step curves and its controls.
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
 sample size, clipped fraction, mismatch KL) and step time. Pause, resume and max_lag go through the run's

@@ -142,8 +142,8 @@ def _coloured(turn: SampledTurn, tokenizer: Any, by_version: bool) -> str:
 
 
 class _FastDecoder:
-    """A model's `tokenizer.json` read by the `tokenizers` library alone: what decoding needs, without importing
-    transformers (seconds, on the first transcript a dashboard opens)."""
+    """A model's `tokenizer.json` read by the `tokenizers` library alone: what decoding needs, without
+    importing transformers (seconds, on the first transcript a dashboard opens)."""
 
     def __init__(self, path: Path) -> None:
         from tokenizers import Tokenizer

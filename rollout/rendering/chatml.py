@@ -1,16 +1,17 @@
 """A ChatML renderer (SmolLM2 and other `<|im_start|>role` models) on the `renderers` extension point.
 
-`renderers` ships hand-written renderers for the big model families but none for plain ChatML templates such as
-SmolLM2-Instruct's. This one follows that template token for token (including its default system prompt) and
-adds what the template lacks, in the Hermes convention most ChatML fine-tunes use:
-- tools are described in the system turn; a call is `<tool_call>\\n{"name": ..., "arguments": ...}\\n</tool_call>`;
+`renderers` ships hand-written renderers for the big model families but none for plain ChatML templates such
+as SmolLM2-Instruct's. This one follows that template token for token (including its default system prompt)
+and adds what the template lacks, in the Hermes convention most ChatML fine-tunes use:
+- tools are described in the system turn; a call is `<tool_call>\\n{"name": ..., "arguments":
+  ...}\\n</tool_call>`;
 - tool results come back as a `tool` turn;
 - reasoning is a leading `<think>...</think>` block of the assistant turn.
 
 Contract (the `renderers.Renderer` protocol):
 - `render(messages, add_generation_prompt=True)` equals the model's own chat template for plain text messages.
-- `bridge_to_next_turn` keeps the previous prompt and sampled ids verbatim and appends only the new messages and
-  the generation prompt; it refuses (returns None) when the new messages contain an assistant turn.
+- `bridge_to_next_turn` keeps the previous prompt and sampled ids verbatim and appends only the new messages
+  and the generation prompt; it refuses (returns None) when the new messages contain an assistant turn.
 - `parse_response` never raises: a tool call that is not valid JSON is reported with its parse status and kept
   in the text.
 """

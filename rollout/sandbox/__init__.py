@@ -1,7 +1,7 @@
 """Sandboxes: worlds that agents share, leased by claim. See `rollout.sandbox.claims` for the pool's contract.
 
-The names below are imported when first used: a process that needs only the jail (a grader's, say) does not pay
-for the ledger's and HTTP's libraries.
+The names below are imported when first used: a process that needs only the jail (a grader's, say) does not
+pay for the ledger's and HTTP's libraries.
 """
 
 from __future__ import annotations

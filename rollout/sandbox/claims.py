@@ -1,4 +1,5 @@
-"""The sandbox pool: sandboxes register in the ledger; an episode claims one, fenced, with expiry and heartbeat.
+"""The sandbox pool: sandboxes register in the ledger; an episode claims one, fenced, with expiry and
+heartbeat.
 
 Contract:
 - A sandbox server registers itself on `sandboxes/{kind}` (`SandboxRegistered`: name, address, seats; the
@@ -6,18 +7,18 @@ Contract:
   `sandbox-host/{kind}/{name}` (holder: its address), renewing it. Only sandboxes whose host lease is live are
   in the pool: a server that died drops out once its host lease expires; one that stops releases it at once.
 - A claim is a ledger lease on `sandbox/{kind}/{name}` held by the episode (`holder` = `{run}/{episode}`): one
-  episode per sandbox at a time, its agents taking seats 0..N-1, so agents on different machines share one world.
-  Every grant bumps the lease's epoch; the sandbox server resets the world for a new epoch and rejects actions
-  under an older one, so a holder that lost its claim (a zombie) can no longer act.
+  episode per sandbox at a time, its agents taking seats 0..N-1, so agents on different machines share one
+  world. Every grant bumps the lease's epoch; the sandbox server resets the world for a new epoch and rejects
+  actions under an older one, so a holder that lost its claim (a zombie) can no longer act.
 - A registration read from the ledger is used only when its name is a plain name, its address an `http://` or
-  `https://` URL with a host and no credentials, and its seats a positive count; any other is skipped (a claim's
-  secret is sent to that address).
+  `https://` URL with a host and no credentials, and its seats a positive count; any other is skipped (a
+  claim's secret is sent to that address).
 - `claim` is idempotent by holder: a holder that already has a live claim of the kind gets that sandbox again
   (a retried claim activity does not take a second sandbox). Otherwise it tries the sandboxes in an order
   spread by holder, and waits (polling) while none is free; after `wait_s` it raises `NoSandboxFree`, saying
-  what to do. `open` (the caller's first contact with the server) runs inside the claim: a server that does not
-  answer gets its claim released and the next sandbox is tried; one that refuses (`open` raised anything else)
-  gets it released too, and the error is raised.
+  what to do. `open` (the caller's first contact with the server) runs inside the claim: a server that does
+  not answer gets its claim released and the next sandbox is tried; one that refuses (`open` raised anything
+  else) gets it released too, and the error is raised.
 - The holder renews its claim well inside `ttl_s`; a claim nobody renews (its holder died) expires, and the
   sandbox is claimed again. `release` frees it at once.
 """
@@ -105,7 +106,8 @@ class SandboxPool:
     async def _keep_hosting(self, host: Lease, ttl_s: float) -> None:
         while True:
             await asyncio.sleep(ttl_s / 3)
-            # After a pause longer than the ttl (a stalled machine) the lease lapsed: take it again if still free.
+            # After a pause longer than the ttl (a stalled machine) the lease lapsed: take it again if still
+            # free.
             renewed = await self.ledger.renew(host, ttl_s) or await self.ledger.claim(
                 host.resource, host.holder, ttl_s
             )
@@ -184,7 +186,8 @@ SANDBOX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 
 
 def _registration(kind: str, payload: Mapping[str, Any]) -> SandboxRegistration | None:
-    """The registration a `SandboxRegistered` payload says, or None when any of it is not what a server writes."""
+    """The registration a `SandboxRegistered` payload says, or None when any of it is not what a server
+    writes."""
     name, address, seats = payload.get("name"), payload.get("address"), payload.get("seats")
     if not isinstance(name, str) or not SANDBOX_NAME.match(name):
         return None

@@ -1,13 +1,14 @@
 """How a Task reaches its sandbox: `run.sandbox` (a `SandboxSeat`) and a `SandboxClient` over HTTP.
 
 Contract:
-- A `SandboxSeat` is everything a Task needs: the server's address, the claim's epoch, holder and secret, and the
-  agent's seat. The runner makes it for the Task (the secret is derived there, never sent through Temporal);
-  it is the same on every retry of the claim's episode. The client proves the claim with its secret.
+- A `SandboxSeat` is everything a Task needs: the server's address, the claim's epoch, holder and secret, and
+  the agent's seat. The runner makes it for the Task (the secret is derived there, never sent through
+  Temporal); it is the same on every retry of the claim's episode. The client proves the claim with its
+  secret.
 - `SandboxClient.act(action)` sends one action under the seat's epoch. When the claim was superseded (the
   episode lost its sandbox, e.g. after its claim expired) the server refuses and `act` raises
-  `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message; a world
-  lost for this claim (its server died) raises `SandboxLost`: the episode cannot go on in it.
+  `SandboxSuperseded`; an action the world rejects raises `SandboxActionError` with the world's message; a
+  world lost for this claim (its server died) raises `SandboxLost`: the episode cannot go on in it.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
-"""A jail's way to one `host:port` an environment declared (`SandboxSpec.network`): a byte pump on a Unix socket.
+"""A jail's way to one `host:port` an environment declared (`SandboxSpec.network`): a byte pump on a Unix
+socket.
 
 Contract:
 - `endpoint_bridge(socket_path, endpoint, owner=)` serves the Unix socket `socket_path` (mode 0600, owned by
-  `owner`, the jail's uid, when run by root) while the context is open: each connection is pumped both ways to a
-  TCP connection to `endpoint`, opened for it; one that cannot be opened is closed at once. It reaches that
+  `owner`, the jail's uid, when run by root) while the context is open: each connection is pumped both ways to
+  a TCP connection to `endpoint`, opened for it; one that cannot be opened is closed at once. It reaches that
   endpoint and no other: the jail's relay (rollout.sandbox.relay) listens on the endpoint's port of the jail's
   loopback and pumps to this socket. Which endpoints a claim may name is the sandbox server's to check. On
   leaving, every connection still open is closed with it.

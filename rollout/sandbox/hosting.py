@@ -1,14 +1,15 @@
-"""Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block runs.
+"""Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block
+runs.
 
 `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
 closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in a
-jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation` (rollout.sandbox.jail). The server proves
-claims with `key` (rollout.sandbox.keys) and answers to loopback names, and to the names of `host` when it
-listens beyond loopback.
-No claim's network may name `refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine,
-the gateway and the dashboard, as the settings name them).
-`sandbox_workdir` is where a served sandbox keeps its world: outside the data directory (a jail binds it,
-and nothing of the data directory may be reachable from there), in the machine's temporary folder.
+jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation`
+(rollout.sandbox.jail). The server proves claims with `key` (rollout.sandbox.keys) and answers to loopback
+names, and to the names of `host` when it listens beyond loopback. No claim's network may name
+`refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine, the gateway and the
+dashboard, as the settings name them). `sandbox_workdir` is where a served sandbox keeps its world: outside
+the data directory (a jail binds it, and nothing of the data directory may be reachable from there), in the
+machine's temporary folder.
 """
 
 from __future__ import annotations

@@ -1,23 +1,25 @@
-"""Jails: every command an agent chooses (a shell tool's command, a command seat's whole process tree) runs in one.
+"""Jails: every command an agent chooses (a shell tool's command, a command seat's whole process tree) runs in
+one.
 
 Contract:
 - `Jail(workspace, limits=, readable=, isolation=)` runs commands (`run`) whose only writable place is the
-  workspace's folder, seen inside at `INSIDE` (`/sandbox`): their HOME, and their current directory (or a folder
-  in it that `run` names).
-- Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC, UTS,
-  cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further user
-  namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files of
-  `/etc` (`ETC_FILES`; none that could hold a credential), the `readable` paths (read-only, at the same path),
-  private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and `/tmp` (a tmpfs of `limits.tmp_bytes`).
-  The host's other files, its processes, their environments and command lines, and the data directory do not
-  exist there. Its environment is `env` over `BASE_ENV`: nothing of the host's is inherited.
+  workspace's folder, seen inside at `INSIDE` (`/sandbox`): their HOME, and their current directory (or a
+  folder in it that `run` names).
+- Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC,
+  UTS, cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further
+  user namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files
+  of `/etc` (`ETC_FILES`; none that could hold a credential), the `readable` paths (read-only, at the same
+  path), private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and `/tmp` (a tmpfs of
+  `limits.tmp_bytes`). The host's other files, its processes, their environments and command lines, and the
+  data directory do not exist there. Its environment is `env` over `BASE_ENV`: nothing of the host's is
+  inherited.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
-  of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user, with
-  the rlimits only.
-- A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it, daemons
-  and `setsid` children included. A command that ends takes its background children with it.
-- `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process, as
-  a grader holds with the code it grades), under the same rules; `kill_all()` kills it too.
+  of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
+  with the rlimits only.
+- A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it,
+  daemons and `setsid` children included. A command that ends takes its background children with it.
+- `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process,
+  as a grader holds with the code it grades), under the same rules; `kill_all()` kills it too.
 - Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail, rollout.bounded_process).
 - Isolation `none` runs each command straight from this process, in the workspace, with the same environment
   rules and rlimits but no namespaces: only when a person chose it (`sandbox.isolation=none`).
@@ -223,16 +225,17 @@ class Jail:
         ]
 
     def _enter(self, nproc: int) -> None:
-        """In the child, before exec: the cgroup, the rlimits, then the jail's uid (nothing but system calls)."""
+        """In the child, before exec: the cgroup, the rlimits, then the jail's uid (nothing but system
+        calls)."""
         if self.cgroup is not None:
             self.cgroup.join()
         apply_rlimits(self.limits, nproc)
         _drop_privileges()
 
     def _process_limit(self) -> int:
-        """RLIMIT_NPROC for the next command. It counts every task of the jail's uid on the host: with a cgroup
-        capping the jail, it is only a backstop (the uid's tasks of every jail); without one, what the uid runs
-        already plus the jail's share."""
+        """RLIMIT_NPROC for the next command. It counts every task of the jail's uid on the host: with a
+        cgroup capping the jail, it is only a backstop (the uid's tasks of every jail); without one, what the
+        uid runs already plus the jail's share."""
         if self.cgroup is not None:
             return self.limits.processes * 16
         return tasks_of_uid(self.uid) + self.limits.processes
@@ -248,9 +251,9 @@ class Jail:
         cwd: str = "",
         binds: Sequence[Path] = (),
     ) -> ProcessOutcome:
-        """Run `command` in the jail, in `cwd` (a folder of the workspace; its top by default); see the module's
-        contract. `binds`: more paths this command alone reads, read-only at the same path (the caller makes
-        them reachable by the jail's uid). Cancelling the caller kills the command."""
+        """Run `command` in the jail, in `cwd` (a folder of the workspace; its top by default); see the
+        module's contract. `binds`: more paths this command alone reads, read-only at the same path (the
+        caller makes them reachable by the jail's uid). Cancelling the caller kills the command."""
         if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         environment = {**BASE_ENV, "HOME": self.inside, **env}
@@ -283,9 +286,10 @@ class Jail:
     def spawn(
         self, command: Sequence[str], *, env: Mapping[str, str] = {}, cwd: str = ""
     ) -> subprocess.Popen[bytes]:
-        """Start `command` in the jail with pipes on its stdin and stdout (its stderr is dropped), for a conversation
-        with a jailed process (a grader's, say) rather than one command's output. The caller reads it and waits
-        for it, or kills it (its whole tree goes with bubblewrap); `kill_all()` and `close()` kill it too."""
+        """Start `command` in the jail with pipes on its stdin and stdout (its stderr is dropped), for a
+        conversation with a jailed process (a grader's, say) rather than one command's output. The caller
+        reads it and waits for it, or kills it (its whole tree goes with bubblewrap); `kill_all()` and
+        `close()` kill it too."""
         if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         bwrap = self.isolation is Isolation.bwrap

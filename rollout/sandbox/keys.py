@@ -4,8 +4,8 @@ Contract:
 - The sandbox key (`SANDBOX_KEY_FILE` in the data directory, mode 600, made once; a cluster mounts one Secret
   into its runners and sandbox hosts) is shared by the runners that claim sandboxes and the servers that host
   them, and by nothing else: not the gateway, not an agent's jail.
-- `claim_secret(key, kind, name, epoch, holder)` is the secret of one claim: an HMAC of the claim's identity, so
-  the runner derives it again on any retry and the server checks it without asking the ledger. It is never
+- `claim_secret(key, kind, name, epoch, holder)` is the secret of one claim: an HMAC of the claim's identity,
+  so the runner derives it again on any retry and the server checks it without asking the ledger. It is never
   stored: not in the ledger, not in Temporal's history (activities derive it), not in a log (`scrub` blanks
   the `rsc-` form).
 - A secret of one epoch opens nothing under another: a zombie holder of an older claim, or a neighbour process

@@ -1,4 +1,5 @@
-"""What a jailed command may use: per-process rlimits, and a cgroup capping a jail's processes and memory together.
+"""What a jailed command may use: per-process rlimits, and a cgroup capping a jail's processes and memory
+together.
 
 Contract:
 - `JailLimits` (rollout.isolation) has one default per kind of jail: `SHELL_LIMITS` for a `shell` sandbox's
@@ -8,11 +9,11 @@ Contract:
   RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU from `limits`, and RLIMIT_NPROC `nproc`, soft and hard (a
   command cannot raise them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so the
   caller says what it is (rollout.sandbox.jail: what the uid runs already plus the jail's share).
-- `JailCgroup.create(name, limits)` makes a cgroup (v1 `pids` and `memory` hierarchies, or v2's unified one) under
-  this process's own, capping every task of the jail together (`pids.max`, the memory limit, swap included where
-  the host accounts it). Without permission (not root) or controllers it returns None and `cgroup_problem()`
-  says why: the rlimits are then the only cap. `join()` (in the child) moves the calling process in; `pids()` lists
-  what runs in it; `remove()` kills what is left and removes the cgroup.
+- `JailCgroup.create(name, limits)` makes a cgroup (v1 `pids` and `memory` hierarchies, or v2's unified one)
+  under this process's own, capping every task of the jail together (`pids.max`, the memory limit, swap
+  included where the host accounts it). Without permission (not root) or controllers it returns None and
+  `cgroup_problem()` says why: the rlimits are then the only cap. `join()` (in the child) moves the calling
+  process in; `pids()` lists what runs in it; `remove()` kills what is left and removes the cgroup.
 """
 
 from __future__ import annotations
@@ -126,7 +127,8 @@ class JailCgroup:
         return made
 
     def join(self) -> None:
-        """Move the calling process in (called in the child, before exec: what it starts is capped from birth)."""
+        """Move the calling process in (called in the child, before exec: what it starts is capped from
+        birth)."""
         for folder in self.folders:
             descriptor = os.open(folder / "cgroup.procs", os.O_WRONLY)
             try:

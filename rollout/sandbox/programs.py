@@ -3,8 +3,8 @@
 Contract:
 - `program_install(name, search_path)` finds `name` as a shell would (a bare name on `search_path`, a path as
   it is), follows its links, and answers a `ProgramInstall`: `readable`, the folders and files a jail binds
-  read-only at the same path, and `bin_dirs`, the folders to put on the jail's PATH. A jail's root already has the
-  system's directories (`SYSTEM`), so a program there needs nothing. Elsewhere:
+  read-only at the same path, and `bin_dirs`, the folders to put on the jail's PATH. A jail's root already has
+  the system's directories (`SYSTEM`), so a program there needs nothing. Elsewhere:
   - inside a Node package tree (a `node_modules` folder on its path): that outermost `node_modules` folder;
   - in a Python virtual environment (a `pyvenv.cfg` in the folder above its `bin`): the environment, and its
     base interpreter's install;
@@ -74,7 +74,8 @@ def _install_of(executable: Path) -> Path:
 
 
 def _venv_base(prefix: Path) -> Path | None:
-    """A virtual environment's base interpreter install (`home` in its pyvenv.cfg names that install's bin)."""
+    """A virtual environment's base interpreter install (`home` in its pyvenv.cfg names that install's
+    bin)."""
     try:
         lines = (prefix / "pyvenv.cfg").read_text().splitlines()
     except OSError:
@@ -88,7 +89,8 @@ def _venv_base(prefix: Path) -> Path | None:
 
 def program_install(name: str, search_path: str, *, _depth: int = 0) -> ProgramInstall:
     found = _find(name, search_path)
-    # A venv's python is a link to its base interpreter: the venv is what it runs in, so look before resolving.
+    # A venv's python is a link to its base interpreter: the venv is what it runs in, so look before
+    # resolving.
     unresolved_prefix = found.absolute().parent.parent
     install = ProgramInstall()
     if (unresolved_prefix / "pyvenv.cfg").is_file() and not _in_system(unresolved_prefix):

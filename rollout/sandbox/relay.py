@@ -1,13 +1,13 @@
 """Inside a command seat's jail: the jail's one way out, and the command it runs.
 
-Run as `python -I -S relay.py PORT SOCKET [PORT SOCKET ...] -- COMMAND...` on the bare interpreter (it imports the
-standard library only, and nothing of rollout: the jail has neither). For each pair it listens on 127.0.0.1:PORT
-of the jail's own loopback and pumps every connection's bytes both ways to the Unix socket SOCKET, where a
-process outside the jail decides what that reaches: a seat proxy (rollout.sandbox.seat_proxy) lets through only
-the seat's own gateway routes, an endpoint bridge (rollout.sandbox.endpoint_bridge) one declared `host:port`.
-It runs COMMAND (stdin empty,
-stdout and stderr its own) and exits with its exit code, 128 + N for a signal N. It is the jail's first process:
-when it exits, the PID namespace ends, and whatever the command left running ends with it.
+Run as `python -I -S relay.py PORT SOCKET [PORT SOCKET ...] -- COMMAND...` on the bare interpreter (it imports
+the standard library only, and nothing of rollout: the jail has neither). For each pair it listens on
+127.0.0.1:PORT of the jail's own loopback and pumps every connection's bytes both ways to the Unix socket
+SOCKET, where a process outside the jail decides what that reaches: a seat proxy (rollout.sandbox.seat_proxy)
+lets through only the seat's own gateway routes, an endpoint bridge (rollout.sandbox.endpoint_bridge) one
+declared `host:port`. It runs COMMAND (stdin empty, stdout and stderr its own) and exits with its exit code,
+128 + N for a signal N. It is the jail's first process: when it exits, the PID namespace ends, and whatever
+the command left running ends with it.
 """
 
 from __future__ import annotations

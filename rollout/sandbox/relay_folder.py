@@ -1,13 +1,14 @@
-"""Where a jail's relay lives outside it: a folder the jail reads, holding `relay.py` and the Unix sockets it pumps to.
+"""Where a jail's relay lives outside it: a folder the jail reads, holding `relay.py` and the Unix sockets it
+pumps to.
 
 Contract:
-- `RelayFolder.create(folder)` makes `folder` (mode 0755, whatever the umask: the jail's uid reads the relay and
-  reaches the sockets; each socket is 0600 and the jail's own) and copies rollout.sandbox.relay into it.
+- `RelayFolder.create(folder)` makes `folder` (mode 0755, whatever the umask: the jail's uid reads the relay
+  and reaches the sockets; each socket is 0600 and the jail's own) and copies rollout.sandbox.relay into it.
   `readable` is what a jail must be able to read to run it (the bare interpreter's install, and the folder); a
   jail whose commands must not share the folder's sockets reads `interpreter` only, and each command `binds`
-  the relay and its own sockets;
-  `argv(pairs)` is the command prefix that runs a jailed command behind the relay, each (port, socket name) pair
-  a port of the jail's loopback pumped to that socket of the folder. `remove()` deletes the folder.
+  the relay and its own sockets; `argv(pairs)` is the command prefix that runs a jailed command behind the
+  relay, each (port, socket name) pair a port of the jail's loopback pumped to that socket of the folder.
+  `remove()` deletes the folder.
 - The relay runs on this interpreter's own install, not its virtual environment's: it needs the standard
   library only.
 """
@@ -26,7 +27,8 @@ from rollout.sandbox.programs import program_install
 
 
 def base_interpreter() -> str:
-    """This interpreter's own install, not its virtual environment's: the relay needs the standard library only."""
+    """This interpreter's own install, not its virtual environment's: the relay needs the standard library
+    only."""
     return str(getattr(sys, "_base_executable", sys.executable))
 
 
@@ -48,8 +50,8 @@ class RelayFolder:
         return (*self.interpreter, self.folder)
 
     def binds(self, pairs: Sequence[tuple[int, str]]) -> tuple[Path, ...]:
-        """What one command behind `argv(pairs)` must read besides `interpreter`: the relay and its own sockets,
-        and none of the folder's others (another seat's, say)."""
+        """What one command behind `argv(pairs)` must read besides `interpreter`: the relay and its own
+        sockets, and none of the folder's others (another seat's, say)."""
         if not pairs:
             return ()
         return (self.folder / "relay.py", *(self.socket(name) for _, name in pairs))

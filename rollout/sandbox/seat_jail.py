@@ -1,20 +1,21 @@
-"""A command seat's jail: where Claude Code, Codex or a user's script runs, and its one way out, to its own seat.
+"""A command seat's jail: where Claude Code, Codex or a user's script runs, and its one way out, to its own
+seat.
 
 Contract:
 - `seat_jail(program, gateway_url=, token=, isolation=, readable=, limits=)` opens, for one command, a fresh
-  workspace outside the data directory (`agent_workdir()`; a tmpfs of `limits.disk_bytes` when run by root) and
-  a jail on it (rollout.sandbox.jail) whose root can read, besides the system's directories, the install of the
-  command's `program` (rollout.sandbox.programs), the `readable` paths an environment declares, and nothing else
-  of this machine. On leaving, every process of the jail is killed and the workspace removed.
+  workspace outside the data directory (`agent_workdir()`; a tmpfs of `limits.disk_bytes` when run by root)
+  and a jail on it (rollout.sandbox.jail) whose root can read, besides the system's directories, the install
+  of the command's `program` (rollout.sandbox.programs), the `readable` paths an environment declares, and
+  nothing else of this machine. On leaving, every process of the jail is killed and the workspace removed.
 - Isolation `bwrap`: the jail has no network but its own loopback, where the seat's gateway is at `base_url`
   (`http://127.0.0.1:PORT`): the jail's first process (rollout.sandbox.relay, rollout.sandbox.relay_folder)
-  pumps that port to a Unix socket of the runner's (rollout.sandbox.seat_proxy) that forwards only the routes of
-  the seat `token` names to `gateway_url`. Isolation `none` runs the command unjailed (a person chose it), and
-  `base_url` is `gateway_url` itself.
+  pumps that port to a Unix socket of the runner's (rollout.sandbox.seat_proxy) that forwards only the routes
+  of the seat `token` names to `gateway_url`. Isolation `none` runs the command unjailed (a person chose it),
+  and `base_url` is `gateway_url` itself.
 - `SeatJail.run(argv, env=, cwd=, ...)` runs the command (its PATH: the programs' folders, then the system's),
-  after `hand_over()` gave the jail's uid what this process wrote in the workspace; when it returns, nothing the
-  command started runs any more. `workdir` is the workspace on
-  this machine; `inside` is the same folder as the command sees it.
+  after `hand_over()` gave the jail's uid what this process wrote in the workspace; when it returns, nothing
+  the command started runs any more. `workdir` is the workspace on this machine; `inside` is the same folder
+  as the command sees it.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ def agent_workdir() -> Path:
 
 
 def inside_port(gateway_url: str) -> int:
-    """The gateway's port on a jail's loopback: its own, unless that is privileged (the jail has no capability)."""
+    """The gateway's port on a jail's loopback: its own, unless that is privileged (the jail has no
+    capability)."""
     port = urllib.parse.urlsplit(gateway_url).port
     return port if port is not None and port >= 1024 else DEFAULT_PORT
 

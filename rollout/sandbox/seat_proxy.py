@@ -1,14 +1,16 @@
-"""A command seat's way to its own gateway seat, and nowhere else: an HTTP proxy on a Unix socket a jail binds.
+"""A command seat's way to its own gateway seat, and nowhere else: an HTTP proxy on a Unix socket a jail
+binds.
 
 Contract:
 - `seat_proxy(socket_path, upstream, prefix, owner=)` serves HTTP on the Unix socket `socket_path` (mode 0600,
-  owned by `owner`, the jail's uid, when run by root) while the context is open. A request whose raw path starts with `prefix` (the
-  seat's own `/s/{token}/`) and has no dot segment, encoded slash or backslash is forwarded to `upstream` (the
-  gateway's base URL) with its method, query, headers (less hop-by-hop ones, Host and Content-Length) and body
-  (streamed), and the answer is streamed back as it comes (server-sent events included, bytes unchanged). Any
-  other request gets 403 with a JSON error and reaches nothing; one the gateway does not answer gets 502.
-- It is the only address a jailed command seat reaches (rollout.sandbox.relay pumps the jail's loopback port to
-  it): never the ledger, Temporal, the engine or the gateway's operator routes.
+  owned by `owner`, the jail's uid, when run by root) while the context is open. A request whose raw path
+  starts with `prefix` (the seat's own `/s/{token}/`) and has no dot segment, encoded slash or backslash is
+  forwarded to `upstream` (the gateway's base URL) with its method, query, headers (less hop-by-hop ones, Host
+  and Content-Length) and body (streamed), and the answer is streamed back as it comes (server-sent events
+  included, bytes unchanged). Any other request gets 403 with a JSON error and reaches nothing; one the
+  gateway does not answer gets 502.
+- It is the only address a jailed command seat reaches (rollout.sandbox.relay pumps the jail's loopback port
+  to it): never the ledger, Temporal, the engine or the gateway's operator routes.
 """
 
 from __future__ import annotations

@@ -4,22 +4,23 @@ Contract:
 - One process (or one in-process app) per sandbox: it owns the world (and any process the world runs).
 - Every route but `/health` needs the claim's secret (`Authorization: Bearer rsc-…`, rollout.sandbox.keys) of
   the epoch and holder the body names: without it 401, with a wrong one 403 (and nothing about the sandbox's
-  claims is said). A request whose `Host` is not one this server answers to (`hosts`), or that carries an `Origin` (a
-  web page's), is refused with 403 before anything else: a page in a browser on this machine cannot reach it,
-  not even by DNS rebinding. Bodies must be JSON objects.
+  claims is said). A request whose `Host` is not one this server answers to (`hosts`), or that carries an
+  `Origin` (a web page's), is refused with 403 before anything else: a page in a browser on this machine
+  cannot reach it, not even by DNS rebinding. Bodies must be JSON objects.
 - `POST /open {epoch, holder, limits?, network?}` starts a claim: a newer epoch resets the world and becomes
   current; the current epoch again is a no-op (a retried open); an older one is refused with 409. A kind that
   runs agents' commands is first configured with the claim's `limits` (rollout.isolation.JailLimits as JSON)
   and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when an endpoint leads to one of
   `refused_endpoints` (the stack's own services: names are resolved and their addresses compared, every
   loopback address and this machine's name as one), when it does not resolve, or when the kind runs no
-  commands. While a newer claim resets the world, every act is refused (409): none starts in the next claim. Epochs come from the ledger lease,
-  so they only grow: a zombie holder can neither reopen nor act once a newer claim opened. A world that cannot
-  be brought up for the new epoch answers 503, and the epoch does not change.
+  commands. While a newer claim resets the world, every act is refused (409): none starts in the next claim.
+  Epochs come from the ledger lease, so they only grow: a zombie holder can neither reopen nor act once a
+  newer claim opened. A world that cannot be brought up for the new epoch answers 503, and the epoch does not
+  change.
 - `POST /act {epoch, holder, seat, action, gateway?}` acts for a seat under the current epoch (`gateway`: the
   seat's own gateway routes, for a claim whose network names `gateway`) (409 otherwise, and when a newer
-  claim's reset killed the action; 400 for a seat out of range or an action the world rejects, with the reason;
-  503 when the world is lost for this claim).
+  claim's reset killed the action; 400 for a seat out of range or an action the world rejects, with the
+  reason; 503 when the world is lost for this claim).
 - `GET /health` answers the kind, name and seats: never the current epoch or holder.
 """
 
@@ -75,7 +76,8 @@ async def _body(request: Request) -> dict[str, Any] | None:
 
 
 class CommandWorld(SandboxWorld, Protocol):
-    """A kind that runs agents' commands (`runs_agent_commands`): configured per claim, acted on with a gateway."""
+    """A kind that runs agents' commands (`runs_agent_commands`): configured per claim, acted on with a
+    gateway."""
 
     async def configure(self, limits: JailLimits | None, network: SandboxNetwork) -> None: ...
 
@@ -89,7 +91,8 @@ def _is_loopback(address: str) -> bool:
 
 
 async def _addresses(host: str, port: int) -> set[str]:
-    """Where `host` leads: its addresses (every loopback one, and this machine's own name's, as `loopback`)."""
+    """Where `host` leads: its addresses (every loopback one, and this machine's own name's, as
+    `loopback`)."""
     try:
         found = await asyncio.wait_for(
             asyncio.to_thread(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM), timeout=10
@@ -146,8 +149,9 @@ def build_sandbox_app(
     hosts: frozenset[str] | None = None,
     refused_endpoints: frozenset[Endpoint] = frozenset(),
 ) -> Starlette:
-    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers to
-    (loopback's by default), `refused_endpoints` what no claim's network may name (the stack's own services)."""
+    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers
+    to (loopback's by default), `refused_endpoints` what no claim's network may name (the stack's own
+    services)."""
     claims = _Claims()
     answers_to = {host.lower() for host in hosts or LOOPBACK_HOSTS}
 

@@ -1,19 +1,21 @@
 """The `shell` sandbox kind: a computer, i.e. a working directory and a process runner that agents drive.
 
 Contract:
-- Every seat shares one working directory, the jail's workspace (rollout.sandbox.jail: the only place a command
-  may write, at `/sandbox` inside; a tmpfs of `limits.disk_bytes` when run by root). `reset()` kills every command
-  still running (and all they started) and empties it: a claim starts from a clean directory, alone.
+- Every seat shares one working directory, the jail's workspace (rollout.sandbox.jail: the only place a
+  command may write, at `/sandbox` inside; a tmpfs of `limits.disk_bytes` when run by root). `reset()` kills
+  every command still running (and all they started) and empties it: a claim starts from a clean directory,
+  alone.
 - `act(seat, {"command": str, "timeout_s"?: float})` runs the command with `bash -c` in its own jail and
-  answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order. A command
-  killed by `reset()` (its claim was superseded) raises `CommandKilled`, and so does an act whose command had
-  not started when the next claim's `configure()` or `reset()` began: it never starts.
-- Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then its
-  whole tree is killed, `timed_out` is true and `exit_code` is null. Output beyond `MAX_OUTPUT_BYTES` is dropped
-  (the command keeps running to its end) and `truncated` is true. What it may use is `limits` (`SHELL_LIMITS`).
+  answers `{"exit_code", "output", "truncated", "timed_out"}`. stdout and stderr are merged in order. A
+  command killed by `reset()` (its claim was superseded) raises `CommandKilled`, and so does an act whose
+  command had not started when the next claim's `configure()` or `reset()` began: it never starts.
+- Limits: a command runs at most `timeout_s` (default `DEFAULT_TIMEOUT_S`, capped at `MAX_TIMEOUT_S`); then
+  its whole tree is killed, `timed_out` is true and `exit_code` is null. Output beyond `MAX_OUTPUT_BYTES` is
+  dropped (the command keeps running to its end) and `truncated` is true. What it may use is `limits`
+  (`SHELL_LIMITS`).
 - `configure(limits, network)` (before a claim's `reset()`; the sandbox server calls it with the claim's
-  environment's `SandboxSpec`) sets what that claim's commands may use (`limits`, the kind's own when None) and
-  reach (rollout.isolation.SandboxNetwork; nothing by default). Each endpoint `host:port` is at
+  environment's `SandboxSpec`) sets what that claim's commands may use (`limits`, the kind's own when None)
+  and reach (rollout.isolation.SandboxNetwork; nothing by default). Each endpoint `host:port` is at
   `127.0.0.1:port` in the jail (rollout.sandbox.endpoint_bridge); with `gateway`, an act that names its seat's
   gateway (`{base}/s/{token}`) reaches that seat's routes and no other's (rollout.sandbox.seat_proxy), at the
   URL the command finds in `ROLLOUT_GATEWAY_URL` (`OPENAI_BASE_URL` is its `/v1`).
@@ -141,7 +143,8 @@ class ShellWorld:
             await proxy.aclose()
 
     async def _reach_gateway(self, seat: int, gateway: str) -> tuple[int, dict[str, str]]:
-        """The inside port of `seat`'s own gateway routes (`gateway`: `{base}/s/{token}`) and its variables."""
+        """The inside port of `seat`'s own gateway routes (`gateway`: `{base}/s/{token}`) and its
+        variables."""
         match = _SEAT_URL.match(gateway)
         if match is None:
             raise ValueError("a seat's gateway is `http://host:port/s/TOKEN`")

@@ -4,9 +4,9 @@ Contract:
 - `reachable(path, uid)` is True when `uid` can search every folder from `/` down to `path` (or owns it), and
   read `path` itself when it is a file.
 - `staged(path, uid, writable=)` is a path to the same folder (or file) that `uid` can reach: `path` itself
-  when it is reachable already; else (run by root: a test's temporary folder, an interpreter under /root) a bind mount of
-  it under `STAGE_ROOT` (searchable, not listable, by others), read-only unless `writable`. A path is staged
-  once per machine (a second call finds the mount); `unstage` removes one.
+  when it is reachable already; else (run by root: a test's temporary folder, an interpreter under /root) a
+  bind mount of it under `STAGE_ROOT` (searchable, not listable, by others), read-only unless `writable`. A
+  path is staged once per machine (a second call finds the mount); `unstage` removes one.
 """
 
 from __future__ import annotations
@@ -35,8 +35,8 @@ def _check(result: int, what: str) -> None:
 
 
 def mounts_at(path: Path) -> list[str]:
-    """The filesystem types mounted at `path`, bottom first (/proc/self/mountinfo: a bind mount of a folder of the
-    same filesystem is a mount too, which `os.path.ismount` does not see)."""
+    """The filesystem types mounted at `path`, bottom first (/proc/self/mountinfo: a bind mount of a folder of
+    the same filesystem is a mount too, which `os.path.ismount` does not see)."""
     found = []
     for line in Path("/proc/self/mountinfo").read_text().splitlines():
         fields = line.split(" ")

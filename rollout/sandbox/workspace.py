@@ -1,14 +1,15 @@
-"""A jail's working directory on the host: the one place its commands may write, capped in size where it can be.
+"""A jail's working directory on the host: the one place its commands may write, capped in size where it can
+be.
 
 Contract:
 - `Workspace(folder, disk_bytes, owner)` makes `folder` for a jail whose uid is `owner`; `path` is where its
-  files are on the host: `folder` itself, or where it is staged for `owner` to reach (rollout.sandbox.staging).
-  Run by root, it mounts a tmpfs of `disk_bytes` at `path` (`quota` is True): writing past it fails with "No
-  space left on device", and nothing the jail writes reaches the host's disk. Elsewhere it is a plain folder
-  and `quota` is False (only the per-file size limit holds).
-- `clear()` leaves it empty whatever the jail did to it (`chmod 000` folders, read-only files, immutable-looking
-  trees): a tmpfs is mounted afresh; a plain folder has its permissions restored before it is emptied. Call it
-  only when no command of the jail runs.
+  files are on the host: `folder` itself, or where it is staged for `owner` to reach
+  (rollout.sandbox.staging). Run by root, it mounts a tmpfs of `disk_bytes` at `path` (`quota` is True):
+  writing past it fails with "No space left on device", and nothing the jail writes reaches the host's disk.
+  Elsewhere it is a plain folder and `quota` is False (only the per-file size limit holds).
+- `clear()` leaves it empty whatever the jail did to it (`chmod 000` folders, read-only files,
+  immutable-looking trees): a tmpfs is mounted afresh; a plain folder has its permissions restored before it
+  is emptied. Call it only when no command of the jail runs.
 - `hand_over()` gives `owner` every file and folder in it (what this process wrote there before the jail's
   commands run: a Task's `prepare`), links included but never followed.
 - `close()` unmounts it. A tmpfs left mounted by a process that died is mounted afresh when the folder is used

@@ -2,11 +2,11 @@
 
 Contract:
 - A kind is a factory `(workdir, seats) -> SandboxWorld`. A kind that runs anything in a jail
-  (rollout.sandbox.jail) says so (`jailed = True`, `jailed(factory)`) and takes `isolation=` too; one that runs
-  the commands agents choose says that as well (`runs_agent_commands = True`: it is configured per claim, see
-  rollout.sandbox.server). `shell` and `minecraft` are built in; any other kind is named by a
-  reference `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`).
-  A `#suffix` names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
+  (rollout.sandbox.jail) says so (`jailed = True`, `jailed(factory)`) and takes `isolation=` too; one that
+  runs the commands agents choose says that as well (`runs_agent_commands = True`: it is configured per claim,
+  see rollout.sandbox.server). `shell` and `minecraft` are built in; any other kind is named by a reference
+  `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`). A `#suffix`
+  names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
 - `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
 - `act(seat, action)` takes and returns JSON objects. Seats act concurrently; a world that has shared state
   keeps it consistent itself (the server does not serialise acts, so a long shell command blocks no one).
@@ -50,7 +50,8 @@ class SandboxSetupError(RuntimeError):
 
 
 class SandboxWorldLost(RuntimeError):
-    """The world is gone for the current claim: nothing more can be done in it until the next claim resets it."""
+    """The world is gone for the current claim: nothing more can be done in it until the next claim resets
+    it."""
 
 
 def jailed(factory: object) -> bool:

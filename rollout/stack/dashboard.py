@@ -3,8 +3,8 @@
 Contract: `dashboard_process(settings)` is the supervised `ManagedProcess` (named `Monitor`, on
 `services.monitor.host:port`), or None when `services.monitor.enabled` is false. It is started with
 `dashboard_overrides(settings)`: the stack's addresses as the stack has them (an embedded Temporal by host and
-ports, so the dashboard shows it as embedded and links into its web UI). It reads the ledger as the worker role
-(no writes but through the runs' own updates) and reaches Temporal for the run controls; it is given the
+ports, so the dashboard shows it as embedded and links into its web UI). It reads the ledger as the worker
+role (no writes but through the runs' own updates) and reaches Temporal for the run controls; it is given the
 gateway's model so transcripts decode tokens with the right tokenizer.
 """
 

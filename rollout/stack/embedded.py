@@ -59,9 +59,9 @@ LEDGER_OUTAGE_S = 120.0  # the supervisor restarts Postgres within seconds; its 
 
 
 class Stack:
-    """The embedded stack of `settings`. `import_path` is where its runner imports environments from beyond the
-    installed packages (default: the caller's working directory and $PYTHONPATH, `rollout.references`); a runner
-    already running keeps the entries it has and is restarted by `up` when this one adds any."""
+    """The embedded stack of `settings`. `import_path` is where its runner imports environments from beyond
+    the installed packages (default: the caller's working directory and $PYTHONPATH, `rollout.references`); a
+    runner already running keeps the entries it has and is restarted by `up` when this one adds any."""
 
     def __init__(self, settings: Settings, import_path: list[str] | None = None) -> None:
         self.settings = settings
@@ -86,8 +86,8 @@ class Stack:
                 f"models_dir={settings.models_dir}",
                 f"log_level={settings.log_level.value}",
             )
-            # Services connect as the worker role (no UPDATE or DELETE on the ledger) and are not told the owner's
-            # URL: it is theirs only when no worker URL is known (a server of your own without
+            # Services connect as the worker role (no UPDATE or DELETE on the ledger) and are not told the
+            # owner's URL: it is theirs only when no worker URL is known (a server of your own without
             # services.postgres.worker_url).
             ledger_urls = (f"services.postgres.worker_url={settings.worker_ledger_url}",)
             engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
@@ -149,7 +149,8 @@ class Stack:
                 ports=(),
                 env=(("PYTHONPATH", os.pathsep.join(self.import_path)),),
             )
-            # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it got.
+            # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it
+            # got.
             self.trainer = ManagedProcess(
                 name="Trainer",
                 command=(
@@ -197,9 +198,9 @@ class Stack:
                 fcntl.flock(handle, fcntl.LOCK_UN)
 
     def up(self, report: Callable[[str], None] = lambda _: None) -> list[ServiceStatus]:
-        """Start the supervisor and, through it, every embedded service that is not running; migrate the ledger;
-        return the status. On a half-dead stack this restarts what is missing, the trainer included when one was
-        started for a run."""
+        """Start the supervisor and, through it, every embedded service that is not running; migrate the
+        ledger; return the status. On a half-dead stack this restarts what is missing, the trainer included
+        when one was started for a run."""
         self._check_data_dir()
         check_engine(self.settings)
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -228,8 +229,8 @@ class Stack:
         # The rest need only Postgres and Temporal: the supervisor starts them together.
         together: list[ServiceSpec] = []
         if self.engine is not None and self.gateway is not None:
-            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU); vLLM loading
-            # a large model and capturing its CUDA graphs can take many minutes.
+            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU); vLLM
+            # loading a large model and capturing its CUDA graphs can take many minutes.
             ready_s = 1800 if self.settings.engine_kind == EngineKind.vllm else 600
             together += [ServiceSpec.of(self.engine, ready_s), ServiceSpec.of(self.gateway, 120)]
         if self.runner is not None:
@@ -251,8 +252,8 @@ class Stack:
         )
 
     def _migrate(self, report: Callable[[str], None]) -> None:
-        """Bring the ledger to the newest schema; while the embedded Postgres is down (killed, and being restarted
-        by the supervisor), wait for it for up to `LEDGER_OUTAGE_S`."""
+        """Bring the ledger to the newest schema; while the embedded Postgres is down (killed, and being
+        restarted by the supervisor), wait for it for up to `LEDGER_OUTAGE_S`."""
         report("ledger: migrating to the newest schema")
         deadline = time.monotonic() + (LEDGER_OUTAGE_S if self.postgres is not None else 0)
         while True:
@@ -315,9 +316,9 @@ class Stack:
             time.sleep(0.2)
 
     def start_trainer(self, *, restart: bool = True) -> None:
-        """Have the supervisor run the trainer worker with these settings (restarting one that runs with others:
-        a step it was training is retried by Temporal on the same batch, from the last published checkpoint).
-        `restart=False` keeps a trainer that already runs, whatever its settings."""
+        """Have the supervisor run the trainer worker with these settings (restarting one that runs with
+        others: a step it was training is retried by Temporal on the same batch, from the last published
+        checkpoint). `restart=False` keeps a trainer that already runs, whatever its settings."""
         if self.trainer is None:
             raise RuntimeError(
                 "the embedded stack runs no gateway (services.gateway.enabled=false): no trainer"
@@ -332,9 +333,9 @@ class Stack:
     def keep_sandboxes(
         self, kind: str, *, seats: int, count: int, report: Callable[[str], None] = lambda _: None
     ) -> None:
-        """Have the supervisor keep `count` sandboxes of `kind` served (rollout.stack.sandboxes): what `rollout
-        train` asks for when its environment's episodes claim sandboxes. Another count of a kind replaces its
-        service."""
+        """Have the supervisor keep `count` sandboxes of `kind` served (rollout.stack.sandboxes): what
+        `rollout train` asks for when its environment's episodes claim sandboxes. Another count of a kind
+        replaces its service."""
         process = sandbox_process(
             self.settings, kind=kind, seats=seats, count=count, import_path=self.import_path
         )
@@ -380,8 +381,8 @@ class Stack:
         return stopped
 
     def supervised(self) -> bool:
-        """Whether the stack's supervisor runs: without it, nothing brings back a service that stops (the stack
-        was stopped on purpose, or never started)."""
+        """Whether the stack's supervisor runs: without it, nothing brings back a service that stops (the
+        stack was stopped on purpose, or never started)."""
         return supervisor_process(self.data_dir).pid() is not None
 
     def status(self) -> list[ServiceStatus]:

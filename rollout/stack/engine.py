@@ -1,13 +1,15 @@
-"""The engine the embedded stack starts for its gateway: `rollout engine serve` of the kind the settings choose.
+"""The engine the embedded stack starts for its gateway: `rollout engine serve` of the kind the settings
+choose.
 
 Contract:
-- `engine_arguments(settings)` are the `rollout engine serve` arguments for `settings.engine_kind` (local, vllm or
-  tinker) serving services.gateway.model at services.gateway.engine_host:engine_port, its follower giving way to
-  the GPU lease in one-GPU mode (`gpu.mode=shared`). The engine process reads services.engine.* itself.
-- `engine_problem(settings)` says, in one line, why that engine cannot run here (vllm without the `vllm` extra,
-  a bitsandbytes base without `vllm-bnb-plugin` in the Python that runs `vllm`, vllm without a CUDA GPU, tinker
-  without TINKER_API_KEY) and what to do instead; None when it can. The stack checks
-  it (`check_engine`, raising `EngineNotRunnableError`) before it starts anything.
+- `engine_arguments(settings)` are the `rollout engine serve` arguments for `settings.engine_kind` (local,
+  vllm or tinker) serving services.gateway.model at services.gateway.engine_host:engine_port, its follower
+  giving way to the GPU lease in one-GPU mode (`gpu.mode=shared`). The engine process reads services.engine.*
+  itself.
+- `engine_problem(settings)` says, in one line, why that engine cannot run here (vllm without the `vllm`
+  extra, a bitsandbytes base without `vllm-bnb-plugin` in the Python that runs `vllm`, vllm without a CUDA
+  GPU, tinker without TINKER_API_KEY) and what to do instead; None when it can. The stack checks it
+  (`check_engine`, raising `EngineNotRunnableError`) before it starts anything.
 - `engine_overrides(settings)` carry services.engine.* (and the context length) to the engine process.
 """
 

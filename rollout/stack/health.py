@@ -109,7 +109,8 @@ def blobs_status(settings: Settings) -> ServiceStatus:
 
 
 def engine_serves(url: str) -> str:
-    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints loaded."""
+    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints
+    loaded."""
     try:
         models = httpx.get(f"{url}/v1/models", timeout=3).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError):
@@ -139,8 +140,8 @@ async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
 def cluster_status(
     settings: Settings, gateway_url: str | None, monitor_url: str | None
 ) -> list[ServiceStatus]:
-    """A deployed rollout's services, probed from here: the ledger, Temporal, the blob store, and the gateway and
-    dashboard when their URLs are known."""
+    """A deployed rollout's services, probed from here: the ledger, Temporal, the blob store, and the gateway
+    and dashboard when their URLs are known."""
     services = [
         postgres_status(settings.ledger_url, None, "external"),
         temporal_status(

@@ -1,4 +1,5 @@
-"""A service the stack runs as a detached process: started once, found again by its pid file, stopped by `down`.
+"""A service the stack runs as a detached process: started once, found again by its pid file, stopped by
+`down`.
 
 Contract:
 - `start` is idempotent: a live process named by the pid file is left alone; a stale file is ignored.

@@ -141,7 +141,8 @@ class EmbeddedPostgres:
             return False
         self.ensure_cluster()
         if _ensure_service_user() is not None:
-            # Something may have tightened a parent directory since initdb (pytest resets its temp root to 700).
+            # Something may have tightened a parent directory since initdb (pytest resets its temp root to
+            # 700).
             _grant_traverse(self.data_dir)
         if not port_is_free(self.host, self.port):
             raise PortTakenError("Postgres", self.host, self.port, "services.postgres.port")

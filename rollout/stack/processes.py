@@ -57,8 +57,8 @@ class PidRecord:
 
 
 def start_ticks(pid: int) -> int | None:
-    """When `pid` started, in clock ticks since boot (/proc/PID/stat), or None where there is no /proc. The wall
-    clock can jump (a virtual machine restored from a snapshot, NTP): a start time read from it cannot be
+    """When `pid` started, in clock ticks since boot (/proc/PID/stat), or None where there is no /proc. The
+    wall clock can jump (a virtual machine restored from a snapshot, NTP): a start time read from it cannot be
     compared with one recorded before the jump, this one can."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()

@@ -1,16 +1,18 @@
-"""placement=ray for the GPU roles: a role's command run by a Ray actor, where Ray placed it, with the GPUs Ray
-gave (an engine, the trainer worker).
+"""placement=ray for the GPU roles: a role's command run by a Ray actor, where Ray placed it, with the GPUs
+Ray gave (an engine, the trainer worker).
 
 Contract:
 - `run_on_ray(command, gpus=, address=, env=, resources=)` connects to the Ray cluster at `address` (None:
-  RAY_ADDRESS, else a local one), creates one `CommandActor` asking Ray for `gpus` GPUs, one CPU and `resources`
-  (custom resources: a worker group's), and has it run `command` as its child (`rollout engine serve …`: the
-  node's rollout installation runs it, resolving its model and binding its port there). The child inherits the actor's
-  environment, so it sees exactly the GPUs Ray assigned (CUDA_VISIBLE_DEVICES), with `env` on top. Its output
-  reaches the driver's stderr line by line (Ray forwards actor output to its driver). It returns the child's exit
-  code once the child exits; `RoleStopped` when the actor dies first (its node went away).
-- The child is owned by the driver: when the driver stops (Ctrl-C, SIGTERM, or it dies) Ray kills the actor, and
-  the child is told to exit when its actor dies (PR_SET_PDEATHSIG): no worker outlives the command that placed it.
+  RAY_ADDRESS, else a local one), creates one `CommandActor` asking Ray for `gpus` GPUs, one CPU and
+  `resources` (custom resources: a worker group's), and has it run `command` as its child (`rollout engine
+  serve …`: the node's rollout installation runs it, resolving its model and binding its port there). The
+  child inherits the actor's environment, so it sees exactly the GPUs Ray assigned (CUDA_VISIBLE_DEVICES),
+  with `env` on top. Its output reaches the driver's stderr line by line (Ray forwards actor output to its
+  driver). It returns the child's exit code once the child exits; `RoleStopped` when the actor dies first (its
+  node went away).
+- The child is owned by the driver: when the driver stops (Ctrl-C, SIGTERM, or it dies) Ray kills the actor,
+  and the child is told to exit when its actor dies (PR_SET_PDEATHSIG): no worker outlives the command that
+  placed it.
 - `connect_ray` joins the cluster, waiting a while for a head that is still starting; a cluster that never
   answers is `RayUnavailable`, as is Ray not being installed (`uv sync --extra ray`).
 """
@@ -56,8 +58,8 @@ def run_on_ray(
     resources: Mapping[str, float] | None = None,
 ) -> int:
     """Run `command` on the Ray cluster until it exits (see the module contract); its exit code."""
-    # The role runs with the node's own rollout installation, not a copy of this folder that Ray would build for
-    # each actor when this process was started by `uv run` (read when Ray is imported).
+    # The role runs with the node's own rollout installation, not a copy of this folder that Ray would build
+    # for each actor when this process was started by `uv run` (read when Ray is imported).
     os.environ.setdefault("RAY_ENABLE_UV_RUN_RUNTIME_ENV", "0")
     try:
         import ray
@@ -80,8 +82,9 @@ def run_on_ray(
 
 def connect_ray(ray: Any, address: str | None, *, wait_s: float = 120.0) -> None:
     """Join the Ray cluster at `address` (RAY_ADDRESS when None and set), else start a local one without its
-    dashboard (Ray refuses start-up options when it joins a running cluster). A cluster that does not answer yet
-    (a RayCluster's head still starting beside its drivers) is tried again for `wait_s`; then `RayUnavailable`."""
+    dashboard (Ray refuses start-up options when it joins a running cluster). A cluster that does not answer
+    yet (a RayCluster's head still starting beside its drivers) is tried again for `wait_s`; then
+    `RayUnavailable`."""
     import os
 
     address = address or os.environ.get("RAY_ADDRESS")

@@ -2,16 +2,15 @@
 
 Contract:
 - `sandbox_process(settings, kind=, seats=, count=, import_path=)` is one supervised service per kind,
-  `Sandboxes-KIND` (the kind's letters and digits): a
-  `rollout sandbox serve --count COUNT` process serving `count` sandboxes of `kind` (`shell`, or an environment's
-  own `package.module:attribute`), `seats` seats each, named `stack-0` … in their pool. Each sandbox listens on
-  a free port (it registers its address in its pool); the process imports environments from where the stack's
-  runner does.
+  `Sandboxes-KIND` (the kind's letters and digits): a `rollout sandbox serve --count COUNT` process serving
+  `count` sandboxes of `kind` (`shell`, or an environment's own `package.module:attribute`), `seats` seats
+  each, named `stack-0` … in their pool. Each sandbox listens on a free port (it registers its address in its
+  pool); the process imports environments from where the stack's runner does.
 - `sandboxes_needed`: one per episode in flight (`run.groups_in_flight` groups of the environment's
   `group_size`), as the runner claims one sandbox per episode.
 - `is_sandboxes(name)` tells these services among the supervised ones: `up` keeps those `rollout train` asked
-  for, `down` stops them, `status` shows each (`sandboxes_status`: its pool, its count, its isolation in words). Asking again for a kind with another count
-  or seats replaces its service.
+  for, `down` stops them, `status` shows each (`sandboxes_status`: its pool, its count, its isolation in
+  words). Asking again for a kind with another count or seats replaces its service.
 """
 
 from __future__ import annotations

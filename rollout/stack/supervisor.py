@@ -1,22 +1,23 @@
-"""The embedded stack's supervisor: one detached process that starts the stack's services and restarts any that
-dies, with backoff, recording what it did.
+"""The embedded stack's supervisor: one detached process that starts the stack's services and restarts any
+that dies, with backoff, recording what it did.
 
 Contract:
-- What to keep running is the ordered list of `ServiceSpec` in `run/supervised.json`, written under the stack's
-  lock by `Stack.up` and `Stack.start_trainer` (`want`) and emptied by `Stack.down` (`unwant_all`). The
-  supervisor reads it on every tick; it never writes it.
-- Every tick (`TICK_S`) it reaps its exited children (it is a child subreaper, so Postgres's postmaster, forked
-  behind `pg_ctl`, is its child too) and records each one's exit: an exit code, or the signal that killed it.
+- What to keep running is the ordered list of `ServiceSpec` in `run/supervised.json`, written under the
+  stack's lock by `Stack.up` and `Stack.start_trainer` (`want`) and emptied by `Stack.down` (`unwant_all`).
+  The supervisor reads it on every tick; it never writes it.
+- Every tick (`TICK_S`) it reaps its exited children (it is a child subreaper, so Postgres's postmaster,
+  forked behind `pg_ctl`, is its child too) and records each one's exit: an exit code, or the signal that
+  killed it.
 - A wanted service that is not running is started when the foundations listed before it run (the list is in
   dependency order: Postgres, then Temporal, then the services that need only those two: engine, gateway,
-  runner, trainer, dashboard, sandboxes, which start together) and its backoff has passed: 1 s after
-  the first failure, doubling to `MAX_BACKOFF_S`; a service that stayed up `HEALTHY_AFTER_S` starts again from
-  1 s. A service whose ports do not accept connections within its start timeout is killed and counted a failure.
+  runner, trainer, dashboard, sandboxes, which start together) and its backoff has passed: 1 s after the first
+  failure, doubling to `MAX_BACKOFF_S`; a service that stayed up `HEALTHY_AFTER_S` starts again from 1 s. A
+  service whose ports do not accept connections within its start timeout is killed and counted a failure.
 - A running service whose spec changed (a runner's import path, a trainer's settings) is stopped and started
   with the new one; a service no longer wanted is left alone (`down` stops it).
 - What it knows is in `run/supervisor.json` (`read_state`): per service its state (`starting`, `running`,
-  `backoff`), pid, restarts, last exit and last error; restart counts survive a restart of the supervisor, which
-  adopts the services that still run. Each action is also a line in `logs/supervisor.log`.
+  `backoff`), pid, restarts, last exit and last error; restart counts survive a restart of the supervisor,
+  which adopts the services that still run. Each action is also a line in `logs/supervisor.log`.
 - SIGTERM stops the supervisor and nothing else: the services keep running until `down` stops them.
 """
 
@@ -50,7 +51,8 @@ State = Literal["starting", "running", "backoff"]
 @dataclass(frozen=True)
 class ServiceSpec:
     """How to run one service. `kind="postgres"` is the embedded Postgres of `data_dir` on `host:port`; every
-    other service is a `ManagedProcess` running `command` with `env` on top of the supervisor's environment."""
+    other service is a `ManagedProcess` running `command` with `env` on top of the supervisor's
+    environment."""
 
     name: str
     command: tuple[str, ...] = ()
@@ -81,7 +83,8 @@ class ServiceSpec:
         )
 
     def as_json(self) -> dict[str, Any]:
-        """Plain JSON values (lists, not tuples), so a spec read back from a file compares equal to this one."""
+        """Plain JSON values (lists, not tuples), so a spec read back from a file compares equal to this
+        one."""
         return json.loads(json.dumps(asdict(self)))
 
     @staticmethod
@@ -271,8 +274,8 @@ class Supervisor:
             self.exits[pid] = status
 
     def _await_exit(self, pid: int, within_s: float = 5.0) -> None:
-        """Wait a little for our child `pid` to become reapable. A multi-threaded process (Temporal is Go) shows
-        as a zombie while its other threads still exit, and cannot be reaped until they have."""
+        """Wait a little for our child `pid` to become reapable. A multi-threaded process (Temporal is Go)
+        shows as a zombie while its other threads still exit, and cannot be reaped until they have."""
         deadline = time.monotonic() + within_s
         while time.monotonic() < deadline:
             try:

@@ -19,8 +19,8 @@ from rollout.stack.managed import ManagedProcess
 
 # The dev server runs one history shard, whose queue processors read new tasks at most 20 times a second by
 # default: every workflow task and every child start then waits for the next read, ~50 ms a step. A one-turn
-# episode took 104 ms, 64 of them in two such waits (benchmarks/RESULTS.md, episodes). A cluster with many shards
-# spreads the same load over a processor each.
+# episode took 104 ms, 64 of them in two such waits (benchmarks/RESULTS.md, episodes). A cluster with many
+# shards spreads the same load over a processor each.
 DISPATCH_SETTINGS = (
     "--dynamic-config-value",
     "history.transferProcessorMaxPollRPS=1000",

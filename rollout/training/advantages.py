@@ -1,9 +1,9 @@
 """Advantages for a group of episodes of one task (one seat's rewards). Pure Python, no I/O.
 
 Contract:
-- `AdvantageKind` names the methods; `group_advantages(rewards_G, method)` returns one advantage per episode, in order, or None when the group
-  carries no signal (every reward equal, within `tolerance`): such a group is skipped and counted, never
-  trained on with zero advantages.
+- `AdvantageKind` names the methods; `group_advantages(rewards_G, method)` returns one advantage per episode,
+  in order, or None when the group carries no signal (every reward equal, within `tolerance`): such a group is
+  skipped and counted, never trained on with zero advantages.
 - `group_norm` (GRPO): `(R_i − mean R) / (std R + eps)`, with the population standard deviation.
 - `leave_one_out` (RLOO): `R_i − mean_{j≠i} R_j`; needs at least two episodes.
 - Rewards must be finite; a group of one episode has no signal.
@@ -17,8 +17,8 @@ from enum import StrEnum
 
 
 class AdvantageKind(StrEnum):
-    """How a group's rewards become advantages: the one spelling of the choice, from `trainer.advantage` through
-    the workflows' inputs to the math."""
+    """How a group's rewards become advantages: the one spelling of the choice, from `trainer.advantage`
+    through the workflows' inputs to the math."""
 
     group_norm = "group_norm"  # GRPO
     leave_one_out = "leave_one_out"  # RLOO

@@ -1,8 +1,9 @@
 """Bridges: a published checkpoint in the form an engine loads.
 
 Contract:
-- `lora`: the peft adapter files of a LoRA checkpoint (`adapter_config.json`, `adapter_model.safetensors`), for the
-  local engine and vLLM's runtime LoRA loading. Nothing is copied: the bridge names the checkpoint's own blobs.
+- `lora`: the peft adapter files of a LoRA checkpoint (`adapter_config.json`, `adapter_model.safetensors`),
+  for the local engine and vLLM's runtime LoRA loading. Nothing is copied: the bridge names the checkpoint's
+  own blobs.
 - `full`: the weights and config of a full-weights checkpoint (no optimiser state), for an engine reload.
 - `merged`: a LoRA checkpoint merged into its base model and saved as safetensors, for an engine that reloads
   full weights; the merged files are uploaded under `bridges/{policy}/{name}/merged/`.
@@ -10,7 +11,8 @@ Contract:
   its sampler path (`bridge_location`), so no weights move.
 - A bridge is a pure function of the checkpoint (and the base model), so running one twice gives the same
   files: `BridgeWorkflow` records it once per (checkpoint, format) as `CheckpointConverted`.
-- Asking for a format the checkpoint cannot give (`lora` of full weights) raises `BridgeError` with the reason.
+- Asking for a format the checkpoint cannot give (`lora` of full weights) raises `BridgeError` with the
+  reason.
 """
 
 from __future__ import annotations

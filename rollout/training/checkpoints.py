@@ -1,13 +1,14 @@
 """Publishing checkpoints: files into the blob store, then one fenced `CheckpointCreated` in the ledger.
 
 Contract:
-- A checkpoint is a directory (a peft adapter, or full weights, with the optimiser state). Its name and version
-  come from the step's business key: `{policy}-step{step:06d}`, version = step. Its parent is the checkpoint the
-  step trained from (None for the base model), so resuming from an older checkpoint branches the tree.
+- A checkpoint is a directory (a peft adapter, or full weights, with the optimiser state). Its name and
+  version come from the step's business key: `{policy}-step{step:06d}`, version = step. Its parent is the
+  checkpoint the step trained from (None for the base model), so resuming from an older checkpoint branches
+  the tree.
 - `publish_checkpoint` uploads every file under a prefix of its own lease epoch (a zombie's uploads can never
   overwrite the live attempt's), then appends `CheckpointCreated` on `policy/{policy}/checkpoints` under key
-  `step/{step}`, fenced by the trainer's lease. A zombie (an older epoch) gets `StaleFenceError` and nothing is
-  published; a retry of a step that was already published returns the recorded checkpoint (exactly one
+  `step/{step}`, fenced by the trainer's lease. A zombie (an older epoch) gets `StaleFenceError` and nothing
+  is published; a retry of a step that was already published returns the recorded checkpoint (exactly one
   `CheckpointCreated` per step). The gateway's admission reads `version` from these events.
 - `fetch_checkpoint` downloads a recorded checkpoint and verifies every file's hash.
 """
@@ -32,9 +33,9 @@ def checkpoint_name(policy: str, step: int) -> str:
 
 
 def lineage_version(policy: str, checkpoint: str | None) -> int:
-    """The version `checkpoint` has in `policy`'s lineage: its step when it is one of the lineage's own, else 0
-    (the base model, or a checkpoint of another lineage such as a warm start, which the lineage's agents never
-    sampled from: they sample version 0 until the lineage's first step is served)."""
+    """The version `checkpoint` has in `policy`'s lineage: its step when it is one of the lineage's own, else
+    0 (the base model, or a checkpoint of another lineage such as a warm start, which the lineage's agents
+    never sampled from: they sample version 0 until the lineage's first step is served)."""
     prefix = f"{policy}-step"
     if checkpoint is None or not checkpoint.startswith(prefix) or not checkpoint[len(prefix) :].isdigit():
         return 0
@@ -43,7 +44,8 @@ def lineage_version(policy: str, checkpoint: str | None) -> int:
 
 @dataclass(frozen=True)
 class CheckpointFile(Payload):
-    """One file of a checkpoint in the blob store: its key, and the reference its bytes are checked against."""
+    """One file of a checkpoint in the blob store: its key, and the reference its bytes are checked
+    against."""
 
     key: str  # the blob store key
     uri: str
@@ -141,8 +143,8 @@ def policy_of(name: str) -> str:
 
 
 async def find_checkpoint(ledger: Ledger, policy: str, name: str) -> CheckpointRecord | None:
-    """The checkpoint `name` of `policy`'s lineage, or of the lineage it names (a warm start trained elsewhere:
-    an SFT checkpoint a run's first step trains from)."""
+    """The checkpoint `name` of `policy`'s lineage, or of the lineage it names (a warm start trained
+    elsewhere: an SFT checkpoint a run's first step trains from)."""
     for lineage in dict.fromkeys((policy, policy_of(name))):
         payload = await checkpoint_payload(ledger, lineage, name)
         if payload is not None:

@@ -1,21 +1,23 @@
 """A trainer that trains each step data-parallel across Ray workers, kept across steps (torch DDP semantics).
 
 Contract:
-- `DataParallel(workers, gpus_per_worker, address)` builds `ShardedTrainer`s: `build(model_path, config, loss)`
-  from the base model, `resume(directory, config, loss)` from a saved checkpoint, as `LocalTrainer` and
+- `DataParallel(workers, gpus_per_worker, address)` builds `ShardedTrainer`s: `build(model_path, config,
+  loss)` from the base model, `resume(directory, config, loss)` from a saved checkpoint, as `LocalTrainer` and
   `LocalTrainer.resume` do; the trainer worker's activities take either (`trainer.data_parallel_workers`).
-- A `ShardedTrainer` is `workers` Ray actors (`TrainerShard`), each asking Ray for one CPU and `gpus_per_worker`
-  GPUs, joined in one torch.distributed group (gloo on CPU, NCCL on CUDA) and each holding a `LocalTrainer` built
-  alike. `step(batch)` gives every shard the batch; shard r trains segments r, r + workers, ... with the gradients
-  summed across shards before clipping (`LocalTrainer.step(shard=...)`), so every shard makes the update one
-  process would make on the whole batch, and the shards stay identical. It returns shard 0's metrics.
+- A `ShardedTrainer` is `workers` Ray actors (`TrainerShard`), each asking Ray for one CPU and
+  `gpus_per_worker` GPUs, joined in one torch.distributed group (gloo on CPU, NCCL on CUDA) and each holding a
+  `LocalTrainer` built alike. `step(batch)` gives every shard the batch; shard r trains segments r, r +
+  workers, ... with the gradients summed across shards before clipping (`LocalTrainer.step(shard=...)`), so
+  every shard makes the update one process would make on the whole batch, and the shards stay identical. It
+  returns shard 0's metrics.
 - `save(directory)` writes what `LocalTrainer.save` writes, from shard 0 (its files travel through Ray, so the
   shards need no filesystem in common with the caller); `resume` sends a checkpoint's files to every shard.
   The model is loaded by each shard from `model_path`: every node must have it there (a shared volume).
-- The group lives while the `ShardedTrainer` is referenced: dropping it (or `close`) ends the actors. A shard that
-  dies fails the step that was running; the next step builds a new group from the last checkpoint (the
+- The group lives while the `ShardedTrainer` is referenced: dropping it (or `close`) ends the actors. A shard
+  that dies fails the step that was running; the next step builds a new group from the last checkpoint (the
   activities drop a trainer whose step failed).
-- Ray is an optional extra (`uv sync --extra ray`); without it `DataParallelUnavailable` says how to install it.
+- Ray is an optional extra (`uv sync --extra ray`); without it `DataParallelUnavailable` says how to install
+  it.
 """
 
 from __future__ import annotations
@@ -53,7 +55,8 @@ def write_files(files: Files, directory: Path) -> None:
 
 
 class TrainerShard:
-    """One shard of a `ShardedTrainer` (wrapped by `ray.remote`): a `LocalTrainer` in a torch.distributed group."""
+    """One shard of a `ShardedTrainer` (wrapped by `ray.remote`): a `LocalTrainer` in a torch.distributed
+    group."""
 
     def __init__(self, rank: int, world: int) -> None:
         self.rank, self.world = rank, world

@@ -16,10 +16,11 @@ Contract:
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
 - `quantization="nf4"` (QLoRA, CUDA only) loads the frozen base in 4 bits through bitsandbytes, with gradient
-  checkpointing; asked for where it cannot run (CPU, full weights), the constructor raises `ValueError` saying so.
-- Data parallel: `step(batch, shard=(rank, world))` in each of `world` processes (torch.distributed initialised,
-  e.g. by Ray Train) trains on every world-th segment and sums the gradients: the update equals `step(batch)` in
-  one process. A non-finite loss on any process fails the step on all of them.
+  checkpointing; asked for where it cannot run (CPU, full weights), the constructor raises `ValueError` saying
+  so.
+- Data parallel: `step(batch, shard=(rank, world))` in each of `world` processes (torch.distributed
+  initialised, e.g. by Ray Train) trains on every world-th segment and sums the gradients: the update equals
+  `step(batch)` in one process. A non-finite loss on any process fails the step on all of them.
 - `offload()` moves the weights and optimiser state to CPU memory and frees the device; `onload()` brings them
   back (one-GPU mode, between steps). On CPU both do nothing.
 """
@@ -108,8 +109,9 @@ class LocalTrainer:
             **_quantized(config, self.device),
         )
         if config.quantization is not None:
-            # Not peft's prepare_model_for_kbit_training: it casts every weight left unquantized (embeddings, LM
-            # head) to float32, twice their memory. Gradients reach the adapters through checkpointed blocks.
+            # Not peft's prepare_model_for_kbit_training: it casts every weight left unquantized (embeddings,
+            # LM head) to float32, twice their memory. Gradients reach the adapters through checkpointed
+            # blocks.
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
             model.enable_input_require_grads()
         if config.lora_rank is not None:
@@ -135,9 +137,10 @@ class LocalTrainer:
         self.packed = packable(self.model.config)
 
     def step(self, batch: Batch, *, shard: tuple[int, int] | None = None) -> dict[str, float]:
-        """One AdamW step over `batch`. With `shard=(rank, world)` (data parallel, torch.distributed initialised),
-        this process takes segments rank, rank + world, ... and the gradients are summed across processes before
-        clipping: every process makes the update one process would make on the whole batch."""
+        """One AdamW step over `batch`. With `shard=(rank, world)` (data parallel, torch.distributed
+        initialised), this process takes segments rank, rank + world, ... and the gradients are summed across
+        processes before clipping: every process makes the update one process would make on the whole
+        batch."""
         if not batch.segments or batch.sampled_tokens == 0:
             raise ValueError("a batch with no sampled tokens has nothing to train on")
         segments = batch.segments if shard is None else batch.segments[shard[0] :: shard[1]]
@@ -200,7 +203,8 @@ class LocalTrainer:
         return {"loss": total, "grad_norm": grad_norm, "tokens": tokens, **_combine(parts)}
 
     def offload(self) -> None:
-        """Move the weights and optimiser state to CPU memory and free the device (one-GPU mode, between steps)."""
+        """Move the weights and optimiser state to CPU memory and free the device (one-GPU mode, between
+        steps)."""
         self._place("cpu")
         if self.device.startswith("cuda"):
             torch._C._cuda_clearCublasWorkspaces()  # the step's cuBLAS workspace too (32 MiB on Hopper)
@@ -238,7 +242,8 @@ class LocalTrainer:
 
 
 class Trainer(Protocol):
-    """What the trainer worker's activities need of a trainer: `LocalTrainer`, or a data-parallel group of them."""
+    """What the trainer worker's activities need of a trainer: `LocalTrainer`, or a data-parallel group of
+    them."""
 
     steps: int
 
@@ -254,7 +259,8 @@ class TrainerBuilder(Protocol):
 
 
 class OneProcess:
-    """Builds `LocalTrainer`s in this process (rollout.training.data_parallel builds groups of them on Ray)."""
+    """Builds `LocalTrainer`s in this process (rollout.training.data_parallel builds groups of them on
+    Ray)."""
 
     def build(self, model_path: str, config: LocalTrainerConfig, loss: LossConfig) -> Trainer:
         return LocalTrainer(model_path, config, loss)

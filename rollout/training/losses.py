@@ -1,5 +1,5 @@
-"""Policy losses for off-policy RL on token sequences, with their diagnostics (docs/rl-math.md). Pure: tensors in,
-a scalar loss and numbers out; no I/O, no model.
+"""Policy losses for off-policy RL on token sequences, with their diagnostics (docs/rl-math.md). Pure: tensors
+in, a scalar loss and numbers out; no I/O, no model.
 
 Shapes: every tensor is `[B, T]` (segments × tokens), float. `mask_BT` is 1 on sampled tokens (the only ones
 that carry loss) and 0 on prompt, tool and environment tokens and padding. Logprobs are per token:
@@ -51,9 +51,9 @@ class LossMetrics:
     clipped_fraction: float  # tokens whose weight or ratio was clipped
     masked_fraction: float  # tokens dropped by the IcePop bounds
     effective_sample_size: float  # (Σρ)² / Σρ² / n, in (0, 1]
-    # The same of the weights the loss applies (ρ capped or clipped, IcePop's masked tokens out): how evenly the
-    # gradient is spread over the tokens. Unclipped importance sampling applies ρ itself; PPO and capped IS
-    # bound the weights from above, so a few large ratios cannot dominate (many small ones still lower it).
+    # The same of the weights the loss applies (ρ capped or clipped, IcePop's masked tokens out): how evenly
+    # the gradient is spread over the tokens. Unclipped importance sampling applies ρ itself; PPO and capped
+    # IS bound the weights from above, so a few large ratios cannot dominate (many small ones still lower it).
     weight_ess: float
     kl_k1: float  # mean(log μ − log π_old): sampler–trainer KL, k1 estimator
     kl_k3: float  # mean((r − 1) − log r), r = π_old/μ: the k3 estimator

@@ -37,7 +37,7 @@ def supply_allowance(steps_trained: int, max_lag: int, groups_per_batch: int) ->
     """Groups a training run may have started: a group started now is trained by step `steps_trained + max_lag
     + 1` at the latest, so its policy is at most `max_lag` checkpoints older than the one that trains on it.
 
-    With max_lag 0 this is a synchronous loop: one batch of groups plays, is trained on, and the next batch starts
-    once its checkpoint exists (admission then holds its turns until an engine serves it).
+    With max_lag 0 this is a synchronous loop: one batch of groups plays, is trained on, and the next batch
+    starts once its checkpoint exists (admission then holds its turns until an engine serves it).
     """
     return (steps_trained + max_lag + 1) * groups_per_batch

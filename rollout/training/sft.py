@@ -9,8 +9,8 @@ Contract:
   completion only, rendered with the model's own chat template.
 - `read_conversations` rejects a row without messages or whose last message is not the assistant's, naming
   the line, before anything trains.
-- `sft_warm_start` writes a peft adapter directory in the local provider's checkpoint layout (adapter files and
-  `trainer.json`, no optimiser state: RL starts its optimiser fresh), so `LocalTrainer.resume` and the
+- `sft_warm_start` writes a peft adapter directory in the local provider's checkpoint layout (adapter files
+  and `trainer.json`, no optimiser state: RL starts its optimiser fresh), so `LocalTrainer.resume` and the
   `lora` bridge read it like a checkpoint trained by rollout.
 """
 

@@ -4,13 +4,14 @@ Contract:
 - A segment's tokens `tokens_T` become `model_input_T = tokens_T[:-1]` and `target_tokens_T = tokens_T[1:]`:
   position i of the input predicts target i. `logprobs_T` (the sampler's, what Tinker calls the sampling
   logprobs) and `advantages_T` are aligned with the targets.
-- Only sampled tokens carry loss: a target that is a prompt, tool or environment token gets advantage 0 (Tinker's
-  policy losses are sums of per-token terms times the advantage, so it contributes nothing and gets no
-  gradient) and logprob 0.
-- Tinker sums its losses over tokens and datums; rollout normalises by the batch's sampled tokens (docs/rl-math.md),
-  so each advantage is divided by `batch.sampled_tokens`: Tinker's sum is then rollout's token mean.
-- `loss_function` maps rollout's loss kinds onto Tinker's built-in ones: `ppo` → `ppo` (clip thresholds
-  1 − clip_low and 1 + clip_high), `cispo` → `cispo`, `truncated_is` → `importance_sampling` (Tinker applies no
+- Only sampled tokens carry loss: a target that is a prompt, tool or environment token gets advantage 0
+  (Tinker's policy losses are sums of per-token terms times the advantage, so it contributes nothing and gets
+  no gradient) and logprob 0.
+- Tinker sums its losses over tokens and datums; rollout normalises by the batch's sampled tokens
+  (docs/rl-math.md), so each advantage is divided by `batch.sampled_tokens`: Tinker's sum is then rollout's
+  token mean.
+- `loss_function` maps rollout's loss kinds onto Tinker's built-in ones: `ppo` → `ppo` (clip thresholds 1 −
+  clip_low and 1 + clip_high), `cispo` → `cispo`, `truncated_is` → `importance_sampling` (Tinker applies no
   cap: the trainer reports the ratios it saw).
 """
 

@@ -2,13 +2,12 @@
 
 Contract: `runner_worker` registers the episode, run and eval workflows and the runner's activities (one
 implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()` and
-`EvalActivities.all()`) on the runner queue.
-Workflows run without Temporal's sandbox: their determinism rests on the rules in rollout.workflows.episodes
-(no I/O, no clocks, no randomness outside `workflow.*`, activities called through their stubs). Activities get
-the ledger, the gateway's base URL, the seat secret (the gateway's, shared by file) and the sandbox key (shared
-with the sandbox hosts, rollout.sandbox.keys) from the caller; a
-runner holds no state of its own, so killing one loses nothing: its activities are retried elsewhere once
-their heartbeats stop.
+`EvalActivities.all()`) on the runner queue. Workflows run without Temporal's sandbox: their determinism rests
+on the rules in rollout.workflows.episodes (no I/O, no clocks, no randomness outside `workflow.*`, activities
+called through their stubs). Activities get the ledger, the gateway's base URL, the seat secret (the
+gateway's, shared by file) and the sandbox key (shared with the sandbox hosts, rollout.sandbox.keys) from the
+caller; a runner holds no state of its own, so killing one loses nothing: its activities are retried elsewhere
+once their heartbeats stop.
 """
 
 from __future__ import annotations

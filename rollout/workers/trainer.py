@@ -1,4 +1,5 @@
-"""The trainer worker: runs `TrainingWorkflow`s and `BridgeWorkflow`s and their activities on the trainer queue.
+"""The trainer worker: runs `TrainingWorkflow`s and `BridgeWorkflow`s and their activities on the trainer
+queue.
 
 Contract: one process holds the models it trains in memory (one `LocalTrainer`, or one Tinker training
 client, per policy) and publishes their checkpoints under its trainer lease. Killing it loses nothing that was

@@ -1,12 +1,12 @@
 """`BridgeWorkflow` (`bridge/{policy}/{version}/{format}`): one checkpoint made servable in one format.
 
-Deterministic workflow code only; activities through their stubs (rollout.workflows.trainer_stubs) on the trainer
-queue, where the bridge activities run.
+Deterministic workflow code only; activities through their stubs (rollout.workflows.trainer_stubs) on the
+trainer queue, where the bridge activities run.
 
-Contract: it converts the checkpoint (`bridge_checkpoint`, idempotent per checkpoint and format) and then publishes
-its `ServingTarget` (`publish_serving`, once); followers beside the engines load it. A format the checkpoint cannot
-give fails for good (`BridgeError`). `TrainingWorkflow` runs one per checkpoint and serving format;
-`EvalWorkflow` runs one for a checkpoint that has no serving target yet (an SFT adapter).
+Contract: it converts the checkpoint (`bridge_checkpoint`, idempotent per checkpoint and format) and then
+publishes its `ServingTarget` (`publish_serving`, once); followers beside the engines load it. A format the
+checkpoint cannot give fails for good (`BridgeError`). `TrainingWorkflow` runs one per checkpoint and serving
+format; `EvalWorkflow` runs one for a checkpoint that has no serving target yet (an SFT adapter).
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ Contract:
 - `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
   gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
   `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
-- `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there is
-  none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down; UNANSWERED when a worker
+- `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there
+  is none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down; UNANSWERED when a worker
   polls its queue but did not answer the status query in time, e.g. busy) and, while it runs and answers, its
   own `RunStatus`. It answers at once when no worker polled the run's queue in the last 5 minutes, and within
   `STATUS_QUERY_TIMEOUT` otherwise (Temporal would hold a query 30 s).
@@ -70,7 +70,8 @@ STATUS_QUERY_TIMEOUT = timedelta(seconds=10)
 
 
 async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
-    """Run `run`'s workflow state and, while it runs and a worker answers, its `RunStatus` (see the contract)."""
+    """Run `run`'s workflow state and, while it runs and a worker answers, its `RunStatus` (see the
+    contract)."""
     handle = run_handle(client, run)
     try:
         description = await handle.describe()
@@ -92,8 +93,8 @@ async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
 
 
 async def _polled(client: Client, task_queue: str) -> bool:
-    """Whether a worker polled `task_queue` for workflow tasks in the last minutes (Temporal lists a poller for
-    5 minutes after its last poll); where the server will not say, assume one did (the query decides)."""
+    """Whether a worker polled `task_queue` for workflow tasks in the last minutes (Temporal lists a poller
+    for 5 minutes after its last poll); where the server will not say, assume one did (the query decides)."""
     request = DescribeTaskQueueRequest(
         namespace=client.namespace,
         task_queue=TaskQueue(name=task_queue),

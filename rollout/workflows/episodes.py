@@ -5,17 +5,17 @@ Deterministic workflow code only: activities are called through their typed stub
 every id is a business key built from run, episode, group, agent and attempt (rollout.workflows.names).
 
 Contract:
-- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a
-  one-seat episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold. A
-  one-seat episode of a replayable environment with no sandbox plays and records in one activity
-  (`play_episode`, one workflow task fewer); if that fails, the episode is recorded abandoned as any other.
-  A replayable environment keeps one seat and lets Temporal retry the play activity on any runner (a dead
-  runner is noticed by its heartbeat); the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a failed attempt is
-  recorded as abandoned (never trained) and a new one starts.
-- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) first claims the environment's sandbox, if it needs one (waiting
-  up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim every
-  third of its time to live while the agents play, and releases it at the end, however the episode ended. It
-  plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
+- `AgentWorkflow` (`run/{run}/ep/{episode}/agent/{name}`) plays one seat of a multi-agent episode; a one-seat
+  episode plays its seat inline, with the same code (`play_seat`), so the same guarantees hold. A one-seat
+  episode of a replayable environment with no sandbox plays and records in one activity (`play_episode`, one
+  workflow task fewer); if that fails, the episode is recorded abandoned as any other. A replayable
+  environment keeps one seat and lets Temporal retry the play activity on any runner (a dead runner is noticed
+  by its heartbeat); the retry resumes by replay. A non-replayable one plays each attempt on a fresh seat: a
+  failed attempt is recorded as abandoned (never trained) and a new one starts.
+- `EpisodeWorkflow` (`run/{run}/ep/{episode}`) first claims the environment's sandbox, if it needs one
+  (waiting up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim
+  every third of its time to live while the agents play, and releases it at the end, however the episode
+  ended. It plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
   episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for good. It never
   fails itself, so the run goes on.
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
@@ -59,8 +59,8 @@ from rollout.workflows.types import (
 PLAY_HEARTBEAT = timedelta(seconds=10)
 PLAY_TIMEOUT = timedelta(hours=6)
 FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fails
-# A replayable agent's attempts: each dead runner costs one (an outage of the gateway or the ledger is ridden out
-# inside an attempt), so these outlast a runner restarted several times during one episode.
+# A replayable agent's attempts: each dead runner costs one (an outage of the gateway or the ledger is ridden
+# out inside an attempt), so these outlast a runner restarted several times during one episode.
 REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
 FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
@@ -150,7 +150,8 @@ class EpisodeWorkflow:
             and not inputs[0].agent.command
             and workflow.patched(PLAY_AND_RECORD)
         ):
-            # One replayable seat and no sandbox: played and recorded in one activity, one workflow task fewer.
+            # One replayable seat and no sandbox: played and recorded in one activity, one workflow task
+            # fewer.
             try:
                 return await workflow.execute_activity(
                     runner_stubs.play_episode,
@@ -216,7 +217,8 @@ class EpisodeWorkflow:
         return list(await asyncio.gather(*plays, return_exceptions=True))
 
     async def _keep_claim(self, grant: SandboxGrant, ttl_s: float) -> None:
-        # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused now).
+        # Renew well inside the time to live; a lost claim stops renewal (its agents' actions are refused
+        # now).
         while True:
             await workflow.sleep(ttl_s / 3)
             kept = await workflow.execute_activity(runner_stubs.renew_sandbox, args=[grant, ttl_s], **QUICK)

@@ -4,13 +4,14 @@ Deterministic workflow code only (the rules of rollout.workflows.episodes); acti
 
 Contract:
 - It resolves the checkpoint when it runs (so a schedule's `latest:RUN/POLICY` is the newest at each firing);
-  one that has no serving target yet (an SFT adapter) is bridged first (`BridgeWorkflow` on `bridge_queue`, the
-  trainer's). It asks the engines to serve it unless it is the base model and waits until one does; the
+  one that has no serving target yet (an SFT adapter) is bridged first (`BridgeWorkflow` on `bridge_queue`,
+  the trainer's). It asks the engines to serve it unless it is the base model and waits until one does; the
   checkpoint is released however the eval ends.
 - Each environment plays under its own eval run (`names.eval_run`): `RunCreated` with the settings `eval`
   (`suite@version`), `checkpoint`, `temperature` (the gateway samples every turn of the run with it) and
-  `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i` being held-out task `first + i`; every agent seat that is
-  not pinned already is pinned to the checkpoint. No training run reads these episodes: they are never trained.
+  `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i`
+  being held-out task `first + i`; every agent seat that is not pinned already is pinned to the checkpoint. No
+  training run reads these episodes: they are never trained.
 - One `EvalResult` per (suite@version, checkpoint, environment). An environment already scored is not played
   again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
   episodes (the same seats: the gateway answers from the recorded turns), never a different score.

@@ -15,7 +15,8 @@ from __future__ import annotations
 RUNNER_QUEUE = "rollout-runner"  # run, supply, episode and agent workflows and the runner's activities
 TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the trainer's activities
 
-# Signals `TrainingWorkflow` sends its parent `RunWorkflow` (training.py cannot import run.py, which starts it).
+# Signals `TrainingWorkflow` sends its parent `RunWorkflow` (training.py cannot import run.py, which starts
+# it).
 TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
 TRAINING_PAUSED = "training_paused"  # (reason)
 
@@ -69,7 +70,8 @@ EVAL_SCHEDULES = "eval-schedule/"  # what every eval schedule's id starts with
 
 
 def eval_schedule_id(suite: str, checkpoint: str) -> str:
-    """The Temporal Schedule that evaluates `suite` on `checkpoint` (a reference such as `latest:RUN/POLICY`)."""
+    """The Temporal Schedule that evaluates `suite` on `checkpoint` (a reference such as
+    `latest:RUN/POLICY`)."""
     return f"{EVAL_SCHEDULES}{suite}/{checkpoint}"
 
 

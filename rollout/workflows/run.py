@@ -3,20 +3,21 @@ supply, and takes the run's updates.
 
 Contract:
 - Updates `pause`, `resume`, `set_max_lag(n)` and `stop` are validated, recorded in the ledger first
-  (`SettingsChanged` on `run/{run}`, keyed by the update's id, so a retried update records once), then applied:
-  the gateway reads max_lag and pause from the ledger on the next turn, and the supply starts no new group
-  while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
+  (`SettingsChanged` on `run/{run}`, keyed by the update's id, so a retried update records once), then
+  applied: the gateway reads max_lag and pause from the ledger on the next turn, and the supply starts no new
+  group while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
 - An update that arrives before the run is recorded waits for it, so `SettingsChanged` always follows
   `RunCreated` in the ledger.
 - The run records, with its settings, which policies an external model answers (`external_model/POLICY`), so
   the gateway answers their seats with that model.
 - With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
   neither pinned to a checkpoint nor answered by an external model; command agents train), on the trainer
-  queue. When every one has trained its steps the supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may have
-  started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained policy), so
-  no episode starts that would be trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a
-  synchronous loop. Each training workflow reports its steps (`training_progress`). A training step that cannot be published (a
-  non-finite loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
+  queue. When every one has trained its steps the supply stops and the run ends once the groups in flight
+  finish. max_lag bounds the supply too: it may have started `(steps trained + max_lag + 1) ×
+  groups_per_batch` groups (the fewest steps of any trained policy), so no episode starts that would be
+  trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a synchronous loop. Each training
+  workflow reports its steps (`training_progress`). A training step that cannot be published (a non-finite
+  loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status. The status counts the supply's groups and
   episodes (`SupplyCounts`) once the supply has ended: 0 until then.
@@ -164,7 +165,8 @@ class RunWorkflow:
     @workflow.signal(name=TRAINING_PROGRESS)
     async def training_progress(self, policy: str, steps: int) -> None:
         """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
-        # Under the lock, so allowances reach the supply in the order they were computed (never a stale one last).
+        # Under the lock, so allowances reach the supply in the order they were computed (never a stale one
+        # last).
         async with self.lock:
             trained = self.state.steps_trained
             if trained is not None and steps > trained.get(policy, 0):
@@ -202,7 +204,8 @@ class RunWorkflow:
         )
 
     async def _change(self, changes: dict[str, bool | int | float | str]) -> None:
-        # An update that arrives with the run's start waits for RunCreated: a change must follow it in the ledger.
+        # An update that arrives with the run's start waits for RunCreated: a change must follow it in the
+        # ledger.
         await workflow.wait_condition(lambda: self.created)
         update = workflow.current_update_info()
         key = update.id if update is not None else str(workflow.uuid4())

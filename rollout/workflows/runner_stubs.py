@@ -46,13 +46,15 @@ async def describe_environment(reference: str) -> EnvironmentInfo:
 
 @activity.defn
 async def create_run(run: RunInput) -> None:
-    """Record `RunCreated` on `run/{run}` with the run's settings (max_lag, paused and the given ones), once."""
+    """Record `RunCreated` on `run/{run}` with the run's settings (max_lag, paused and the given ones),
+    once."""
     raise NotImplementedError
 
 
 @activity.defn
 async def change_settings(change: SettingsChange) -> None:
-    """Record `SettingsChanged` on `run/{run}` under the change's key (its update's id): a retry records once."""
+    """Record `SettingsChanged` on `run/{run}` under the change's key (its update's id): a retry records
+    once."""
     raise NotImplementedError
 
 
@@ -67,8 +69,8 @@ async def play_agent(attempt: AgentAttempt) -> AgentResult:
 @activity.defn
 async def play_episode(attempt: AgentAttempt) -> EpisodeResult:
     """A one-seat episode with a replayable environment and no sandbox, in one activity: `play_agent`, then
-    `record_episode` of its result; returns the episode's result. A retry resumes the play by replay and records
-    once. A failure (for good, or after the retries) records nothing: the workflow records the episode
+    `record_episode` of its result; returns the episode's result. A retry resumes the play by replay and
+    records once. A failure (for good, or after the retries) records nothing: the workflow records the episode
     abandoned."""
     raise NotImplementedError
 
@@ -135,7 +137,7 @@ async def find_eval_result(lookup: EvalLookup) -> EvalScore | None:
 
 @activity.defn
 async def record_eval_result(given: EvalRecordInput) -> EvalScore:
-    """Score the finished episodes of the eval's run with the environment's metric and record the `EvalResult`,
-    once per (suite@version, checkpoint, environment): a retry or a repeat returns the recorded score. A metric
-    that does not give a finite number fails for good (`InvalidMetric`), recording nothing."""
+    """Score the finished episodes of the eval's run with the environment's metric and record the
+    `EvalResult`, once per (suite@version, checkpoint, environment): a retry or a repeat returns the recorded
+    score. A metric that does not give a finite number fails for good (`InvalidMetric`), recording nothing."""
     raise NotImplementedError

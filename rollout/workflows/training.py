@@ -4,15 +4,16 @@ Deterministic workflow code only; activities are called through their typed stub
 (rollout.workflows.trainer_stubs) on the trainer queue.
 
 Contract:
-- `TrainingWorkflow` (`run/{run}/train/{policy}`) trains the run's lineage of a policy (`{run}/{policy}` in the
-  ledger) for steps `next_step..steps`. Each step assembles its batch (`assemble_batch`, idempotent by (run,
-  policy, step)); while no whole group is ready it waits `wait_s` and looks again. A batch without a sampled
-  token (every group skipped for having no signal) is counted and the step number moves on without a checkpoint.
-  Otherwise `train_step` trains from the previous checkpoint (`parent`) and publishes exactly one
+- `TrainingWorkflow` (`run/{run}/train/{policy}`) trains the run's lineage of a policy (`{run}/{policy}` in
+  the ledger) for steps `next_step..steps`. Each step assembles its batch (`assemble_batch`, idempotent by
+  (run, policy, step)); while no whole group is ready it waits `wait_s` and looks again. A batch without a
+  sampled token (every group skipped for having no signal) is counted and the step number moves on without a
+  checkpoint. Otherwise `train_step` trains from the previous checkpoint (`parent`) and publishes exactly one
   `CheckpointCreated` for the step (fenced by the trainer's lease).
-- Each checkpoint then goes through one `BridgeWorkflow` per serving format (`bridge/{policy}/{version}/{format}`,
-  idempotent): converted for the engines and published as a `ServingTarget`. Training does not wait for engines
-  to load it: admission (max_lag) is what holds sampling back.
+- Each checkpoint then goes through one `BridgeWorkflow` per serving format
+  (`bridge/{policy}/{version}/{format}`, idempotent): converted for the engines and published as a
+  `ServingTarget`. Training does not wait for engines to load it: admission (max_lag) is what holds sampling
+  back.
 - A step whose loss is not finite publishes nothing: the workflow tells the run (`training_paused` signal with
   the reason, which pauses the run) and waits for `resume_training`; then that batch is skipped and training
   goes on from the same parent.
@@ -21,8 +22,9 @@ Contract:
 - Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
   run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
 - With `evaluation` and `eval_every` N, every checkpoint whose version is a multiple of N, once served as a
-  target, is scored by an `EvalWorkflow` child on the run's runner queue (`eval/{suite}@{version}/{checkpoint}`),
-  started and not waited for: evals never hold a step back. Their failures never fail training.
+  target, is scored by an `EvalWorkflow` child on the run's runner queue
+  (`eval/{suite}@{version}/{checkpoint}`), started and not waited for: evals never hold a step back. Their
+  failures never fail training.
 - After the last step it waits (bounded) until an engine serves the last checkpoint, so a finished run has
   served every checkpoint it made, and for the evals it started in this history. It continues as new every
   `STEPS_PER_HISTORY` steps (evals still playing then are left to finish on their own).

@@ -1,7 +1,8 @@
-"""The small values workflows and activities pass each other: ids, names, numbers. Never transcripts or tensors.
+"""The small values workflows and activities pass each other: ids, names, numbers. Never transcripts or
+tensors.
 
-Every id here is a business key computed in workflow code (run, episode, group, agent, attempt), so an activity
-retried by Temporal writes the same ledger keys as the attempt before it.
+Every id here is a business key computed in workflow code (run, episode, group, agent, attempt), so an
+activity retried by Temporal writes the same ledger keys as the attempt before it.
 """
 
 from __future__ import annotations
@@ -36,7 +37,8 @@ class AgentInfo:
 
 @dataclass
 class SandboxNeed:
-    """The sandbox an episode claims before its agents play: a kind, seats (one per agent), how long to wait."""
+    """The sandbox an episode claims before its agents play: a kind, seats (one per agent), how long to
+    wait."""
 
     kind: str
     seats: int
@@ -320,7 +322,8 @@ class TrainingResult:
 
 @dataclass
 class TrainingSpec:
-    """How a run trains: `RunWorkflow` starts one `TrainingWorkflow` per trained policy with these settings."""
+    """How a run trains: `RunWorkflow` starts one `TrainingWorkflow` per trained policy with these
+    settings."""
 
     steps: int
     groups_per_batch: int = 2
@@ -362,7 +365,8 @@ class ServedWait:
 
 @dataclass
 class EvalTarget:
-    """One environment of an eval suite, as `EvalWorkflow` plays and scores it (rollout.evals.EvalEnvironment)."""
+    """One environment of an eval suite, as `EvalWorkflow` plays and scores it
+    (rollout.evals.EvalEnvironment)."""
 
     name: str
     reference: str
@@ -387,7 +391,8 @@ class EvalInput:
     groups_in_flight: int = 4
     served_wait_s: float = 600.0
     default_max_tokens: int | None = None  # for environments whose suite sets no max_tokens (run.max_tokens)
-    # A checkpoint with no serving target yet (an SFT adapter) is bridged to these formats on this queue first.
+    # A checkpoint with no serving target yet (an SFT adapter) is bridged to these formats on this queue
+    # first.
     bridge_formats: list[str] = field(default_factory=lambda: ["lora"])
     bridge_queue: str = TRAINER_QUEUE
 

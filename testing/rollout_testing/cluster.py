@@ -1,5 +1,6 @@
 """Rollout's services as real processes for chaos tests: a scripted or local engine, a gateway, runner and
-trainer workers, sandbox servers, each started with `python -m rollout.cli` against a given ledger and Temporal, each killable."""
+trainer workers, sandbox servers, each started with `python -m rollout.cli` against a given ledger and
+Temporal, each killable."""
 
 from __future__ import annotations
 
@@ -109,7 +110,8 @@ class Cluster:
         return service
 
     def local_engine(self, name: str, port: int | None = None, *, follow: bool = True) -> tuple[Service, str]:
-        """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name` (or without one)."""
+        """The local engine (tiny-qwen3 on CPU) with its serving follower, acking as `name` (or without
+        one)."""
         port = port or free_port()
         service = self._start(
             name,
@@ -133,8 +135,9 @@ class Cluster:
     def vllm_engine(
         self, name: str, *arguments: str, env: dict[str, str] | None = None, timeout_s: float = 120
     ) -> tuple[Service, str]:
-        """`rollout engine serve --kind vllm` (tiny-qwen3) with its follower, acking as `name`; `arguments` add
-        options and settings, `env` what the process sees (a fake `vllm` first on PATH, on a machine without one)."""
+        """`rollout engine serve --kind vllm` (tiny-qwen3) with its follower, acking as `name`; `arguments`
+        add options and settings, `env` what the process sees (a fake `vllm` first on PATH, on a machine
+        without one)."""
         port = free_port()
         service = self._start(
             name,

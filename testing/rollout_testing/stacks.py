@@ -1,4 +1,5 @@
-"""Helpers for tests and benchmarks that start their own embedded stack on free ports in a temporary directory."""
+"""Helpers for tests and benchmarks that start their own embedded stack on free ports in a temporary
+directory."""
 
 from __future__ import annotations
 
@@ -9,8 +10,8 @@ from rollout.net import free_port
 
 
 def isolated_overrides(data_dir: Path, *, gateway: bool = False, monitor: bool = False) -> list[str]:
-    """Overrides that put a whole stack in `data_dir` on ports nothing else uses (the gateway and the dashboard
-    off unless asked)."""
+    """Overrides that put a whole stack in `data_dir` on ports nothing else uses (the gateway and the
+    dashboard off unless asked)."""
     return [
         f"services.gateway.enabled={str(gateway).lower()}",
         f"services.monitor.enabled={str(monitor).lower()}",
@@ -29,8 +30,8 @@ def isolated_settings(data_dir: Path) -> config.Settings:
 
 
 def monitor_overrides(settings: config.Settings, models_dir: Path) -> list[str]:
-    """A stack's settings as its dashboard gets them (rollout.stack.dashboard), with the tiny model's tokenizer
-    for the transcripts."""
+    """A stack's settings as its dashboard gets them (rollout.stack.dashboard), with the tiny model's
+    tokenizer for the transcripts."""
     from rollout.stack.dashboard import dashboard_overrides
 
     return [*dashboard_overrides(settings), f"models_dir={models_dir}", "services.gateway.model=tiny-qwen3"]

@@ -4,8 +4,8 @@ Tinker's API cannot be reached from CI, so rollout's Tinker code is tested again
 the real `tinker` SDK sends and expects (JSON requests; the `SampleResponse` protobuf the SDK ships, when the
 SDK asks for it with `Accept: application/x-protobuf`), and samples with whatever `Engine` it is given (the
 local engine with a tiny model in tests). It is not Tinker: no queueing model, no billing. Given a
-`FakeTinkerTraining` it also answers training clients (`rollout_testing.tinker_training`). A live test runs against
-the real service when `TINKER_API_KEY` is set.
+`FakeTinkerTraining` it also answers training clients (`rollout_testing.tinker_training`). A live test runs
+against the real service when `TINKER_API_KEY` is set.
 
 Contract:
 - Every request must carry `X-API-Key` equal to the fake's key (401 otherwise), as the real API demands.
@@ -74,7 +74,8 @@ def sampler_path(run: str, name: str) -> str:
 
 
 async def register_sampler(state: FakeTinkerState, path: str, checkpoint: CheckpointRef) -> None:
-    """Make `path` sample `checkpoint` (loaded into the backing engine), as `save_weights_for_sampler` would."""
+    """Make `path` sample `checkpoint` (loaded into the backing engine), as `save_weights_for_sampler`
+    would."""
     await state.engine.load(checkpoint)
     state.samplers[path] = checkpoint.name
 

@@ -1,4 +1,5 @@
-"""The training side of the FAKE Tinker service: LoRA training clients answered by torch + peft on a local model.
+"""The training side of the FAKE Tinker service: LoRA training clients answered by torch + peft on a local
+model.
 
 Tinker's API cannot be reached from CI; rollout's Tinker training provider is tested against this fake, which
 speaks what the real `tinker` SDK sends (`forward_backward` as the `ForwardBackwardRequest` protobuf the SDK
@@ -6,15 +7,15 @@ ships; `create_model`, `optim_step`, `save_weights`, `save_weights_for_sampler`,
 JSON) and answers with the shapes the SDK parses. It is not Tinker: one process, one small model, no queue.
 
 Contract:
-- `create_model` makes a LoRA model (the rank asked for) on the fake's local weights of its one base model, under
-  the id the SDK derives too (`{session}:train:{n}`); `load_weights` without a model makes one from the saved
-  state (`create_training_client_from_state…`).
-- `forward_backward` computes, per datum, the logprob of each `target_tokens` entry given `model_input`, and the
-  loss of the named function, summed over tokens and datums, exactly as Tinker documents them:
+- `create_model` makes a LoRA model (the rank asked for) on the fake's local weights of its one base model,
+  under the id the SDK derives too (`{session}:train:{n}`); `load_weights` without a model makes one from the
+  saved state (`create_training_client_from_state…`).
+- `forward_backward` computes, per datum, the logprob of each `target_tokens` entry given `model_input`, and
+  the loss of the named function, summed over tokens and datums, exactly as Tinker documents them:
   `cross_entropy` −Σ w·logp; `importance_sampling` −Σ exp(logp − q)·A; `ppo` −Σ min(r·A, clip(r, lo, hi)·A)
-  with r = exp(logp − q) and lo/hi from `clip_low_threshold`/`clip_high_threshold` (0.8/1.2); `cispo`
-  −Σ sg(clip(r, lo, hi))·A·logp. Gradients accumulate until `optim_step` (AdamW with the request's
-  parameters, gradient clipping when `grad_clip_norm` > 0), which clears them.
+  with r = exp(logp − q) and lo/hi from `clip_low_threshold`/`clip_high_threshold` (0.8/1.2); `cispo` −Σ
+  sg(clip(r, lo, hi))·A·logp. Gradients accumulate until `optim_step` (AdamW with the request's parameters,
+  gradient clipping when `grad_clip_norm` > 0), which clears them.
 - The output (the `ForwardBackwardOutput` protobuf, the only form this SDK reads) carries each datum's
   `logprobs` (before the update) and `loss:sum`; a non-finite loss is answered
   as an error of category `user`, with nothing accumulated.
@@ -54,7 +55,8 @@ class _Model:
 
 @dataclass
 class FakeTinkerTraining:
-    """The fake's trainer: `weights` is the local path of the base model it trains on (a tiny one in tests)."""
+    """The fake's trainer: `weights` is the local path of the base model it trains on (a tiny one in
+    tests)."""
 
     weights: str
     storage: Path

@@ -1,8 +1,9 @@
-"""The arithmetic environment: generated two-operand questions, one agent, one turn, reward 1 for the exact answer.
+"""The arithmetic environment: generated two-operand questions, one agent, one turn, reward 1 for the exact
+answer.
 
-A wrong reply earns partial credit (under 0.5): a number near the answer, and a short reply. Small models start
-near zero exact answers; shaping gives every group a signal to climb (the `learning` benchmark), and an exact
-answer is always worth the most.
+A wrong reply earns partial credit (under 0.5): a number near the answer, and a short reply. Small models
+start near zero exact answers; shaping gives every group a signal to climb (the `learning` benchmark), and an
+exact answer is always worth the most.
 
 `uv run rollout env check arithmetic.environment:environment` plays it against the scripted model.
 """

@@ -1,9 +1,9 @@
-"""How a command agent (Claude Code, Codex, a script) is set up for a coding task: what `CommandCoding.prepare` does
-in the command's working directory before the command starts.
+"""How a command agent (Claude Code, Codex, a script) is set up for a coding task: what
+`CommandCoding.prepare` does in the command's working directory before the command starts.
 
-The runner starts a seat's command in a fresh, empty working directory (in its jail); the task's repository is in
-the episode's `shell` sandbox, where the Task's `start` laid it out in the seat's own folder (`seat_folder`).
-`prepare_command(flavour, setup, files)`:
+The runner starts a seat's command in a fresh, empty working directory (in its jail); the task's repository is
+in the episode's `shell` sandbox, where the Task's `start` laid it out in the seat's own folder
+(`seat_folder`). `prepare_command(flavour, setup, files)`:
 1. writes the repository's `files` (copied out of the sandbox by the Task: the command never reaches the
    sandbox) into `{workdir}/repo`, where the command starts and which `finish` grades;
 2. uses the home the runner made, `{workdir}/home` (the agent's configuration and caches, never graded);
@@ -25,8 +25,8 @@ REPOSITORY = "repo"
 
 
 def seat_folder(seat: int) -> str:
-    """Where, in the sandbox, the repository of the command agent on sandbox seat `seat` lives: each seat has its
-    own copy, so agents sharing one sandbox (Claude Code beside Codex) never edit each other's."""
+    """Where, in the sandbox, the repository of the command agent on sandbox seat `seat` lives: each seat has
+    its own copy, so agents sharing one sandbox (Claude Code beside Codex) never edit each other's."""
     return f"seat{seat}"
 
 

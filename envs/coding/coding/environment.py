@@ -1,9 +1,9 @@
-"""The coding environment: small repository tasks (fix a failing function, add a missing case, implement what a
-class lacks) in a `shell` sandbox, graded by hidden tests with partial credit.
+"""The coding environment: small repository tasks (fix a failing function, add a missing case, implement what
+a class lacks) in a `shell` sandbox, graded by hidden tests with partial credit.
 
 Contract:
-- `environment` is played by the built-in loop with the `shell` tool. `start` lays the task's repository out in
-  the episode's sandbox (its working directory); every tool call runs there. A reply without a tool call
+- `environment` is played by the built-in loop with the `shell` tool. `start` lays the task's repository out
+  in the episode's sandbox (its working directory); every tool call runs there. A reply without a tool call
   hands the repository in; so does the last turn (`MAX_TURNS`), so work done is graded, never lost to the turn
   limit. The reward is the fraction of the task's hidden tests that pass (`coding.grading`); metrics:
   `tests_passed`, `tests_total`, `shell_calls`, `tool_errors`, `out_of_turns`.
@@ -12,11 +12,12 @@ Contract:
   `error:`; the episode goes on.
 - Command agents (`claude_code()`, `codex()`, `command_agent(...)`): the runner starts the command in a fresh
   working directory on the runner's machine (in a jail of its own), while the repository lives in the sandbox,
-  which may be on another machine. So `start` lays the repository out in the sandbox as above, `prepare` copies
-  it out of the sandbox into `{workdir}/repo` and sets the CLI up there (`coding.agents`: the command itself
-  never reaches the sandbox), and `finish` grades the files the command left in `{workdir}/repo` (no links, no
-  caches). Each command agent's repository is its sandbox seat's own folder (`coding.agents.seat_folder`), so
-  `claude_code_and_codex()` seats both CLIs on one task in one sandbox, each graded on its own copy.
+  which may be on another machine. So `start` lays the repository out in the sandbox as above, `prepare`
+  copies it out of the sandbox into `{workdir}/repo` and sets the CLI up there (`coding.agents`: the command
+  itself never reaches the sandbox), and `finish` grades the files the command left in `{workdir}/repo` (no
+  links, no caches). Each command agent's repository is its sandbox seat's own folder
+  (`coding.agents.seat_folder`), so `claude_code_and_codex()` seats both CLIs on one task in one sandbox, each
+  graded on its own copy.
 - Grading (`coding.grading`) runs the agent's code on a copy of its files in a grader's jail on the runner's
   machine, after the agent's processes are gone, under the runner's `sandbox.isolation`; the hidden tests and
   reference solutions (`coding/grader/`) never enter a sandbox or a jail.
@@ -137,7 +138,8 @@ class ShellCoding(Task):
 
 
 def handed_in_files(repository: Path) -> dict[str, bytes]:
-    """The files a command agent left in its repository folder: no caches, no links, none over MAX_FILE_BYTES."""
+    """The files a command agent left in its repository folder: no caches, no links, none over
+    MAX_FILE_BYTES."""
     files: dict[str, bytes] = {}
     for path in sorted(repository.rglob("*")):
         relative = path.relative_to(repository)
@@ -178,7 +180,8 @@ class CommandCoding(Task):
     async def finish(self, run: RunContext, outcome: CommandOutcome) -> End:
         repository = repository_of(Path(outcome.workdir))
         metrics = {"turns": float(outcome.turns), "timed_out": float(outcome.timed_out)}
-        # The folder is the agent's: a link put in its place would have this process read whatever it points to.
+        # The folder is the agent's: a link put in its place would have this process read whatever it points
+        # to.
         if repository.is_symlink() or not repository.is_dir():
             why = f"the command removed its {repository.name}/ folder\n{outcome.output[-2000:]}"
             return End(why, reward=0.0, metrics=metrics | {"tests_passed": 0.0})
@@ -204,7 +207,8 @@ def command_agent(
     flavour: str, command: Sequence[str], *, name: str = "coding-command", timeout_s: float = 1800.0
 ) -> Environment:
     """The coding environment played by `command` (its arguments may say `{prompt}` and `{workdir}`), started
-    in the task's repository and set up as `flavour` says (`plain`, `claude-code` or `codex`: coding.agents)."""
+    in the task's repository and set up as `flavour` says (`plain`, `claude-code` or `codex`:
+    coding.agents)."""
     if flavour not in FLAVOURS:
         raise ValueError(f"flavour must be one of {FLAVOURS}, not {flavour!r}")
     return replace(
@@ -244,9 +248,9 @@ def codex(executable: str | None = None, *, timeout_s: float = 1800.0) -> Enviro
 def claude_code_and_codex(
     claude: str | None = None, codex_executable: str | None = None, *, timeout_s: float = 1800.0
 ) -> Environment:
-    """Claude Code and Codex on the same task at once, two seats of one episode training one policy: each works
-    on its own copy of the repository (its sandbox seat's folder) and is graded on its own. The executables are
-    found as `claude_code` and `codex` find theirs."""
+    """Claude Code and Codex on the same task at once, two seats of one episode training one policy: each
+    works on its own copy of the repository (its sandbox seat's folder) and is graded on its own. The
+    executables are found as `claude_code` and `codex` find theirs."""
 
     # Each seat is named after its flavour.
     return replace(

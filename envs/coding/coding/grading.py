@@ -1,11 +1,12 @@
-"""A repository in a `shell` sandbox: laying it out, reading it back, and grading a copy of it with hidden tests.
+"""A repository in a `shell` sandbox: laying it out, reading it back, and grading a copy of it with hidden
+tests.
 
 Contract:
 - Each function works in the sandbox's working directory, or in `folder` inside it (a seat's own copy of the
   repository, when several agents share one sandbox).
-- `lay_out(box, files, clear=...)` writes `files` (path -> text or bytes, relative paths without `..`) into the
-  sandbox's working directory, as a gzipped tar sent in base64 pieces of at most `PIECE_CHARS` (a command line
-  stays far below the kernel's limit on one argument); `clear` empties the directory first. More than
+- `lay_out(box, files, clear=...)` writes `files` (path -> text or bytes, relative paths without `..`) into
+  the sandbox's working directory, as a gzipped tar sent in base64 pieces of at most `PIECE_CHARS` (a command
+  line stays far below the kernel's limit on one argument); `clear` empties the directory first. More than
   `MAX_UPLOAD_BYTES` compressed raises `RepositoryTooLarge`.
 - `read_back(box)` answers the working directory's files (no `__pycache__`, no `.git`, nothing the sandbox's
   user cannot read, no links). It travels in one answer of the sandbox, so a repository whose archive does not
@@ -153,11 +154,13 @@ async def read_back(box: SandboxClient, *, folder: str = "") -> dict[str, bytes]
 
 
 class GraderFailed(RuntimeError):
-    """The grader itself failed (no jail could be made on this machine, say): the episode fails, it is not scored."""
+    """The grader itself failed (no jail could be made on this machine, say): the episode fails, it is not
+    scored."""
 
 
 async def grade_files(files: dict[str, bytes], task: CodingTask, isolation: SandboxIsolation) -> Grade:
-    """Grade `files` (a repository) with the task's hidden tests, in a grader's jail (`coding.grader.harness`)."""
+    """Grade `files` (a repository) with the task's hidden tests, in a grader's jail
+    (`coding.grader.harness`)."""
     tests = task.hidden_test_names()
     if sum(len(content) for content in files.values()) > MAX_GRADED_BYTES:
         return Grade(tests, (), error=f"the repository is over {MAX_GRADED_BYTES} bytes: not graded")
@@ -199,7 +202,8 @@ async def grade(
     folder: str = "",
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
 ) -> Grade:
-    """Grade the repository in the sandbox's working directory (or `folder` in it): a copy of it, read back."""
+    """Grade the repository in the sandbox's working directory (or `folder` in it): a copy of it, read
+    back."""
     try:
         files = await read_back(box, folder=folder)
     except (

@@ -1,9 +1,10 @@
 """The coding tasks shipped in this package: one directory per task under `dataset/`, named `NN-id` (NN orders
-the dataset; the last `HELD_OUT` tasks are kept for evals), and its grader's half under `grader/dataset/NN-id/`.
+the dataset; the last `HELD_OUT` tasks are kept for evals), and its grader's half under
+`grader/dataset/NN-id/`.
 
 What the agent may see (`dataset/NN-id/`):
-- `task.json`: `kind` (`fix` a failing function, `add-case` to a function missing one, `implement` what a class
-  lacks) and `instruction`, what the agent is asked to do;
+- `task.json`: `kind` (`fix` a failing function, `add-case` to a function missing one, `implement` what a
+  class lacks) and `instruction`, what the agent is asked to do;
 - `repo/`: the repository the agent starts from (plain Python, with visible tests in `tests.py`).
 
 What only the grader may (`grader/dataset/NN-id/`; never sent to a sandbox, never in a jail):

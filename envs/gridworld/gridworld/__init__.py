@@ -2,7 +2,8 @@
 
 Coordinates are (row, column) from the top-left corner. A `Layout` is the walls and size; `Grid` adds where
 each agent (a letter) stands and where its goal is. A move into a wall, off the grid or onto another agent is
-refused and leaves the agent where it was. `shortest_step` is the move of a shortest path (the scripted policy).
+refused and leaves the agent where it was. `shortest_step` is the move of a shortest path (the scripted
+policy).
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def distance(layout: Layout, start: Cell, goal: Cell) -> int | None:
 def shortest_step(
     layout: Layout, start: Cell, goal: Cell, blocked: frozenset[Cell] = frozenset()
 ) -> str | None:
-    """The first move of a shortest path from start to goal avoiding walls and `blocked`; None if there is none."""
+    """The first move of a shortest path from start to goal avoiding walls and `blocked`; None if there is
+    none."""
     first: dict[Cell, str | None] = {start: None}
     queue = deque([start])
     while queue:

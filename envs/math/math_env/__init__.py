@@ -1,5 +1,5 @@
-"""Math word problems with a calculator tool. `calculate` is the calculator: arithmetic only, evaluated from the
-syntax tree (no names, no calls), with bounded powers so a model cannot hang it."""
+"""Math word problems with a calculator tool. `calculate` is the calculator: arithmetic only, evaluated from
+the syntax tree (no names, no calls), with bounded powers so a model cannot hang it."""
 
 from __future__ import annotations
 

@@ -83,7 +83,8 @@ class WordProblem(Task):
 
 
 def solve(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
-    """A scripted solver: it knows each problem's reference steps and calls the calculator for each in turn."""
+    """A scripted solver: it knows each problem's reference steps and calls the calculator for each in
+    turn."""
     text = "\n".join(m.text for m in messages)
     problem = next((p for p in problems() if p.question in text), None)
     if problem is None:

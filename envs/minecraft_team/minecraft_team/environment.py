@@ -1,6 +1,7 @@
 """The minecraft_team environment: four agents (alex, blake, casey, drew) on sandbox seats 0-3 of one claimed
-Minecraft world build a pillar together (minecraft_team.pillar). The world lives outside the Tasks, so a retried
-attempt cannot replay it: `replayable=False`. `uv run rollout env check minecraft_team.environment:environment`.
+Minecraft world build a pillar together (minecraft_team.pillar). The world lives outside the Tasks, so a
+retried attempt cannot replay it: `replayable=False`. `uv run rollout env check
+minecraft_team.environment:environment`.
 """
 
 from __future__ import annotations

@@ -3,17 +3,17 @@
 Contract:
 - `pillar_site(rng)` draws a task: the gold block's column near the world's centre and four starts on a ring
   6 to 9 blocks from it, one per seat (plain strings: the same on every machine and every retry).
-- `PillarBuilder` is one agent's side. At start it sets up its seat in the claimed world (the gold block, which
-  every seat places idempotently; its bot moved to its start with `WOOL_PER_AGENT` blocks of its colour) and
-  shows the goal and a first observation. Each reply's tool calls go to the world (`MINECRAFT_TOOLS`); a call
-  the world refuses is answered with the reason and the turn goes on. A world that is lost or a claim that was
-  superseded raises: the attempt is abandoned, never trained.
-- Reward, for each agent, in [0, 1]: `APPROACH` x how far it closed in on the gold block (its closest, from its
-  start to within `NEAR` blocks) + `OWN_BLOCK` when a block it placed is in the pillar + `TEAM` x the pillar's
-  height out of `HEIGHT` (the team bonus: every agent gets it) + `FOCUS` x how little it wrote besides its tool
-  calls (the mean over its replies of 1 - words' characters / `FOCUS_CHARS`, floored at 0: a small model's
-  first lesson is to act rather than ramble, and it is one a random policy already varies on). The agent's
-  episode ends when the pillar stands `HEIGHT` high, or after `ACTIONS` replies, with that reward.
+- `PillarBuilder` is one agent's side. At start it sets up its seat in the claimed world (the gold block,
+  which every seat places idempotently; its bot moved to its start with `WOOL_PER_AGENT` blocks of its colour)
+  and shows the goal and a first observation. Each reply's tool calls go to the world (`MINECRAFT_TOOLS`); a
+  call the world refuses is answered with the reason and the turn goes on. A world that is lost or a claim
+  that was superseded raises: the attempt is abandoned, never trained.
+- Reward, for each agent, in [0, 1]: `APPROACH` x how far it closed in on the gold block (its closest, from
+  its start to within `NEAR` blocks) + `OWN_BLOCK` when a block it placed is in the pillar + `TEAM` x the
+  pillar's height out of `HEIGHT` (the team bonus: every agent gets it) + `FOCUS` x how little it wrote
+  besides its tool calls (the mean over its replies of 1 - words' characters / `FOCUS_CHARS`, floored at 0: a
+  small model's first lesson is to act rather than ramble, and it is one a random policy already varies on).
+  The agent's episode ends when the pillar stands `HEIGHT` high, or after `ACTIONS` replies, with that reward.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
-"""The scripted pillar builder: reads the goal and the latest position from the conversation's text, walks to a
-spot beside the gold block (one side per builder, so they do not stand in each other's way), places its block
-on top of the pillar, then waits for the others until the pillar is done. It works on a rendered prompt too, so the scripted
-engine can play it through the gateway (`minecraft_team.policy:reply_to_prompt`).
+"""The scripted pillar builder: reads the goal and the latest position from the conversation's text, walks to
+a spot beside the gold block (one side per builder, so they do not stand in each other's way), places its
+block on top of the pillar, then waits for the others until the pillar is done. It works on a rendered prompt
+too, so the scripted engine can play it through the gateway (`minecraft_team.policy:reply_to_prompt`).
 """
 
 from __future__ import annotations

@@ -1,10 +1,11 @@
-"""Anthropic Messages: `POST /v1/messages` (and `/v1/messages/count_tokens`), streaming with Anthropic's events.
+"""Anthropic Messages: `POST /v1/messages` (and `/v1/messages/count_tokens`), streaming with Anthropic's
+events.
 
 A request is first validated against `rollout.gateway.schemas.anthropic_messages` (what Anthropic publishes),
-then mapped. Accepts what Claude Code sends: `?beta=true`, a system prompt as text blocks or as a `system` entry
-inside `messages`, `thinking`, `context_management`, `output_config`, `metadata`, `cache_control` on any block,
-and server tools (which have no `input_schema` and are skipped). Unknown fields are ignored. A request whose
-messages hold nothing the model can read (only thinking blocks in user messages, say) is a 400.
+then mapped. Accepts what Claude Code sends: `?beta=true`, a system prompt as text blocks or as a `system`
+entry inside `messages`, `thinking`, `context_management`, `output_config`, `metadata`, `cache_control` on any
+block, and server tools (which have no `input_schema` and are skipped). Unknown fields are ignored. A request
+whose messages hold nothing the model can read (only thinking blocks in user messages, say) is a 400.
 """
 
 from __future__ import annotations

@@ -5,7 +5,8 @@ A `StreamWriter` writes one streamed turn's SSE frames in order: `start` (the mo
 before the first token), `delta` for each piece of reasoning or text as it is settled (all reasoning comes
 before any text), then `end` with the whole turn: the frames still to send (tool calls, the finish reason,
 usage) and, apart, the terminating frames, which are sent only once the turn is recorded. `frames_of` writes a
-turn that is already whole (a replay, an external model's reply) the same way, its text in `TEXT_CHUNK` pieces.
+turn that is already whole (a replay, an external model's reply) the same way, its text in `TEXT_CHUNK`
+pieces.
 """
 
 from __future__ import annotations

@@ -1,8 +1,8 @@
 """OpenAI Chat Completions: `POST /v1/chat/completions`, streaming as `chat.completion.chunk` events.
 
-A request is first validated against `rollout.gateway.schemas.openai_chat` (what OpenAI publishes), then mapped.
-An assistant reply without tool calls always has string `content`, so a client that echoes it back sends a valid
-message.
+A request is first validated against `rollout.gateway.schemas.openai_chat` (what OpenAI publishes), then
+mapped. An assistant reply without tool calls always has string `content`, so a client that echoes it back
+sends a valid message.
 """
 
 from __future__ import annotations

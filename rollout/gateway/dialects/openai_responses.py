@@ -1,10 +1,10 @@
 """OpenAI Responses: `POST /v1/responses`, streaming as `response.*` events with sequence numbers.
 
 A request is first validated against `rollout.gateway.schemas.openai_responses` (what OpenAI publishes), then
-mapped. Accepts what Codex sends: `developer` messages, `instructions`, `reasoning`, `include`, `store: false`,
-`prompt_cache_key`, `parallel_tool_calls`, function tools and custom tools; reasoning items in the input attach
-to the assistant turn that follows them. Unknown fields, tool types and item types are ignored; an unknown
-content part type is refused.
+mapped. Accepts what Codex sends: `developer` messages, `instructions`, `reasoning`, `include`, `store:
+false`, `prompt_cache_key`, `parallel_tool_calls`, function tools and custom tools; reasoning items in the
+input attach to the assistant turn that follows them. Unknown fields, tool types and item types are ignored;
+an unknown content part type is refused.
 """
 
 from __future__ import annotations
@@ -187,8 +187,9 @@ class OpenAIResponses:
 
 class ResponsesStream:
     """`response.*` events with sequence numbers: created, in_progress, each output item (added, its deltas,
-    done), then `response.completed` (the terminating frame). Text streams as `output_text` deltas; reasoning is
-    one item, sent whole when the text begins or the turn ends (the item carries its summary when added)."""
+    done), then `response.completed` (the terminating frame). Text streams as `output_text` deltas; reasoning
+    is one item, sent whole when the text begins or the turn ends (the item carries its summary when
+    added)."""
 
     def __init__(self, dialect: OpenAIResponses) -> None:
         self.dialect = dialect

@@ -142,7 +142,8 @@ class AnthropicTool(Body):
 
 
 class AnthropicServerTool(Body):
-    """One of Anthropic's server tools (web search, code execution, ...): accepted, not offered to the model."""
+    """One of Anthropic's server tools (web search, code execution, ...): accepted, not offered to the
+    model."""
 
     model_config = ConfigDict(json_schema_extra={"not": {"required": ["input_schema"]}})
 

@@ -4,13 +4,14 @@ Contract:
 - `input` is a string or an array of items. A `message` item (the type may be omitted) has a role of user,
   assistant, system or developer and content as a string or parts of type input_text, output_text, text,
   refusal, input_image, input_file or input_audio (text parts need `text`); any other part type is refused.
-  `function_call` / `custom_tool_call` items carry `call_id`, `name` and `arguments` / `input` as strings; their
-  outputs carry a non-empty `call_id` and `output`; a `reasoning` item's `summary` holds summary_text parts.
-  Items of other types (web_search_call, local_shell_call, item_reference, ...) are accepted and skipped.
-- `max_output_tokens` is at least 1 (OpenAI's own API asks for at least 16; a local model's turn may be shorter)
-  and at most the model's context; `temperature` 0–2, `top_p` 0–1, `instructions` a string, `stream` a boolean.
-  Function tools need a non-empty `name` and an object for `parameters`; tools of other types are accepted and
-  not offered to the model. Each may be null, meaning absent.
+  `function_call` / `custom_tool_call` items carry `call_id`, `name` and `arguments` / `input` as strings;
+  their outputs carry a non-empty `call_id` and `output`; a `reasoning` item's `summary` holds summary_text
+  parts. Items of other types (web_search_call, local_shell_call, item_reference, ...) are accepted and
+  skipped.
+- `max_output_tokens` is at least 1 (OpenAI's own API asks for at least 16; a local model's turn may be
+  shorter) and at most the model's context; `temperature` 0–2, `top_p` 0–1, `instructions` a string, `stream`
+  a boolean. Function tools need a non-empty `name` and an object for `parameters`; tools of other types are
+  accepted and not offered to the model. Each may be null, meaning absent.
 - `model` is optional (the seat decides what serves it); any other field is accepted and ignored.
 """
 

@@ -4,13 +4,13 @@
 Contract:
 - `Body` is every request object's base: the types of the fields it declares are checked strictly (no string
   for a number, no boolean for an integer), any other field is allowed.
-- A union built with `one_of` (objects picked by a key such as `type` or `role`) or `text_or_list` (a string or
-  an array) fails with one error at the value, not one per member; its members' names never appear in a field
-  name. A value of `one_of` that is not an object is refused as "must be an object"; an unknown key names
-  the key (`messages[0].role`).
-- `TokenBudget` is a token count of at least 1 and, when `check` is given `max_context`, at most that: a budget
-  beyond the model's whole context is refused, not clamped. Its JSON schema is marked `x-token-budget`, where
-  the OpenAPI document writes that maximum.
+- A union built with `one_of` (objects picked by a key such as `type` or `role`) or `text_or_list` (a string
+  or an array) fails with one error at the value, not one per member; its members' names never appear in a
+  field name. A value of `one_of` that is not an object is refused as "must be an object"; an unknown key
+  names the key (`messages[0].role`).
+- `TokenBudget` is a token count of at least 1 and, when `check` is given `max_context`, at most that: a
+  budget beyond the model's whole context is refused, not clamped. Its JSON schema is marked `x-token-budget`,
+  where the OpenAPI document writes that maximum.
 - `check(model, body, max_context=...)` raises `BadRequest(message, field)` for the first violation: the field
   in the client's naming (`messages[2].content`, `body` for the document itself) and a message that quotes it.
 """
@@ -48,7 +48,8 @@ class Body(BaseModel):
 
 
 def member(name: str) -> Tag:
-    """The name of a union member of `one_of` or `text_or_list` (use as `Annotated[Model, member("text")]`)."""
+    """The name of a union member of `one_of` or `text_or_list` (use as `Annotated[Model,
+    member("text")]`)."""
     return Tag(MARK + name)
 
 
@@ -148,7 +149,8 @@ def _phrase(error: ErrorDetails) -> str:
 
 
 def field_name(error: ErrorDetails) -> str:
-    """The field an error is about, in the client's naming: `messages[2].content`; `body` for the whole body."""
+    """The field an error is about, in the client's naming: `messages[2].content`; `body` for the whole
+    body."""
     parts: list[str] = []
     for part in error["loc"]:
         if isinstance(part, int):

@@ -1,11 +1,12 @@
 """Install the Minecraft world's Node packages: pinned, under the data directory, once.
 
 Contract:
-- `ensure_installed(home)` makes `home` hold the server and bots exactly as `package-lock.json` (shipped beside
-  this module) pins them, and a Node 22 or newer to run them: the machine's own `node` when it is new enough,
-  else the Node 22 build the npm registry carries as a package (`node-{os}-{arch}`), installed into `home/node`.
-  It answers an `Installation` (the Node to run, the packages' directory). An installation that matches the
-  lock and the Node is reused without touching the network; one that does not is redone from scratch.
+- `ensure_installed(home)` makes `home` hold the server and bots exactly as `package-lock.json` (shipped
+  beside this module) pins them, and a Node 22 or newer to run them: the machine's own `node` when it is new
+  enough, else the Node 22 build the npm registry carries as a package (`node-{os}-{arch}`), installed into
+  `home/node`. It answers an `Installation` (the Node to run, the packages' directory). An installation that
+  matches the lock and the Node is reused without touching the network; one that does not is redone from
+  scratch.
 - Concurrent installers (several sandbox processes on one machine) serialise on a file lock: one installs, the
   others then reuse it.
 - Without `npm`, or when the registry cannot be reached, it raises `MinecraftInstallError` saying what to do.
@@ -51,8 +52,8 @@ class Installation:
 
 
 def minecraft_home(data_path: Path | None = None) -> Path:
-    """Where the packages live: `ROLLOUT_MINECRAFT_HOME`, else under `data_path` (by default the data directory
-    the configuration defaults to; `rollout sandbox serve` sets the variable from its settings)."""
+    """Where the packages live: `ROLLOUT_MINECRAFT_HOME`, else under `data_path` (by default the data
+    directory the configuration defaults to; `rollout sandbox serve` sets the variable from its settings)."""
     if os.environ.get(HOME_VARIABLE):
         return Path(os.environ[HOME_VARIABLE])
     if data_path is None:

@@ -1,19 +1,20 @@
 """The Python end of one world's Node sidecar (`sidecar.mjs`: a flying-squid server and one bot per seat).
 
 Contract:
-- `Sidecar.start(installation, names, jail)` starts the Node process in `jail` (rollout.sandbox.jail: read-only
-  packages, no network but its own loopback, where the server listens and the bots join it), its log in the
-  jail's workspace (`world.log`), and connects to it over a Unix socket in that workspace, the world's only way
-  in or out. It returns once every bot has spawned (`ready`: how long the server took to listen and the bots to
-  join, the ground's height). `pid` is the process whose end is the world's (the jail's); `world_pid()` is the
-  Node process itself, on this machine. A world that is not up within `READY_TIMEOUT_S` is stopped and
-  `WorldLost` raised with the tail of its log; a start that fails or is cancelled leaves no process or socket
-  behind.
+- `Sidecar.start(installation, names, jail)` starts the Node process in `jail` (rollout.sandbox.jail:
+  read-only packages, no network but its own loopback, where the server listens and the bots join it), its log
+  in the jail's workspace (`world.log`), and connects to it over a Unix socket in that workspace, the world's
+  only way in or out. It returns once every bot has spawned (`ready`: how long the server took to listen and
+  the bots to join, the ground's height). `pid` is the process whose end is the world's (the jail's);
+  `world_pid()` is the Node process itself, on this machine. A world that is not up within `READY_TIMEOUT_S`
+  is stopped and `WorldLost` raised with the tail of its log; a start that fails or is cancelled leaves no
+  process or socket behind.
 - `request(seat, op, args)` sends one request and answers its result; requests from many seats are in flight
   at once. An op the world refuses raises `ValueError` with the world's reason, and so does one it does not
   answer within `REQUEST_TIMEOUT_S` (the world goes on).
 - The world is lost when its process ends or its socket closes (it was killed, it crashed): every pending and
-  later request raises `WorldLost`. Nothing restarts it: the owner starts a new one (a new claim, a new world).
+  later request raises `WorldLost`. Nothing restarts it: the owner starts a new one (a new claim, a new
+  world).
 - `close()` kills the jail's process and removes the socket; the sidecar also exits by itself when its socket
   closes, so a world never outlives the process that owns it.
 """

@@ -71,7 +71,8 @@ class MinecraftWorld:
                 self._lost = str(error)
                 raise
             self._lost = None
-            # Beside the workspace (the jail's), for whoever must find the world's process: a test, an operator.
+            # Beside the workspace (the jail's), for whoever must find the world's process: a test, an
+            # operator.
             await asyncio.to_thread((self.workdir / "world.pid").write_text, str(self.sidecar.pid))
 
     async def act(self, seat: int, action: JsonObject) -> JsonObject:

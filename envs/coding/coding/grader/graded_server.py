@@ -4,9 +4,9 @@
 
 Contract:
 - Serves the grader's requests, one JSON object per line on stdin, each answered by one line on the stdout it
-  was started with: `{"value": ...}` or `{"raised": {"mro": [...], "message": ...}}`. Requests name a target (a
-  module attribute by `path`, or a `handle` this process gave out) and an `op`: `get` (an attribute), `call`,
-  `len`, `iter`, `getitem`, `contains`, `bool`, `str`.
+  was started with: `{"value": ...}` or `{"raised": {"mro": [...], "message": ...}}`. Requests name a target
+  (a module attribute by `path`, or a `handle` this process gave out) and an `op`: `get` (an attribute),
+  `call`, `len`, `iter`, `getitem`, `contains`, `bool`, `str`.
 - Values travel as JSON: None, bools, ints, finite floats, strings and lists as themselves; tuples, sets,
   frozensets, dicts, bytes and other floats tagged (`{"$": kind, "v": ...}`); anything else (an object, a
   function, a class) as a handle, `{"$": "handle", "id", "type"}`, an exception class with its MRO's names.

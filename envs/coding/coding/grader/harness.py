@@ -1,21 +1,21 @@
-"""The trusted side of a grading: runs a task's hidden tests against a copy of the agent's repository that only a
-jailed process holds.
+"""The trusted side of a grading: runs a task's hidden tests against a copy of the agent's repository that
+only a jailed process holds.
 
     python -m coding.grader.harness < JOB > VERDICT
 
 Contract:
-- JOB (JSON on stdin): `files` (path -> base64, the repository as the sandbox gave it back), `hidden_tests` (the
-  test module's source) and `isolation` (`bwrap` or `none`, the runner's `sandbox.isolation`).
+- JOB (JSON on stdin): `files` (path -> base64, the repository as the sandbox gave it back), `hidden_tests`
+  (the test module's source) and `isolation` (`bwrap` or `none`, the runner's `sandbox.isolation`).
 - The repository is written into a fresh workspace (rollout.sandbox.workspace) and served there by
   `graded_server.py` in a jail of its own (rollout.sandbox.jail, `GRADER_LIMITS`): no network, none of this
   machine's files, its own uid. The hidden tests never enter it: they run here, in this process, where the
   repository's modules are stand-ins (`RepositoryFinder`) whose attributes, calls, lengths and iterations are
   questions to the jailed process. Its answers are data (plain values, or handles to its objects) and every
-  assertion is evaluated here, so the graded code can answer wrongly but cannot pass a test it fails: it cannot
-  reach this process, its tests, its report or the assertions.
+  assertion is evaluated here, so the graded code can answer wrongly but cannot pass a test it fails: it
+  cannot reach this process, its tests, its report or the assertions.
 - A repository's exception reaches the tests as a class of this process with the same name and the standard
-  bases of its MRO (`assertRaises(ValueError)` and `assertRaises(InsufficientFunds)` both hold); one of a class
-  the tests never imported as the nearest standard exception.
+  bases of its MRO (`assertRaises(ValueError)` and `assertRaises(InsufficientFunds)` both hold); one of a
+  class the tests never imported as the nearest standard exception.
 - Each test gets `PER_TEST_S` seconds of the jailed process's time; a test still waiting then fails as timed
   out, the process is killed, and the next test gets a fresh one (module attributes the tests imported are
   looked up again by name; objects of the killed process are gone).
@@ -100,7 +100,8 @@ class Graded:
         self._process = None
 
     def ask(self, request: dict[str, Any], path: tuple[str, ...] = ()) -> Any:
-        """The jailed process's answer to `request`; `path` names the module attribute asked for, if one is."""
+        """The jailed process's answer to `request`; `path` names the module attribute asked for, if one
+        is."""
         if self._process is None:
             self._start()
         process = self._process
