@@ -14,6 +14,15 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+# The author API: what an environment's author imports (kept stable across releases).
+__all__ = [
+    "Message",
+    "Role",
+    "SamplingParams",
+    "ToolCall",
+    "ToolSpec",
+]
+
 Role = Literal["system", "developer", "user", "assistant", "tool"]
 
 

@@ -36,6 +36,22 @@ from rollout.harness import Task
 from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.references import ReferenceLoadError, import_reference
 
+# The author API: what an environment's author imports (kept stable across releases).
+__all__ = [
+    "EVAL_TASKS",
+    "TRAIN_TASKS",
+    "AgentSeatSpec",
+    "Conversation",
+    "Dataset",
+    "Environment",
+    "EnvironmentLoadError",
+    "Generator",
+    "SandboxSpec",
+    "TaskParameters",
+    "TaskSource",
+    "load_environment",
+]
+
 TaskParameters = dict[str, str]
 TRAIN_TASKS = "train"
 EVAL_TASKS = "eval"

@@ -26,6 +26,17 @@ from pathlib import Path
 from rollout.contracts import Message, ToolSpec
 from rollout.isolation import SandboxIsolation
 
+# The author API: what an environment's author imports (kept stable across releases).
+__all__ = [
+    "CommandOutcome",
+    "CommandSetup",
+    "End",
+    "Observation",
+    "RunContext",
+    "SandboxSeat",
+    "Task",
+]
+
 
 @dataclass(frozen=True)
 class Observation:

@@ -13,6 +13,8 @@ Contract:
   classes and functions (names not starting with `_`, defined in that module) with their signatures and the
   first paragraph of their docstrings; a class also lists its public methods and properties, and an enum its
   members.
+- The author API (`rollout.AUTHOR_API`: the modules an environment's author imports, and their `__all__`)
+  comes first; every other module is listed after it as internal.
 - The output is deterministic: modules and members sorted by name, no memory addresses, no timestamps, no
   paths of this machine. Regenerating an unchanged tree leaves no diff.
 """
@@ -46,6 +48,10 @@ a signature, regenerate it with `uv run python scripts/generate_reference.py` (`
 while this page is stale). Each module's docstring states its contract; below it are the module's public
 classes and functions, with the first paragraph of their docstrings. Modules whose names start with `_` are
 private and not listed.
+
+The author API comes first: the modules an environment's (or an eval suite's) author imports
+(`rollout.AUTHOR_API`); the names in their `__all__` are kept stable across releases. Every other module is
+internal to rollout: its names may change between releases.
 """
 
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
@@ -304,11 +310,19 @@ def module_lines(entry: ModuleEntry) -> list[str]:
     return lines
 
 
-def render(entries: list[ModuleEntry]) -> str:
-    lines = [HEADER, "## Modules", ""]
-    lines += [f"- [{entry.name}](#{anchor(entry.name)})" for entry in entries]
+def render(entries: list[ModuleEntry], author_api: tuple[str, ...] = ()) -> str:
+    by_name = {entry.name: entry for entry in entries}
+    authors = [by_name[name] for name in author_api if name in by_name]
+    internals = [entry for entry in entries if entry.name not in author_api]
+    lines = [HEADER, "## The author API", ""]
+    for entry in authors:
+        names = getattr(entry.module, "__all__", ())
+        shown = f": {', '.join(code(str(n)) for n in sorted(names))}" if names else ""
+        lines.append(f"- [{entry.name}](#{anchor(entry.name)}){shown}")
+    lines += ["", "## Internals", ""]
+    lines += [f"- [{entry.name}](#{anchor(entry.name)})" for entry in internals]
     lines.append("")
-    for entry in entries:
+    for entry in [*authors, *internals]:
         lines += module_lines(entry)
     text = "\n".join(lines)
     return re.sub(r"\n{3,}", "\n\n", text).rstrip("\n") + "\n"
@@ -318,7 +332,10 @@ def generate() -> str:
     """The reference page for the tree as it is."""
     if str(ROOT) not in sys.path:
         sys.path.insert(0, str(ROOT))
-    return render(walk(PACKAGE, Extras.of_project(ROOT / "pyproject.toml")))
+    package = importlib.import_module(PACKAGE)
+    return render(
+        walk(PACKAGE, Extras.of_project(ROOT / "pyproject.toml")), getattr(package, "AUTHOR_API", ())
+    )
 
 
 def main(argv: list[str] | None = None) -> int:

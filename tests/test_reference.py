@@ -79,3 +79,30 @@ def test_a_missing_extra_is_reported_and_any_other_import_failure_stops(
         generator.ModuleImportError, match=rf"{name}\.broken does not import: RuntimeError: boom"
     ):
         generator.walk(name, extras)
+
+
+def test_the_author_api_is_every_name_the_shipped_environments_import_from_rollout() -> None:
+    """The author API (`rollout.AUTHOR_API`, each module's `__all__`) names what exists, and the shipped
+    environments, written as an author would, import nothing else of rollout's author-facing modules."""
+    import ast
+    import importlib
+
+    import rollout
+
+    public: dict[str, set[str]] = {}
+    for name in rollout.AUTHOR_API:
+        module = importlib.import_module(name)
+        public[name] = set(module.__all__)
+        missing = [n for n in module.__all__ if not hasattr(module, n)]
+        assert missing == [], f"{name}.__all__ names what it lacks: {missing}"
+    root = Path(__file__).resolve().parents[1]
+    outside = set()
+    for path in (root / "envs").rglob("*.py"):
+        if "dataset" in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module in public:
+                outside |= {
+                    f"{node.module}.{a.name}" for a in node.names if a.name not in public[node.module]
+                }
+    assert outside == set(), f"the shipped environments use names outside the author API: {sorted(outside)}"

@@ -21,6 +21,16 @@ import httpx
 from rollout.harness import SandboxSeat
 from rollout.sandbox.world import JsonObject
 
+# The author API: what an environment's author imports (kept stable across releases).
+__all__ = [
+    "SandboxActionError",
+    "SandboxClient",
+    "SandboxLost",
+    "SandboxRefused",
+    "SandboxSeat",
+    "SandboxSuperseded",
+]
+
 
 class SandboxSuperseded(RuntimeError):
     """The claim this seat was granted under is no longer the sandbox's current one."""
