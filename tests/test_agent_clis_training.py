@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from rollout.activities.trainer import TrainerActivities
+from rollout.activities.batches import load_batch
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import SampledTurn, episode_ended, turn_recorded
@@ -68,7 +68,6 @@ async def test_claude_code_and_codex_train_on_the_coding_environment(
         )
     ((policy, checkpoint),) = status.trained.items()
     assert checkpoint is not None and checkpoint.endswith("step000002"), status
-    trainer = TrainerActivities(ledger)
     batches = [
         BatchInfo.from_payload(e.payload)
         for e in await read_all(ledger, run_batches_stream(loop.run, run_policy(loop.run, policy)))
@@ -76,7 +75,7 @@ async def test_claude_code_and_codex_train_on_the_coding_environment(
     ]
     assert len(batches) == 2
     for info in batches:
-        batch = await trainer.load_batch(info)
+        batch = await load_batch(ledger, info)
         trained = {w.agent for w in batch.segments if w.segment.sampled_tokens}
         assert trained == set(AGENTS), f"step {info.step} trained on both CLIs' sampled tokens: {trained}"
     records = [r for e in await read_all(ledger, run_episodes_stream(loop.run)) if (r := episode_ended(e))]

@@ -15,7 +15,7 @@ import pytest
 import uvicorn
 
 from benchmarks.scripted_backend import REPLY, build
-from rollout.activities.trainer import TrainerActivities
+from rollout.activities.batches import load_batch
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import ExternalTurn, SampledTurn, episode_ended, turn_recorded
@@ -84,7 +84,7 @@ async def test_a_command_agent_trains_its_rewritten_history_not_its_side_task_an
         for e in await read_all(ledger, run_batches_stream(loop.run, run_policy(loop.run, policy)))
         if e.kind == Kind.BATCH_ASSEMBLED
     ]
-    batch = await TrainerActivities(ledger).load_batch(assembled)
+    batch = await load_batch(ledger, assembled)
     trained = {w.segment.segment_id for w in batch.segments}
     records = [r for e in await read_all(ledger, run_episodes_stream(loop.run)) if (r := episode_ended(e))]
     for record in (r for r in records if r.episode in assembled.episodes):

@@ -16,8 +16,8 @@ from temporalio.worker import Worker
 from transformers import AutoTokenizer
 
 from rollout import defaults
+from rollout.activities.batches import load_batch, record_batch
 from rollout.activities.runner import RunnerActivities
-from rollout.activities.trainer import TrainerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
@@ -306,21 +306,20 @@ async def test_each_training_step_consumes_whole_groups_once(
         task_queue=queue,
     )
     assert status.episodes_finished == 20
-    trainer = TrainerActivities(ledger)
 
     def step(n: int) -> AssembleInput:
         return AssembleInput(run, run_policy(run, "default"), n, group_size=4, groups_per_batch=2)
 
-    first = await trainer.assemble_batch(step(1))
+    first = await record_batch(ledger, step(1))
     assert first is not None and first.groups == [0, 1] and len(first.episodes) == 8
     assert first.skipped_groups == 0 and first.sampled_tokens > 0 and first.reward_mean == 0.5
-    assert await trainer.assemble_batch(step(1)) == first, "a retried step gets the same batch"
-    second = await trainer.assemble_batch(step(2))
+    assert await record_batch(ledger, step(1)) == first, "a retried step gets the same batch"
+    second = await record_batch(ledger, step(2))
     assert second is not None and second.groups == [2, 3], "no episode is used twice"
-    assert await trainer.assemble_batch(step(3)) is None, (
+    assert await record_batch(ledger, step(3)) is None, (
         "one group of two ready: the step waits for a whole batch"
     )
-    batch = await trainer.load_batch(first)
+    batch = await load_batch(ledger, first)
     assert sorted({w.episode for w in batch.segments}) == first.trained_episodes
     assert sorted(w.advantage for w in batch.segments) == pytest.approx([-1.0] * 4 + [1.0] * 4, rel=1e-5)
     recorded = [

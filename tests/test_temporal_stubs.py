@@ -21,9 +21,10 @@ from temporalio import activity, workflow
 
 from rollout.activities.bridges import BridgeActivities
 from rollout.activities.evals import EvalActivities
-from rollout.activities.local_training import LocalTrainingActivities
+from rollout.activities.local_training import LocalProvider
 from rollout.activities.runner import RunnerActivities
-from rollout.activities.tinker_training import TinkerTrainerConfig, TinkerTrainingActivities
+from rollout.activities.tinker_training import TinkerProvider, TinkerTrainerConfig
+from rollout.activities.training import TrainingActivities, TrainingProvider
 from rollout.training.local import LocalTrainerConfig
 from rollout.training.losses import LossConfig
 from rollout.workers.trainer import trainer_worker_activities
@@ -81,9 +82,9 @@ def runner_registered() -> list[Callable[..., Any]]:
 
 
 def trainer_registered(provider: str, scratch: Path) -> list[Callable[..., Any]]:
-    training: LocalTrainingActivities | TinkerTrainingActivities
+    chosen: TrainingProvider
     if provider == "local":
-        training = LocalTrainingActivities(
+        chosen = LocalProvider(
             NO_LEDGER,
             NO_LEDGER,
             model_path="unused",
@@ -93,14 +94,14 @@ def trainer_registered(provider: str, scratch: Path) -> list[Callable[..., Any]]
             scratch=scratch,
         )
     else:
-        training = TinkerTrainingActivities(
+        chosen = TinkerProvider(
             NO_LEDGER,
             NO_LEDGER,
             config=TinkerTrainerConfig(base_model="unused"),
             loss=LossConfig(),
-            holder="test",
             scratch=scratch,
         )
+    training = TrainingActivities(NO_LEDGER, NO_LEDGER, chosen, holder="test")
     bridges = BridgeActivities(NO_LEDGER, NO_LEDGER, base_model=None, scratch=scratch)
     return list(trainer_worker_activities(training, bridges))
 

@@ -18,7 +18,8 @@ from temporalio.client import Client
 from transformers import AutoTokenizer
 
 from rollout.activities.bridges import BridgeActivities
-from rollout.activities.local_training import LocalTrainingActivities
+from rollout.activities.local_training import LocalProvider
+from rollout.activities.training import TrainingActivities
 from rollout.blobs import FileBlobStore
 from rollout.config import Settings
 from rollout.engines.follower import FollowerConfig, ServingFollower
@@ -98,7 +99,7 @@ async def training_loop(
         gateway = Gateway(
             ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=max_context
         )
-        training = LocalTrainingActivities(
+        provider = LocalProvider(
             ledger,
             store,
             model_path=model,
@@ -108,6 +109,7 @@ async def training_loop(
             loss=LossConfig("ppo"),
             gpu_lease=gpu,
         )
+        training = TrainingActivities(ledger, store, provider, holder="trainer-1")
         bridges = BridgeActivities(ledger, store, base_model=model, scratch=scratch)
         try:
             async with serving(build_app(gateway, model_names=["base"])) as gateway_url:

@@ -19,11 +19,12 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rollout.activities.bridges import BridgeActivities
 from rollout.activities.tinker_training import (
+    TinkerProvider,
     TinkerTrainerConfig,
-    TinkerTrainingActivities,
     diagnostics,
     to_tinker_datum,
 )
+from rollout.activities.training import TrainingActivities
 from rollout.blobs import FileBlobStore
 from rollout.config import Settings
 from rollout.engines.follower import FollowerConfig, ServingFollower
@@ -228,16 +229,16 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
                 Admission(ledger, routes, wait_s=60, poll_s=0.05),
                 max_context=2048,
             )
-            training = TinkerTrainingActivities(
+            tinker = TinkerProvider(
                 ledger,
                 store,
                 config=TinkerTrainerConfig(
                     BASE_MODEL, lora_rank=4, learning_rate=1e-3, base_url=url, api_key=KEY
                 ),
                 loss=LossConfig("ppo"),
-                holder="tinker-trainer",
                 scratch=tmp_path / "trainer",
             )
+            training = TrainingActivities(ledger, store, tinker, holder="tinker-trainer")
             bridges = BridgeActivities(ledger, store, base_model=None, scratch=tmp_path)
             given = RunInput(
                 run,

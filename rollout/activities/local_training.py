@@ -1,17 +1,12 @@
-"""The trainer worker's activities for the local provider: it keeps one trainer in memory per policy (a
-`LocalTrainer`, or with `builder=DataParallel(...)` a group of them training data-parallel on Ray workers).
+"""The local training provider: one trainer in memory per policy (a `LocalTrainer`, or with
+`builder=DataParallel(...)` a group of them training data-parallel on Ray workers), for
+rollout.activities.training's protocol.
 
 Contract:
-- `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) wraps
-  `TrainerActivities.assemble_batch` in a `BatchLookup`.
-- `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
-  holds the policy's trainer lease (`rollout.activities.trainer_lease`), brings its trainer to `parent` (the
-  checkpoint in memory, or resumed from the blob store, or the base model), trains on the recorded batch,
-  saves, and publishes the checkpoint fenced by the lease, so an attempt that lost the lease (a zombie) cannot
-  publish.
-- A loss or gradient that is not finite fails the step for good (`NonFiniteLoss`): nothing is published. A
-  step that fails otherwise, or is cancelled, drops the policy's trainer (its thread may still change it): the
-  retry starts again from the parent checkpoint.
+- A step brings the policy's trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
+  the base model), trains on the batch, saves, and publishes through the protocol's `Publish`; the trainer is
+  then kept at the published checkpoint. A loss or gradient that is not finite raises `NonFiniteLoss` before
+  any weight changes.
 - One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking
   that GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer,
   trains, saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake
@@ -31,31 +26,22 @@ from pathlib import Path
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.heartbeat import heartbeating
-from rollout.activities.trainer import TrainerActivities
-from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
+from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
-from rollout.ledger import Fence, Ledger
-from rollout.ledger.streams import gpu_lease, policy_checkpoints_stream
+from rollout.ledger import Ledger
+from rollout.ledger.streams import gpu_lease
 from rollout.serving import EngineStates
 from rollout.training.batches import Batch
-from rollout.training.checkpoints import (
-    CheckpointRecord,
-    fetch_checkpoint,
-    find_checkpoint,
-    lineage_version,
-    publish_checkpoint,
-)
-from rollout.training.local import LocalTrainerConfig, NonFiniteLoss, OneProcess, Trainer, TrainerBuilder
-from rollout.training.losses import LossConfig, staleness_histogram
-from rollout.workflows import trainer_stubs
-from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
+from rollout.training.checkpoints import CheckpointRecord, fetch_checkpoint
+from rollout.training.local import LocalTrainerConfig, OneProcess, Trainer, TrainerBuilder
+from rollout.training.losses import LossConfig
+from rollout.workflows.types import TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0
 ENGINES_ASLEEP_S = 120.0
 
 
-class LocalTrainingActivities:
+class LocalProvider:
     def __init__(
         self,
         ledger: Ledger,
@@ -67,57 +53,33 @@ class LocalTrainingActivities:
         holder: str,
         scratch: Path | None = None,
         gpu_lease: str | None = None,
-        lease_ttl_s: float = LEASE_TTL_S,
         builder: TrainerBuilder | None = None,
     ) -> None:
         self.ledger, self.store = ledger, store
         self.model_path, self.config, self.loss = model_path, config, loss
-        self.holder = holder
+        self.holder = holder  # of the GPU's lease, in one-GPU mode
         self.scratch = scratch or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
         self.builder = builder or OneProcess()  # in this process, or data-parallel across Ray workers
         self.trainers: dict[str, tuple[Trainer, str | None]] = {}  # policy -> (trainer, checkpoint it is at)
-        # How soon another trainer may take a dead one's policy over: the leases' TTL.
-        self.leases = PolicyLeases(ledger, holder, lease_ttl_s)
         self.gpu_lease = gpu_lease
         self._torch_lock = threading.Lock()
 
-    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
-    async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
-        async with heartbeating():
-            return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
+    def forget(self, policy: str) -> None:
+        self.trainers.pop(policy, None)
 
-    @activity.defn(name=trainer_stubs.train_step.__name__)
-    async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
-        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
-        if published is not None:
-            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
-        if await self.leases.hold(given.policy):
-            self.trainers.pop(given.policy, None)  # a new epoch: whatever we had in memory may be stale
-        async with self.leases.kept(given.policy):
-            batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
-            # One-GPU mode: the trainer is built (or brought back from CPU memory) only once the device is
-            # ours, and holds it until the checkpoint is published, so the engines wake to it.
-            async with (
-                self._gpu(),
-                self._on_device(await self._trainer_at(given.policy, given.parent)) as trainer,
-            ):
-                try:
-                    metrics = await asyncio.to_thread(self._one_at_a_time, trainer.step, batch)
-                except NonFiniteLoss as error:
-                    self.trainers.pop(given.policy, None)  # its optimiser state is no longer trustworthy
-                    raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
-                except BaseException:
-                    self.trainers.pop(
-                        given.policy, None
-                    )  # a failed step (a lost shard): rebuild from a checkpoint
-                    raise
-                directory = self.scratch / given.policy / f"step-{given.step:06d}"
-                await asyncio.to_thread(trainer.save, directory)
-                record = await publish_step(
-                    self.ledger, self.store, self.leases.fence(given.policy), given, batch, directory, metrics
-                )
+    async def step(self, given: TrainStepInput, batch: Batch, publish: Publish) -> CheckpointRecord:
+        # One-GPU mode: the trainer is built (or brought back from CPU memory) only once the device is ours,
+        # and holds it until the checkpoint is published, so the engines wake to it.
+        async with (
+            self._gpu(),
+            self._on_device(await self._trainer_at(given.policy, given.parent)) as trainer,
+        ):
+            metrics = await asyncio.to_thread(self._one_at_a_time, trainer.step, batch)
+            directory = self.scratch / given.policy / f"step-{given.step:06d}"
+            await asyncio.to_thread(trainer.save, directory)
+            record = await publish(directory, metrics)
         self.trainers[given.policy] = (trainer, record.name)
-        return checkpoint_info(record)
+        return record
 
     @contextlib.asynccontextmanager
     async def _gpu(self) -> AsyncIterator[None]:
@@ -160,7 +122,7 @@ class LocalTrainingActivities:
             return await asyncio.to_thread(
                 self._one_at_a_time, self.builder.build, self.model_path, self.config, self.loss
             )
-        record = await self._record(policy, parent)
+        record = await parent_record(self.ledger, policy, parent)
         directory = await asyncio.to_thread(
             fetch_checkpoint, self.store, record, self.scratch / policy / f"fetched-{parent}"
         )
@@ -174,14 +136,6 @@ class LocalTrainingActivities:
         with self._torch_lock:
             return work(*args, **kwargs)
 
-    async def _record(self, policy: str, name: str) -> CheckpointRecord:
-        record = await find_checkpoint(self.ledger, policy, name)
-        if record is None:
-            raise ApplicationError(
-                f"checkpoint {name!r} of policy {policy!r} is not in the ledger", non_retryable=True
-            )
-        return record
-
 
 async def engines_asleep(ledger: Ledger, gpu: str, *, timeout_s: float) -> bool:
     """Wait until every engine whose newest ack gives way to `gpu` sleeps (False if the time ran out)."""
@@ -193,50 +147,3 @@ async def engines_asleep(ledger: Ledger, gpu: str, *, timeout_s: float) -> bool:
             return time.monotonic() <= deadline
         activity.heartbeat()
         await asyncio.sleep(0.5)
-
-
-async def publish_step(
-    ledger: Ledger,
-    store: BlobStore,
-    fence: Fence,
-    given: TrainStepInput,
-    batch: Batch,
-    directory: Path,
-    metrics: dict[str, float],
-) -> CheckpointRecord:
-    """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward and
-    staleness: the same record whichever provider trained it."""
-    metrics = metrics | {
-        "reward_mean": given.batch.reward_mean,
-        "reward_std": given.batch.reward_std,
-        "skipped_groups": float(given.batch.skipped_groups),
-        # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
-        # skipped for no signal publishes nothing).
-        **staleness_metrics(lineage_version(given.policy, given.parent), batch),
-    }
-    return await publish_checkpoint(
-        ledger,
-        store,
-        fence,
-        run=given.run,
-        policy=given.policy,
-        step=given.step,
-        parent=given.parent,
-        directory=directory,
-        metrics=metrics,
-    )
-
-
-def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:
-    """How far behind the checkpoint being trained (`trained_version`) each sampled token's sampler was."""
-    versions = [v for weighted in batch.segments for v in weighted.segment.sampled_versions]
-    histogram = staleness_histogram(trained_version, versions) if versions else {}
-    counts = {f"staleness_{lag}": float(n) for lag, n in histogram.items()}
-    mean = sum(lag * n for lag, n in histogram.items()) / max(1, len(versions))
-    return {"staleness_mean": mean, "staleness_max": float(max(histogram, default=0)), **counts}
-
-
-def checkpoint_info(record: CheckpointRecord) -> CheckpointInfo:
-    return CheckpointInfo(
-        name=record.name, version=record.version, parent=record.parent, metrics=dict(record.metrics)
-    )

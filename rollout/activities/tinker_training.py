@@ -1,15 +1,13 @@
-"""The trainer worker's activities for the `tinker` provider: each step is trained by Tinker's hosted trainer.
+"""The `tinker` training provider: each step is trained by Tinker's hosted trainer, for
+rollout.activities.training's protocol (which holds the lease and publishes, fenced, once per step).
 
 Contract:
-- Same activity names and guarantees as the local provider (`assemble_batch`, `train_step`): a step already
-  published returns its checkpoint; the policy's trainer lease is held and kept while it trains; the
-  checkpoint is published fenced by that lease, exactly once per step.
 - A step: the batch's segments become Datums (`rollout.training.tinker_data`: `target_tokens`, the sampler's
   `logprobs`, `advantages` on sampled tokens only), then `forward_backward` with Tinker's built-in loss
   (`importance_sampling`, `ppo` or `cispo`), then `optim_step` (Adam, gradient clipping) — the optimiser step
   only once the loss came back finite, so a non-finite loss (`NonFiniteLoss`) changes no weights and publishes
-  nothing. The diagnostics (ratios, KL, effective sample size) come from the logprobs Tinker returns, through
-  the same pure loss code as the local provider.
+  nothing; a batch with no sampled token fails for good (`EmptyBatch`). The diagnostics (ratios, KL, effective
+  sample size) come from the logprobs Tinker returns, through the same pure loss code as the local provider.
 - The checkpoint lives in Tinker: `save_state` (weights and optimiser: what a resumed or branched step loads
   with `create_training_client_from_state_with_optimizer`) and `save_weights_for_sampler` (what engines
   sample). The published checkpoint's one file, `tinker.json`, names both paths; the `tinker` bridge serves
@@ -28,22 +26,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.heartbeat import heartbeating
-from rollout.activities.local_training import checkpoint_info, publish_step
-from rollout.activities.trainer import TrainerActivities
-from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
+from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
-from rollout.ledger.streams import policy_checkpoints_stream
 from rollout.training.batches import Batch
-from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint, find_checkpoint
-from rollout.training.losses import LossConfig, policy_loss
+from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint
+from rollout.training.losses import LossConfig, NonFiniteLoss, policy_loss
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
-from rollout.workflows import trainer_stubs
-from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
+from rollout.workflows.types import TrainStepInput
 
 if TYPE_CHECKING:
     from tinker import ServiceClient, TrainingClient
@@ -64,7 +56,7 @@ def tinker_paths(directory: Path) -> dict[str, str]:
     return dict(json.loads((directory / TINKER_FILE).read_text()))
 
 
-class TinkerTrainingActivities:
+class TinkerProvider:
     def __init__(
         self,
         ledger: Ledger,
@@ -72,17 +64,16 @@ class TinkerTrainingActivities:
         *,
         config: TinkerTrainerConfig,
         loss: LossConfig,
-        holder: str,
         scratch: Path | None = None,
-        lease_ttl_s: float = LEASE_TTL_S,
     ) -> None:
         self.ledger, self.store, self.config, self.loss = ledger, store, config, loss
         self.scratch = scratch or Path(tempfile.mkdtemp(prefix="rollout-tinker-trainer-"))
-        self.leases = PolicyLeases(ledger, holder, lease_ttl_s)
-        self.clients: dict[
-            str, tuple[TrainingClient, str | None]
-        ] = {}  # policy -> (client, checkpoint it is at)
+        # policy -> (client, checkpoint it is at)
+        self.clients: dict[str, tuple[TrainingClient, str | None]] = {}
         self._service: ServiceClient | None = None
+
+    def forget(self, policy: str) -> None:
+        self.clients.pop(policy, None)
 
     async def _service_client(self) -> ServiceClient:
         if self._service is None:
@@ -94,38 +85,20 @@ class TinkerTrainingActivities:
             )
         return self._service
 
-    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
-    async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
-        async with heartbeating():
-            return BatchLookup(await TrainerActivities(self.ledger).assemble_batch(given))
-
-    @activity.defn(name=trainer_stubs.train_step.__name__)
-    async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
-        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
-        if published is not None:
-            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
-        if await self.leases.hold(given.policy):
-            self.clients.pop(given.policy, None)  # a new epoch: another holder may have moved on
-        async with self.leases.kept(given.policy):
-            client = await self._client_at(given.policy, given.parent)
-            batch = await TrainerActivities(self.ledger).load_batch(given.batch, given.advantage)
-            metrics = await self._train(client, batch, given.step)
-            name = checkpoint_name(given.policy, given.step)
-            tinker_name = name.replace("/", "-")
-            state = await client.save_state(tinker_name).result_async()
-            sampler = await client.save_weights_for_sampler(tinker_name).result_async()
-            directory = self.scratch / given.policy / f"step-{given.step:06d}"
-            directory.mkdir(parents=True, exist_ok=True)
-            (directory / TINKER_FILE).write_text(
-                json.dumps(
-                    {"state": state.path, "sampler": sampler.path, "base_model": self.config.base_model}
-                )
-            )
-            record = await publish_step(
-                self.ledger, self.store, self.leases.fence(given.policy), given, batch, directory, metrics
-            )
+    async def step(self, given: TrainStepInput, batch: Batch, publish: Publish) -> CheckpointRecord:
+        client = await self._client_at(given.policy, given.parent)
+        metrics = await self._train(client, batch, given.step)
+        tinker_name = checkpoint_name(given.policy, given.step).replace("/", "-")
+        state = await client.save_state(tinker_name).result_async()
+        sampler = await client.save_weights_for_sampler(tinker_name).result_async()
+        directory = self.scratch / given.policy / f"step-{given.step:06d}"
+        directory.mkdir(parents=True, exist_ok=True)
+        (directory / TINKER_FILE).write_text(
+            json.dumps({"state": state.path, "sampler": sampler.path, "base_model": self.config.base_model})
+        )
+        record = await publish(directory, metrics)
         self.clients[given.policy] = (client, record.name)
-        return checkpoint_info(record)
+        return record
 
     async def _train(self, client: TrainingClient, batch: Batch, step: int) -> dict[str, float]:
         import tinker
@@ -140,11 +113,7 @@ class TinkerTrainingActivities:
         output = await client.forward_backward(data, loss_name, loss_config).result_async()
         loss = float(output.metrics.get("loss:sum", float("nan")))
         if not math.isfinite(loss):
-            raise ApplicationError(
-                f"step {step}: Tinker's loss is {loss}; no weights were changed",
-                type="NonFiniteLoss",
-                non_retryable=True,
-            )
+            raise NonFiniteLoss(f"step {step}: Tinker's loss is {loss}; no weights were changed")
         adam = tinker.AdamParams(
             learning_rate=self.config.learning_rate, grad_clip_norm=self.config.max_grad_norm
         )
@@ -168,11 +137,7 @@ class TinkerTrainingActivities:
             return await asyncio.to_thread(
                 lambda: service.create_lora_training_client(config.base_model, rank=config.lora_rank).result()
             )
-        record = await find_checkpoint(self.ledger, policy, parent)
-        if record is None:
-            raise ApplicationError(
-                f"checkpoint {parent!r} of policy {policy!r} is not in the ledger", non_retryable=True
-            )
+        record = await parent_record(self.ledger, policy, parent)
         directory = await asyncio.to_thread(
             fetch_checkpoint, self.store, record, self.scratch / policy / f"fetched-{parent}"
         )

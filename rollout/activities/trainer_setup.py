@@ -14,8 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from rollout.activities.bridges import BridgeActivities
-from rollout.activities.local_training import LocalTrainingActivities
-from rollout.activities.tinker_training import TinkerTrainerConfig, TinkerTrainingActivities
+from rollout.activities.local_training import LocalProvider
+from rollout.activities.tinker_training import TinkerProvider, TinkerTrainerConfig
+from rollout.activities.training import TrainingActivities
 from rollout.blobs import BlobStore
 from rollout.config import TrainerProvider, TrainerSettings
 from rollout.ledger import Ledger
@@ -31,7 +32,7 @@ class TrainerSetupError(ValueError):
 
 @dataclass(frozen=True)
 class TrainerWorkerActivities:
-    training: LocalTrainingActivities | TinkerTrainingActivities
+    training: TrainingActivities
     bridges: BridgeActivities
     describe: str  # what it trains, for the worker's start line
 
@@ -81,15 +82,14 @@ def trainer_activities(
             max_grad_norm=spec.max_grad_norm,
             base_url=spec.tinker_url,
         )
-        training = TinkerTrainingActivities(
+        tinker = TinkerProvider(
             ledger,
             store,
             config=config,
             loss=LossConfig(spec.loss.value, is_cap=spec.is_cap),
-            holder=holder,
             scratch=scratch,
-            lease_ttl_s=spec.lease_ttl_s,
         )
+        training = TrainingActivities(ledger, store, tinker, holder=holder, lease_ttl_s=spec.lease_ttl_s)
         return TrainerWorkerActivities(
             training=training,
             bridges=BridgeActivities(ledger, store, base_model=None, scratch=scratch),
@@ -109,7 +109,7 @@ def trainer_activities(
         device=spec.device,
         quantization=spec.quantization,
     )
-    training = LocalTrainingActivities(
+    provider = LocalProvider(
         ledger,
         store,
         model_path=model_path,
@@ -118,9 +118,9 @@ def trainer_activities(
         holder=holder,
         scratch=scratch,
         gpu_lease=spec.gpu_lease,
-        lease_ttl_s=spec.lease_ttl_s,
         builder=_builder(spec),
     )
+    training = TrainingActivities(ledger, store, provider, holder=holder, lease_ttl_s=spec.lease_ttl_s)
     workers = (
         f", data-parallel on {spec.data_parallel_workers} Ray workers"
         if spec.data_parallel_workers > 1

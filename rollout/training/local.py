@@ -38,14 +38,10 @@ import torch
 from rollout import defaults
 from rollout.training.batches import Batch
 from rollout.training.logprobs import Rows, micro_batches, packable, sampled_logprobs
-from rollout.training.losses import LossConfig, LossMetrics, policy_loss
+from rollout.training.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
 
 TRAINER_STATE = "trainer.json"
 OPTIMIZER_STATE = "optimizer.pt"
-
-
-class NonFiniteLoss(FloatingPointError):
-    """The step's loss is NaN or infinite: nothing was applied."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,11 @@ from typing import Literal
 
 import torch
 
+
+class NonFiniteLoss(FloatingPointError):
+    """A step's loss (or gradient) is NaN or infinite: nothing was applied, nothing is published."""
+
+
 LossKind = Literal["truncated_is", "ppo", "cispo"]
 
 

@@ -17,8 +17,7 @@ from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from rollout.activities.bridges import BridgeActivities
-from rollout.activities.local_training import LocalTrainingActivities
-from rollout.activities.tinker_training import TinkerTrainingActivities
+from rollout.activities.training import TrainingActivities
 from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.names import TRAINER_QUEUE
 from rollout.workflows.training import TrainingWorkflow
@@ -26,7 +25,7 @@ from rollout.workflows.training import TrainingWorkflow
 
 def trainer_worker(
     client: Client,
-    training: LocalTrainingActivities | TinkerTrainingActivities,
+    training: TrainingActivities,
     bridges: BridgeActivities,
     *,
     task_queue: str = TRAINER_QUEUE,
@@ -42,7 +41,7 @@ def trainer_worker(
 
 
 def trainer_worker_activities(
-    training: LocalTrainingActivities | TinkerTrainingActivities, bridges: BridgeActivities
+    training: TrainingActivities, bridges: BridgeActivities
 ) -> list[Callable[..., Awaitable[object]]]:
     """The activities a trainer worker registers: the provider's training activities, then the bridges."""
     return [

@@ -6,9 +6,9 @@ given, ...)` takes the activity's name and its argument and result types from th
 
 Contract:
 - Each stub's function name is its activity's name on the wire (`@activity.defn` without a name), so renaming
-  a stub renames the activity. Training activities have one implementation per provider
-  (`LocalTrainingActivities` in rollout.activities.local_training, `TinkerTrainingActivities` in
-  rollout.activities.tinker_training), bridges one (`BridgeActivities` in rollout.activities.bridges); each
+  a stub renames the activity. Training activities have one implementation
+  (`TrainingActivities` in rollout.activities.training, over a provider: local, data-parallel or Tinker),
+  bridges one (`BridgeActivities` in rollout.activities.bridges); each
   takes the stub's name (`@activity.defn(name=trainer_stubs.train_step.__name__)`) and its parameter and
   return types, and the trainer worker (rollout.workers.trainer) registers each stub exactly once, whichever
   provider it runs, on `TRAINER_QUEUE`; tests/test_temporal_stubs.py checks both.

@@ -1,7 +1,8 @@
-"""The trainer's activities that read the ledger: assembling a step's batch, loading its training data.
+"""A step's batch from the ledger: assembling it once, and loading its training data (for the training
+activities, rollout.activities.training).
 
 Contract:
-- `assemble_batch` is idempotent by (run, policy, step): the first attempt picks the oldest whole groups no
+- `record_batch` is idempotent by (run, policy, step): the first attempt picks the oldest whole groups no
   earlier step consumed (rollout.training.selection) and records `BatchAssembled` under `step/{step}` on
   `run/{run}/batches/{policy}`, listing exactly the episodes it consumes; a retry returns that record, so a
   retried step trains on the same data and no episode is used twice. Nothing ready → None (the step waits).
@@ -58,54 +59,55 @@ async def _agent_episodes(ledger: Ledger, records: Sequence[EpisodeEnded]) -> li
     return played
 
 
-class TrainerActivities:
-    def __init__(self, ledger: Ledger) -> None:
-        self.ledger = ledger
+async def record_batch(ledger: Ledger, given: AssembleInput) -> BatchInfo | None:
+    """The batch of step (run, policy, step), recorded by the first attempt; None while no whole group is
+    ready."""
+    stream = run_batches_stream(given.run, given.policy)
+    key = f"step/{given.step}"
+    recorded = await ledger.find(stream, key)
+    if recorded is not None:
+        return BatchInfo.from_payload(recorded.payload)
+    consumed = {
+        group
+        for e in await read_all(ledger, stream)
+        if e.kind == Kind.BATCH_ASSEMBLED
+        for group in BatchInfo.from_payload(e.payload).groups
+    }
+    records = _episode_records(await read_all(ledger, run_episodes_stream(given.run)))
+    views = [EpisodeRecordView(e, r.group, r.finished) for e, r in records.items()]
+    groups = ready_groups(
+        views, group_size=given.group_size, consumed=consumed, groups_per_batch=given.groups_per_batch
+    )
+    if not groups:
+        return None
+    taken = [r for r in records.values() if r.group in groups]
+    batch = assemble_batch(await _agent_episodes(ledger, taken), given.policy, given.advantage)
+    info = BatchInfo(
+        run=given.run,
+        policy=given.policy,
+        step=given.step,
+        groups=groups,
+        episodes=sorted(r.episode for r in taken),
+        trained_episodes=sorted({w.episode for w in batch.segments}),
+        skipped_groups=batch.skipped_groups,
+        sampled_tokens=batch.sampled_tokens,
+        reward_mean=batch.reward_mean,
+        reward_std=batch.reward_std,
+    )
+    try:
+        await ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.to_payload()))
+    except KeyConflictError:
+        # Another attempt recorded this step first (with what it saw then): that record is the step's
+        # batch.
+        existing = await ledger.find(stream, key)
+        assert existing is not None
+        return BatchInfo.from_payload(existing.payload)
+    return info
 
-    async def assemble_batch(self, given: AssembleInput) -> BatchInfo | None:
-        stream = run_batches_stream(given.run, given.policy)
-        key = f"step/{given.step}"
-        recorded = await self.ledger.find(stream, key)
-        if recorded is not None:
-            return BatchInfo.from_payload(recorded.payload)
-        consumed = {
-            group
-            for e in await read_all(self.ledger, stream)
-            if e.kind == Kind.BATCH_ASSEMBLED
-            for group in BatchInfo.from_payload(e.payload).groups
-        }
-        records = _episode_records(await read_all(self.ledger, run_episodes_stream(given.run)))
-        views = [EpisodeRecordView(e, r.group, r.finished) for e, r in records.items()]
-        groups = ready_groups(
-            views, group_size=given.group_size, consumed=consumed, groups_per_batch=given.groups_per_batch
-        )
-        if not groups:
-            return None
-        taken = [r for r in records.values() if r.group in groups]
-        batch = assemble_batch(await _agent_episodes(self.ledger, taken), given.policy, given.advantage)
-        info = BatchInfo(
-            run=given.run,
-            policy=given.policy,
-            step=given.step,
-            groups=groups,
-            episodes=sorted(r.episode for r in taken),
-            trained_episodes=sorted({w.episode for w in batch.segments}),
-            skipped_groups=batch.skipped_groups,
-            sampled_tokens=batch.sampled_tokens,
-            reward_mean=batch.reward_mean,
-            reward_std=batch.reward_std,
-        )
-        try:
-            await self.ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.to_payload()))
-        except KeyConflictError:
-            # Another attempt recorded this step first (with what it saw then): that record is the step's
-            # batch.
-            existing = await self.ledger.find(stream, key)
-            assert existing is not None
-            return BatchInfo.from_payload(existing.payload)
-        return info
 
-    async def load_batch(self, info: BatchInfo, advantage: AdvantageKind = AdvantageKind.group_norm) -> Batch:
-        records = _episode_records(await read_all(self.ledger, run_episodes_stream(info.run)))
-        taken = [records[e] for e in info.episodes]
-        return assemble_batch(await _agent_episodes(self.ledger, taken), info.policy, advantage)
+async def load_batch(
+    ledger: Ledger, info: BatchInfo, advantage: AdvantageKind = AdvantageKind.group_norm
+) -> Batch:
+    records = _episode_records(await read_all(ledger, run_episodes_stream(info.run)))
+    taken = [records[e] for e in info.episodes]
+    return assemble_batch(await _agent_episodes(ledger, taken), info.policy, advantage)

@@ -1,0 +1,163 @@
+"""The trainer worker's training activities: one protocol (Temporal and the ledger) over a provider that
+trains.
+
+Contract:
+- `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) records a step's batch
+  once (rollout.activities.batches) and wraps it in a `BatchLookup`.
+- `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
+  holds the policy's trainer lease (rollout.activities.trainer_lease), loads the recorded batch, and has the
+  provider train it from `parent` and publish the checkpoint through the `Publish` it is given: fenced by the
+  lease, so an attempt that lost the lease (a zombie) cannot publish, and with the batch's reward and
+  staleness beside the provider's metrics, the same record whichever provider trained it.
+- A provider's `NonFiniteLoss` fails the step for good (the activity error's type names it): nothing is
+  published. A step that fails otherwise, or is cancelled, or a lease taken at a new epoch, has the provider
+  `forget` the policy (what it holds in memory may be stale): the retry starts again from the parent
+  checkpoint.
+- `TrainingProvider` is that seam: `LocalProvider` (torch + peft in this process, or data-parallel on Ray
+  workers; rollout.activities.local_training) and `TinkerProvider` (Tinker's hosted trainer;
+  rollout.activities.tinker_training) implement it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Protocol
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from rollout.activities.batches import load_batch, record_batch
+from rollout.activities.heartbeat import heartbeating
+from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
+from rollout.blobs import BlobStore
+from rollout.ledger import Fence, Ledger
+from rollout.ledger.streams import policy_checkpoints_stream
+from rollout.training.batches import Batch
+from rollout.training.checkpoints import (
+    CheckpointRecord,
+    find_checkpoint,
+    lineage_version,
+    publish_checkpoint,
+)
+from rollout.training.losses import NonFiniteLoss, staleness_histogram
+from rollout.workflows import trainer_stubs
+from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
+
+# Publish a trained step: the checkpoint's directory and the provider's metrics in, the published record out.
+type Publish = Callable[[Path, dict[str, float]], Awaitable[CheckpointRecord]]
+
+
+class TrainingProvider(Protocol):
+    """What trains: one step of one policy, from its parent checkpoint."""
+
+    async def step(self, given: TrainStepInput, batch: Batch, publish: Publish) -> CheckpointRecord:
+        """Bring the policy's trainer to `given.parent`, train one step on `batch`, write the checkpoint to a
+        directory and `publish` it (once), returning the published record. A loss that is not finite raises
+        `NonFiniteLoss` before any weight changes."""
+        ...
+
+    def forget(self, policy: str) -> None:
+        """Drop whatever the provider holds in memory for `policy`: the next step starts from its parent."""
+        ...
+
+
+class TrainingActivities:
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: BlobStore,
+        provider: TrainingProvider,
+        *,
+        holder: str,
+        lease_ttl_s: float = LEASE_TTL_S,
+    ) -> None:
+        self.ledger, self.store, self.provider = ledger, store, provider
+        # How soon another trainer may take a dead one's policy over: the leases' TTL.
+        self.leases = PolicyLeases(ledger, holder, lease_ttl_s)
+
+    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
+    async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
+        async with heartbeating():
+            return BatchLookup(await record_batch(self.ledger, given))
+
+    @activity.defn(name=trainer_stubs.train_step.__name__)
+    async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
+        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
+        if published is not None:
+            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
+        if await self.leases.hold(given.policy):
+            self.provider.forget(given.policy)  # a new epoch: another holder may have moved on
+        async with self.leases.kept(given.policy):
+            batch = await load_batch(self.ledger, given.batch, given.advantage)
+            fence = self.leases.fence(given.policy)
+
+            async def publish(directory: Path, metrics: dict[str, float]) -> CheckpointRecord:
+                return await publish_step(self.ledger, self.store, fence, given, batch, directory, metrics)
+
+            try:
+                record = await self.provider.step(given, batch, publish)
+            except NonFiniteLoss as error:
+                self.provider.forget(given.policy)  # its optimiser state is no longer trustworthy
+                raise ApplicationError(str(error), type="NonFiniteLoss", non_retryable=True) from error
+            except BaseException:
+                self.provider.forget(given.policy)  # a failed step (a lost shard): rebuild from a checkpoint
+                raise
+        return checkpoint_info(record)
+
+
+async def parent_record(ledger: Ledger, policy: str, name: str) -> CheckpointRecord:
+    """The published checkpoint a step trains from; one the ledger lacks fails the step for good."""
+    record = await find_checkpoint(ledger, policy, name)
+    if record is None:
+        raise ApplicationError(
+            f"checkpoint {name!r} of policy {policy!r} is not in the ledger", non_retryable=True
+        )
+    return record
+
+
+async def publish_step(
+    ledger: Ledger,
+    store: BlobStore,
+    fence: Fence,
+    given: TrainStepInput,
+    batch: Batch,
+    directory: Path,
+    metrics: dict[str, float],
+) -> CheckpointRecord:
+    """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward and
+    staleness."""
+    metrics = metrics | {
+        "reward_mean": given.batch.reward_mean,
+        "reward_std": given.batch.reward_std,
+        "skipped_groups": float(given.batch.skipped_groups),
+        # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
+        # skipped for no signal publishes nothing).
+        **staleness_metrics(lineage_version(given.policy, given.parent), batch),
+    }
+    return await publish_checkpoint(
+        ledger,
+        store,
+        fence,
+        run=given.run,
+        policy=given.policy,
+        step=given.step,
+        parent=given.parent,
+        directory=directory,
+        metrics=metrics,
+    )
+
+
+def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:
+    """How far behind the checkpoint being trained (`trained_version`) each sampled token's sampler was."""
+    versions = [v for weighted in batch.segments for v in weighted.segment.sampled_versions]
+    histogram = staleness_histogram(trained_version, versions) if versions else {}
+    counts = {f"staleness_{lag}": float(n) for lag, n in histogram.items()}
+    mean = sum(lag * n for lag, n in histogram.items()) / max(1, len(versions))
+    return {"staleness_mean": mean, "staleness_max": float(max(histogram, default=0)), **counts}
+
+
+def checkpoint_info(record: CheckpointRecord) -> CheckpointInfo:
+    return CheckpointInfo(
+        name=record.name, version=record.version, parent=record.parent, metrics=dict(record.metrics)
+    )
