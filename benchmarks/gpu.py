@@ -38,8 +38,8 @@ def synthetic_batch(vocab: int, *, rows: int = ROWS, length: int = LENGTH) -> An
     """`rows` sequences of `length` random tokens, the second half of each sampled, advantages ±1."""
     import torch
 
-    from rollout.training.batches import Batch, WeightedSegment
-    from rollout.training.segments import TrainingSegment
+    from rollout.rl.batches import Batch, WeightedSegment
+    from rollout.rl.segments import TrainingSegment
 
     generator = torch.Generator().manual_seed(0)
     segments = []
@@ -76,8 +76,8 @@ def run(steps: int = STEPS) -> dict[str, Any]:
     from rollout.catalog import pulled
     from rollout.config import load
     from rollout.engines.models import resolve
+    from rollout.rl.losses import LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
-    from rollout.training.losses import LossConfig
 
     settings = load([])
     models_dir = Path(settings.models_dir).expanduser()

@@ -16,7 +16,7 @@ They differ only in the loss:
 - `unclipped_is`: `trainer.loss=truncated_is trainer.is_cap=1e9`: every token weighted by its whole ratio
   π_θ/μ, a cap no ratio reaches, and nothing stops a token within the batch's updates.
 Why 18 groups in flight: the supply may have started (steps trained + max_lag + 1) × groups_per_batch groups
-(`rollout.training.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups
+(`rollout.rl.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups
 per step. With 18 in flight the in-flight cap never binds before that allowance does: every group starts the
 moment it is allowed, on the oldest checkpoint the bound permits, so once the pipeline is full each batch is
 trained 8 checkpoints after its episodes began, whether sampling or training is the slower side (with

@@ -25,8 +25,8 @@ from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
+from rollout.rl.advantages import AdvantageKind
 from rollout.run_settings import BadRunSetting, max_lag_of
-from rollout.training.advantages import AdvantageKind
 
 
 class LogLevel(StrEnum):

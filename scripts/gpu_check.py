@@ -82,8 +82,8 @@ def trainer_config(**overrides: Any) -> Any:
 def check_trainer_bf16(model: str) -> dict[str, Any]:
     import torch
 
+    from rollout.rl.losses import LossConfig
     from rollout.training.local import LocalTrainer
-    from rollout.training.losses import LossConfig
 
     trainer = LocalTrainer(model, trainer_config(), LossConfig())
     base = next(p for n, p in trainer.model.named_parameters() if "embed_tokens" in n)
@@ -175,8 +175,8 @@ async def _one_gpu_order(model: str) -> dict[str, Any]:
 
     from rollout.engines.local import LocalEngine
     from rollout.engines.protocol import CheckpointRef, SampleRequest
+    from rollout.rl.losses import LossConfig
     from rollout.training.local import LocalTrainer
-    from rollout.training.losses import LossConfig
 
     order: list[str] = []
     engine = LocalEngine(model, device=DEVICE)

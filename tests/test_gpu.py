@@ -89,8 +89,8 @@ def test_the_qlora_trainer_steps_in_four_bits_and_frees_the_gpu_between_steps(ti
     import torch
 
     from benchmarks.gpu import synthetic_batch
+    from rollout.rl.losses import LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
-    from rollout.training.losses import LossConfig
 
     config = LocalTrainerConfig(lora_rank=8, lora_alpha=16, device="cuda", quantization="nf4")
     trainer = LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))

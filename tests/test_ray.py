@@ -158,9 +158,9 @@ def test_a_data_parallel_trainer_on_two_ray_workers_makes_the_one_process_update
     from safetensors.torch import load_file
 
     from benchmarks.gpu import synthetic_batch
+    from rollout.rl.losses import LossConfig
     from rollout.training.data_parallel import DataParallel
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
-    from rollout.training.losses import LossConfig
 
     config, loss = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3, device="cpu"), LossConfig("ppo")
     alone = LocalTrainer(tiny_qwen3, config, loss)

@@ -25,8 +25,8 @@ from rollout.activities.local_training import LocalProvider
 from rollout.activities.runner import RunnerActivities
 from rollout.activities.tinker_training import TinkerProvider, TinkerTrainerConfig
 from rollout.activities.training import TrainingActivities, TrainingProvider
+from rollout.rl.losses import LossConfig
 from rollout.training.local import LocalTrainerConfig
-from rollout.training.losses import LossConfig
 from rollout.workers.trainer import trainer_worker_activities
 from rollout.workflows import names, runner_stubs, trainer_stubs
 from rollout.workflows.run import RunWorkflow

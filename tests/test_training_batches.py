@@ -18,10 +18,10 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import SampledTurn
 from rollout.ledger.streams import seat_stream
 from rollout.rendering import ModelRenderer
-from rollout.training.advantages import AdvantageKind
-from rollout.training.batches import AgentEpisode, assemble_batch
-from rollout.training.segments import TrainingSegment, segments_from_turns
-from rollout.training.selection import EpisodeRecordView, ready_groups, supply_allowance
+from rollout.rl.advantages import AdvantageKind
+from rollout.rl.batches import AgentEpisode, assemble_batch
+from rollout.rl.segments import TrainingSegment, segments_from_turns
+from rollout.rl.selection import EpisodeRecordView, ready_groups, supply_allowance
 from tests.gatewayutil import serve_gateway
 
 

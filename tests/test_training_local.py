@@ -10,12 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from rollout.rl.batches import Batch, WeightedSegment
+from rollout.rl.losses import LossConfig
+from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
-from rollout.training.batches import Batch, WeightedSegment
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
 from rollout.training.logprobs import Rows, micro_batches, sampled_logprobs
-from rollout.training.losses import LossConfig
-from rollout.training.segments import TrainingSegment
 
 LOSS = LossConfig("truncated_is", is_cap=2.0)
 CONFIG = LocalTrainerConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, max_grad_norm=100.0)

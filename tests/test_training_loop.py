@@ -35,8 +35,8 @@ from rollout.ledger.queries import find_run, run_turns
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
+from rollout.rl.losses import LossConfig
 from rollout.training.local import LocalTrainerConfig
-from rollout.training.losses import LossConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
 from rollout.workflows.names import run_workflow_id

@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
-from rollout.training.advantages import AdvantageKind, group_advantages
-from rollout.training.losses import LossConfig, LossKind, policy_loss, staleness_histogram
+from rollout.rl.advantages import AdvantageKind, group_advantages
+from rollout.rl.losses import LossConfig, LossKind, policy_loss, staleness_histogram
 
 
 def log(*probabilities: float) -> torch.Tensor:

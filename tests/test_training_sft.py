@@ -13,9 +13,9 @@ import torch
 from rollout.blobs import FileBlobStore
 from rollout.control.warm_start import WarmStartExists, warm_start, warm_start_name
 from rollout.ledger import Ledger
+from rollout.rl.losses import LossConfig
 from rollout.training.checkpoints import fetch_checkpoint, find_checkpoint
 from rollout.training.local import LocalTrainer, LocalTrainerConfig
-from rollout.training.losses import LossConfig
 from rollout.training.sft import ConversationError, SftConfig, read_conversations
 from rollout.workflows.types import run_policy
 from tests.test_cli_stack import rollout

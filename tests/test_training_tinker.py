@@ -42,9 +42,9 @@ from rollout.ledger.queries import run_turns
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
-from rollout.training.batches import Batch, WeightedSegment
-from rollout.training.losses import LossConfig
-from rollout.training.segments import TrainingSegment
+from rollout.rl.batches import Batch, WeightedSegment
+from rollout.rl.losses import LossConfig
+from rollout.rl.segments import TrainingSegment
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker

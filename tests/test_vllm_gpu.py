@@ -42,8 +42,8 @@ PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)
 
 def _trained_adapter(model: str, directory: Path) -> None:
     """Five steps of rank-8 LoRA at a large learning rate: enough to move a random tiny model's samples."""
+    from rollout.rl.losses import LossConfig
     from rollout.training.local import LocalTrainer
-    from rollout.training.losses import LossConfig
 
     trainer = LocalTrainer(model, trainer_config(), LossConfig())
     batch = batch_for(trainer.model.config.vocab_size)

@@ -3,11 +3,11 @@ activities, rollout.activities.training).
 
 Contract:
 - `record_batch` is idempotent by (run, policy, step): the first attempt picks the oldest whole groups no
-  earlier step consumed (rollout.training.selection) and records `BatchAssembled` under `step/{step}` on
+  earlier step consumed (rollout.rl.selection) and records `BatchAssembled` under `step/{step}` on
   `run/{run}/batches/{policy}`, listing exactly the episodes it consumes; a retry returns that record, so a
   retried step trains on the same data and no episode is used twice. Nothing ready → None (the step waits).
 - `load_batch` rebuilds the recorded batch's training data from the seats' recorded turns
-  (rollout.training.segments) and the episodes' rewards (rollout.training.batches): the same batch every time.
+  (rollout.rl.segments) and the episodes' rewards (rollout.rl.batches): the same batch every time.
   Every segment of a seat trains (a command's rewrites and side conversations included) except those its
   episode's record lists as untrained (the environment's `trains` said no).
 """
@@ -20,10 +20,10 @@ from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEve
 from rollout.ledger.payloads import EpisodeEnded, SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
-from rollout.training.advantages import AdvantageKind
-from rollout.training.batches import AgentEpisode, Batch, assemble_batch
-from rollout.training.segments import segments_from_turns
-from rollout.training.selection import EpisodeRecordView, ready_groups
+from rollout.rl.advantages import AdvantageKind
+from rollout.rl.batches import AgentEpisode, Batch, assemble_batch
+from rollout.rl.segments import segments_from_turns
+from rollout.rl.selection import EpisodeRecordView, ready_groups
 from rollout.workflows.types import AssembleInput, BatchInfo
 
 

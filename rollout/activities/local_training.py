@@ -30,11 +30,11 @@ from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
 from rollout.ledger.streams import gpu_lease
+from rollout.rl.batches import Batch
+from rollout.rl.losses import LossConfig
 from rollout.serving import EngineStates
-from rollout.training.batches import Batch
 from rollout.training.checkpoints import CheckpointRecord, fetch_checkpoint
 from rollout.training.local import LocalTrainerConfig, OneProcess, Trainer, TrainerBuilder
-from rollout.training.losses import LossConfig
 from rollout.workflows.types import TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0

@@ -31,9 +31,9 @@ from temporalio.exceptions import ApplicationError
 from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
-from rollout.training.batches import Batch
+from rollout.rl.batches import Batch
+from rollout.rl.losses import LossConfig, NonFiniteLoss, policy_loss
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint
-from rollout.training.losses import LossConfig, NonFiniteLoss, policy_loss
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
 from rollout.workflows.types import TrainStepInput
 

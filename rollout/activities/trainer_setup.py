@@ -20,7 +20,7 @@ from rollout.activities.training import TrainingActivities
 from rollout.blobs import BlobStore
 from rollout.config import TrainerProvider, TrainerSettings
 from rollout.ledger import Ledger
-from rollout.training.losses import LossConfig
+from rollout.rl.losses import LossConfig
 
 if TYPE_CHECKING:
     from rollout.training.local import TrainerBuilder

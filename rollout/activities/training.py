@@ -33,14 +33,14 @@ from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
 from rollout.ledger import Fence, Ledger
 from rollout.ledger.streams import policy_checkpoints_stream
-from rollout.training.batches import Batch
+from rollout.rl.batches import Batch
+from rollout.rl.losses import NonFiniteLoss, staleness_histogram
 from rollout.training.checkpoints import (
     CheckpointRecord,
     find_checkpoint,
     lineage_version,
     publish_checkpoint,
 )
-from rollout.training.losses import NonFiniteLoss, staleness_histogram
 from rollout.workflows import trainer_stubs
 from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 

@@ -1,3 +1,2 @@
-"""Training: the RL math (advantages, losses, batch selection; pure functions, see docs/rl-math.md) and the
-trainers and checkpoint files that apply it (`local`, `data_parallel`, `sft`, `checkpoints`, `bridges`:
-models, files and the ledger's payloads)."""
+"""The trainers and their files: torch + peft in one process (`local`) or data-parallel on Ray workers, SFT
+warm starts, Tinker's data, checkpoints published to the blob store and the ledger, and their bridges."""

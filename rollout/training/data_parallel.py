@@ -30,9 +30,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rollout.training.batches import Batch
+from rollout.rl.batches import Batch
+from rollout.rl.losses import LossConfig
 from rollout.training.local import TRAINER_STATE, LocalTrainer, LocalTrainerConfig
-from rollout.training.losses import LossConfig
 
 Files = dict[str, bytes]  # a checkpoint directory's files, by path relative to it
 

@@ -2,7 +2,7 @@
 
 Contract:
 - `LocalTrainer.step(batch)` runs forward/backward over the batch's segments in micro-batches of at most
-  `micro_batch_tokens` tokens, with the loss of rollout.training.losses normalised over the whole batch's
+  `micro_batch_tokens` tokens, with the loss of rollout.rl.losses normalised over the whole batch's
   sampled tokens (so micro-batching does not change the gradient), clips the gradient norm, and takes an
   AdamW step; `updates_per_batch` times over the same batch (PPO's epochs), against π_old, the policy before
   the first (its logprobs kept from the first pass: from the second update on, PPO's clip acts). It returns
@@ -36,9 +36,9 @@ from typing import Any, Protocol
 import torch
 
 from rollout import defaults
-from rollout.training.batches import Batch
+from rollout.rl.batches import Batch
+from rollout.rl.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
 from rollout.training.logprobs import Rows, micro_batches, packable, sampled_logprobs
-from rollout.training.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
 
 TRAINER_STATE = "trainer.json"
 OPTIMIZER_STATE = "optimizer.pt"

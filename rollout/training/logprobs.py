@@ -29,7 +29,7 @@ from typing import Any
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from rollout.training.batches import WeightedSegment
+from rollout.rl.batches import WeightedSegment
 
 CHUNK = 1024
 # Decoder families whose only cross-position mixing is (full or sliding-window) attention.

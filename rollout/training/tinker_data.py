@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-from rollout.training.batches import Batch
-from rollout.training.losses import LossConfig
+from rollout.rl.batches import Batch
+from rollout.rl.losses import LossConfig
 
 TINKER_FILE = "tinker.json"  # what a checkpoint trained by Tinker holds: its state and sampler paths
 TinkerLoss = Literal["importance_sampling", "ppo", "cispo"]

@@ -36,8 +36,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from rollout.rl.selection import supply_allowance
 from rollout.run_settings import BadRunSetting, max_lag_of
-from rollout.training.selection import supply_allowance
 from rollout.workflows import runner_stubs
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (

@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 
 from rollout import defaults
 from rollout.records import Payload
+from rollout.rl.advantages import AdvantageKind
 from rollout.run_settings import max_lag_of
-from rollout.training.advantages import AdvantageKind
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 

@@ -17,8 +17,8 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rollout.training.advantages import AdvantageKind, group_advantages
-from rollout.training.segments import TrainingSegment
+from rollout.rl.advantages import AdvantageKind, group_advantages
+from rollout.rl.segments import TrainingSegment
 
 
 @dataclass(frozen=True)
