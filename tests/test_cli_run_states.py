@@ -98,3 +98,18 @@ def test_a_run_update_is_told_in_words_not_as_a_dict() -> None:
         "stopped · max_lag 2 · default at r1-default-step000006 · 12 episodes (1 failed)"
     )
     assert "`rollout run status r1` shows it" in describe_status({"run": "r1", "workflow": "run/r1"})
+
+
+def test_the_summary_says_whether_the_reward_rose() -> None:
+    from rollout.control.progress import Step, TrainingProgress
+
+    progress = TrainingProgress("r", "default")
+    assert progress.learned() is None, "no steps: nothing to say"
+    rewards = [0.1] * 10 + [0.2] * 5 + [0.35] * 10
+    progress.steps = [Step(i + 1, f"s{i + 1}", {"reward_mean": r}) for i, r in enumerate(rewards)]
+    assert progress.learned() == (
+        "reward rose from 0.100 (mean of the first 10 steps) to 0.350 (the last 10): +0.250"
+    )
+    assert progress.summary()["reward_first"] == 0.1 and progress.summary()["reward_last"] == 0.35
+    progress.steps = [*progress.steps[:5], Step(6, "s6", {"reward_mean": float("nan")})]
+    assert progress.learned() == "reward did not move: 0.100 (mean of the first 2 steps and of the last 2)"

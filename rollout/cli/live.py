@@ -107,6 +107,8 @@ def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, An
         f"run, {summary['episodes']} episodes; reward by step {summary['reward_by_step']}",
         highlight=False,
     )
+    if learned := progress.learned():
+        out.print(learned, highlight=False)
     if reason := progress.skipped_reason():
         out.print(reason, highlight=False)
     return summary

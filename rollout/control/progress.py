@@ -101,7 +101,32 @@ class TrainingProgress:
             "sparse: partial credit), sample more diversely (a higher temperature), or use larger groups."
         )
 
+    def reward_change(self) -> tuple[int, float, float] | None:
+        """(window, mean reward of the first `window` steps, of the last `window`): whether the run learned,
+        in numbers. The window is 10 steps, or half the steps of a shorter run; None under 4 steps."""
+        rewards = [s.metrics.get("reward_mean") for s in self.steps]
+        finite = [float(r) for r in rewards if r is not None and r == r]  # NaN != NaN
+        if len(finite) < 4:
+            return None
+        window = min(10, len(finite) // 2)
+        return window, sum(finite[:window]) / window, sum(finite[-window:]) / window
+
+    def learned(self) -> str | None:
+        """The reward's change as a sentence (None under 4 steps)."""
+        change = self.reward_change()
+        if change is None:
+            return None
+        window, first, last = change
+        if round(last, 3) == round(first, 3):
+            return f"reward did not move: {first:.3f} (mean of the first {window} steps and of the last {window})"
+        moved = "rose" if last > first else "fell"
+        return (
+            f"reward {moved} from {first:.3f} (mean of the first {window} steps) to {last:.3f} (the last "
+            f"{window}): {last - first:+.3f}"
+        )
+
     def summary(self) -> dict[str, Any]:
+        change = self.reward_change()
         return {
             "run": self.run,
             "policy": self.ledger_policy,
@@ -114,4 +139,7 @@ class TrainingProgress:
             "groups_skipped": self.groups_skipped,
             "skipped_reason": self.skipped_reason(),
             "reward_by_step": [round(s.metrics.get("reward_mean", float("nan")), 4) for s in self.steps],
+            "reward_first": None if change is None else round(change[1], 4),
+            "reward_last": None if change is None else round(change[2], 4),
+            "reward_window": None if change is None else change[0],
         }
