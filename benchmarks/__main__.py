@@ -20,6 +20,7 @@ BENCHMARKS = {
     "stability": "benchmarks.stability",
     "sandbox": "benchmarks.sandbox",
     "startup": "benchmarks.startup",
+    "quickstart": "benchmarks.quickstart",
 }
 
 

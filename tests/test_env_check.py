@@ -18,8 +18,9 @@ def rollout(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([ROLLOUT, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_the_arithmetic_environment_passes_its_check() -> None:
-    checked = rollout("env", "check", "arithmetic.environment:environment", "--json")
+@pytest.mark.parametrize("reference", ["arithmetic.environment:environment", "arithmetic.environment:easy"])
+def test_the_arithmetic_environments_pass_their_check(reference: str) -> None:
+    checked = rollout("env", "check", reference, "--json")
     assert checked.returncode == 0, checked.stderr
     report = json.loads(checked.stdout)
     assert report["ok"] and report["plays"] == [

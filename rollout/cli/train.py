@@ -20,7 +20,8 @@ def train(
     preset: Annotated[
         str,
         typer.Option(
-            help="cpu-micro (a tiny random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU); with --cluster, "
+            help="cpu-quickstart (SmolLM2-135M + LoRA on CPU, 40 steps: the README's first run), cpu-micro (a tiny "
+            "random model, for CI), cpu-tiny (SmolLM2-135M + LoRA on CPU, 600 steps); with --cluster, "
             "also the presets stored in the cluster's ledger (NAME or NAME@VERSION)."
         ),
     ] = "none",

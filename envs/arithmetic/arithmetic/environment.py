@@ -67,3 +67,23 @@ environment = Environment(
     description="One question, one answer; reward 1 when the reply is exactly the answer, partial credit below 0.5.",
     scripted_reply=solve,
 )
+
+
+def easy_question(rng: random.Random) -> TaskParameters:
+    """A one-digit sum: what a 135M-parameter model can learn to answer exactly within minutes."""
+    a, b = rng.randint(0, 9), rng.randint(0, 9)
+    return {"question": f"What is {a} + {b}? Answer with the number only.", "answer": str(a + b)}
+
+
+# The quickstart's task (README): one-digit sums, so the curve of a small model on a laptop CPU rises within
+# minutes.
+easy = Environment(
+    name="arithmetic-easy",
+    make_task=lambda parameters, agent: ShapedArithmetic(parameters),
+    source=Generator(easy_question),
+    eval_source=Generator(easy_question, seed=EVAL_SEED),
+    group_size=4,
+    max_turns=1,
+    description="One-digit sums; reward 1 when the reply is exactly the answer, partial credit below 0.5.",
+    scripted_reply=solve,
+)
