@@ -44,7 +44,7 @@ def load_settings(overrides: list[str] | None) -> config.Settings:
     try:
         return config.load(overrides or [])
     except config.ConfigError as error:
-        fail(f"{error}\nSee every setting with `rollout config show`.", code=2)
+        fail(f"{error} (`rollout config show` shows every setting)", code=2)
 
 
 def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
