@@ -6,13 +6,14 @@ Contract:
   value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
   negative `run.max_lag`).
 - The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
+- `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
 """
 
 from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -296,11 +297,6 @@ class ConfigError(ValueError):
 ConfigStore.instance().store(name="settings_schema", node=Settings)
 
 
-def hydra_quote(value: str) -> str:
-    """`value` as a quoted override value, so a URL's `?`, `=`, `,` or `#` reach the setting as they are."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
-
-
 def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None = None) -> Settings:
     """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are
     more places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger,
@@ -376,13 +372,3 @@ def _explain(error: BaseException) -> str:
             return f"unknown setting '{key}'. Valid keys{' under ' + parent if parent else ''}: {choices}"
         return f"bad value for '{key}': {detail}"
     return str(error).strip()
-
-
-def trainer_overrides(settings: Settings) -> list[str]:
-    """The `trainer.*` settings as command-line overrides, so a trainer process trains what was asked."""
-    out: list[str] = []
-    for spec in fields(settings.trainer):
-        value = settings.gpu_lease if spec.name == "gpu_lease" else getattr(settings.trainer, spec.name)
-        text = "null" if value is None else str(getattr(value, "value", value))
-        out.append(f"trainer.{spec.name}={text}")
-    return out

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, replace
 from datetime import UTC, datetime
+
+import pytest
 
 from rollout.ledger import Kind, RecordedEvent
 from rollout.ledger.payloads import (
@@ -155,3 +158,31 @@ def test_a_batch_is_recorded_as_its_fields() -> None:
     )
     assert info.to_payload() == asdict(info)
     assert BatchInfo.from_payload(info.to_payload()) == info
+
+
+def test_a_launch_is_read_back_only_as_rollout_writes_one() -> None:
+    """`rollout run attach` starts processes with a run's launch record: a forged one (a setting that points a
+    service elsewhere, a relative import path, a control character) is refused where it is read."""
+    from rollout.config import load
+    from rollout.launches import LAUNCH_SECTIONS, RunLaunch
+    from rollout.overrides import overrides_for, setting_given
+
+    settings = load(
+        ["trainer.model=/models/my model", "gpu.mode=shared", "services.gateway.model=/models/my model"]
+    )
+    written = RunLaunch("r", "pkg.env:environment", overrides_for(settings, *LAUNCH_SECTIONS), ["/work/envs"])
+    read = RunLaunch.from_payload(written.to_payload())
+    assert read == written and read.model == "/models/my model"
+    again = load(read.overrides)
+    assert (again.trainer, again.gpu, again.gpu_lease) == (settings.trainer, settings.gpu, "0")
+    assert setting_given(read.overrides, "services.gateway.model") == "/models/my model"
+    for forged, said in [
+        ({"overrides": ["services.postgres.url=postgresql://evil@10.0.0.1/x"]}, "services.postgres.url"),
+        ({"overrides": ["data_dir=/tmp/elsewhere"]}, "data_dir"),
+        ({"overrides": ["trainer.model"]}, "trainer.model"),
+        ({"overrides": ["trainer.model=x\nservices.postgres.url=y"]}, "control character"),
+        ({"import_path": ["envs"]}, "absolute"),
+        ({"import_path": ["/ok\x00/no"]}, "absolute"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            RunLaunch.from_payload(written.to_payload() | forged)

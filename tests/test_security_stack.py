@@ -229,9 +229,9 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
     expected = {
         "postgres": (postgres, {session.postgres.port}),
         "temporal": (temporal, {session.temporal.port, session.temporal.ui_port}),
-        "engine": (secure.stack.engine and secure.stack.engine.pid(), {mine.engine_port}),
-        "gateway": (secure.stack.gateway and secure.stack.gateway.pid(), {mine.port}),
-        "runner": (secure.stack.runner and secure.stack.runner.pid(), set[int]()),
+        "engine": (_pid(secure.stack, "Engine"), {mine.engine_port}),
+        "gateway": (_pid(secure.stack, "Gateway"), {mine.port}),
+        "runner": (_pid(secure.stack, "Runner"), set[int]()),
     }
     # A sandbox server, as `rollout sandbox serve` starts one.
     sandbox_port = free_port()
@@ -276,16 +276,24 @@ def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_p
         ]
     )
     stack = Stack(settings)
-    processes = [stack.engine, stack.gateway, stack.runner, stack.trainer]
-    for process in processes:
-        assert process is not None
-        assert "pw-owner-1" not in " ".join(process.command), process.name
-        assert "services.postgres.worker_url=postgresql://w:pw-worker-1@db/x" in process.command, process.name
-    engine, gateway = processes[0], processes[1]
-    assert engine is not None and gateway is not None
-    assert engine.command[engine.command.index("--host") + 1] == "127.0.0.1" == engine.host
-    assert gateway.command[gateway.command.index("--host") + 1] == "0.0.0.0"
-    assert f"http://127.0.0.1:{settings.services.gateway.engine_port}" in gateway.command
+    told: dict[str, config.Settings] = {}
+    for name in ("Engine", "Gateway", "Runner", "Trainer", "Monitor"):
+        process = stack.process(name)
+        assert process is not None, name
+        assert "pw-owner-1" not in " ".join(process.command), name
+        # What the process loads from its command line, as its command does.
+        told[name] = config.load([a for a in process.command[3:] if "=" in a])
+        assert told[name].services.postgres.url is None, name
+        assert told[name].worker_ledger_url == "postgresql://w:pw-worker-1@db/x", name
+    engine, gateway = told["Engine"].services.gateway, told["Gateway"].services.gateway
+    assert engine.engine_host == "127.0.0.1" == stack.processes["Engine"].host
+    assert gateway.host == "0.0.0.0" == stack.processes["Gateway"].host
+    assert (gateway.engine_host, gateway.engine_port) == ("127.0.0.1", settings.services.gateway.engine_port)
+
+
+def _pid(stack: Stack, role: str) -> int | None:
+    process = stack.process(role)
+    return process.pid() if process else None
 
 
 def test_beyond_loopback_the_gateways_operator_routes_need_the_key(secure: SecureStack) -> None:

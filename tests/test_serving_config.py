@@ -19,9 +19,11 @@ import pytest
 
 from rollout.catalog import CATALOG, settings_budget
 from rollout.cli.common import load_settings
-from rollout.config import EngineKind, trainer_overrides
+from rollout.config import EngineKind, Settings
 from rollout.net import free_port
-from rollout.stack.engine import engine_arguments, engine_overrides, engine_problem
+from rollout.overrides import hydra_quote
+from rollout.stack.engine import engine_problem
+from rollout.stack.roles import ENGINE, TRAINER
 
 ROLLOUT = shutil.which("rollout") or "rollout"
 
@@ -30,6 +32,15 @@ def rollout(*args: str, env: dict[str, str] | None = None) -> subprocess.Complet
     return subprocess.run(
         [ROLLOUT, *args], capture_output=True, text=True, timeout=120, env={**os.environ, **(env or {})}
     )
+
+
+def told(settings: Settings, role: str) -> Settings:
+    """The settings the stack's process of `role` loads from the command line the stack starts it with."""
+    from rollout.stack.embedded import Stack
+
+    process = Stack(settings).process(role)
+    assert process is not None and process.command[1:3] == ("-m", "rollout.cli")
+    return load_settings([argument for argument in process.command if "=" in argument])
 
 
 def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> None:
@@ -41,17 +52,18 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
     assert (settings.trainer.quantization, settings.trainer.lora_rank) == ("nf4", 32)
     assert settings.trainer.model == settings.services.gateway.model == "qwen3.5-9b"
     assert settings.gpu_lease == "0", "gpu.mode=shared: the trainer holds the GPU's lease while it steps"
-    assert "trainer.gpu_lease=0" in trainer_overrides(settings)
-    arguments = engine_arguments(settings)
-    assert arguments[arguments.index("--kind") + 1] == "vllm" and arguments[-2:] == ("--gpu", "0")
-    overrides = engine_overrides(settings)
-    assert "services.engine.vllm_quantization=bitsandbytes" in overrides
-    assert "services.engine.vllm_max_num_seqs=8" in overrides, "the engine process schedules no more"
+    assert told(settings, TRAINER.name).gpu_lease == "0", "the trainer holds the GPU's lease while it steps"
+    engine = told(settings, ENGINE.name)
+    assert engine.engine_kind == EngineKind.vllm and engine.gpu_lease == "0"
+    assert engine.services.engine.vllm_quantization == "bitsandbytes"
+    assert engine.services.engine.vllm_max_num_seqs == 8, "the engine process schedules no more"
     extra = load_settings(
         ["preset=minecraft-one-gpu", 'services.engine.vllm_extra_args=["--enforce-eager","-O0"]']
     )
-    carried = load_settings(list(engine_overrides(extra))).services.engine
-    assert carried == extra.services.engine, "the engine process reads the same services.engine.* back"
+    carried = told(extra, ENGINE.name)
+    assert carried.services.engine == extra.services.engine, "the engine process reads services.engine.* back"
+    assert carried.services.gateway == extra.services.gateway and carried.trainer == extra.trainer
+    assert told(extra, TRAINER.name).trainer == extra.trainer, "the trainer trains what was asked"
 
     budget = settings_budget(settings)
     assert budget.fits, budget.table()
@@ -112,15 +124,19 @@ def test_rollout_config_budget_prints_the_phases_and_fails_a_configuration_that_
 def test_the_stack_starts_the_engine_its_settings_choose() -> None:
     local = load_settings([])
     assert local.engine_kind == EngineKind.local and local.gpu_lease is None
-    assert engine_arguments(local)[:4] == (
-        "engine",
-        "serve",
-        "--kind",
-        "local",
-    ) and "--gpu" not in engine_arguments(local)
-    tinker = load_settings(["trainer.provider=tinker", "trainer.tinker_base_model=Qwen/Qwen3-8B"])
+    assert told(local, ENGINE.name).engine_kind == EngineKind.local
+    tinker = load_settings(
+        [
+            "trainer.provider=tinker",
+            "trainer.tinker_base_model=Qwen/Qwen3-8B",
+            "data_dir=" + hydra_quote("/tmp/it's here, #1"),
+        ]
+    )
     assert tinker.engine_kind == EngineKind.tinker, "trainer.provider=tinker brings a Tinker engine"
-    assert engine_arguments(tinker)[-2:] == ("--tinker-base-model", "Qwen/Qwen3-8B")
+    engine = told(tinker, ENGINE.name)
+    assert engine.engine_kind == EngineKind.tinker
+    assert engine.trainer.tinker_base_model == "Qwen/Qwen3-8B"
+    assert engine.data_path == tinker.data_path, "a path Hydra would misread is quoted"
     pinned = load_settings(["trainer.provider=tinker", "services.engine.kind=local"])
     assert pinned.engine_kind == EngineKind.local, "an explicit kind wins over auto"
     vllm = load_settings(["services.engine.kind=vllm"])

@@ -44,6 +44,7 @@ from rollout.config import SandboxIsolation
 from rollout.environment import Environment, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
+from rollout.launches import LAUNCHED
 from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
 from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ended_key, turn_recorded
 from rollout.ledger.queries import count_events, read_all
@@ -148,7 +149,10 @@ class RunnerActivities:
             "sandbox.isolation": self.isolation.value,
         }
         payload = {"run": run.run, "environment": run.environment, "settings": settings}
-        await self.ledger.append_one(run_stream(run.run), NewEvent("created", Kind.RUN_CREATED, payload))
+        events = [NewEvent("created", Kind.RUN_CREATED, payload)]
+        if run.launch is not None:
+            events.append(NewEvent(LAUNCHED, Kind.RUN_LAUNCHED, run.launch.to_payload()))
+        await self.ledger.append(run_stream(run.run), events)
 
     @activity.defn(name=runner_stubs.change_settings.__name__)
     async def change_settings(self, change: SettingsChange) -> None:

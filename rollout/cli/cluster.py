@@ -54,7 +54,7 @@ class ClusterContext:
     operator_key: str | None = None
 
     def overrides(self) -> list[str]:
-        from rollout.config import hydra_quote
+        from rollout.overrides import hydra_quote
 
         settings = [
             f"services.postgres.url={hydra_quote(self.postgres_url)}",

@@ -31,19 +31,30 @@ app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
 def serve(
     overrides: Overrides = None,
     model: Annotated[
-        str, typer.Option(help="smollm2, tiny-qwen3, an HF model id or a local path.")
-    ] = "smollm2",
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8100,
-    device: Annotated[str | None, typer.Option(help="cpu or cuda (default: cuda when there is one).")] = None,
+        str | None,
+        typer.Option(
+            help="smollm2, tiny-qwen3, an HF model id or a local path (default: services.gateway.model)."
+        ),
+    ] = None,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: services.gateway.engine_host).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default: services.gateway.engine_port).")
+    ] = None,
+    device: Annotated[
+        str | None,
+        typer.Option(help="cpu or cuda (default: services.engine.device, else cuda when there is one)."),
+    ] = None,
     served_name: Annotated[str, typer.Option(help="The name requests use for the base weights.")] = "base",
     kind: Annotated[
-        str,
+        str | None,
         typer.Option(
             help="local (transformers + peft), vllm (`vllm serve`, on a GPU), tinker (Tinker's hosted sampler) or "
-            "scripted (replies from --script, for tests, tutorials and benchmarks)."
+            "scripted (replies from --script, for tests, tutorials and benchmarks). Default: services.engine.kind "
+            "(auto: tinker when trainer.provider=tinker, else local)."
         ),
-    ] = "local",
+    ] = None,
     script: Annotated[
         str | None,
         typer.Option(
@@ -52,11 +63,16 @@ def serve(
     ] = None,
     think_ms: Annotated[float, typer.Option(help="--kind scripted: how long each reply takes, in ms.")] = 0.0,
     tinker_base_model: Annotated[
-        str | None, typer.Option(help="--kind tinker: the Tinker base model (default: --model).")
+        str | None,
+        typer.Option(
+            help="--kind tinker: the Tinker base model (default: trainer.tinker_base_model, else --model)."
+        ),
     ] = None,
     tinker_url: Annotated[
         str | None,
-        typer.Option(help="--kind tinker: the Tinker API (default: $TINKER_BASE_URL, then Tinker's)."),
+        typer.Option(
+            help="--kind tinker: the Tinker API (default: trainer.tinker_url, $TINKER_BASE_URL, then Tinker's)."
+        ),
     ] = None,
     name: Annotated[
         str | None, typer.Option(help="The engine's name in serving acks (default: engine-PORT).")
@@ -69,7 +85,10 @@ def serve(
     ] = True,
     gpu: Annotated[
         str | None,
-        typer.Option(help="One-GPU mode: sleep while the trainer holds this GPU's lease, wake after."),
+        typer.Option(
+            help="One-GPU mode: sleep while the trainer holds this GPU's lease, wake after (default: the lease "
+            "of gpu.mode=shared or trainer.gpu_lease)."
+        ),
     ] = None,
     placement: PlacementOption = "here",
     ray_address: RayAddressOption = None,
@@ -102,6 +121,15 @@ def serve(
 
     settings = load_settings(overrides)
     as_service(settings)
+    # What is not given is read from the settings: the embedded stack starts this command with its own.
+    gateway, trainer = settings.services.gateway, settings.trainer
+    kind = kind or settings.engine_kind.value
+    model = model or gateway.model
+    host = host or gateway.engine_host
+    port = port or gateway.engine_port
+    device = device or settings.services.engine.device
+    tinker_base_model = tinker_base_model or trainer.tinker_base_model
+    tinker_url = tinker_url or trainer.tinker_url
     if kind not in (*SERVED_FORMATS, "vllm"):
         fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
     check_placement(placement)

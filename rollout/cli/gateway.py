@@ -75,15 +75,30 @@ class TemporalRunControl:
 def gateway(
     overrides: Overrides = None,
     model: Annotated[
-        str, typer.Option(help="The model the engines serve (its tokenizer and chat template).")
-    ] = "smollm2",
+        str | None,
+        typer.Option(
+            help="The model the engines serve, its tokenizer and chat template (default: services.gateway.model)."
+        ),
+    ] = None,
     engine_url: Annotated[
-        list[str] | None, typer.Option("--engine-url", help="An engine speaking vLLM's dialect (repeatable).")
+        list[str] | None,
+        typer.Option(
+            "--engine-url",
+            help="An engine speaking vLLM's dialect (repeatable; default: the stack's, at "
+            "services.gateway.engine_host:engine_port).",
+        ),
     ] = None,
     renderer: Annotated[str, typer.Option(help="auto, chatml, qwen3, or module.Class of your own.")] = "",
-    host: Annotated[str, typer.Option(help="Address to listen on.")] = "127.0.0.1",
-    port: Annotated[int, typer.Option(help="Port to listen on.")] = 8000,
-    max_context: Annotated[int, typer.Option(help="The model's context length in tokens.")] = 8192,
+    host: Annotated[
+        str | None, typer.Option(help="Address to listen on (default: services.gateway.host).")
+    ] = None,
+    port: Annotated[
+        int | None, typer.Option(help="Port to listen on (default: services.gateway.port).")
+    ] = None,
+    max_context: Annotated[
+        int | None,
+        typer.Option(help="The model's context length in tokens (default: services.gateway.max_context)."),
+    ] = None,
     external: Annotated[
         list[str] | None,
         typer.Option(
@@ -111,10 +126,13 @@ def gateway(
     operator_key = load_operator_key(settings.data_path)
     seat_secret = load_secret(settings.data_path / "gateway.secret")
     as_service(settings, operator_key, seat_secret)
-    if not engine_url:
-        fail(
-            "the gateway needs at least one engine: start one with `rollout engine serve` and pass --engine-url URL"
-        )
+    # What is not given is read from the settings: the embedded stack starts this command with its own.
+    served = settings.services.gateway
+    model = model or served.model
+    host = host or served.host
+    port = port or served.port
+    max_context = max_context or served.max_context
+    engine_url = engine_url or [f"http://{served.engine_host}:{served.engine_port}"]
     if not port_is_free(host, port):
         fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
     try:

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from typing import Annotated
 
@@ -69,7 +68,7 @@ def train(
         settings,
         environment,
         run_id,
-        import_path=os.pathsep.join(import_path()),
+        import_path=import_path(),
         evaluation=asyncio.run(evaluation(settings)),
     )
     with err.status("a runner loads the environment…"):

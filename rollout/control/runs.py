@@ -18,10 +18,9 @@ Contract:
 from __future__ import annotations
 
 import asyncio
-import os
 import uuid
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rollout.control.connections import connect_temporal, ledger_session
@@ -29,6 +28,7 @@ from rollout.control.errors import ControlError, NotFound
 
 if TYPE_CHECKING:
     from rollout.config import Settings
+    from rollout.launches import RunLaunch
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.workflows.client import RunUpdate
     from rollout.workflows.types import RunStatus
@@ -143,39 +143,32 @@ async def update_run(settings: Settings, run: str, update: RunUpdate, *args: int
     return asdict(status)
 
 
-@dataclass(frozen=True)
-class Launch:
-    """How a training run was launched, as it recorded it: enough to bring a stack back to it."""
-
-    run: str
-    environment: str
-    overrides: list[str]  # its `trainer.*` settings, and what the engines serve (the model it trains)
-    import_path: list[str]  # where its environment was imported from
-    model: str
-
-
-async def recorded_launch(settings: Settings, run: str) -> Launch:
-    """How training run `run` was launched (`NotFound` for no such run; a `ControlError` for a run that trains
-    nothing)."""
-    from rollout.control.training import IMPORT_PATH, launch_overrides_of
+async def recorded_launch(settings: Settings, run: str) -> RunLaunch:
+    """How training run `run` was launched, as it recorded it (`NotFound` for no such run; a `ControlError`
+    for a run that trains nothing, or whose record does not pass its checks)."""
+    from rollout.launches import LAUNCHED, RunLaunch
     from rollout.ledger.queries import find_run
+    from rollout.ledger.streams import run_stream
 
     async with ledger_session(settings) as ledger:
         found = await find_run(ledger, run)
+        launched = await ledger.find(run_stream(run), LAUNCHED) if found else None
     if found is None:
         raise NotFound(NO_SUCH_RUN.format(run=run))
-    recorded = dict(found.settings)
-    model = str(recorded.get("trainer.model", ""))
-    if not model:
+    if launched is None:
         raise ControlError(
             f"run {run} trains nothing (it was started by `rollout run start`): follow it with "
             f"`rollout run status {run} --watch`"
         )
-    paths = [p for p in str(recorded.get(IMPORT_PATH, "")).split(os.pathsep) if p]
-    return Launch(run, found.environment, launch_overrides_of(recorded), paths, model)
+    try:
+        return RunLaunch.from_payload(launched.payload)
+    except ValueError as error:
+        raise ControlError(
+            f"run {run}'s launch record is not one rollout wrote, so it is not used: {error}"
+        ) from None
 
 
-def bring_stack_to(settings: Settings, launch: Launch, report: Callable[[str], None]) -> None:
+def bring_stack_to(settings: Settings, launch: RunLaunch, report: Callable[[str], None]) -> None:
     """Start what is missing of the embedded stack of `settings` (which carry `launch.overrides`) for the run:
     an engine and gateway serving another model are restarted on the run's, its trainer with the run's
     settings, the sandboxes its episodes claim."""

@@ -6,8 +6,8 @@ Contract:
   configured), each as a `ControlError` naming the setting.
 - `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
   flight, max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch,
-  advantages) and the launch record (`trainer.*` and what the engines serve, as overrides, and where
-  environments are imported from), so a stack can be brought back to the run (`launch_overrides_of`).
+  advantages) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the engines serve, and
+  where environments are imported from), so a stack can be brought back to the run.
 - `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner,
   trainer, the sandboxes its episodes claim) and refuses an engine already serving another model.
 - `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from rollout.control.connections import connect_temporal, ledger_session, local_model, outlasting
 from rollout.control.errors import ControlError
@@ -38,9 +39,6 @@ if TYPE_CHECKING:
 # s).
 TEMPORAL_OUTAGE_S = 120.0
 LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
-TRAINER_PREFIX = "trainer."
-STACK_PREFIXES = ("services.", "run.")
-IMPORT_PATH = "launch.import_path"
 
 
 def check_training(settings: Settings, environment: str, *, cluster: bool = False) -> Environment:
@@ -129,10 +127,11 @@ def run_input(
     environment: str,
     run: str,
     *,
-    import_path: str = "",
+    import_path: Sequence[str] = (),
     evaluation: EvalInput | None = None,
 ) -> RunInput:
-    from rollout.config import trainer_overrides
+    from rollout.launches import LAUNCH_SECTIONS, RunLaunch
+    from rollout.overrides import overrides_for
     from rollout.workflows.types import RunInput, TrainingSpec
 
     trainer = settings.trainer
@@ -145,45 +144,21 @@ def run_input(
         evaluation=evaluation,
         eval_every=settings.eval.every if evaluation is not None else 0,
     )
-    recorded: dict[str, bool | int | float | str] = {"max_tokens": settings.run.max_tokens}
-    for override in [*trainer_overrides(settings), *serving_overrides(settings)]:
-        key, _, value = override.partition("=")
-        recorded[key] = value
-    if import_path:
-        recorded[IMPORT_PATH] = import_path
+    launch = RunLaunch(
+        run=run,
+        environment=environment,
+        overrides=overrides_for(settings, *LAUNCH_SECTIONS),
+        import_path=[str(Path(entry).resolve()) for entry in import_path if entry],
+    )
     return RunInput(
         run=run,
         environment=environment,
         groups_in_flight=settings.run.groups_in_flight,
         max_lag=settings.run.max_lag,
-        settings=recorded,
+        settings={"max_tokens": settings.run.max_tokens},
         training=training,
+        launch=launch,
     )
-
-
-def serving_overrides(settings: Settings) -> list[str]:
-    """What the stack must be for a run's turns to sample: the engine's model, context and kind; and the
-    groups in flight, which the sandboxes its episodes claim are counted by."""
-    gateway = settings.services.gateway
-    return [
-        f"services.gateway.model={gateway.model}",
-        f"services.gateway.max_context={gateway.max_context}",
-        f"services.engine.kind={settings.engine_kind.value}",
-        f"run.groups_in_flight={settings.run.groups_in_flight}",
-    ]
-
-
-def launch_overrides_of(run_settings: dict[str, Any]) -> list[str]:
-    """The `trainer.*` and serving overrides a run was started with, from its recorded settings (a run
-    recorded before serving was: the engines serve the model it trains)."""
-    launch = [
-        f"{key}={value}"
-        for key, value in sorted(run_settings.items())
-        if key.startswith((TRAINER_PREFIX, *STACK_PREFIXES))
-    ]
-    if "services.gateway.model" not in run_settings and "trainer.model" in run_settings:
-        launch.append(f"services.gateway.model={run_settings['trainer.model']}")
-    return launch
 
 
 async def evaluation(settings: Settings) -> EvalInput | None:

@@ -13,6 +13,7 @@ class Kind(StrEnum):
     """The event kinds the platform writes. Streams may carry other kinds; these are the known ones."""
 
     RUN_CREATED = "RunCreated"
+    RUN_LAUNCHED = "RunLaunched"  # how a training run was launched (rollout.launches), beside its RunCreated
     SETTINGS_CHANGED = "SettingsChanged"
     EPISODE_SCHEDULED = "EpisodeScheduled"
     EPISODE_STARTED = "EpisodeStarted"

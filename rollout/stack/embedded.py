@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import fcntl
 import os
-import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -22,23 +21,15 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import EngineKind, Settings, trainer_overrides
-from rollout.isolation import said
+from rollout.config import Settings
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
-from rollout.stack.dashboard import dashboard_process
-from rollout.stack.engine import check_engine, engine_arguments, engine_overrides
-from rollout.stack.health import (
-    ServiceStatus,
-    blobs_status,
-    engine_serves,
-    http_status,
-    postgres_status,
-    temporal_status,
-)
+from rollout.stack.engine import check_engine
+from rollout.stack.health import ServiceStatus, blobs_status, postgres_status, temporal_status
 from rollout.stack.managed import ManagedProcess
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
-from rollout.stack.sandboxes import is_sandboxes, sandbox_process, sandboxes_status
+from rollout.stack.roles import ROLES, TRAINER, Role
+from rollout.stack.sandboxes import is_sandboxes, sandboxes_role, sandboxes_status
 from rollout.stack.supervisor import (
     ServiceSpec,
     failed_since,
@@ -53,7 +44,6 @@ from rollout.stack.supervisor import (
     wanted,
 )
 from rollout.stack.temporal import EmbeddedTemporal
-from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 LEDGER_OUTAGE_S = 120.0  # the supervisor restarts Postgres within seconds; its backoff tops out at 30 s
 
@@ -72,101 +62,10 @@ class Stack:
             if services.postgres.url
             else EmbeddedPostgres(self.data_dir, services.postgres.host, services.postgres.port)
         )
-        gateway = services.gateway
-        self.engine: ManagedProcess | None = None
-        self.gateway: ManagedProcess | None = None
-        self.runner: ManagedProcess | None = None
-        self.trainer: ManagedProcess | None = None
-        self.import_path: list[str] = []  # where the runner, and the sandboxes, import environments from
-        if gateway.enabled:
-            self.import_path = _runner_import_path(self.data_dir, import_path)
-            python = (sys.executable, "-m", "rollout.cli")
-            common = (
-                f"data_dir={self.data_dir}",
-                f"models_dir={settings.models_dir}",
-                f"log_level={settings.log_level.value}",
-            )
-            # Services connect as the worker role (no UPDATE or DELETE on the ledger) and are not told the
-            # owner's URL: it is theirs only when no worker URL is known (a server of your own without
-            # services.postgres.worker_url).
-            ledger_urls = (f"services.postgres.worker_url={settings.worker_ledger_url}",)
-            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
-            self.engine = ManagedProcess(
-                name="Engine",
-                command=(
-                    *python,
-                    *engine_arguments(settings),
-                    *common,
-                    *engine_overrides(settings),
-                    *ledger_urls,
-                ),
-                data_dir=self.data_dir,
-                host=gateway.engine_host,
-                ports=((gateway.engine_port, "services.gateway.engine_port"),),
-            )
-            self.gateway = ManagedProcess(
-                name="Gateway",
-                command=(
-                    *python,
-                    "gateway",
-                    "--model",
-                    gateway.model,
-                    "--engine-url",
-                    engine_url,
-                    "--host",
-                    gateway.host,
-                    "--port",
-                    str(gateway.port),
-                    "--max-context",
-                    str(gateway.max_context),
-                    *common,
-                    f"services.gateway.max_request_bytes={gateway.max_request_bytes}",
-                    *ledger_urls,
-                    # The operator routes' run control (pause, resume, max_lag) goes to the run's workflow.
-                    f"services.temporal.address={settings.temporal_address}",
-                ),
-                data_dir=self.data_dir,
-                host=gateway.host,
-                ports=((gateway.port, "services.gateway.port"),),
-            )
-            # A runner plays episodes through this gateway; it listens on no port (it polls Temporal).
-            self.runner = ManagedProcess(
-                name="Runner",
-                command=(
-                    *python,
-                    "worker",
-                    "runner",
-                    "--gateway-url",
-                    f"http://{gateway.host}:{gateway.port}",
-                    *common,
-                    *ledger_urls,
-                    f"services.temporal.address={settings.temporal_address}",
-                    # Its command seats run jailed as the sandboxes' commands do.
-                    f"sandbox.isolation={settings.sandbox.isolation.value}",
-                ),
-                data_dir=self.data_dir,
-                host=gateway.host,
-                ports=(),
-                env=(("PYTHONPATH", os.pathsep.join(self.import_path)),),
-            )
-            # The trainer is started by `rollout train` (`start_trainer`), with the `trainer.*` settings it
-            # got.
-            self.trainer = ManagedProcess(
-                name="Trainer",
-                command=(
-                    *python,
-                    "worker",
-                    "trainer",
-                    *common,
-                    *ledger_urls,
-                    f"services.temporal.address={settings.temporal_address}",
-                    *trainer_overrides(settings),
-                ),
-                data_dir=self.data_dir,
-                host=gateway.host,
-                ports=(),
-            )
-        self.monitor = dashboard_process(settings)
+        # Where the runner, and the sandboxes, import environments from.
+        self.import_path = _runner_import_path(self.data_dir, import_path) if services.gateway.enabled else []
+        self.roles = {role.name: role for role in ROLES if role.enabled(settings)}
+        self.processes = {name: role.process(settings, self.import_path) for name, role in self.roles.items()}
         self.temporal = (
             None
             if services.temporal.address
@@ -226,24 +125,15 @@ class Stack:
             # Open ports are not readiness: the frontend answers health checks a little later.
             report("Temporal: waiting until it answers")
             self._wait_until_healthy(self._temporal_status, timeout_s=90)
-        # The rest need only Postgres and Temporal: the supervisor starts them together.
-        together: list[ServiceSpec] = []
-        if self.engine is not None and self.gateway is not None:
-            # The first start converts the model once (about a minute for SmolLM2 on a laptop CPU); vLLM
-            # loading a large model and capturing its CUDA graphs can take many minutes.
-            ready_s = 1800 if self.settings.engine_kind == EngineKind.vllm else 600
-            together += [ServiceSpec.of(self.engine, ready_s), ServiceSpec.of(self.gateway, 120)]
-        if self.runner is not None:
-            # A runner started with a narrower import path is restarted with this one (its episodes in
-            # flight are retried by Temporal on the new runner).
-            together.append(ServiceSpec.of(self.runner, 60))
-        if self.monitor is not None:
-            together.append(ServiceSpec.of(self.monitor, 60))
-        together += [  # those `rollout train` asked for, with its settings
-            spec
-            for spec in wanted(self.data_dir)
-            if (spec.name == "Trainer" and self.trainer is not None) or is_sandboxes(spec.name)
+        # The rest need only Postgres and Temporal: the supervisor starts them together, with those `rollout
+        # train` asked for (its trainer, its sandboxes) as it asked for them.
+        asked = wanted(self.data_dir)
+        together = [
+            self._spec(role)
+            for role in self.roles.values()
+            if not role.on_demand or any(spec.name == role.name for spec in asked)
         ]
+        together += [spec for spec in asked if is_sandboxes(spec.name)]
         self._keep(report, *together)
         open_store(
             self.settings.blob_url,
@@ -315,20 +205,29 @@ class Stack:
                 raise RuntimeError(f"{spec.name} did not come up within {spec.start_timeout_s:.0f}s")
             time.sleep(0.2)
 
+    def _spec(self, role: Role) -> ServiceSpec:
+        return ServiceSpec.of(role.process(self.settings, self.import_path), role.ready_s(self.settings))
+
+    def process(self, name: str) -> ManagedProcess | None:
+        """The process of role `name` (`Engine`, `Gateway`, `Runner`, `Monitor`, `Trainer`) as this stack
+        starts it, or None when its settings run none."""
+        return self.processes.get(name)
+
     def start_trainer(self, *, restart: bool = True) -> None:
         """Have the supervisor run the trainer worker with these settings (restarting one that runs with
         others: a step it was training is retried by Temporal on the same batch, from the last published
         checkpoint). `restart=False` keeps a trainer that already runs, whatever its settings."""
-        if self.trainer is None:
+        trainer = self.processes.get(TRAINER.name)
+        if trainer is None:
             raise RuntimeError(
                 "the embedded stack runs no gateway (services.gateway.enabled=false): no trainer"
             )
         with self._lock():
             self._ensure_supervisor(lambda _: None)
-            current = next((s for s in wanted(self.data_dir) if s.name == "Trainer"), None)
-            if not restart and current is not None and self.trainer.pid() is not None:
+            current = next((s for s in wanted(self.data_dir) if s.name == TRAINER.name), None)
+            if not restart and current is not None and trainer.pid() is not None:
                 return
-            self._keep(lambda _: None, ServiceSpec.of(self.trainer, 120))
+            self._keep(lambda _: None, self._spec(TRAINER))
 
     def keep_sandboxes(
         self, kind: str, *, seats: int, count: int, report: Callable[[str], None] = lambda _: None
@@ -336,12 +235,10 @@ class Stack:
         """Have the supervisor keep `count` sandboxes of `kind` served (rollout.stack.sandboxes): what
         `rollout train` asks for when its environment's episodes claim sandboxes. Another count of a kind
         replaces its service."""
-        process = sandbox_process(
-            self.settings, kind=kind, seats=seats, count=count, import_path=self.import_path
-        )
+        role = sandboxes_role(kind, seats=seats, count=count)
         with self._lock():
             self._ensure_supervisor(report)
-            self._keep(report, ServiceSpec.of(process, 60))
+            self._keep(report, self._spec(role))
 
     @staticmethod
     def _wait_until_healthy(check: Callable[[], ServiceStatus], timeout_s: float) -> ServiceStatus:
@@ -365,8 +262,8 @@ class Stack:
             sandboxes = [process_of(self.data_dir, s) for s in wanted(self.data_dir) if is_sandboxes(s.name)]
             unwant_all(self.data_dir)
             state_path(self.data_dir).unlink(missing_ok=True)
-            for process in (*sandboxes, self.monitor, self.trainer, self.runner, self.gateway, self.engine):
-                if process is not None and process.pid() is not None:
+            for process in (*sandboxes, *reversed(self.processes.values())):
+                if process.pid() is not None:
                     report(f"{process.name}: stopping")
                     process.stop()
                     stopped.append(process.name.lower())
@@ -418,69 +315,20 @@ class Stack:
             self._temporal_status(),
             blobs_status(self.settings),
         ]
-        gateway = self.settings.services.gateway
-        if self.engine is not None and self.gateway is not None:
-            engine_url = f"http://{gateway.engine_host}:{gateway.engine_port}"
-            services.append(http_status("engine", self.engine.pid(), engine_url, engine_serves(engine_url)))
-            services.append(
-                http_status(
-                    "gateway",
-                    self.gateway.pid(),
-                    f"http://{gateway.host}:{gateway.port}",
-                    "agents use /s/TOKEN/v1 (`rollout seat new`)",
-                )
-            )
-        if self.runner is not None:
-            pid = self.runner.pid()
-            services.append(
-                ServiceStatus(
-                    name="runner",
-                    mode="embedded",
-                    address=f"queue {RUNNER_QUEUE}",
-                    healthy=pid is not None,
-                    detail=f"plays episodes (`rollout run start ENV`); {said(self.settings.sandbox.isolation)}"
-                    if pid
-                    else "not running",
-                    pid=pid,
-                )
-            )
-        if self.monitor is not None:
-            monitor = self.settings.services.monitor
-            services.append(
-                http_status(
-                    "monitor",
-                    self.monitor.pid(),
-                    f"http://{monitor.host}:{monitor.port}",
-                    "the dashboard: runs, transcripts, checkpoints, evals, machines (`rollout monitor`)",
-                    health="/_stcore/health",
-                )
-            )
-        if self.trainer is not None:
-            pid = self.trainer.pid()
-            if pid is not None or any(spec.name == "Trainer" for spec in wanted(self.data_dir)):
-                services.append(
-                    ServiceStatus(
-                        name="trainer",
-                        mode="embedded",
-                        address=f"queue {TRAINER_QUEUE}",
-                        healthy=pid is not None,
-                        detail=f"trains {self._trainer_model()} (`rollout train`)" if pid else "not running",
-                        pid=pid,
-                    )
-                )
+        asked = {spec.name: spec for spec in wanted(self.data_dir)}
+        for name, role in self.roles.items():
+            pid = self.processes[name].pid()
+            if role.on_demand and pid is None and name not in asked:
+                continue  # a trainer no `rollout train` asked for
+            # What it runs with: as the supervisor was asked to run it (a trainer: for a run's settings).
+            command = asked[name].command if name in asked else self.processes[name].command
+            services.append(role.status(self.settings, pid, command))
         services += [
-            sandboxes_status(spec, process_of(self.data_dir, spec).pid())
-            for spec in wanted(self.data_dir)
+            sandboxes_status(self.settings, process_of(self.data_dir, spec).pid(), spec.command)
+            for spec in asked.values()
             if is_sandboxes(spec.name)
         ]
         return services
-
-    def _trainer_model(self) -> str:
-        """The model the trainer the supervisor runs was started to train (a run's recorded settings, which
-        may not be these settings' `trainer.model`)."""
-        running = next((s for s in wanted(self.data_dir) if s.name == "Trainer"), None)
-        given = [a for a in (running.command if running else ()) if a.startswith("trainer.model=")]
-        return given[-1].partition("=")[2] if given else self.settings.trainer.model
 
     def _temporal_status(self) -> ServiceStatus:
         return temporal_status(

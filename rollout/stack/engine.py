@@ -1,56 +1,22 @@
-"""The engine the embedded stack starts for its gateway: `rollout engine serve` of the kind the settings
-choose.
+"""Whether the engine the embedded stack would start for its gateway can run on this machine.
 
 Contract:
-- `engine_arguments(settings)` are the `rollout engine serve` arguments for `settings.engine_kind` (local,
-  vllm or tinker) serving services.gateway.model at services.gateway.engine_host:engine_port, its follower
-  giving way to the GPU lease in one-GPU mode (`gpu.mode=shared`). The engine process reads services.engine.*
-  itself.
+- The engine is the stack's `Engine` role (rollout.stack.roles): `rollout engine serve` reads its kind
+  (`settings.engine_kind`: local, vllm or tinker), model, address, device and GPU lease from the settings.
 - `engine_problem(settings)` says, in one line, why that engine cannot run here (vllm without the `vllm`
   extra, a bitsandbytes base without `vllm-bnb-plugin` in the Python that runs `vllm`, vllm without a CUDA
   GPU, tinker without TINKER_API_KEY) and what to do instead; None when it can. The stack checks it
   (`check_engine`, raising `EngineNotRunnableError`) before it starts anything.
-- `engine_overrides(settings)` carry services.engine.* (and the context length) to the engine process.
 """
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
-from dataclasses import fields
 from pathlib import Path
-from typing import cast
 
 from rollout.config import EngineKind, Settings
-
-
-def engine_arguments(settings: Settings) -> tuple[str, ...]:
-    gateway, engine = settings.services.gateway, settings.services.engine
-    kind = settings.engine_kind
-    arguments = [
-        "engine",
-        "serve",
-        "--kind",
-        kind.value,
-        "--model",
-        gateway.model,
-        "--host",
-        gateway.engine_host,
-        "--port",
-        str(gateway.engine_port),
-    ]
-    if kind == EngineKind.local and engine.device:
-        arguments += ["--device", engine.device]
-    if kind == EngineKind.tinker:
-        if settings.trainer.tinker_base_model:
-            arguments += ["--tinker-base-model", settings.trainer.tinker_base_model]
-        if settings.trainer.tinker_url:
-            arguments += ["--tinker-url", settings.trainer.tinker_url]
-    if settings.gpu_lease:
-        arguments += ["--gpu", settings.gpu_lease]
-    return tuple(arguments)
 
 
 def has_cuda_gpu() -> bool:
@@ -116,17 +82,3 @@ def check_engine(settings: Settings) -> None:
     """Refuse, before the stack starts anything, an engine that cannot run here."""
     if settings.services.gateway.enabled and (problem := engine_problem(settings)) is not None:
         raise EngineNotRunnableError(problem)
-
-
-def engine_overrides(settings: Settings) -> tuple[str, ...]:
-    """The settings the engine process reads itself: services.engine.*, and the context vLLM is sized for."""
-    engine = settings.services.engine
-    out = [f"services.gateway.max_context={settings.services.gateway.max_context}"]
-    for spec in fields(engine):
-        value = getattr(engine, spec.name)
-        if isinstance(value, list):
-            text = json.dumps([str(item) for item in cast(list[object], value)])
-        else:
-            text = "null" if value is None else str(value.value if hasattr(value, "value") else value)
-        out.append(f"services.engine.{spec.name}={text}")
-    return tuple(out)

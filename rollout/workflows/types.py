@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rollout import defaults
+from rollout.launches import RunLaunch
 from rollout.records import Payload
 from rollout.rl.advantages import AdvantageKind
 from rollout.run_settings import max_lag_of
@@ -174,6 +175,7 @@ class RunInput:
     max_lag: int = defaults.MAX_LAG
     settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
     training: TrainingSpec | None = None
+    launch: RunLaunch | None = None  # how `rollout train` launched it, recorded as an event of its own
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts

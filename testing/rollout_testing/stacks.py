@@ -30,8 +30,9 @@ def isolated_settings(data_dir: Path) -> config.Settings:
 
 
 def monitor_overrides(settings: config.Settings, models_dir: Path) -> list[str]:
-    """A stack's settings as its dashboard gets them (rollout.stack.dashboard), with the tiny model's
-    tokenizer for the transcripts."""
-    from rollout.stack.dashboard import dashboard_overrides
+    """A stack's settings as its dashboard gets them (rollout.stack.roles), with the tiny model's tokenizer
+    for the transcripts."""
+    from rollout.stack.roles import MONITOR, STACK_SECTIONS, service_overrides
 
-    return [*dashboard_overrides(settings), f"models_dir={models_dir}", "services.gateway.model=tiny-qwen3"]
+    given = service_overrides(settings, *STACK_SECTIONS, *MONITOR.reads)
+    return [*given, f"models_dir={models_dir}", "services.gateway.model=tiny-qwen3"]
