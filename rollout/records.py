@@ -40,6 +40,17 @@ def _defaulted(cls: type) -> frozenset[str]:
 
 
 @cache
+def _omitted_defaults(cls: type[Payload]) -> dict[str, Any]:
+    """The defaults of `cls.OMITTED_AT_DEFAULT`, by field name (made once per class)."""
+    defaults: dict[str, Any] = {}
+    for spec in dataclasses.fields(cls):  # pyright: ignore[reportArgumentType]
+        if spec.name in cls.OMITTED_AT_DEFAULT:
+            factory = spec.default_factory
+            defaults[spec.name] = spec.default if factory is dataclasses.MISSING else factory()
+    return defaults
+
+
+@cache
 def _adapter(cls: type) -> TypeAdapter[Any]:
     from pydantic import TypeAdapter
 
@@ -58,17 +69,9 @@ class Payload:
 
     def to_payload(self) -> dict[str, Any]:
         encoded: dict[str, Any] = _adapter(type(self)).dump_python(self, mode="json")
-        if self.OMITTED_AT_DEFAULT:
-            defaults = {f.name: f for f in dataclasses.fields(self)}  # type: ignore[arg-type]
-            for name in self.OMITTED_AT_DEFAULT:
-                spec = defaults[name]
-                default = (
-                    spec.default_factory()
-                    if spec.default_factory is not dataclasses.MISSING
-                    else spec.default
-                )
-                if getattr(self, name) == default:
-                    encoded.pop(name, None)
+        for name, default in _omitted_defaults(type(self)).items():
+            if getattr(self, name) == default:
+                encoded.pop(name, None)
         return encoded | self.markers()
 
     @classmethod
