@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import random
 import re
+from dataclasses import replace
 
 from arithmetic import Arithmetic
 from rollout.contracts import Message, ToolSpec
@@ -77,13 +78,11 @@ def easy_question(rng: random.Random) -> TaskParameters:
 
 # The quickstart's task (README): one-digit sums, so the curve of a small model on a laptop CPU rises within
 # minutes.
-easy = Environment(
+# The same task, reward and seats as `environment`, on easier questions.
+easy = replace(
+    environment,
     name="arithmetic-easy",
-    make_task=lambda parameters, agent: ShapedArithmetic(parameters),
     source=Generator(easy_question),
     eval_source=Generator(easy_question, seed=EVAL_SEED),
-    group_size=4,
-    max_turns=1,
     description="One-digit sums; reward 1 when the reply is exactly the answer, partial credit below 0.5.",
-    scripted_reply=solve,
 )
