@@ -22,6 +22,10 @@ Contract:
   replies). An environment with outside state (a live world) sets it False: a retried attempt is abandoned and
   a fresh one starts.
 - `load_environment` raises `EnvironmentLoadError` naming the reference and what is wrong with it.
+- `AgentSeatSpec` and `SandboxSpec` are what workflow code knows of an environment's seats and sandbox
+  (rollout.workflows.types.EnvironmentInfo): they cross Temporal's JSON data converter as they are (strings,
+  numbers, tuples, `JailLimits`), and this module imports only the standard library and light core modules
+  at run time (what a `Task` or a `Message` is matters to type checkers only), so workflow code may import it.
 """
 
 from __future__ import annotations
@@ -30,11 +34,14 @@ import abc
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING
 
-from rollout.contracts import Message, ToolSpec
-from rollout.harness import Task
 from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.references import ReferenceLoadError, import_reference
+
+if TYPE_CHECKING:  # annotations only: workflow code imports this module, and pydantic is not light
+    from rollout.contracts import Message, ToolSpec
+    from rollout.harness import Task
 
 # The author API: what an environment's author imports (kept stable across releases).
 __all__ = [

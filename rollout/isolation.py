@@ -11,7 +11,7 @@ Contract:
   the gateway's routes of the seat that acts (`gateway`), and `endpoints`, each a `host:port` bridged to the
   same port on the jail's loopback. `SandboxNetwork.parse` takes what an environment writes ("none",
   "gateway", or a list of those and `host:port`) and refuses anything else; `entries()` is the same list back,
-  as it crosses the Temporal boundary and a claim's `/open`.
+  as a claim's `/open` takes it.
 """
 
 from __future__ import annotations

@@ -5,13 +5,15 @@ policy with seats that train."""
 from __future__ import annotations
 
 import pytest
+from temporalio.converter import default as default_converter
 
 from rollout.activities.agent_loop import TaskFailed
 from rollout.activities.conversations import conversations, untrained
-from rollout.environment import AgentSeatSpec, Dataset, Environment
+from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
+from rollout.isolation import JailLimits
 from rollout.ledger.payloads import SampledTurn
 from rollout.workflows.run import trained_policies
-from rollout.workflows.types import AgentInfo, EnvironmentInfo
+from rollout.workflows.types import AgentInput, EnvironmentInfo
 from tests.example_envs import Coin
 
 
@@ -57,10 +59,10 @@ def test_command_seats_train_and_pinned_or_external_model_seats_do_not() -> None
         reference="x:y",
         name="seats",
         agents=[
-            AgentInfo("claude", policy="coder", command=True),
-            AgentInfo("builtin", policy="coder"),
-            AgentInfo("old", policy="coder", checkpoint="coder-step000003"),
-            AgentInfo("judge", policy="judge", model="anthropic/claude-sonnet-4-5"),
+            AgentSeatSpec("claude", policy="coder", command=("claude", "-p")),
+            AgentSeatSpec("builtin", policy="coder"),
+            AgentSeatSpec("old", policy="coder", checkpoint="coder-step000003"),
+            AgentSeatSpec("judge", policy="judge", model="anthropic/claude-sonnet-4-5"),
         ],
         group_size=2,
         max_turns=4,
@@ -68,6 +70,25 @@ def test_command_seats_train_and_pinned_or_external_model_seats_do_not() -> None
     )
     assert trained_policies(info) == ["coder"]
     assert info.external_model_settings() == {"external_model/judge": "anthropic/claude-sonnet-4-5"}
+
+
+def test_an_environments_seats_and_sandbox_cross_temporal_as_they_are() -> None:
+    """Workflow code gets the environment's own `AgentSeatSpec`s and `SandboxSpec`: Temporal's JSON converter
+    gives them back equal (tuples, the limits, a network of one entry or several)."""
+    command = AgentSeatSpec("claude", policy="coder", command=("claude", "-p"), readable=("/opt/x",))
+    model = AgentSeatSpec("judge", policy="judge", model="anthropic/claude-sonnet-4-5")
+    sandboxes = [
+        SandboxSpec("shell", seats=2, limits=JailLimits(processes=64), network=("gateway", "db.local:5432")),
+        SandboxSpec("shell", seats=2, network="gateway"),
+        None,
+    ]
+    converter = default_converter().payload_converter
+    for sandbox in sandboxes:
+        info = EnvironmentInfo("x:y", "seats", [command, model], 2, 4, replayable=False, sandbox=sandbox)
+        given = AgentInput("r", "e", 0, info, command)
+        (back,) = converter.from_payloads(converter.to_payloads([given]), [AgentInput])
+        assert back == given
+        assert back.agent.command == ("claude", "-p") and back.environment.agents[1].model is not None
 
 
 def test_an_external_model_seat_is_checked_when_the_environment_is_made() -> None:

@@ -41,7 +41,7 @@ from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
 from rollout.config import SandboxIsolation
-from rollout.environment import Environment, EnvironmentLoadError, load_environment
+from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
 from rollout.launches import LAUNCHED
@@ -63,7 +63,6 @@ from rollout.workflows import runner_stubs
 from rollout.workflows.types import (
     AbandonInput,
     AgentAttempt,
-    AgentInfo,
     AgentResult,
     ClaimInput,
     EnvironmentInfo,
@@ -72,7 +71,6 @@ from rollout.workflows.types import (
     EpisodeResult,
     RunInput,
     SandboxGrant,
-    SandboxNeed,
     SettingsChange,
     episode_record,
     run_policy,
@@ -110,33 +108,14 @@ class RunnerActivities:
     async def describe_environment(self, reference: str) -> EnvironmentInfo:
         async with heartbeating():
             environment = await asyncio.to_thread(_load, reference)
-        agents = [
-            AgentInfo(
-                name=a.name, policy=a.policy, checkpoint=a.checkpoint, command=bool(a.command), model=a.model
-            )
-            for a in environment.agents
-        ]
-        box = environment.sandbox
-        need = (
-            SandboxNeed(
-                kind=box.kind,
-                seats=box.seats,
-                wait_s=box.wait_s,
-                ttl_s=box.ttl_s,
-                limits=box.limits.as_json() if box.limits else None,
-                network=box.access.entries(),
-            )
-            if box
-            else None
-        )
         return EnvironmentInfo(
             reference=reference,
             name=environment.name,
-            agents=agents,
+            agents=list(environment.agents),
             group_size=environment.group_size,
             max_turns=environment.max_turns,
             replayable=environment.replayable,
-            sandbox=need,
+            sandbox=environment.sandbox,
         )
 
     @activity.defn(name=runner_stubs.create_run.__name__)
@@ -395,7 +374,7 @@ def _load(reference: str) -> Environment:
         raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
 
 
-async def _open(key: bytes, need: SandboxNeed, claim: SandboxClaim) -> None:
+async def _open(key: bytes, need: SandboxSpec, claim: SandboxClaim) -> None:
     # Opening under the new epoch resets the world, and fences off whoever held the sandbox before.
     box = claim.sandbox
     async with SandboxClient(
@@ -410,7 +389,10 @@ async def _open(key: bytes, need: SandboxNeed, claim: SandboxClaim) -> None:
         ),
         timeout_s=60,
     ) as client:
-        await client.open(limits=need.limits, network=need.network)
+        # The claim's `/open` takes the spec as JSON.
+        await client.open(
+            limits=need.limits.as_json() if need.limits else None, network=need.access.entries()
+        )
 
 
 def _claim_of(grant: SandboxGrant) -> SandboxClaim:

@@ -61,8 +61,9 @@ def runner_worker(
         workflows=WORKFLOWS,
         activities=[*activities.all(), *EvalActivities(ledger).all()],
         max_concurrent_activities=max_concurrent_activities,
-        # The workflow modules import only the standard library, temporalio and rollout.workflows, and are
-        # deterministic by construction; the sandbox's per-run module reloads cost ~25 ms of CPU per workflow
-        # task on a 2-core machine, a third of a one-turn episode's overhead (benchmarks/RESULTS.md).
+        # The workflow modules import only the standard library, temporalio, rollout.workflows and light core
+        # records (rollout.environment, rollout.records, ...), and are deterministic by construction; the
+        # sandbox's per-run module reloads cost ~25 ms of CPU per workflow task on a 2-core machine, a third
+        # of a one-turn episode's overhead (benchmarks/RESULTS.md).
         workflow_runner=UnsandboxedWorkflowRunner(),
     )

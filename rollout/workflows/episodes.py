@@ -91,6 +91,7 @@ async def play_seat(given: AgentInput) -> AgentResult:
     """One agent's play, with its attempts (workflow code: runs in `AgentWorkflow`, or inline in a one-seat
     episode's `EpisodeWorkflow`)."""
     seat = _seat(given)
+    # A seat naming a command (a non-empty `AgentSeatSpec.command`) plays its own loop: never replayed.
     replayable = given.environment.replayable and not given.agent.command
     attempts = 1 if replayable else FRESH_ATTEMPTS
     for attempt in range(1, attempts + 1):

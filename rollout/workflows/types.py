@@ -1,4 +1,5 @@
-"""The small values workflows and activities pass each other: ids, names, numbers. Never transcripts or
+"""The small values workflows and activities pass each other: ids, names, numbers, and an environment's own
+seat and sandbox records (rollout.environment's `AgentSeatSpec`, `SandboxSpec`). Never transcripts or
 tensors.
 
 Every id here is a business key computed in workflow code (run, episode, group, agent, attempt), so an
@@ -10,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rollout import defaults
+from rollout.environment import AgentSeatSpec, SandboxSpec
 from rollout.launches import RunLaunch
 from rollout.records import Payload
 from rollout.rl.advantages import AdvantageKind
@@ -21,32 +23,6 @@ def run_policy(run: str, policy: str) -> str:
     """A policy as the ledger names it: each run trains its own lineage (`{run}/{policy}`), so two runs that
     both train "default" never share checkpoints or staleness bounds."""
     return f"{run}/{policy}"
-
-
-@dataclass
-class AgentInfo:
-    name: str
-    policy: str = "default"
-    checkpoint: str | None = None
-    command: bool = False  # played by an external command (Claude Code, Codex, a script)
-    model: str | None = None  # answered by a model the platform does not train (LiteLLM), never trained
-
-    @property
-    def trainable(self) -> bool:
-        return self.checkpoint is None and self.model is None
-
-
-@dataclass
-class SandboxNeed:
-    """The sandbox an episode claims before its agents play: a kind, seats (one per agent), how long to
-    wait."""
-
-    kind: str
-    seats: int
-    wait_s: float = 300.0
-    ttl_s: float = 60.0
-    limits: dict[str, int] | None = None  # the environment's JailLimits, as JSON (None: the kind's own)
-    network: list[str] = field(default_factory=list[str])  # SandboxNetwork.entries() ([]: none)
 
 
 @dataclass
@@ -64,20 +40,21 @@ class SandboxGrant:
 class ClaimInput:
     run: str
     episode: str
-    need: SandboxNeed
+    need: SandboxSpec
 
 
 @dataclass
 class EnvironmentInfo:
-    """What workflow code needs to know about an environment (found by an activity that imports it)."""
+    """What workflow code needs to know about an environment (found by an activity that imports it): its seats
+    and its sandbox are the environment's own records."""
 
     reference: str
     name: str
-    agents: list[AgentInfo]
+    agents: list[AgentSeatSpec]
     group_size: int
     max_turns: int
     replayable: bool
-    sandbox: SandboxNeed | None = None
+    sandbox: SandboxSpec | None = None
     tasks: str = "train"  # which of its task sources episodes draw from: train, eval (held out), seed:N
 
     def external_model_settings(self) -> dict[str, str]:
@@ -96,7 +73,7 @@ class AgentInput:
     episode: str
     group: int
     environment: EnvironmentInfo
-    agent: AgentInfo
+    agent: AgentSeatSpec
     sandbox: SandboxGrant | None = None
     sandbox_seat: int = 0
 
