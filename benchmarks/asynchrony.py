@@ -45,9 +45,10 @@ async def _train(
 ) -> dict[str, Any]:
     from rollout.ledger import Kind
     from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
-    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.names import run_policy, run_workflow_id
     from rollout.workflows.run import RunWorkflow
-    from rollout.workflows.types import RunInput, TrainingSpec, run_policy
+    from rollout.workflows.run_types import RunInput
+    from rollout.workflows.training_types import TrainingSpec
 
     run = f"async-lag{max_lag}-{uuid.uuid4().hex[:6]}"
     given = RunInput(

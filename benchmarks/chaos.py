@@ -142,7 +142,7 @@ def ledger_counts(settings: Any, run: str) -> dict[str, Any]:
         policy_checkpoints_stream,
         run_episodes_stream,
     )
-    from rollout.workflows.types import run_policy
+    from rollout.workflows.names import run_policy
 
     async def read() -> dict[str, Any]:
         policy = run_policy(run, POLICY_NAME)

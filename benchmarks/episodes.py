@@ -73,7 +73,7 @@ async def _run(
 ) -> tuple[Any, float]:
     from rollout.workflows.names import run_workflow_id
     from rollout.workflows.run import RunWorkflow
-    from rollout.workflows.types import RunInput
+    from rollout.workflows.run_types import RunInput
 
     run = f"bench-{uuid.uuid4().hex[:8]}"
     started = time.perf_counter()

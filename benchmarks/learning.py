@@ -94,7 +94,7 @@ async def _curve(ledger_url: str, run: str, *, skipped: bool = False) -> list[di
     had no signal (no checkpoint, `trained` false, `metrics` empty), at the time their batch was assembled."""
     from rollout.ledger import Kind, Ledger
     from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
-    from rollout.workflows.types import run_policy
+    from rollout.workflows.names import run_policy
 
     policy = run_policy(run, "default")
     async with await Ledger.connect(ledger_url) as ledger:

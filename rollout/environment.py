@@ -23,9 +23,10 @@ Contract:
   a fresh one starts.
 - `load_environment` raises `EnvironmentLoadError` naming the reference and what is wrong with it.
 - `AgentSeatSpec` and `SandboxSpec` are what workflow code knows of an environment's seats and sandbox
-  (rollout.workflows.types.EnvironmentInfo): they cross Temporal's JSON data converter as they are (strings,
-  numbers, tuples, `JailLimits`), and this module imports only the standard library and light core modules
-  at run time (what a `Task` or a `Message` is matters to type checkers only), so workflow code may import it.
+  (rollout.workflows.episode_types.EnvironmentInfo): they cross Temporal's JSON data converter as they are
+  (strings, numbers, tuples, `JailLimits`), and this module imports only the standard library and light core
+  modules at run time (what a `Task` or a `Message` is matters to type checkers only), so workflow code may
+  import it.
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ from rollout.stack.embedded import Stack
 from rollout.workflows import runner_stubs
 from rollout.workflows.names import agent_workflow_id, episode_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput, RunStatus
 from rollout_testing.cluster import Cluster
 from rollout_testing.stacks import isolated_settings
 

@@ -24,9 +24,10 @@ from rollout.ledger.queries import find_lease
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream, run_batches_stream, trainer_lease
 from rollout.serving import ServingAck
 from rollout.training.checkpoints import publish_checkpoint
-from rollout.workflows.names import run_workflow_id, training_workflow_id
+from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.training_types import TrainingSpec
 from rollout_testing.cluster import Cluster, Service
 from tests.test_chaos_episodes import wait_for
 

@@ -21,7 +21,7 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import run_stream
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput
+from rollout.workflows.run_types import RunInput
 from rollout_testing.stacks import monitor_overrides
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")

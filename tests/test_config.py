@@ -2,7 +2,7 @@ import pytest
 
 from rollout import config
 from rollout.run_settings import BadRunSetting, RunSettings
-from rollout.workflows.types import RunInput
+from rollout.workflows.run_types import RunInput
 
 
 def test_overrides_compose_onto_the_defaults() -> None:

@@ -35,16 +35,12 @@ from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
 from rollout.workflows import runner_stubs
 from rollout.workflows.client import run_handle, start_run
+from rollout.workflows.episode_types import AgentAttempt
 from rollout.workflows.episodes import EpisodeWorkflow
-from rollout.workflows.names import episode_id, episode_workflow_id, run_workflow_id
+from rollout.workflows.names import episode_id, episode_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import (
-    AgentAttempt,
-    AssembleInput,
-    RunInput,
-    RunStatus,
-    run_policy,
-)
+from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.training_types import AssembleInput
 from tests.gatewayutil import serve_gateway
 from tests.sandboxutil import SANDBOX_KEY
 

@@ -20,10 +20,11 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events, find_run, read_all, run_turns
 from rollout.ledger.streams import SERVING_REQUESTS, eval_results_stream, run_batches_stream
 from rollout.serving import ServingTarget, desired
+from rollout.workflows.eval_types import EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
-from rollout.workflows.names import eval_workflow_id, run_workflow_id
+from rollout.workflows.names import eval_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import EvalOutcome, RunStatus, run_policy
+from rollout.workflows.run_types import RunStatus
 from tests.test_training_loop import run_input, training_loop
 
 

@@ -17,7 +17,8 @@ from rollout.ledger.payloads import (
     episode_ended,
     turn_recorded,
 )
-from rollout.workflows.types import BatchInfo, EpisodeRecord, EpisodeResult
+from rollout.workflows.episode_types import EpisodeRecord, EpisodeResult
+from rollout.workflows.training_types import BatchInfo
 
 SAMPLED = {
     "seat": "r/g000000-0/solver",

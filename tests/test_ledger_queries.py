@@ -35,7 +35,8 @@ from rollout.ledger.streams import (
     seat_stream,
 )
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
-from rollout.workflows.types import BatchInfo, run_policy
+from rollout.workflows.names import run_policy
+from rollout.workflows.training_types import BatchInfo
 
 
 def unique(prefix: str) -> str:

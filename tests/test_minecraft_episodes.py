@@ -24,7 +24,7 @@ from rollout.ledger.streams import run_episodes_stream
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import agent_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput, RunStatus
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import play_attempts, seat_turns, wait_for
 

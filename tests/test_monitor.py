@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest
 from rollout.config import Settings
 from rollout.monitor.context import OVERRIDES_VARIABLE
 from rollout.net import free_port
-from rollout.workflows.types import run_policy
+from rollout.workflows.names import run_policy
 
 APP = str(Path(__file__).resolve().parent.parent / "rollout" / "monitor" / "app.py")
 

@@ -26,9 +26,9 @@ from rollout.config import Settings
 from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run
 from rollout.net import free_port
-from rollout.workflows.names import run_workflow_id
+from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, run_policy
+from rollout.workflows.run_types import RunInput
 from rollout_testing.stacks import monitor_overrides
 from tests.test_training_loop import training_loop
 

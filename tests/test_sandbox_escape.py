@@ -30,7 +30,7 @@ from rollout.ledger.streams import run_episodes_stream
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput, RunStatus
 from rollout_testing.cluster import Cluster
 from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SHELL_FILE_LIMIT, TARGETS, attacks
 

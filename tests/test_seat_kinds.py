@@ -12,8 +12,8 @@ from rollout.activities.conversations import conversations, untrained
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
 from rollout.isolation import JailLimits
 from rollout.ledger.payloads import SampledTurn
+from rollout.workflows.episode_types import AgentInput, EnvironmentInfo
 from rollout.workflows.run import trained_policies
-from rollout.workflows.types import AgentInput, EnvironmentInfo
 from tests.example_envs import Coin
 
 

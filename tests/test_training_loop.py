@@ -39,9 +39,10 @@ from rollout.rl.losses import LossConfig
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
-from rollout.workflows.names import run_workflow_id
+from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.training_types import TrainingSpec
 from tests.sandboxutil import SANDBOX_KEY
 
 

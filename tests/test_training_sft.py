@@ -17,7 +17,7 @@ from rollout.rl.losses import LossConfig
 from rollout.training.checkpoints import fetch_checkpoint, find_checkpoint
 from rollout.training.local import LocalTrainer, LocalTrainerConfig
 from rollout.training.sft import ConversationError, SftConfig, read_conversations
-from rollout.workflows.types import run_policy
+from rollout.workflows.names import run_policy
 from tests.test_cli_stack import rollout
 
 

@@ -48,9 +48,10 @@ from rollout.rl.segments import TrainingSegment
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
-from rollout.workflows.names import run_workflow_id
+from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus, TrainingSpec, run_policy
+from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.training_types import TrainingSpec
 from rollout_testing.tinker_service import FakeTinkerState, build_app
 from rollout_testing.tinker_training import FakeTinkerTraining
 

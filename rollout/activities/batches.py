@@ -24,7 +24,7 @@ from rollout.rl.advantages import AdvantageKind
 from rollout.rl.batches import AgentEpisode, Batch, assemble_batch
 from rollout.rl.segments import segments_from_turns
 from rollout.rl.selection import EpisodeRecordView, ready_groups
-from rollout.workflows.types import AssembleInput, BatchInfo
+from rollout.workflows.training_types import AssembleInput, BatchInfo
 
 
 def _episode_records(events: Sequence[RecordedEvent]) -> dict[str, EpisodeEnded]:

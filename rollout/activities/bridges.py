@@ -30,7 +30,7 @@ from rollout.serving import EngineStates, ServingTarget
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
 from rollout.training.checkpoints import files_of, find_checkpoint
 from rollout.workflows import trainer_stubs
-from rollout.workflows.types import BridgeInput, BridgeResult, ServedWait
+from rollout.workflows.training_types import BridgeInput, BridgeResult, ServedWait
 
 SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
 

@@ -30,7 +30,7 @@ from rollout.ledger.queries import read_all
 from rollout.ledger.streams import SERVING_REQUESTS, run_episodes_stream
 from rollout.serving import EngineStates, ServingRequest
 from rollout.workflows import runner_stubs
-from rollout.workflows.types import CheckpointChoice, EvalLookup, EvalRecordInput, EvalScore, ServingHold
+from rollout.workflows.eval_types import CheckpointChoice, EvalLookup, EvalRecordInput, EvalScore, ServingHold
 
 
 class EvalActivities:

@@ -35,7 +35,7 @@ from rollout.rl.losses import LossConfig
 from rollout.serving import EngineStates
 from rollout.training.checkpoints import CheckpointRecord, fetch_checkpoint
 from rollout.training.local import LocalTrainerConfig, OneProcess, Trainer, TrainerBuilder
-from rollout.workflows.types import TrainStepInput
+from rollout.workflows.training_types import TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0
 ENGINES_ASLEEP_S = 120.0

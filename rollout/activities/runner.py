@@ -60,7 +60,7 @@ from rollout.sandbox import (
 )
 from rollout.sandbox.keys import claim_secret
 from rollout.workflows import runner_stubs
-from rollout.workflows.types import (
+from rollout.workflows.episode_types import (
     AbandonInput,
     AgentAttempt,
     AgentResult,
@@ -69,12 +69,11 @@ from rollout.workflows.types import (
     EpisodeInput,
     EpisodeRecord,
     EpisodeResult,
-    RunInput,
     SandboxGrant,
-    SettingsChange,
     episode_record,
-    run_policy,
 )
+from rollout.workflows.names import run_policy
+from rollout.workflows.run_types import RunInput, SettingsChange
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, NonFiniteLoss, policy_loss
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
-from rollout.workflows.types import TrainStepInput
+from rollout.workflows.training_types import TrainStepInput
 
 if TYPE_CHECKING:
     from tinker import ServiceClient, TrainingClient

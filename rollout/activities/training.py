@@ -42,7 +42,7 @@ from rollout.training.checkpoints import (
     publish_checkpoint,
 )
 from rollout.workflows import trainer_stubs
-from rollout.workflows.types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
+from rollout.workflows.training_types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
 
 # Publish a trained step: the checkpoint's directory and the provider's metrics in, the published record out.
 type Publish = Callable[[Path, dict[str, float]], Awaitable[CheckpointRecord]]

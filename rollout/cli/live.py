@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 
     from rollout.config import Settings
     from rollout.workflows.run import RunWorkflow
-    from rollout.workflows.types import RunStatus
+    from rollout.workflows.run_types import RunStatus
 
 PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (and whenever a step lands)
 

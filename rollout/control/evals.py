@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from rollout.evals.scoring import Change
     from rollout.ledger import Ledger
     from rollout.stack.embedded import Stack
-    from rollout.workflows.types import EvalInput, EvalOutcome
+    from rollout.workflows.eval_types import EvalInput, EvalOutcome
 
 
 def eval_input(
@@ -44,7 +44,7 @@ def eval_input(
     """The `EvalWorkflow` input that scores `suite` on `checkpoint` (a reference, resolved when it runs);
     `max_tokens` caps the turns of environments whose suite sets none (`run.max_tokens`); a checkpoint with no
     serving target is bridged to `bridge_formats` (default: lora)."""
-    from rollout.workflows.types import EvalInput, EvalTarget
+    from rollout.workflows.eval_types import EvalInput, EvalTarget
 
     targets = [
         EvalTarget(

@@ -14,9 +14,9 @@ from typing import TYPE_CHECKING
 
 from rollout.control.errors import ControlError
 from rollout.workflows.client import failure_reason
+from rollout.workflows.episode_types import EnvironmentInfo
 from rollout.workflows.names import RUNNER_QUEUE, preflight_workflow_id
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
-from rollout.workflows.types import EnvironmentInfo
 
 if TYPE_CHECKING:
     from temporalio.client import Client

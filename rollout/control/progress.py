@@ -22,7 +22,7 @@ from rollout.ledger.streams import (
     run_episodes_stream,
 )
 from rollout.serving import ServingAck
-from rollout.workflows.types import run_policy
+from rollout.workflows.names import run_policy
 
 
 @dataclass

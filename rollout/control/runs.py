@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from rollout.launches import RunLaunch
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.workflows.client import RunUpdate
-    from rollout.workflows.types import RunStatus
+    from rollout.workflows.run_types import RunStatus
 
 NO_SUCH_RUN = "the ledger has no run {run!r}: `rollout run list` shows the runs it has"
 
@@ -51,7 +51,7 @@ async def start_run(
     from rollout.control.preflight import confirm_runner_loads
     from rollout.run_settings import BadRunSetting, max_lag_of
     from rollout.workflows.client import start_run as start_workflow
-    from rollout.workflows.types import RunInput
+    from rollout.workflows.run_types import RunInput
 
     try:
         lag = settings.run.max_lag if max_lag is None else max_lag_of(max_lag, "--max-lag")

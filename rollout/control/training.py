@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from rollout.config import Settings
     from rollout.environment import Environment
     from rollout.stack.embedded import Stack
-    from rollout.workflows.types import EvalInput, RunInput
+    from rollout.workflows.eval_types import EvalInput
+    from rollout.workflows.run_types import RunInput
 
 # `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
 # brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30
@@ -132,7 +133,8 @@ def run_input(
 ) -> RunInput:
     from rollout.launches import LAUNCH_SECTIONS, RunLaunch
     from rollout.overrides import overrides_for
-    from rollout.workflows.types import RunInput, TrainingSpec
+    from rollout.workflows.run_types import RunInput
+    from rollout.workflows.training_types import TrainingSpec
 
     trainer = settings.trainer
     training = TrainingSpec(

@@ -10,7 +10,7 @@ Contract:
   episode that failed as a whole are an `EpisodeEnded`; the `EpisodeAbandoned` of one agent's attempt (the
   episode goes on with a new attempt) is an `AttemptAbandoned`. `episode_ended` picks out the first.
 - `CheckpointCreated` is `rollout.training.checkpoints.CheckpointRecord`; `BatchAssembled` is
-  `rollout.workflows.types.BatchInfo`: each lives with its writer.
+  `rollout.workflows.training_types.BatchInfo`: each lives with its writer.
 """
 
 from __future__ import annotations

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 
     from rollout.ledger import Ledger
     from rollout.workflows.client import RunUpdate
-    from rollout.workflows.types import RunStatus
+    from rollout.workflows.run_types import RunStatus
 
 OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
 LEDGER_PATIENCE_S = 2.0

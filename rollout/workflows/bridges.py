@@ -18,7 +18,7 @@ from temporalio.common import RetryPolicy
 
 from rollout.workflows import trainer_stubs
 from rollout.workflows.options import heartbeating
-from rollout.workflows.types import BridgeInput, BridgeResult
+from rollout.workflows.training_types import BridgeInput, BridgeResult
 
 BRIDGE_RETRY = RetryPolicy(maximum_attempts=5, non_retryable_error_types=["BridgeError"])
 

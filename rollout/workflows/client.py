@@ -40,7 +40,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput, RunStatus
 
 
 async def start_run(

@@ -40,9 +40,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from rollout.workflows import runner_stubs
-from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
-from rollout.workflows.options import QUICK, heartbeating
-from rollout.workflows.types import (
+from rollout.workflows.episode_types import (
     AbandonInput,
     AgentAttempt,
     AgentInput,
@@ -55,6 +53,8 @@ from rollout.workflows.types import (
     SupplyInput,
     episode_record,
 )
+from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
+from rollout.workflows.options import QUICK, heartbeating
 
 PLAY_HEARTBEAT = timedelta(seconds=10)
 PLAY_TIMEOUT = timedelta(hours=6)

@@ -29,11 +29,9 @@ from temporalio.common import RetryPolicy
 
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
+from rollout.workflows.episode_types import SupplyInput
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
-from rollout.workflows.names import bridge_workflow_id, eval_run, supply_workflow_id
-from rollout.workflows.options import QUICK, heartbeating
-from rollout.workflows.types import (
-    BridgeInput,
+from rollout.workflows.eval_types import (
     CheckpointChoice,
     EvalInput,
     EvalLookup,
@@ -41,10 +39,12 @@ from rollout.workflows.types import (
     EvalRecordInput,
     EvalScore,
     EvalTarget,
-    RunInput,
     ServingHold,
-    SupplyInput,
 )
+from rollout.workflows.names import bridge_workflow_id, eval_run, supply_workflow_id
+from rollout.workflows.options import QUICK, heartbeating
+from rollout.workflows.run_types import RunInput
+from rollout.workflows.training_types import BridgeInput
 
 FOR_GOOD = [
     "UnknownCheckpoint",

@@ -8,6 +8,8 @@ Contract:
   `runner_stubs.play_agent`, `EpisodeSupplyWorkflow.set_paused`), which carries their names and types. A
   message whose sender cannot import the receiving workflow's class (a child signalling its parent:
   `TrainingWorkflow` → `RunWorkflow`) is named here, and the receiving handler's decorator uses the constant.
+- A trained policy is named per run in the ledger (`run_policy`: `{run}/{policy}`), so two runs that both
+  train "default" never share checkpoints or staleness bounds.
 """
 
 from __future__ import annotations
@@ -19,6 +21,12 @@ TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the train
 # it).
 TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
 TRAINING_PAUSED = "training_paused"  # (reason)
+
+
+def run_policy(run: str, policy: str) -> str:
+    """A policy as the ledger names it: each run trains its own lineage (`{run}/{policy}`), so two runs that
+    both train "default" never share checkpoints or staleness bounds."""
+    return f"{run}/{policy}"
 
 
 def run_workflow_id(run: str) -> str:

@@ -15,8 +15,8 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from rollout.workflows import runner_stubs
+from rollout.workflows.episode_types import EnvironmentInfo
 from rollout.workflows.options import heartbeating
-from rollout.workflows.types import EnvironmentInfo
 
 
 @workflow.defn

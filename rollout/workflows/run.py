@@ -39,6 +39,7 @@ from temporalio.exceptions import ApplicationError
 from rollout.rl.selection import supply_allowance
 from rollout.run_settings import BadRunSetting, max_lag_of
 from rollout.workflows import runner_stubs
+from rollout.workflows.episode_types import EnvironmentInfo, SupplyCounts, SupplyInput
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (
     TRAINING_PAUSED,
@@ -47,17 +48,9 @@ from rollout.workflows.names import (
     training_workflow_id,
 )
 from rollout.workflows.options import QUICK, heartbeating
+from rollout.workflows.run_types import RunInput, RunStatus, SettingsChange
 from rollout.workflows.training import TrainingWorkflow
-from rollout.workflows.types import (
-    EnvironmentInfo,
-    RunInput,
-    RunStatus,
-    SettingsChange,
-    SupplyCounts,
-    SupplyInput,
-    TrainingInput,
-    TrainingSpec,
-)
+from rollout.workflows.training_types import TrainingInput, TrainingSpec
 
 
 @dataclass

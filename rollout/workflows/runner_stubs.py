@@ -17,23 +17,18 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from rollout.workflows.types import (
+from rollout.workflows.episode_types import (
     AbandonInput,
     AgentAttempt,
     AgentResult,
-    CheckpointChoice,
     ClaimInput,
     EnvironmentInfo,
     EpisodeRecord,
     EpisodeResult,
-    EvalLookup,
-    EvalRecordInput,
-    EvalScore,
-    RunInput,
     SandboxGrant,
-    ServingHold,
-    SettingsChange,
 )
+from rollout.workflows.eval_types import CheckpointChoice, EvalLookup, EvalRecordInput, EvalScore, ServingHold
+from rollout.workflows.run_types import RunInput, SettingsChange
 
 
 @activity.defn

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from temporalio import activity
 
-from rollout.workflows.types import (
+from rollout.workflows.training_types import (
     AssembleInput,
     BatchLookup,
     BridgeInput,

@@ -48,24 +48,23 @@ from temporalio.workflow import ParentClosePolicy
 
 from rollout.workflows import trainer_stubs
 from rollout.workflows.bridges import BridgeWorkflow
+from rollout.workflows.eval_types import EvalInput, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import (
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     bridge_workflow_id,
     eval_workflow_id,
+    run_policy,
 )
 from rollout.workflows.options import heartbeating
-from rollout.workflows.types import (
+from rollout.workflows.training_types import (
     AssembleInput,
     BridgeInput,
-    EvalInput,
-    EvalOutcome,
     ServedWait,
     TrainingInput,
     TrainingResult,
     TrainStepInput,
-    run_policy,
 )
 
 STEPS_PER_HISTORY = 200

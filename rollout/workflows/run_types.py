@@ -1,0 +1,60 @@
+"""The records of `RunWorkflow` (rollout.workflows.run): a run's start (`RunInput`, which the runner's
+`create_run` activity records), its state (`RunStatus`: its result and its `status` query) and a change of its
+settings (`SettingsChange`, which `change_settings` records).
+
+A workflow's records live in a module of their own beside it, all in one place, not in the workflow's
+module: the activity stubs carry most of them, the workflow's module imports the stubs, and a stubs module
+cannot import the workflow that calls it.
+
+Contract: small values only (ids, names, numbers), never transcripts or tensors; each round-trips through
+Temporal's default (JSON) data converter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rollout import defaults
+from rollout.launches import RunLaunch
+from rollout.run_settings import max_lag_of
+from rollout.workflows.training_types import TrainingSpec
+
+
+@dataclass
+class RunInput:
+    run: str
+    environment: str
+    groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
+    max_groups: int | None = None
+    max_lag: int = defaults.MAX_LAG
+    settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
+    training: TrainingSpec | None = None
+    launch: RunLaunch | None = None  # how `rollout train` launched it, recorded as an event of its own
+
+    def __post_init__(self) -> None:
+        max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts
+
+
+@dataclass
+class RunStatus:
+    """A run's state (`RunWorkflow.status`, and its result). The episode and group counts are the supply's
+    (`SupplyCounts`), known once it has ended: 0 while it plays."""
+
+    run: str
+    paused: bool
+    stopped: bool
+    max_lag: int
+    episodes_finished: int
+    episodes_failed: int
+    groups_finished: int
+    pause_reason: str | None = None
+    trained: dict[str, str | None] = field(
+        default_factory=dict[str, str | None]
+    )  # policy -> newest checkpoint
+
+
+@dataclass
+class SettingsChange:
+    run: str
+    key: str  # the business key of this change (its update id)
+    changes: dict[str, bool | int | float | str]

@@ -1,0 +1,140 @@
+"""The records of the training workflows (`TrainingWorkflow` in rollout.workflows.training, `BridgeWorkflow`
+in rollout.workflows.bridges) and of the trainer's activities they call (rollout.workflows.trainer_stubs): how
+a run trains (`TrainingSpec`, part of a run's `RunInput`), one policy's training, a step's batch and
+checkpoint, a checkpoint's bridge to a serving format.
+
+A workflow's records live in a module of their own beside it, all in one place, not in the workflow's
+module: the activity stubs carry most of them, the workflow's module imports the stubs, and a stubs module
+cannot import the workflow that calls it.
+
+Contract: small values only (ids, names, numbers), never transcripts or tensors; each round-trips through
+Temporal's default (JSON) data converter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from rollout.records import Payload
+from rollout.rl.advantages import AdvantageKind
+from rollout.workflows.eval_types import EvalInput
+from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
+
+
+@dataclass
+class TrainingSpec:
+    """How a run trains: `RunWorkflow` starts one `TrainingWorkflow` per trained policy with these
+    settings."""
+
+    steps: int
+    groups_per_batch: int = 2
+    advantage: AdvantageKind = AdvantageKind.group_norm
+    serve_formats: list[str] = field(default_factory=lambda: ["lora"])
+    wait_s: float = 1.0
+    served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
+    task_queue: str = TRAINER_QUEUE
+    heartbeat_s: float = 30.0  # a trainer silent this long is taken for dead: its step is retried elsewhere
+    warm_start: str | None = None  # a checkpoint the first step trains from (an SFT adapter); None: the base
+    evaluation: EvalInput | None = (
+        None  # score every `eval_every`-th checkpoint on this suite (its checkpoint unset)
+    )
+    eval_every: int = 0
+
+
+@dataclass
+class TrainingInput:
+    """One policy's training in a run: the run's `TrainingSpec`, and where this workflow starts from."""
+
+    run: str
+    policy: str
+    group_size: int
+    spec: TrainingSpec
+    next_step: int = 1
+    parent: str | None = None  # the checkpoint the next step trains from (at first, the spec's warm start)
+    skipped_steps: int = 0
+    eval_queue: str = RUNNER_QUEUE  # where the evals play: the run's runner queue
+
+
+@dataclass
+class TrainingResult:
+    run: str
+    policy: str
+    steps: int
+    newest: str | None
+    skipped_steps: int
+
+
+@dataclass
+class AssembleInput:
+    """Which batch to assemble: the run, the policy it trains, the step (the batch's business key)."""
+
+    run: str
+    policy: str
+    step: int
+    group_size: int
+    groups_per_batch: int = 2
+    advantage: AdvantageKind = AdvantageKind.group_norm
+
+
+@dataclass
+class BatchInfo(Payload):
+    """A `BatchAssembled` record: exactly the episodes (of whole groups) a step consumes."""
+
+    run: str
+    policy: str
+    step: int
+    groups: list[int]
+    episodes: list[str]
+    trained_episodes: list[str]
+    skipped_groups: int
+    sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
+    reward_mean: float
+    reward_std: float
+
+
+@dataclass
+class BatchLookup:
+    """What `assemble_batch` found for a step: its batch, or None while no whole group is ready."""
+
+    batch: BatchInfo | None = None
+
+
+@dataclass
+class TrainStepInput:
+    run: str
+    policy: str
+    step: int
+    batch: BatchInfo
+    parent: str | None  # the checkpoint this step trains from; None for the base model
+    advantage: AdvantageKind = AdvantageKind.group_norm
+
+
+@dataclass
+class CheckpointInfo:
+    name: str
+    version: int
+    parent: str | None
+    metrics: dict[str, float] = field(default_factory=dict[str, float])
+
+
+@dataclass
+class BridgeInput:
+    run: str
+    policy: str
+    checkpoint: str
+    version: int
+    format: str  # lora, full or merged
+
+
+@dataclass
+class BridgeResult:
+    format: str
+    serving_format: str
+    files: int
+    location: str | None = None
+
+
+@dataclass
+class ServedWait:
+    checkpoint: str
+    timeout_s: float
