@@ -27,7 +27,7 @@ from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
 from rollout.rl.advantages import AdvantageKind
-from rollout.run_settings import BadRunSetting, max_lag_of
+from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 
 
 class LogLevel(StrEnum):
@@ -215,6 +215,10 @@ class RunDefaults:
     groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
     max_lag: int = defaults.MAX_LAG  # change mid-run: `rollout run set RUN max_lag=3`
     max_tokens: int = defaults.MAX_TOKENS  # sampled tokens per turn, at most
+    # The run pauses itself, saying why, when more than this share of its last `failure_window` episodes
+    # failed (a broken environment burns no machine); 1 never pauses.
+    max_failure_rate: float = defaults.MAX_FAILURE_RATE
+    failure_window: int = defaults.FAILURE_WINDOW
 
 
 @dataclass
@@ -326,6 +330,7 @@ def _check_values(settings: Settings) -> None:
     """What the schema's types cannot say: values a service would refuse only once it starts."""
     try:
         max_lag_of(settings.run.max_lag, "run.max_lag")
+        failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
     except BadRunSetting as error:
         raise ConfigError(str(error)) from None
     rank = settings.services.engine.vllm_max_lora_rank

@@ -8,6 +8,9 @@ LoRA adapter targets (`LORA_TARGET_MODULES`). Pure constants, no imports.
 
 MAX_LAG = 1  # checkpoints behind the newest a turn may sample (0: on-policy); changes mid-run
 GROUPS_IN_FLIGHT = 4  # episode groups the supply keeps playing at once
+# A run pauses itself when more than this share of its last FAILURE_WINDOW episodes failed (1: never).
+MAX_FAILURE_RATE = 0.9
+FAILURE_WINDOW = 20
 MAX_TOKENS = 256  # sampled tokens per turn, at most
 
 # The modules a checkpoint's LoRA adapter trains, in Hugging Face's names: the local trainer's default

@@ -169,6 +169,11 @@ class SandboxSpec:
         return SandboxNetwork.parse(self.network)
 
 
+# How long a call into a Task, and an agent's whole episode, may take unless its environment says otherwise.
+TURN_TIMEOUT_S = 300.0
+EPISODE_TIMEOUT_S = 3600.0
+
+
 @dataclass(frozen=True)
 class Environment:
     name: str
@@ -186,6 +191,11 @@ class Environment:
     scripted_reply: Callable[[list[Message], tuple[ToolSpec, ...]], Message] | None = None
     # Which of a seat's conversations train (a side task such as a title may not): every one when None.
     trains: Callable[[Conversation], bool] | None = None
+    # How long one call into a Task (`start`, `respond`, `prepare`, `finish`) may take, and one agent's whole
+    # episode: past either the episode fails with the reason (`TaskTimedOut`), never retried, and frees its
+    # slot. The defaults fit the shipped environments (a coding task's command runs for at most 120 s).
+    turn_timeout_s: float = TURN_TIMEOUT_S
+    episode_timeout_s: float = EPISODE_TIMEOUT_S
 
     def __post_init__(self) -> None:
         names = [agent.name for agent in self.agents]
@@ -195,6 +205,11 @@ class Environment:
             raise ValueError(f"environment {self.name!r} names an agent twice: {names}")
         if self.group_size < 1 or self.max_turns < 1:
             raise ValueError(f"environment {self.name!r}: group_size and max_turns must be at least 1")
+        if not (0 < self.turn_timeout_s <= self.episode_timeout_s):
+            raise ValueError(
+                f"environment {self.name!r}: turn_timeout_s and episode_timeout_s must be positive, the turn's "
+                "no longer than the episode's"
+            )
         for agent in self.agents:
             if agent.model is not None and agent.checkpoint is not None:
                 raise ValueError(

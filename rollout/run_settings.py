@@ -35,6 +35,21 @@ def max_lag_of(value: object, setting: str = "max_lag") -> int:
     return value
 
 
+def failure_bound_of(rate: object, window: object, prefix: str = "") -> tuple[float, int]:
+    """A run's bound on failing episodes: pause when more than `rate` of the last `window` failed."""
+    if isinstance(rate, bool) or not isinstance(rate, int | float) or not 0 < rate <= 1:
+        raise BadRunSetting(
+            f"bad value for '{prefix}max_failure_rate': {rate!r}; it takes the share of recent episodes that may "
+            "fail before the run pauses itself, above 0 and at most 1 (1: never pause)"
+        )
+    if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+        raise BadRunSetting(
+            f"bad value for '{prefix}failure_window': {window!r}; it takes how many recent episodes the failure "
+            "rate is counted over, 1 or more"
+        )
+    return float(rate), window
+
+
 @dataclass(frozen=True)
 class RunSettings:
     max_lag: int = defaults.MAX_LAG

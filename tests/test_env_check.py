@@ -31,7 +31,7 @@ def test_the_arithmetic_environments_pass_their_check(reference: str) -> None:
 @pytest.mark.parametrize(
     ("reference", "says"),
     [
-        ("tests.example_envs:raises", "the task's respond raised"),
+        ("tests.example_envs:raises", "respond raised RuntimeError: the environment broke on purpose"),
         ("tests.example_envs:not_finite", "not a finite number"),
         ("tests.example_envs:not_an_environment", "is a int, not a rollout.environment.Environment"),
         ("no_such_package.env:environment", "module 'no_such_package.env' does not import"),

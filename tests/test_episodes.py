@@ -3,6 +3,7 @@ worker."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
@@ -193,9 +194,13 @@ async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
     runner: tuple[Client, str], ledger: Ledger
 ) -> None:
     client, queue = runner
-    for reference, expected in (
-        ("tests.example_envs:raises", "broke on purpose"),
-        ("tests.example_envs:not_finite", "not a finite number"),
+    for reference, expected, kind in (
+        (
+            "tests.example_envs:raises",
+            "respond raised RuntimeError: the environment broke on purpose",
+            "TaskFailed",
+        ),
+        ("tests.example_envs:not_finite", "the task's reward nan is not a finite number", "InvalidReward"),
     ):
         run = f"bad-{uuid.uuid4().hex[:6]}"
         status = await client.execute_workflow(
@@ -207,6 +212,36 @@ async def test_a_task_that_raises_fails_its_episode_and_the_run_goes_on(
         ]
         assert len(failed) == 2 and expected in failed[0].payload["error"]
         assert failed[0].payload["trainable"] is False
+        failure = failed[0].payload["failure"]
+        assert failure["kind"] == kind and failure["reason"].startswith(expected), failure
+        assert failure["where"] and failure["where"].startswith("tests/example_envs.py:"), failure
+        # Deterministic: played once, never retried (a retry would fail the same way).
+        episode = client.get_workflow_handle(episode_workflow_id(run, failed[0].payload["episode"]))
+        attempts = [
+            e.activity_task_started_event_attributes.attempt
+            async for e in episode.fetch_history_events()
+            if e.HasField("activity_task_started_event_attributes")
+        ]
+        assert attempts and set(attempts) == {1}, attempts
+
+
+async def test_a_run_whose_episodes_keep_failing_pauses_itself_saying_why(runner: tuple[Client, str]) -> None:
+    client, queue = runner
+    run = f"failing-{uuid.uuid4().hex[:6]}"
+    given = RunInput(run, "tests.example_envs:raises", max_failure_rate=0.5, failure_window=3)
+    handle = await client.start_workflow(RunWorkflow.run, given, id=run_workflow_id(run), task_queue=queue)
+    deadline = asyncio.get_running_loop().time() + 120
+    while not (status := await handle.query(RunWorkflow.status)).paused:
+        assert asyncio.get_running_loop().time() < deadline, "the run never paused itself"
+        await asyncio.sleep(0.5)
+    assert status.pause_reason is not None
+    assert status.pause_reason.startswith(
+        "3 of the last 3 episodes failed (more than run.max_failure_rate=0.5)"
+    )
+    assert "respond raised RuntimeError: the environment broke on purpose" in status.pause_reason
+    await handle.execute_update(RunWorkflow.stop)
+    stopped = await handle.result()
+    assert stopped.stopped and stopped.episodes_finished == 0
 
 
 async def test_an_environment_that_does_not_load_fails_the_run_naming_it(runner: tuple[Client, str]) -> None:

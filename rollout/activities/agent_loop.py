@@ -7,8 +7,14 @@ Contract:
 - A deterministic Task replays: a retried attempt sends the same requests, the gateway answers them from the
   recorded turns, and sampling continues where the first attempt stopped.
 - The loop ends at the Task's `End` (its reward) or after `max_turns` model calls (reward 0, `truncated`).
-- A reward that is not a finite number is an `InvalidReward`; an exception from the Task becomes `TaskFailed`
-  with its traceback (the episode fails with it recorded), apart from the model's errors, which propagate.
+- Each call into the Task (`start`, `respond`) runs under `turn_timeout_s`: one that raises or runs past it
+  is a `TaskFailed` (its `failure` says which method, why, and where in the environment's code); a reward
+  that is not a finite number is an `InvalidReward`. A request the gateway refuses as malformed or too long
+  (400, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method whose
+  observation made it. All three are `EpisodeFault`s: deterministic, never retried. Other model errors (an
+  outage that outlasted `outage_window_s`) propagate as they are, to be retried. A Task that blocks the
+  event loop (a synchronous sleep) cannot be timed out here: the activity then stops heartbeating and
+  Temporal notices.
 - `on_turn` is called after every model reply (the activity heartbeats there).
 """
 
@@ -17,31 +23,76 @@ from __future__ import annotations
 import asyncio
 import math
 import time
-import traceback
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
 if TYPE_CHECKING:
     import openai
 
 from rollout.contracts import Message, ToolCall, ToolSpec
+from rollout.environment import TURN_TIMEOUT_S
+from rollout.failures import (
+    INVALID_REWARD,
+    REQUEST_REFUSED,
+    TASK_FAILED,
+    TASK_TIMED_OUT,
+    Failure,
+    failure_in,
+    one_line,
+)
 from rollout.harness import End, Observation, RunContext, Task
 
 
-class InvalidReward(ValueError):
+class EpisodeFault(Exception):
+    """The episode failed in a way a retry would repeat; `failure` says how, in the environment's terms."""
+
+    def __init__(self, failure: Failure) -> None:
+        super().__init__(failure.summary)
+        self.failure = failure
+
+
+class TaskFailed(EpisodeFault):
+    """The environment's code raised, or ran past its time limit."""
+
+
+class InvalidReward(EpisodeFault):
     """A Task ended with a reward that is not a finite number."""
 
 
-class TaskFailed(RuntimeError):
-    """The environment's Task raised; the message carries its traceback."""
+class RequestRefused(EpisodeFault):
+    """The gateway refused the request the conversation made (a retry would make it again)."""
 
 
-async def _task_step[T](step: Awaitable[T], what: str) -> T:
+REFUSED_STATUSES = (400, 404, 413, 422)
+
+
+def defined_at(method: object) -> str | None:
+    """`file:line` where a Task method is defined (the folder above its package's), if Python knows."""
+    code = getattr(method, "__code__", None)
+    if code is None:
+        return None
+    path = Path(code.co_filename)
+    return f"{path.parent.name}/{path.name}:{code.co_firstlineno}"
+
+
+async def task_call[T](step: Awaitable[T], what: str, package: str, limit_s: float) -> T:
+    """Await one call into the environment's code (`what`: `respond`), bounded by `limit_s`."""
+    bound = asyncio.timeout(limit_s)
     try:
-        return await step
+        async with bound:
+            return await step
+    except TimeoutError as error:
+        if not bound.expired():
+            raise TaskFailed(failure_in(error, TASK_FAILED, what, package)) from error
+        raise TaskFailed(
+            Failure(
+                TASK_TIMED_OUT, f"{what} did not return within {limit_s:g} s (Environment.turn_timeout_s)"
+            )
+        ) from None
     except Exception as error:
-        raise TaskFailed(f"the task's {what} raised:\n{traceback.format_exc()}") from error
+        raise TaskFailed(failure_in(error, TASK_FAILED, what, package)) from error
 
 
 @dataclass(frozen=True)
@@ -149,14 +200,30 @@ class GatewayChat:
             await self._client.close()
 
 
-def checked_reward(end: End) -> float:
+def checked_reward(end: End, where: str | None = None) -> float:
     try:
         reward = float(end.reward)
     except (TypeError, ValueError):
-        raise InvalidReward(f"the task's reward {end.reward!r} is not a number") from None
+        raise InvalidReward(
+            Failure(INVALID_REWARD, f"the task's reward {end.reward!r} is not a number", where)
+        ) from None
     if not math.isfinite(reward):
-        raise InvalidReward(f"the task's reward {reward} is not a finite number")
+        raise InvalidReward(
+            Failure(INVALID_REWARD, f"the task's reward {reward} is not a finite number", where)
+        )
     return reward
+
+
+def _refused(error: Exception, method: object) -> RequestRefused | None:
+    """The gateway's refusal of a request, as the episode's failure (None for an error a retry may fix)."""
+    import openai
+
+    if not isinstance(error, openai.APIStatusError) or error.status_code not in REFUSED_STATUSES:
+        return None
+    body = error.body if isinstance(error.body, dict) else {}
+    said = cast(dict[str, Any], body).get("message") or error.message
+    reason = one_line(f"the gateway refused the conversation's request ({error.status_code}): {said}")
+    return RequestRefused(Failure(REQUEST_REFUSED, reason, defined_at(method)))
 
 
 async def play(
@@ -165,21 +232,32 @@ async def play(
     model: ChatModel,
     *,
     max_turns: int,
+    turn_timeout_s: float = TURN_TIMEOUT_S,
     on_turn: Callable[[int], None] = lambda turn: None,
 ) -> LoopOutcome:
-    observation: Observation = await _task_step(task.start(context), "start")
+    package = type(task).__module__
+    observation: Observation = await task_call(task.start(context), "start", package, turn_timeout_s)
+    came_from: object = type(task).start  # the method whose observation the next request carries
     messages = list(observation.messages())
     tools = observation.tools
     turns = 0
     while not isinstance(observation, End):
         if turns >= max_turns:
             return LoopOutcome(0.0, turns, truncated=True)
-        reply = await model.reply(messages, tools)
+        try:
+            reply = await model.reply(messages, tools)
+        except Exception as error:
+            if (refused := _refused(error, came_from)) is not None:
+                raise refused from error
+            raise
         turns += 1
         on_turn(turns)
         messages.append(reply)
-        observation = await _task_step(task.respond(context, reply), "respond")
+        observation = await task_call(task.respond(context, reply), "respond", package, turn_timeout_s)
+        came_from = type(task).respond
         if not isinstance(observation, End):
             messages.extend(observation.messages())
             tools = observation.tools or tools
-    return LoopOutcome(checked_reward(observation), turns, metrics=dict(observation.metrics))
+    return LoopOutcome(
+        checked_reward(observation, defined_at(came_from)), turns, metrics=dict(observation.metrics)
+    )

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from rollout.activities.agent_loop import TaskFailed
 from rollout.environment import Conversation, Environment
+from rollout.failures import TASK_FAILED, failure_in
 from rollout.ledger.payloads import RecordedTurn, SampledTurn
 
 
@@ -39,6 +40,10 @@ def conversations(turns: Sequence[RecordedTurn]) -> list[Conversation]:
     return list(found.values())
 
 
+def _package(environment: Environment) -> str:
+    return getattr(environment.trains, "__module__", None) or ""
+
+
 def untrained(environment: Environment, turns: Sequence[RecordedTurn]) -> list[str]:
     if environment.trains is None:
         return []
@@ -48,8 +53,7 @@ def untrained(environment: Environment, turns: Sequence[RecordedTurn]) -> list[s
             trains = environment.trains(conversation)
         except Exception as error:
             raise TaskFailed(
-                f"environment {environment.name!r}: trains({conversation.segment_id}) raised "
-                f"{type(error).__name__}: {error}"
+                failure_in(error, TASK_FAILED, f"trains({conversation.segment_id})", _package(environment))
             ) from error
         if not trains:
             kept_out.append(conversation.segment_id)

@@ -12,7 +12,8 @@ Contract:
   seat's gateway routes (the base URLs above), for at most `timeout_s`; on a timeout or a cancelled activity
   every process it started is killed. Before it starts, `Task.prepare` fills the directory
   (rollout.harness.CommandSetup). The last `OUTPUT_TAIL_BYTES` of its output are kept. A program that is not
-  on this machine, or a jail that cannot be made, fails the seat (`TaskFailed`).
+  on this machine, or a jail that cannot be made, fails the seat (`TaskFailed`), as does a Task call
+  (`start`, `prepare`, `finish`) that raises or runs past `turn_timeout_s`.
 - When it ends, `Task.finish(run, CommandOutcome)` gives the seat's `End` (its reward); the turns are what the
   gateway recorded on the seat.
 - A command is not replayable: the workflow gives every attempt a fresh seat.
@@ -21,12 +22,13 @@ Contract:
 from __future__ import annotations
 
 import os
-import traceback
 from collections.abc import Awaitable, Callable, Sequence
 
-from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward
+from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward, defined_at, task_call
 from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation
+from rollout.environment import TURN_TIMEOUT_S
+from rollout.failures import TASK_FAILED, Failure, one_line
 from rollout.harness import CommandOutcome, CommandSetup, End, RunContext, Task
 from rollout.sandbox.jail import JailUnavailable
 from rollout.sandbox.programs import ProgramNotFound
@@ -61,29 +63,35 @@ async def play_external(
     token: str,
     timeout_s: float,
     count_turns: Callable[[], Awaitable[int]],
+    turn_timeout_s: float = TURN_TIMEOUT_S,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
     readable: Sequence[str] = (),
 ) -> LoopOutcome:
-    """Start the command on the seat, wait for it, and have the Task score it."""
-    try:
-        first = await task.start(context)
-    except Exception as error:
-        raise TaskFailed(f"the task's start raised:\n{traceback.format_exc()}") from error
+    """Start the command on the seat, wait for it, and have the Task score it (each Task call bounded by
+    `turn_timeout_s`; the command by `timeout_s`)."""
+    package = type(task).__module__
+    first = await task_call(task.start(context), "start", package, turn_timeout_s)
     prompt = "\n\n".join(m.text for m in first.messages() if m.text)
     try:
         async with seat_jail(
             command[0], gateway_url=base_url, token=token, isolation=isolation, readable=readable
         ) as seat:
             done, end, turns = await _play_in(
-                seat, task, context, command, prompt, token, timeout_s, count_turns
+                seat, task, context, command, prompt, token, timeout_s, count_turns, turn_timeout_s
             )
     except (
         ProgramNotFound,
         JailUnavailable,
         ValueError,
     ) as error:  # ValueError: a seat's paths the jail refuses
-        raise TaskFailed(f"the agent command {command[0]!r} cannot start: {error}") from error
-    return LoopOutcome(checked_reward(end), turns, truncated=done.timed_out, metrics=dict(end.metrics))
+        reason = one_line(f"the agent command {command[0]!r} cannot start: {error}")
+        raise TaskFailed(Failure(TASK_FAILED, reason)) from error
+    return LoopOutcome(
+        checked_reward(end, defined_at(type(task).finish)),
+        turns,
+        truncated=done.timed_out,
+        metrics=dict(end.metrics),
+    )
 
 
 async def _play_in(
@@ -95,15 +103,14 @@ async def _play_in(
     token: str,
     timeout_s: float,
     count_turns: Callable[[], Awaitable[int]],
+    turn_timeout_s: float = TURN_TIMEOUT_S,
 ) -> tuple[ProcessOutcome, End, int]:
     (seat.workdir / "home").mkdir()
     inside = seat.inside
     env = seat_environment(seat.base_url, token, prompt, context) | {"HOME": f"{inside}/home"}
     setup = CommandSetup(workdir=seat.workdir, inside=inside, environment=env)
-    try:
-        await task.prepare(context, setup)
-    except Exception as error:
-        raise TaskFailed(f"the task's prepare raised:\n{traceback.format_exc()}") from error
+    package = type(task).__module__
+    await task_call(task.prepare(context, setup), "prepare", package, turn_timeout_s)
     argv = [part.replace("{prompt}", prompt).replace("{workdir}", inside) for part in command]
     if "/" in argv[0] and not argv[0].startswith("/"):
         # The jail starts elsewhere: the program where the runner found it.
@@ -117,17 +124,12 @@ async def _play_in(
         keep="tail",
     )
     turns = await count_turns()
-    try:
-        end = await task.finish(
-            context,
-            CommandOutcome(
-                exit_code=done.exit_code,
-                output=done.output,
-                workdir=str(seat.workdir),
-                turns=turns,
-                timed_out=done.timed_out,
-            ),
-        )
-    except Exception as error:
-        raise TaskFailed(f"the task's finish raised:\n{traceback.format_exc()}") from error
+    outcome = CommandOutcome(
+        exit_code=done.exit_code,
+        output=done.output,
+        workdir=str(seat.workdir),
+        turns=turns,
+        timed_out=done.timed_out,
+    )
+    end = await task_call(task.finish(context, outcome), "finish", package, turn_timeout_s)
     return done, end, turns

@@ -16,8 +16,10 @@ Contract:
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
   The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
   `SandboxSeat` a Task gets): it never travels through Temporal.
-- Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `EnvironmentLoadError`, `TaskFailed`
-  (the Task raised; the traceback is in the message), `InvalidReward`, `NoSandboxFree`.
+- Errors a retry cannot fix are non-retryable `ApplicationError`s typed by their `Failure` kind
+  (rollout.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
+  `episode_timeout_s`, an invalid reward, a request the gateway refused, no sandbox free), with the `Failure`
+  record in their details for the episode's record. Anything else propagates, for Temporal to retry.
 - Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause
   from their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
 - Error texts and reasons are recorded scrubbed (rollout.redaction): no seat token, key or password in clear.
@@ -30,18 +32,30 @@ import contextlib
 import functools
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 
 import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.agent_loop import GatewayChat, InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.activities.agent_loop import EpisodeFault, GatewayChat, LoopOutcome, TaskFailed, play
 from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
 from rollout.config import SandboxIsolation
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
+from rollout.failures import (
+    DETAIL_CHARS,
+    ENVIRONMENT_LOAD,
+    NO_SANDBOX_FREE,
+    SANDBOX_REFUSED,
+    TASK_FAILED,
+    TASK_TIMED_OUT,
+    Failure,
+    failure_in,
+    one_line,
+)
 from rollout.gateway.seats import close_seat, open_seat, seat_token
 from rollout.harness import RunContext, SandboxSeat
 from rollout.launches import LAUNCHED
@@ -144,10 +158,17 @@ class RunnerActivities:
     async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
         given = attempt.input
         environment = _load(given.environment.reference)
+        package = given.environment.reference.partition(":")[0]
         try:
-            parameters = environment.task_source(given.environment.tasks).parameters(given.group)
+            source = environment.task_source(given.environment.tasks)
         except ValueError as error:  # an eval's task selection the environment cannot give
-            raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
+            raise _failed(Failure(TASK_FAILED, one_line(str(error)))) from error
+        try:
+            parameters = source.parameters(given.group)
+        except Exception as error:
+            raise _failed(
+                failure_in(error, TASK_FAILED, f"the task source's draw {given.group}", package)
+            ) from error
         agent = given.agent
         await open_seat(
             self.ledger,
@@ -186,17 +207,24 @@ class RunnerActivities:
             sandbox=sandbox,
             isolation=self.isolation,
         )
+        limit_s = environment.episode_timeout_s
         try:
             # Model calls can be long: heartbeat between turns too, so only a dead worker times out.
             async with heartbeating():
-                outcome = await self._play(
-                    environment, context, token, given.environment.max_turns, agent.name
-                )
+                bound = asyncio.timeout(limit_s)
+                try:
+                    async with bound:
+                        outcome = await self._play(
+                            environment, context, token, given.environment.max_turns, agent.name
+                        )
+                except TimeoutError:
+                    if not bound.expired():
+                        raise
+                    reason = f"the episode did not end within {limit_s:g} s (Environment.episode_timeout_s)"
+                    raise TaskFailed(Failure(TASK_TIMED_OUT, reason)) from None
                 kept_out = await self._untrained(environment, attempt.seat)
-        except TaskFailed as error:
-            raise ApplicationError(str(error), type="TaskFailed", non_retryable=True) from error
-        except InvalidReward as error:
-            raise ApplicationError(str(error), type="InvalidReward", non_retryable=True) from error
+        except EpisodeFault as error:
+            raise _failed(error.failure) from error
         return AgentResult(
             agent=agent.name,
             seat=attempt.seat,
@@ -214,7 +242,8 @@ class RunnerActivities:
         try:
             task = environment.make_task(context.parameters, agent)
         except Exception as error:
-            raise TaskFailed(f"making the task raised {type(error).__name__}: {error}") from error
+            package = getattr(environment.make_task, "__module__", None) or ""
+            raise TaskFailed(failure_in(error, TASK_FAILED, "make_task", package)) from error
         spec = environment.agent(agent)
         if spec.command:
             return await play_external(
@@ -224,6 +253,7 @@ class RunnerActivities:
                 base_url=self.gateway_url,
                 token=token,
                 timeout_s=spec.timeout_s,
+                turn_timeout_s=environment.turn_timeout_s,
                 count_turns=lambda: self._turns(context.seat),
                 isolation=self.isolation,
                 readable=spec.readable,
@@ -238,7 +268,14 @@ class RunnerActivities:
             ),
         )
         try:
-            return await play(task, context, model, max_turns=max_turns, on_turn=activity.heartbeat)
+            return await play(
+                task,
+                context,
+                model,
+                max_turns=max_turns,
+                turn_timeout_s=environment.turn_timeout_s,
+                on_turn=activity.heartbeat,
+            )
         finally:
             await model.close()
 
@@ -269,9 +306,9 @@ class RunnerActivities:
                     open=functools.partial(_open, self.sandbox_key, need),
                 )
         except NoSandboxFree as error:
-            raise ApplicationError(str(error), type="NoSandboxFree", non_retryable=True) from error
+            raise _failed(Failure(NO_SANDBOX_FREE, one_line(str(error)))) from error
         except SandboxActionError as error:  # the server refused the environment's limits or network
-            raise ApplicationError(str(error), type="SandboxRefused", non_retryable=True) from error
+            raise _failed(Failure(SANDBOX_REFUSED, one_line(str(error)))) from error
         box = claim.sandbox
         return SandboxGrant(
             kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
@@ -339,6 +376,11 @@ class RunnerActivities:
             metrics=record.metrics,
             sandbox=record.sandbox,
             untrained={agent: ids for agent, ids in record.untrained.items() if ids},
+            failure=None
+            if record.failure is None
+            else replace(
+                record.failure, reason=scrub(record.failure.reason), detail=scrub(record.failure.detail)
+            ),
         )
         await self.ledger.append_one(
             run_episodes_stream(result.run), NewEvent(ended.key, ended.kind, ended.to_payload())
@@ -370,7 +412,9 @@ def _load(reference: str) -> Environment:
     try:
         return load_environment(reference)
     except EnvironmentLoadError as error:
-        raise ApplicationError(str(error), type="EnvironmentLoadError", non_retryable=True) from error
+        raise _failed(
+            Failure(ENVIRONMENT_LOAD, one_line(str(error)), detail=str(error)[-DETAIL_CHARS:])
+        ) from error
 
 
 async def _open(key: bytes, need: SandboxSpec, claim: SandboxClaim) -> None:
@@ -392,6 +436,12 @@ async def _open(key: bytes, need: SandboxSpec, claim: SandboxClaim) -> None:
         await client.open(
             limits=need.limits.as_json() if need.limits else None, network=need.access.entries()
         )
+
+
+def _failed(failure: Failure) -> ApplicationError:
+    """The episode's failure as Temporal carries it: typed by its kind, never retried, the record in its
+    details (the workflow records it with the episode)."""
+    return ApplicationError(failure.summary, failure.to_payload(), type=failure.kind, non_retryable=True)
 
 
 def _claim_of(grant: SandboxGrant) -> SandboxClaim:

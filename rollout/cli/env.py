@@ -18,11 +18,13 @@ app = typer.Typer(help="Environments: check one before a run plays it.", no_args
 def check(
     reference: Annotated[str, typer.Argument(help="The environment, as package.module:attribute.")],
     overrides: Overrides = None,
+    tasks: Annotated[int, typer.Option(min=1, help="How many of its tasks to play (groups 0, 1, …).")] = 1,
     as_json: JsonFlag = False,
 ) -> None:
     """Import an environment, check its tools, and play one episode per agent against a scripted model.
 
-    Exits non-zero, naming what is wrong and where, when anything fails. Needs no services.
+    Exits non-zero, naming what is wrong and where, when anything fails. Each call into the environment is
+    bounded as in a run (Environment.turn_timeout_s, episode_timeout_s). Needs no services.
     """
     import logging
     from dataclasses import asdict
@@ -37,7 +39,15 @@ def check(
     if not setting_up.handlers:
         setting_up.addHandler(logging.StreamHandler())
     settings = load_settings(overrides)  # sandbox.isolation=none checks it unjailed
-    report = asyncio.run(check_environment(reference, isolation=settings.sandbox.isolation))
+    with err.status(f"checking {reference}…") as spinner:
+        report = asyncio.run(
+            check_environment(
+                reference,
+                isolation=settings.sandbox.isolation,
+                tasks=tasks,
+                progress=lambda line: spinner.update(line),
+            )
+        )
     if as_json:
         print(json.dumps({"ok": report.ok, **asdict(report)}))
     else:

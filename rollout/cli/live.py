@@ -111,6 +111,8 @@ def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, An
         out.print(learned, highlight=False)
     if reason := progress.skipped_reason():
         out.print(reason, highlight=False)
+    for said in progress.failures_said():
+        out.print(said, highlight=False)
     return summary
 
 

@@ -149,6 +149,13 @@ def status(
                     ),
                     highlight=False,
                 )
+                for failed in row["failures"]:
+                    out.print(
+                        f"  {failed['count']} failed · {failed['kind'] or 'failed'}: {failed['summary']} (e.g. "
+                        f"episode {failed['episode']})",
+                        highlight=False,
+                        markup=False,
+                    )
             if not watch:
                 return
             time.sleep(2.0)

@@ -4,9 +4,14 @@ Contract:
 - `check_environment(reference)` never raises for a broken environment: every problem becomes a `Finding`
   naming what is wrong and where (the reference, the agent, the tool, the turn). `CheckReport.ok` is True only
   when there are no findings.
-- Each agent seat plays one episode of group 0 with the built-in loop against a scripted model, in process (no
-  services needed): the environment's own `scripted_reply` when it has one, else a model that answers "ok".
-  A seat with an external command is started only by a run; the check validates its Task's first observation.
+- Each agent seat plays one episode of each of the first `tasks` groups (1 by default) with the built-in loop
+  against a scripted model, in process (no services needed): the environment's own `scripted_reply` when it
+  has one, else a model that answers "ok". A seat with an external command is started only by a run; the
+  check validates its Task's first observation. A task source that raises for one group is a finding, and
+  the check goes on with the next.
+- The check bounds the environment's code as a run does (`Environment.turn_timeout_s` per Task call,
+  `episode_timeout_s` per seat): a call that raises or runs past its limit is a finding naming the method,
+  the reason and its place in the environment's code (rollout.failures). `progress` hears each turn played.
 - An environment that needs a sandbox gets one of its kind, served in process on a local port for the check
   (claimed under epoch 1); its agents then play at the same time, each on its seat, as in a run. A kind that
   runs agents' commands runs them under `isolation` (jailed by default): where no jail can be made, that is a
@@ -24,10 +29,11 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout.activities.agent_loop import InvalidReward, LoopOutcome, TaskFailed, play
+from rollout.activities.agent_loop import EpisodeFault, LoopOutcome, TaskFailed, play, task_call
 from rollout.config import SandboxIsolation
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
+from rollout.failures import TASK_FAILED, failure_in
 from rollout.harness import RunContext, SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
@@ -96,13 +102,22 @@ class _Scripted:
             self.tools_seen[tool.name] = tool
         if self.reply_with is None:
             return Message.assistant("ok")
-        return self.reply_with(messages, tools)
+        try:
+            return self.reply_with(messages, tools)
+        except Exception as error:
+            package = getattr(self.reply_with, "__module__", None) or ""
+            raise TaskFailed(failure_in(error, TASK_FAILED, "scripted_reply", package)) from error
 
 
 async def check_environment(
-    reference: str | Environment, *, isolation: SandboxIsolation = SandboxIsolation.bwrap
+    reference: str | Environment,
+    *,
+    isolation: SandboxIsolation = SandboxIsolation.bwrap,
+    tasks: int = 1,
+    progress: Callable[[str], None] = lambda _: None,
 ) -> CheckReport:
-    """Check the environment at `reference` (package.module:attribute), or one already in hand."""
+    """Check the environment at `reference` (package.module:attribute), or one already in hand, on its first
+    `tasks` tasks (groups 0, 1, …)."""
     if isinstance(reference, Environment):
         environment, reference = reference, reference.name
         report = CheckReport(reference)
@@ -114,41 +129,61 @@ async def check_environment(
             report.findings.append(Finding(reference, str(error)))
             return report
     report.environment = environment.name
-    try:
-        parameters = environment.source.parameters(0)
-    except Exception as error:
-        report.findings.append(Finding(f"{reference} task source", f"{type(error).__name__}: {error}"))
-        return report
+    for group in range(tasks):
+        where = reference if tasks == 1 else f"{reference} task {group}"
+        try:
+            parameters = environment.source.parameters(group)
+        except Exception as error:
+            doing = f"the task source's draw {group}"
+            failure = failure_in(error, TASK_FAILED, doing, reference.partition(":")[0])
+            report.findings.append(Finding(f"{where} task source", failure.summary))
+            continue
+        progress(f"{where}: playing")
+        await _check_task(environment, where, parameters, report, isolation, progress)
+    return report
+
+
+async def _check_task(
+    environment: Environment,
+    where: str,
+    parameters: dict[str, str],
+    report: CheckReport,
+    isolation: SandboxIsolation,
+    progress: Callable[[str], None],
+) -> None:
+    """Every seat of one task played: one after another, or at once on a sandbox's seats."""
+    seats = [(agent.name, bool(agent.command)) for agent in environment.agents]
     if environment.sandbox is None:
-        for agent in environment.agents:
+        for agent, external in seats:
             await _check_agent(
-                environment, agent.name, bool(agent.command), parameters, report, None, isolation
+                environment, where, agent, external, parameters, report, None, isolation, progress
             )
-        return report
-    async with _sandbox_for_check(environment.sandbox, report, isolation) as seats:
-        if seats is not None:
+        return
+    async with _sandbox_for_check(environment.sandbox, where, report, isolation) as sandbox:
+        if sandbox is not None:
             await asyncio.gather(
                 *(
                     _check_agent(
                         environment,
-                        agent.name,
-                        bool(agent.command),
+                        where,
+                        agent,
+                        external,
                         parameters,
                         report,
-                        seats[index],
+                        sandbox[i],
                         isolation,
+                        progress,
                     )
-                    for index, agent in enumerate(environment.agents)
+                    for i, (agent, external) in enumerate(seats)
                 )
             )
-    return report
 
 
 @asynccontextmanager
 async def _sandbox_for_check(
-    need: SandboxSpec, report: CheckReport, isolation: SandboxIsolation
+    need: SandboxSpec, task: str, report: CheckReport, isolation: SandboxIsolation
 ) -> AsyncIterator[list[SandboxSeat] | None]:
-    where = f"{report.reference} sandbox {need.kind!r}"
+    where = f"{task} sandbox {need.kind!r}"
     workdir = Path(tempfile.mkdtemp(prefix="rollout-env-check-"))
     try:
         world = build_world(need.kind, workdir, need.seats, isolation)
@@ -193,14 +228,16 @@ async def _sandbox_for_check(
 
 async def _check_agent(
     environment: Environment,
+    task_where: str,
     agent: str,
     external: bool,
     parameters: dict[str, str],
     report: CheckReport,
     sandbox: SandboxSeat | None,
     isolation: SandboxIsolation,
+    progress: Callable[[str], None],
 ) -> None:
-    where = f"{report.reference} agent {agent!r}"
+    where = f"{task_where} agent {agent!r}"
     context = RunContext(
         run="env-check",
         episode="episode-0",
@@ -213,19 +250,34 @@ async def _check_agent(
     try:
         task = environment.make_task(parameters, agent)
     except Exception as error:
-        report.findings.append(Finding(where, f"making the task raised {type(error).__name__}: {error}"))
+        package = getattr(environment.make_task, "__module__", None) or ""
+        report.findings.append(Finding(where, failure_in(error, TASK_FAILED, "make_task", package).summary))
         return
     model = _Scripted(environment.scripted_reply)
     outcome: LoopOutcome | None = None
+    limit_s = environment.episode_timeout_s
     try:
-        if external:
-            first = await task.start(context)
-            for tool in first.tools:
-                model.tools_seen[tool.name] = tool
-        else:
-            outcome = await play(task, context, model, max_turns=environment.max_turns)
-    except (TaskFailed, InvalidReward) as error:
-        report.findings.append(Finding(where, str(error)))
+        async with asyncio.timeout(limit_s):
+            if external:
+                first = await task_call(
+                    task.start(context), "start", type(task).__module__, environment.turn_timeout_s
+                )
+                for tool in first.tools:
+                    model.tools_seen[tool.name] = tool
+            else:
+                outcome = await play(
+                    task,
+                    context,
+                    model,
+                    max_turns=environment.max_turns,
+                    turn_timeout_s=environment.turn_timeout_s,
+                    on_turn=lambda turn: progress(f"{where}: turn {turn} of at most {environment.max_turns}"),
+                )
+    except EpisodeFault as error:
+        report.findings.append(Finding(where, error.failure.summary))
+    except TimeoutError:
+        reason = f"the episode did not end within {limit_s:g} s (Environment.episode_timeout_s)"
+        report.findings.append(Finding(where, reason))
     except Exception as error:
         report.findings.append(Finding(where, f"{type(error).__name__}: {error}"))
     for tool in model.tools_seen.values():

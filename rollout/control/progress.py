@@ -3,18 +3,20 @@ attach`, and the summary they end with.
 
 Contract:
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
-  assembled (and which were skipped: every group's rewards equal, so no signal), and episodes finished. It
+  assembled (and which were skipped: every group's rewards equal, so no signal), episodes finished, and why
+  episodes failed (the top reasons, with where in the environment's code). It
   shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
 - Nothing here decides anything a workflow decides: stopping at `trainer.steps` is `RunWorkflow`'s job.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from rollout.failures import advice
 from rollout.ledger import Kind, Ledger
-from rollout.ledger.queries import count_events
+from rollout.ledger.queries import FailureCount, count_events, failure_counts
 from rollout.ledger.streams import (
     SERVING_ACKS,
     policy_checkpoints_stream,
@@ -42,6 +44,9 @@ class TrainingProgress:
     batches: int = 0
     batches_skipped: int = 0  # every group of the batch had equal rewards: nothing to learn from, no step
     groups_skipped: int = 0  # groups without signal, in skipped and trained batches alike
+    failures: list[FailureCount] = field(
+        default_factory=list[FailureCount]
+    )  # why episodes failed, most first
     _acks_cursor: int = 0
 
     @property
@@ -73,6 +78,15 @@ class TrainingProgress:
                 ack = ServingAck.from_payload(dict(event.payload))
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
         self.episodes = await count_events(ledger, run_episodes_stream(self.run), Kind.EPISODE_FINISHED)
+        self.failures = await failure_counts(ledger, self.run, limit=3)
+
+    def failed(self) -> str:
+        """` · N failed: the top reason (where)`, or "" when no episode failed."""
+        if not self.failures:
+            return ""
+        top = self.failures[0]
+        more = f" (+{len(self.failures) - 1} other reasons)" if len(self.failures) > 1 else ""
+        return f" · {top.count} failed: {top.summary}{more}"
 
     @property
     def newest(self) -> Step | None:
@@ -83,12 +97,12 @@ class TrainingProgress:
         newest = self.newest
         skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
         if newest is None:
-            return f"waiting for the first batch · {self.episodes} episodes played{skipped}"
+            return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.failed()}"
         m = newest.metrics
         return (
             f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
             f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
-            f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes{skipped}"
+            f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes{skipped}{self.failed()}"
         )
 
     def skipped_reason(self) -> str | None:
@@ -125,6 +139,13 @@ class TrainingProgress:
             f"{window}): {last - first:+.3f}"
         )
 
+    def failures_said(self) -> list[str]:
+        """What failed and what to change, a sentence per way episodes failed."""
+        return [
+            f"{f.count} episode(s) failed: {f.summary} (e.g. episode {f.episode}). {advice(f.kind)}"
+            for f in self.failures
+        ]
+
     def summary(self) -> dict[str, Any]:
         change = self.reward_change()
         return {
@@ -142,4 +163,5 @@ class TrainingProgress:
             "reward_first": None if change is None else round(change[1], 4),
             "reward_last": None if change is None else round(change[2], 4),
             "reward_window": None if change is None else change[0],
+            "failures": [asdict(f) | {"summary": f.summary, "advice": advice(f.kind)} for f in self.failures],
         }

@@ -64,6 +64,8 @@ async def start_run(
         groups_in_flight=settings.run.groups_in_flight if in_flight is None else in_flight,
         max_groups=groups,
         max_lag=lag,
+        max_failure_rate=settings.run.max_failure_rate,
+        failure_window=settings.run.failure_window,
         settings={"max_tokens": settings.run.max_tokens},
     )
     client = await connect_temporal(settings)
@@ -106,8 +108,10 @@ def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | Non
 
 
 async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str, Any]]:
-    """Every run the ledger holds, newest first (or only run `only`), with its state and progress."""
-    from rollout.ledger.queries import find_run, list_runs, run_progress
+    """Every run the ledger holds, newest first (or only run `only`), with its state and progress; run `only`
+    also with why its episodes failed (`failures`: kind, place in the environment's code, count, the first
+    reason and episode)."""
+    from rollout.ledger.queries import failure_counts, find_run, list_runs, run_progress
     from rollout.workflows.client import run_state
 
     client = await connect_temporal(settings)
@@ -122,7 +126,12 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
         rows = []
         for run in runs:
             state, status = await run_state(client, run.run)
-            rows.append(_row(run, await run_progress(ledger, run.run), state, status))
+            row = _row(run, await run_progress(ledger, run.run), state, status)
+            if only is not None:
+                row["failures"] = [
+                    asdict(f) | {"summary": f.summary} for f in await failure_counts(ledger, run.run)
+                ]
+            rows.append(row)
         return rows
 
 

@@ -157,6 +157,8 @@ def run_input(
         environment=environment,
         groups_in_flight=settings.run.groups_in_flight,
         max_lag=settings.run.max_lag,
+        max_failure_rate=settings.run.max_failure_rate,
+        failure_window=settings.run.failure_window,
         settings={"max_tokens": settings.run.max_tokens},
         training=training,
         launch=launch,

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.failures import Failure
 from rollout.ledger.events import Kind, RecordedEvent
 from rollout.records import Payload
 
@@ -117,7 +118,7 @@ class EpisodeEnded(Payload):
     """An episode recorded for good: `EpisodeFinished` (every agent rewarded), or `EpisodeAbandoned` with the
     error when an agent failed for good (consumed with its group, never trained)."""
 
-    OMITTED_AT_DEFAULT = ("untrained",)
+    OMITTED_AT_DEFAULT = ("untrained", "failure")
 
     run: str
     episode: str
@@ -133,6 +134,7 @@ class EpisodeEnded(Payload):
     # By agent: the segments (conversations) its environment keeps out of training, such as a client's side
     # tasks.
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
+    failure: Failure | None = None  # an abandoned episode's first failure, classified (rollout.failures)
 
     @property
     def kind(self) -> Kind:

@@ -176,6 +176,47 @@ async def run_progress(ledger: Ledger, run: str, *, group_size: int | None = Non
     )
 
 
+@dataclass(frozen=True)
+class FailureCount:
+    """How many of a run's episodes failed one way: a failure kind at one place in the environment's code."""
+
+    kind: str  # rollout.failures' kinds ("" for an episode recorded before failures were classified)
+    where: str | None  # file:line in the environment's code
+    count: int
+    reason: str  # the reason of the first episode that failed this way
+    episode: str  # that episode
+
+    @property
+    def summary(self) -> str:
+        return f"{self.reason} ({self.where})" if self.where else self.reason
+
+
+_FAILURE_COUNTS = """
+SELECT coalesce(payload->'failure'->>'kind', '') AS kind, payload->'failure'->>'where' AS where_,
+       count(*) AS count,
+       (array_agg(coalesce(payload->'failure'->>'reason', payload->>'error', '') ORDER BY seq))[1] AS reason,
+       (array_agg(payload->>'episode' ORDER BY seq))[1] AS episode
+  FROM event
+ WHERE stream_id = %(stream)s AND kind = %(abandoned)s AND NOT payload ? 'attempt'
+ GROUP BY 1, 2 ORDER BY count(*) DESC, min(seq) LIMIT %(limit)s
+"""
+
+
+async def failure_counts(ledger: Ledger, run: str, *, limit: int = 10) -> list[FailureCount]:
+    """Why run `run`'s episodes failed: one count per (kind, place in the environment's code), most first."""
+    params = {"stream": run_episodes_stream(run), "abandoned": Kind.EPISODE_ABANDONED.value, "limit": limit}
+    return [
+        FailureCount(
+            kind=str(row["kind"]),
+            where=row["where_"],
+            count=int(row["count"]),
+            reason=str(row["reason"] or ""),
+            episode=str(row["episode"] or ""),
+        )
+        for row in await ledger._fetch_all(_FAILURE_COUNTS, params)
+    ]
+
+
 async def run_turns(ledger: Ledger, run: str) -> list[RecordedEvent]:
     """Every `TurnRecorded` of a run's seats, in recording order (scans the events: for tests, tools)."""
     rows = await ledger._fetch_all(

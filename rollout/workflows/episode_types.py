@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 
 from rollout import defaults
 from rollout.environment import AgentSeatSpec, SandboxSpec
+from rollout.failures import Failure
 
 
 @dataclass
@@ -129,19 +130,20 @@ class EpisodeRecord:
     metrics: dict[str, dict[str, float]] = field(default_factory=dict[str, dict[str, float]])
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])  # by agent: segment ids
+    failure: Failure | None = None  # the first of its agents' failures, if one failed
 
 
 def episode_record(
-    given: EpisodeInput, results: list[AgentResult], errors: list[str], *, sandbox: str | None = None
+    given: EpisodeInput, results: list[AgentResult], failures: list[Failure], *, sandbox: str | None = None
 ) -> EpisodeRecord:
-    """What `record_episode` records of an episode whose agents gave `results` and failed with `errors`."""
+    """What `record_episode` records of an episode whose agents gave `results` and failed with `failures`."""
     result = EpisodeResult(
         given.run,
         given.episode,
         given.group,
-        finished=not errors,
+        finished=not failures,
         rewards={r.agent: r.reward for r in results},
-        error="; ".join(errors) or None,
+        error="; ".join(f.summary for f in failures) or None,
     )
     return EpisodeRecord(
         result,
@@ -151,6 +153,7 @@ def episode_record(
         metrics={r.agent: r.metrics for r in results},
         untrained={r.agent: r.untrained for r in results if r.untrained},
         sandbox=sandbox,
+        failure=failures[0] if failures else None,
     )
 
 
@@ -178,3 +181,6 @@ class SupplyInput:
     # groups it may have started in all (a training run's staleness bound); None: no bound
     allowance: int | None = None
     played: SupplyCounts = field(default_factory=SupplyCounts)  # what it played before this history
+    max_failure_rate: float = 1.0  # it pauses the run when more than this share of recent episodes failed
+    failure_window: int = defaults.FAILURE_WINDOW
+    recent_failed: list[bool] = field(default_factory=list[bool])  # the last episodes: failed or not

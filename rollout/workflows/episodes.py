@@ -16,8 +16,9 @@ Contract:
   (waiting up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim
   every third of its time to live while the agents play, and releases it at the end, however the episode
   ended. It plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
-  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error when an agent failed for good. It never
-  fails itself, so the run goes on.
+  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error and the first `Failure` (rollout.failures:
+  its kind, reason and place in the environment's code) when an agent failed for good. A deterministic
+  failure is never retried. It never fails itself, so the run goes on.
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
@@ -25,7 +26,9 @@ Contract:
   training run raises its allowance as steps are trained: `set_allowance`). It stops when told to (`stop`),
   or after `max_groups`, once the groups in flight have finished, and returns what it played (`SupplyCounts`,
   also its `counts` query); it continues as new every `GROUPS_PER_HISTORY` groups, when none are in flight,
-  carrying its counts.
+  carrying its counts. When more than `max_failure_rate` of its last `failure_window` episodes failed, it
+  pauses itself and tells its run (`EPISODES_FAILING`, with the count and the latest failure), which pauses
+  with that reason; resuming counts afresh.
 """
 
 from __future__ import annotations
@@ -34,11 +37,13 @@ import asyncio
 import contextlib
 from dataclasses import replace
 from datetime import timedelta
+from typing import Any, cast
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
+from rollout.failures import DETERMINISTIC, KINDS, TRANSIENT, Failure, one_line
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     AbandonInput,
@@ -53,7 +58,7 @@ from rollout.workflows.episode_types import (
     SupplyInput,
     episode_record,
 )
-from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
+from rollout.workflows.names import EPISODES_FAILING, agent_workflow_id, episode_id, episode_workflow_id
 from rollout.workflows.options import QUICK, heartbeating
 
 PLAY_HEARTBEAT = timedelta(seconds=10)
@@ -63,16 +68,38 @@ FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fail
 # out inside an attempt), so these outlast a runner restarted several times during one episode.
 REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
-FOR_GOOD = ["EnvironmentLoadError", "TaskFailed", "InvalidReward"]
+FOR_GOOD = list(DETERMINISTIC)  # failures a retry would repeat (rollout.failures)
 # Workflows started before one-seat episodes played and recorded in one activity replay the old commands.
 PLAY_AND_RECORD = "play-and-record"
 
 
-def _reason(error: BaseException) -> str:
+def _cause(error: BaseException) -> BaseException:
     cause = error.__cause__ or error
     while isinstance(cause, (ActivityError, ChildWorkflowError)) and cause.__cause__ is not None:
         cause = cause.__cause__
+    return cause
+
+
+def _reason(error: BaseException) -> str:
+    cause = _cause(error)
     return str(cause) or type(cause).__name__
+
+
+def _failure(error: BaseException) -> Failure:
+    """How an agent failed: the `Failure` its activity classified (in the error's details), or a transient
+    failure that outlasted its retries (a dead runner, an outage)."""
+    cause = _cause(error)
+    if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
+        given = cast(dict[str, Any], cause.details[0])
+        if given.get("kind") in KINDS and isinstance(given.get("reason"), str):
+            where, detail = given.get("where"), given.get("detail")
+            return Failure(
+                kind=given["kind"],
+                reason=given["reason"],
+                where=where if isinstance(where, str) else None,
+                detail=detail if isinstance(detail, str) else "",
+            )
+    return Failure(TRANSIENT, one_line(_reason(error)))
 
 
 def _play_retry(replayable: bool) -> RetryPolicy:
@@ -192,7 +219,7 @@ class EpisodeWorkflow:
         record = episode_record(
             given,
             [o for o in outcomes if isinstance(o, AgentResult)],
-            [_reason(o) for o in outcomes if isinstance(o, BaseException)],
+            [_failure(o) for o in outcomes if isinstance(o, BaseException)],
             sandbox=f"{grant.kind}/{grant.name}@{grant.epoch}" if grant else None,
         )
         await workflow.execute_activity(runner_stubs.record_episode, record, **QUICK)
@@ -239,10 +266,13 @@ class EpisodeSupplyWorkflow:
         self.episodes_finished = 0
         self.episodes_failed = 0
         self.allowance: int | None = None
+        self.recent_failed: list[bool] = []
 
     @workflow.signal
     def set_paused(self, paused: bool) -> None:
         self.paused = paused
+        if not paused:
+            self.recent_failed = []  # resumed: the environment may be fixed, count afresh
 
     @workflow.signal
     def stop(self) -> None:
@@ -269,6 +299,7 @@ class EpisodeSupplyWorkflow:
         self.groups_finished = given.played.groups_finished
         self.episodes_finished = given.played.episodes_finished
         self.episodes_failed = given.played.episodes_failed
+        self.recent_failed = list(given.recent_failed)
         next_group = given.next_group
         started_here = 0
 
@@ -304,6 +335,7 @@ class EpisodeSupplyWorkflow:
                         paused=self.paused,
                         allowance=self.allowance,
                         played=self.counts(),
+                        recent_failed=self.recent_failed,
                     )
                 )
             self.in_flight.add(next_group)
@@ -334,5 +366,24 @@ class EpisodeSupplyWorkflow:
                 self.episodes_finished += 1
             else:
                 self.episodes_failed += 1
+            await self._count_failure(given, result)
         self.groups_finished += 1
         self.in_flight.discard(group)
+
+    async def _count_failure(self, given: SupplyInput, result: EpisodeResult) -> None:
+        """Pause (the run, through its workflow, and this supply at once) when more than
+        `max_failure_rate` of the last `failure_window` episodes failed."""
+        window = given.failure_window
+        self.recent_failed = [*self.recent_failed, not result.finished][-window:]
+        failed = sum(self.recent_failed)
+        if self.paused or len(self.recent_failed) < window or failed <= given.max_failure_rate * window:
+            return
+        self.paused = True
+        self.recent_failed = []
+        reason = (
+            f"{failed} of the last {window} episodes failed (more than run.max_failure_rate="
+            f"{given.max_failure_rate:g}); the latest: {result.error}"
+        )
+        parent = workflow.info().parent
+        if parent is not None:
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(EPISODES_FAILING, reason)

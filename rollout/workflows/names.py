@@ -21,6 +21,7 @@ TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the train
 # it).
 TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
 TRAINING_PAUSED = "training_paused"  # (reason)
+EPISODES_FAILING = "episodes_failing"  # (reason): the supply paused itself, too many episodes failed
 
 
 def run_policy(run: str, policy: str) -> str:

@@ -17,7 +17,10 @@ Contract:
   groups_per_batch` groups (the fewest steps of any trained policy), so no episode starts that would be
   trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a synchronous loop. Each training
   workflow reports its steps (`training_progress`). A training step that cannot be published (a non-finite
-  loss) pauses the run with the reason (`training_paused`); `resume` lets training go on.
+  loss) pauses the run with the reason (`training_paused`); `resume` lets training go on. So does a supply
+  whose recent episodes fail more than `max_failure_rate` of the time (`episodes_failing`): the run pauses
+  with the count and the latest failure, and `resume` (once the environment is fixed: restarted runners load
+  the new code) plays on.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status. The status counts the supply's groups and
   episodes (`SupplyCounts`) once the supply has ended: 0 until then.
@@ -42,6 +45,7 @@ from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import EnvironmentInfo, SupplyCounts, SupplyInput
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (
+    EPISODES_FAILING,
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     supply_workflow_id,
@@ -110,6 +114,8 @@ class RunWorkflow:
                 groups_in_flight=given.groups_in_flight,
                 max_groups=given.max_groups,
                 allowance=self._allowance(),
+                max_failure_rate=given.max_failure_rate,
+                failure_window=given.failure_window,
             ),
             id=supply_workflow_id(given.run),
         )
@@ -171,6 +177,13 @@ class RunWorkflow:
         """A training step could not be published (`reason`): pause the run until `resume`."""
         async with self.lock:
             self.state.training_paused = True
+            await self._pause(reason)
+
+    @workflow.signal(name=EPISODES_FAILING)
+    async def episodes_failing(self, reason: str) -> None:
+        """Too many recent episodes failed (`reason`): the supply paused itself; pause the run until
+        `resume`."""
+        async with self.lock:
             await self._pause(reason)
 
     async def _pause(self, reason: str | None = None) -> None:

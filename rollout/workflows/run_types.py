@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from rollout import defaults
 from rollout.launches import RunLaunch
-from rollout.run_settings import max_lag_of
+from rollout.run_settings import failure_bound_of, max_lag_of
 from rollout.workflows.training_types import TrainingSpec
 
 
@@ -29,10 +29,15 @@ class RunInput:
     max_lag: int = defaults.MAX_LAG
     settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
     training: TrainingSpec | None = None
+    # It pauses itself, with the reason, when more than this share of its last `failure_window` episodes
+    # failed.
+    max_failure_rate: float = defaults.MAX_FAILURE_RATE
+    failure_window: int = defaults.FAILURE_WINDOW
     launch: RunLaunch | None = None  # how `rollout train` launched it, recorded as an event of its own
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts
+        failure_bound_of(self.max_failure_rate, self.failure_window)
 
 
 @dataclass

@@ -57,7 +57,8 @@ async def change_settings(change: SettingsChange) -> None:
 async def play_agent(attempt: AgentAttempt) -> AgentResult:
     """Open the attempt's seat and play the agent's task through the gateway (or its external command),
     heartbeating; return its reward and turns. A retry of a replayable seat resumes by replay. Fails for good
-    with `TaskFailed`, `InvalidReward` or `EnvironmentLoadError`."""
+    (not retried) with an error typed by its deterministic `Failure` kind (rollout.failures), the record in
+    its details."""
     raise NotImplementedError
 
 
