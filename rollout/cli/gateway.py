@@ -144,6 +144,13 @@ def gateway(
         AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
     )
     err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url)}")
+    for url in engine_url:
+        if not _answers(url):  # it may be starting beside this gateway (`rollout up`): say so, do not stop
+            err.print(
+                f"no engine answers at {url} yet: turns wait for one (start it with `rollout engine serve`, or "
+                "point the gateway elsewhere with --engine-url URL)",
+                highlight=False,
+            )
     if not is_loopback(host):
         err.print(f"operator routes need the key in {settings.data_path / OPERATOR_KEY_FILE}")
     try:
@@ -164,6 +171,15 @@ def gateway(
         )
     except LedgerError as error:
         fail(str(error))
+
+
+def _answers(url: str) -> bool:
+    import httpx
+
+    try:
+        return httpx.get(f"{url.rstrip('/')}/health", timeout=2).status_code == 200
+    except httpx.HTTPError:
+        return False
 
 
 def register(app: typer.Typer) -> None:

@@ -49,7 +49,11 @@ _OPTION = "--"
 def service_overrides(settings: Settings, *sections: str) -> list[str]:
     """`sections` of `settings` as a service is told them (`rollout.overrides`); the ledger section
     is the services' view of it: the worker role's URL, never the owner's."""
-    postgres = replace(settings.services.postgres, url=None, worker_url=settings.worker_ledger_url)
+    given = settings.services.postgres
+    # A server of the user's own: the URL services connect with (its worker's, else the one given). The
+    # embedded one: none, as they make its worker role's URL from its host and port.
+    worker_url = settings.worker_ledger_url if given.url or given.worker_url else None
+    postgres = replace(given, url=None, worker_url=worker_url)
     told = replace(settings, services=replace(settings.services, postgres=postgres))
     return overrides_for(told, *sections)
 
