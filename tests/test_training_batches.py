@@ -171,6 +171,15 @@ def test_a_step_takes_a_whole_batch_of_the_oldest_ready_groups_or_waits() -> Non
     assert ready_groups(views, group_size=4, consumed={0}, groups_per_batch=2) == [2, 3]
     assert ready_groups(views, group_size=4, consumed={0, 2}, groups_per_batch=2) == [], "one ready: wait"
     assert ready_groups(views, group_size=4, consumed={0, 2}, groups_per_batch=1) == [3]
+    failed = [*views, *(EpisodeRecordView(f"g4-{m}", 4, False) for m in range(4))]
+    half = [
+        *failed,
+        EpisodeRecordView("g5-0", 5, True),
+        *(EpisodeRecordView(f"g5-{m}", 5, False) for m in (1, 2, 3)),
+    ]
+    assert ready_groups(half, group_size=4, consumed={0, 2, 3}, groups_per_batch=1) == [5], (
+        "a group whose every episode failed trains nothing and is never taken; one with a finished episode is"
+    )
 
 
 def test_the_supply_allowance_is_max_lag_plus_one_batches_ahead_of_training() -> None:

@@ -2,7 +2,9 @@
 
 Contract:
 - Only whole groups are taken: a group is ready when all `group_size` of its episodes are recorded (finished,
-  or abandoned: an abandoned episode is consumed with its group but never trained).
+  or abandoned: an abandoned episode is consumed with its group but never trained). A group none of whose
+  episodes finished (an environment's bug failed them all) has nothing to train on: it is never taken, so no
+  step is spent on it (and the episode supply does not count it against its allowance).
 - Groups already consumed by an earlier step are never taken again; the oldest ready groups go first.
 - A batch is whole: exactly `groups_per_batch` groups, or an empty selection while fewer are ready (the step
   waits). Every step trains on the same amount of data, whatever the run's max_lag, so steps compare.
@@ -27,9 +29,16 @@ def ready_groups(
     records: Iterable[EpisodeRecordView], *, group_size: int, consumed: set[int], groups_per_batch: int
 ) -> list[int]:
     members: dict[int, set[str]] = {}
+    trainable: set[int] = set()
     for record in records:
         members.setdefault(record.group, set()).add(record.episode)
-    ready = [g for g, episodes in members.items() if len(episodes) >= group_size and g not in consumed]
+        if record.finished:
+            trainable.add(record.group)
+    ready = [
+        g
+        for g, episodes in members.items()
+        if len(episodes) >= group_size and g not in consumed and g in trainable
+    ]
     return sorted(ready)[:groups_per_batch] if len(ready) >= groups_per_batch else []
 
 

@@ -165,6 +165,7 @@ class SupplyCounts:
     episodes_finished: int = 0
     episodes_failed: int = 0
     groups_in_flight: int = 0  # groups started and not yet finished (0 in its result: it waits for them)
+    groups_failed: int = 0  # groups every episode of which failed: nothing to train on, beyond the allowance
 
 
 @dataclass

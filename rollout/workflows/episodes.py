@@ -23,7 +23,8 @@ Contract:
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
   running, from group index `next_group` on; while paused it starts none, nor group `allowance` and beyond (a
-  training run raises its allowance as steps are trained: `set_allowance`). It stops when told to (`stop`),
+  training run raises its allowance as steps are trained: `set_allowance`; groups whose every episode failed
+  are not counted, as no step trains on them). It stops when told to (`stop`),
   or after `max_groups`, once the groups in flight have finished, and returns what it played (`SupplyCounts`,
   also its `counts` query); it continues as new every `GROUPS_PER_HISTORY` groups, when none are in flight,
   carrying its counts. When more than `max_failure_rate` of its last `failure_window` episodes failed, it
@@ -92,12 +93,13 @@ def _failure(error: BaseException) -> Failure:
     if isinstance(cause, ApplicationError) and cause.details and isinstance(cause.details[0], dict):
         given = cast(dict[str, Any], cause.details[0])
         if given.get("kind") in KINDS and isinstance(given.get("reason"), str):
-            where, detail = given.get("where"), given.get("detail")
+            where, detail, seat = given.get("where"), given.get("detail"), given.get("seat")
             return Failure(
                 kind=given["kind"],
                 reason=given["reason"],
                 where=where if isinstance(where, str) else None,
                 detail=detail if isinstance(detail, str) else "",
+                seat=seat if isinstance(seat, str) else None,
             )
     return Failure(TRANSIENT, one_line(_reason(error)))
 
@@ -265,6 +267,7 @@ class EpisodeSupplyWorkflow:
         self.groups_finished = 0
         self.episodes_finished = 0
         self.episodes_failed = 0
+        self.groups_failed = 0
         self.allowance: int | None = None
         self.recent_failed: list[bool] = []
 
@@ -289,6 +292,7 @@ class EpisodeSupplyWorkflow:
             episodes_finished=self.episodes_finished,
             episodes_failed=self.episodes_failed,
             groups_in_flight=len(self.in_flight),
+            groups_failed=self.groups_failed,
         )
 
     @workflow.run
@@ -299,6 +303,7 @@ class EpisodeSupplyWorkflow:
         self.groups_finished = given.played.groups_finished
         self.episodes_finished = given.played.episodes_finished
         self.episodes_failed = given.played.episodes_failed
+        self.groups_failed = given.played.groups_failed
         self.recent_failed = list(given.recent_failed)
         next_group = given.next_group
         started_here = 0
@@ -310,7 +315,9 @@ class EpisodeSupplyWorkflow:
             return started_here >= GROUPS_PER_HISTORY
 
         def may_start() -> bool:
-            allowed = self.allowance is None or next_group < self.allowance
+            # A group whose every episode failed trains nothing (no step takes it): it does not use up the
+            # allowance, or a broken environment would starve training of good groups.
+            allowed = self.allowance is None or next_group < self.allowance + self.groups_failed
             return (
                 not self.paused
                 and allowed
@@ -361,12 +368,15 @@ class EpisodeSupplyWorkflow:
             )
             for member in range(given.environment.group_size)
         ]
-        for result in await asyncio.gather(*episodes):
+        results = await asyncio.gather(*episodes)
+        for result in results:
             if result.finished:
                 self.episodes_finished += 1
             else:
                 self.episodes_failed += 1
             await self._count_failure(given, result)
+        if not any(result.finished for result in results):
+            self.groups_failed += 1
         self.groups_finished += 1
         self.in_flight.discard(group)
 
