@@ -5,8 +5,8 @@ Contract:
 - `Failure` is what an episode's `EpisodeAbandoned` records of its first failure: its `kind` (one of `KINDS`),
   whether it is `deterministic` (a retry would fail the same way, so none is made), a one-line `reason`,
   `where` in the environment's own code it happened (`file:line` of the innermost frame under the
-  environment's package; None when the failure is not in its code) and `detail` (the traceback, at most
-  `DETAIL_CHARS`, for the dashboard).
+  environment's package; None when the failure is not in its code), `detail` (the traceback, at most
+  `DETAIL_CHARS`, for the dashboard) and the `seat` whose play failed (its transcript shows how far it got).
 - Deterministic kinds: the Task (or `make_task`, a task source's draw, `scripted_reply`, `trains`) raised
   (`TaskFailed`), one of its calls ran past its limit (`TaskTimedOut`: `Environment.turn_timeout_s`,
   `episode_timeout_s`), its reward was not a finite number (`InvalidReward`), the gateway refused the request
@@ -25,6 +25,7 @@ import sys
 import traceback
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rollout.records import Payload
 
@@ -58,10 +59,14 @@ class Failure(Payload):
     reason: str  # one line, in the environment author's terms
     where: str | None = None  # file:line in the environment's package, innermost
     detail: str = ""  # the traceback, cut to DETAIL_CHARS
+    seat: str | None = None  # the seat whose play failed (its transcript shows how far it got)
 
     @property
     def deterministic(self) -> bool:
         return self.kind in DETERMINISTIC
+
+    def markers(self) -> dict[str, Any]:
+        return {"deterministic": self.deterministic}  # its class, beside its kind, for readers of the ledger
 
     @property
     def summary(self) -> str:

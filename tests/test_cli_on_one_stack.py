@@ -12,6 +12,8 @@ shared by this module's tests in order; the last one stops it):
   settings, `run resume` refuses (the engine serves another model) and `rollout run attach` brings the stack
   to the run's recorded model and trainer settings and finishes the run; `down` stops every service, the
   sandboxes included.
+- A user's environment with bugs trains on its good groups; each bad episode is recorded once with why, and
+  the live lines, the summary and `run status` say so.
 """
 
 from __future__ import annotations
@@ -32,7 +34,7 @@ import pytest
 
 from rollout.config import Settings, load
 from rollout.ledger import Kind, Ledger
-from rollout.ledger.queries import count_events, run_turns
+from rollout.ledger.queries import count_events, read_all, run_turns
 from rollout.ledger.streams import run_episodes_stream
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
@@ -316,6 +318,85 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
         for r in json.loads(rollout("eval", "results", "quick@1", "--json", *overrides, cwd=tmp_path).stdout)
     ]
     assert [r["checkpoint"] for r in base].count("base") == 1, "every firing found the one result"
+
+
+@pytest.mark.timeout(600)
+def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_failed(
+    user_stack: UserStack,
+) -> None:
+    """tests/user_folder/buggy, from its folder: of every eight groups, one hangs (bounded at 2 s), one
+    raises, one scores NaN, one shows an observation past the 2048-token context, and one's task source
+    raises. The run trains its steps on the good groups, records each bad episode once with why, retries none
+    of them, and says why where the user looks."""
+    overrides = user_stack.overrides
+    folder = Path(__file__).parent / "user_folder"
+    micro = ["--preset", "cpu-micro", "trainer.steps=2", "run.max_failure_rate=0.95", *overrides]
+    trained = rollout(
+        "train", "buggy.environment:environment", *micro, "--run", "buggy", cwd=folder, timeout=540
+    )
+    printed = trained.stderr + trained.stdout
+    assert "failed: " in trained.stderr, "the live lines name why episodes failed"
+    summary = " ".join(trained.stdout.split())  # as one line: the console wraps it
+    assert "episode(s) failed: respond did not return within 2 s (Environment.turn_timeout_s)" in summary
+    assert "Traceback" not in printed
+    status = json.loads(
+        rollout("run", "status", "buggy", "--json", *overrides, cwd=user_stack.elsewhere).stdout
+    )
+    assert status["steps"] == 2 and status["state"] == "finished", status
+    failures = {f["kind"]: f for f in status["failures"]}
+    assert set(failures) >= {"TaskTimedOut", "TaskFailed", "InvalidReward", "RequestRefused"}, failures
+    assert failures["RequestRefused"]["reason"].startswith(
+        "the gateway refused the conversation's request (400)"
+    )
+    assert "2048" in failures["RequestRefused"]["reason"], failures["RequestRefused"]
+    assert failures["RequestRefused"]["where"].startswith("buggy/environment.py:"), "the respond that made it"
+    raised = [f for f in status["failures"] if f["kind"] == "TaskFailed"]
+    assert {f["reason"].split(" raised ")[0] for f in raised} == {"respond", "the task source's draw 5"}, (
+        raised
+    )
+    assert all(f["where"].startswith("buggy/environment.py:") for f in raised), raised
+
+    async def recorded() -> tuple[dict[str, int], list[int]]:
+        from temporalio.client import Client
+
+        from rollout.workflows.names import episode_workflow_id
+
+        async with await Ledger.connect(user_stack.settings.ledger_url) as ledger:
+            events = await read_all(ledger, run_episodes_stream("buggy"))
+        ended: dict[str, int] = {}
+        for event in events:
+            if (
+                event.kind in (Kind.EPISODE_FINISHED, Kind.EPISODE_ABANDONED)
+                and "attempt" not in event.payload
+            ):
+                ended[event.payload["episode"]] = ended.get(event.payload["episode"], 0) + 1
+        refused = next(
+            e.payload["episode"]
+            for e in events
+            if e.kind == Kind.EPISODE_ABANDONED
+            and e.payload.get("failure", {}).get("kind") == "RequestRefused"
+        )
+        client = await Client.connect(user_stack.settings.temporal_address)
+        history = client.get_workflow_handle(episode_workflow_id("buggy", refused)).fetch_history_events()
+        attempts = [
+            e.activity_task_started_event_attributes.attempt
+            async for e in history
+            if e.HasField("activity_task_started_event_attributes")
+        ]
+        return ended, attempts
+
+    ended, attempts = asyncio.run(recorded())
+    assert set(ended.values()) == {1}, "every episode is recorded once"
+    assert attempts and set(attempts) == {1}, f"a refused request is not retried: attempts {attempts}"
+
+    # The dashboard's run view says why, what to change, and links to a failing transcript.
+    from tests.test_monitor import view
+
+    page = view("runs", user_stack.settings, run="buggy")
+    assert "Why episodes failed" in [header.value for header in page.subheader]
+    shown = " ".join(str(markdown.value) for markdown in page.markdown)
+    assert "`TaskTimedOut`: respond did not return within 2 s" in shown, shown
+    assert "./transcripts?run=buggy&episode=" in shown and "raise the Environment's turn_timeout_s" in shown
 
 
 @pytest.mark.timeout(900)

@@ -10,6 +10,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 FOLDER = Path(__file__).parent / "user_folder"
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 
@@ -50,3 +52,35 @@ def test_env_check_bounds_each_call_and_names_each_bug_where_it_is() -> None:
     assert (0.0, True) in rewards, (
         "group 4's long observation is no bug to a scripted model: it runs out of turns"
     )
+
+
+def test_a_runner_plays_a_fixed_environment_on_its_new_code(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fixing a paused run's environment and resuming it needs no runner restart: a changed module is imported
+    again."""
+    import os
+
+    from rollout.activities.runner import _load  # pyright: ignore[reportPrivateUsage]
+
+    module = tmp_path / "fixable_env.py"
+    source = """
+from rollout.environment import Dataset, Environment
+from rollout.harness import End, Observation, Task
+
+class Fixable(Task):
+    async def start(self, run):
+        return Observation("hi")
+
+    async def respond(self, run, reply):
+        return End(reward=REWARD)
+
+REWARD = {reward}
+environment = Environment("fixable", lambda parameters, agent: Fixable(), Dataset([{{}}]), max_turns={turns})
+"""
+    module.write_text(source.format(reward="float('nan')", turns=1))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert _load("fixable_env:environment").max_turns == 1
+    module.write_text(source.format(reward="1.0", turns=2))
+    os.utime(module, (time.time() + 5, time.time() + 5))  # a change within the same second still counts
+    assert _load("fixable_env:environment").max_turns == 2, "the fixed code"

@@ -78,7 +78,7 @@ class TrainingProgress:
                 ack = ServingAck.from_payload(dict(event.payload))
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
         self.episodes = await count_events(ledger, run_episodes_stream(self.run), Kind.EPISODE_FINISHED)
-        self.failures = await failure_counts(ledger, self.run, limit=3)
+        self.failures = await failure_counts(ledger, self.run)
 
     def failed(self) -> str:
         """` · N failed: the top reason (where)`, or "" when no episode failed."""

@@ -145,7 +145,11 @@ class EpisodeEnded(Payload):
         return episode_ended_key(self.episode, finished=self.finished)
 
     def markers(self) -> dict[str, Any]:
-        return {} if self.finished else {"trainable": False}
+        if self.finished:
+            return {}
+        # The failure with its own markers (its class), which a nested record's encoding leaves out.
+        failure = {} if self.failure is None else {"failure": self.failure.to_payload()}
+        return {"trainable": False, **failure}
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+from rollout.failures import Failure
 from rollout.ledger.events import Kind
 from rollout.ledger.store import Ledger
 from rollout.ledger.streams import SERVING_ACKS, run_episodes_stream
@@ -129,6 +130,14 @@ class EpisodeRow:
     turns: dict[str, int]
     error: str | None
     recorded_at: datetime
+    failure: Failure | None = None  # a failed episode's first failure (rollout.failures)
+
+
+def _failure(payload: object) -> Failure | None:
+    try:
+        return Failure.from_payload(payload) if isinstance(payload, dict) else None
+    except ValueError:  # not one rollout wrote: shown as its error text alone
+        return None
 
 
 async def find_episodes(
@@ -179,6 +188,7 @@ async def find_episodes(
             turns={k: int(v) for k, v in (p.get("turns") or {}).items()},
             error=p.get("error"),
             recorded_at=row["recorded_at"],
+            failure=_failure(p.get("failure")),
         )
         for row in rows
         if (p := row["payload"]) is not None

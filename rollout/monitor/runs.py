@@ -1,5 +1,6 @@
 """The Runs view: every run with its state, settings, how its agents' commands were confined (in words),
-episodes/s and steps (a page of 100, newest first); one run's per-step curves and its controls.
+episodes/s and steps (a page of 100, newest first); one run's per-step curves, its controls, and why its
+episodes failed (each way with its count, what to change and a link to a failing episode's transcript).
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
 sample size, clipped fraction, mismatch KL) and step time. Pause, resume and max_lag go through the run's
@@ -9,11 +10,21 @@ workflow updates, as `rollout run pause|resume|set` do, so each change is record
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 import streamlit as st
 
+from rollout.failures import advice
 from rollout.isolation import SandboxIsolation, said
-from rollout.ledger.queries import RunRow, count_runs, find_run, list_runs, run_progress
+from rollout.ledger.queries import (
+    FailureCount,
+    RunRow,
+    count_runs,
+    failure_counts,
+    find_run,
+    list_runs,
+    run_progress,
+)
 from rollout.ledger.views import EpisodeRate, episode_rate, run_activity, run_steps
 
 if TYPE_CHECKING:
@@ -95,9 +106,10 @@ def show_run(monitor: Monitor, run: str) -> None:
             await run_progress(ledger, run),
             await episode_rate(ledger, run),
             await run_steps(ledger, run),
+            await failure_counts(ledger, run),
         )
 
-    row, progress, rate, steps = monitor.read(read)
+    row, progress, rate, steps, failures = monitor.read(read)
     if row is None:
         st.warning(f"The ledger has no run {run!r}.")
         return
@@ -114,6 +126,7 @@ def show_run(monitor: Monitor, run: str) -> None:
     with st.expander("settings"):
         st.json(row.settings)
     _controls(monitor, run, row.settings, state)
+    _failures(failures, run)
     if not steps:
         st.caption("No step trained yet.")
         return
@@ -158,6 +171,19 @@ def show_run(monitor: Monitor, run: str) -> None:
             "resolve": {"scale": {"y": "independent"}},
         },
     )
+
+
+def _failures(failures: list[FailureCount], run: str) -> None:
+    """Why episodes failed: each way, how often, what to change, and a link to a failing transcript."""
+    if not failures:
+        return
+    st.subheader("Why episodes failed")
+    for failed in failures:
+        link = f"./transcripts?run={quote(run)}&episode={quote(failed.episode)}"
+        st.markdown(
+            f"**{failed.count}** × `{failed.kind or 'failed'}`: {failed.summary} ([episode {failed.episode}]"
+            f"({link})). {advice(failed.kind)}"
+        )
 
 
 def _workflow_state(monitor: Monitor, run: str) -> str:

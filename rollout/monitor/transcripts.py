@@ -4,7 +4,9 @@ the agent saw them.
 Each turn shows the prompt the engine saw since the previous turn of its segment (observations, tool results),
 the reply with its tool calls, and the sampled tokens coloured by their logprob (or, on a toggle, by the
 checkpoint version that sampled the turn). A turn that starts a new segment, and an aborted turn (never
-trained), are marked. Token text comes from the model's tokenizer; without one, token ids are shown.
+trained), are marked. Token text comes from the model's tokenizer; without one, token ids are shown. A failed
+episode shows its failure (kind, reason, place in the environment's code, traceback) and the turns of the
+seat that failed, as far as it got.
 """
 
 from __future__ import annotations
@@ -85,11 +87,20 @@ def _index(options: list[str], wanted: str | None) -> int:
 
 def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
     st.subheader(f"{episode.run} / {episode.episode}")
-    if episode.error:
+    seats = dict(episode.seats)
+    failure = episode.failure
+    if failure is not None:
+        st.error(f"{failure.kind}: {failure.summary}")
+        if failure.detail:
+            with st.expander("traceback"):
+                st.code(failure.detail, language="text")
+        if failure.seat and failure.seat not in seats.values():
+            seats[failure.seat.rsplit("/", 1)[-1]] = failure.seat  # the failed seat: how far it got
+    elif episode.error:
         st.error(episode.error)
     by_version = st.toggle("colour tokens by the checkpoint version that sampled them", value=False)
     tokenizer = _tokenizer(monitor)
-    for agent, seat in episode.seats.items():
+    for agent, seat in seats.items():
         reward = episode.rewards.get(agent)
         st.markdown(f"**{agent}** · seat `{seat}` · reward {reward if reward is not None else '—'}")
         events = monitor.read(lambda ledger, seat=seat: read_all(ledger, seat_stream(seat)))

@@ -2,8 +2,9 @@
 
 Group g plays mode `MODES[g % len(MODES)]`: `good` (reward for the right sum), `hang` (respond never returns),
 `raise` (respond raises), `nan` (a NaN reward), `long` (an observation far past any small model's context),
-`scripted` (its scripted reply raises). The task source raises for group `BROKEN_DRAW`. Every call into its
-Task is bounded at 2 s (`turn_timeout_s`).
+`scripted` (its scripted reply raises: `rollout env check` finds it; a run, which samples a model, plays it
+as a good one). The task source raises for group `BROKEN_DRAW`. Every call into its Task is bounded at 2 s
+(`turn_timeout_s`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,9 @@ class Buggy(Task):
             return End(reward=float("nan"))
         if self.mode == "long":
             return Observation("word " * 300_000)
-        return End(reward=1.0 if reply.text.strip() == str(self.answer) else 0.1)
+        # Partial credit that varies with the reply, so a small random model's groups carry signal.
+        right = reply.text.strip() == str(self.answer)
+        return End(reward=1.0 if right else len(set(reply.text)) / (1 + len(reply.text)))
 
 
 def scripted(messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
