@@ -191,9 +191,10 @@ class Environment:
     scripted_reply: Callable[[list[Message], tuple[ToolSpec, ...]], Message] | None = None
     # Which of a seat's conversations train (a side task such as a title may not): every one when None.
     trains: Callable[[Conversation], bool] | None = None
-    # How long one call into a Task (`start`, `respond`, `prepare`, `finish`) may take, and one agent's whole
-    # episode: past either the episode fails with the reason (`TaskTimedOut`), never retried, and frees its
-    # slot. The defaults fit the shipped environments (a coding task's command runs for at most 120 s).
+    # How long one call into its code (a Task's `start`, `respond`, `prepare`, `finish`; a task source's draw,
+    # `trains`, `scripted_reply`) may take, and one agent's whole episode: past either the episode fails with
+    # the reason (`TaskTimedOut`), never retried, and frees its slot. The defaults fit the shipped
+    # environments (a coding task's command runs for at most 120 s).
     turn_timeout_s: float = TURN_TIMEOUT_S
     episode_timeout_s: float = EPISODE_TIMEOUT_S
 

@@ -19,7 +19,7 @@ ROLLOUT = str(Path(sys.executable).parent / "rollout")
 def test_env_check_bounds_each_call_and_names_each_bug_where_it_is() -> None:
     began = time.monotonic()
     checked = subprocess.run(
-        [ROLLOUT, "env", "check", "buggy.environment:environment", "--tasks", "8", "--json"],
+        [ROLLOUT, "env", "check", "buggy.environment:environment", "--tasks", "10", "--json"],
         cwd=FOLDER,
         capture_output=True,
         text=True,
@@ -34,7 +34,8 @@ def test_env_check_bounds_each_call_and_names_each_bug_where_it_is() -> None:
     }
     line = re.compile(r"\(buggy/environment\.py:\d+\)$")
     task = "buggy.environment:environment task"
-    assert found[f"{task} 1"] == "respond did not return within 2 s (Environment.turn_timeout_s)"
+    assert found[f"{task} 1"].startswith("respond did not return within 2 s (Environment.turn_timeout_s)")
+    assert line.search(found[f"{task} 1"]), "a timeout names the method that did not return"
     assert found[f"{task} 2"].startswith("respond raised KeyError: 'no such answer'") and line.search(
         found[f"{task} 2"]
     )
@@ -46,9 +47,12 @@ def test_env_check_bounds_each_call_and_names_each_bug_where_it_is() -> None:
     assert found[f"{task} 6"].startswith("scripted_reply raised ValueError") and line.search(
         found[f"{task} 6"]
     )
-    assert set(found) == {f"{task} {g}" for g in (1, 2, 3, 5, 6)}, found
+    assert found[f"{task} 9"].startswith(
+        "the task source's draw 9 did not return within 2 s (Environment.turn_timeout_s)"
+    ) and line.search(found[f"{task} 9"]), "a synchronous call that blocks is bounded too"
+    assert set(found) == {f"{task} {g}" for g in (1, 2, 3, 5, 6, 9)}, found
     rewards = [(play["reward"], play["truncated"]) for play in report["plays"]]
-    assert rewards.count((1.0, False)) == 2, f"groups 0 and 7 play well: {rewards}"
+    assert rewards.count((1.0, False)) == 3, f"groups 0, 7 and 8 play well: {rewards}"
     assert (0.0, True) in rewards, (
         "group 4's long observation is no bug to a scripted model: it runs out of turns"
     )

@@ -14,14 +14,17 @@ Contract:
   observation made it. All three are `EpisodeFault`s: deterministic, never retried. Other model errors (an
   outage that outlasted `outage_window_s`) propagate as they are, to be retried. A Task that blocks the
   event loop (a synchronous sleep) cannot be timed out here: the activity then stops heartbeating and
-  Temporal notices.
+  Temporal notices. The environment's synchronous code (a task source's draw, `trains`, `scripted_reply`)
+  runs on a thread of its own (`in_thread`), so it is bounded the same way.
 - `on_turn` is called after every model reply (the activity heartbeats there).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import math
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -77,8 +80,11 @@ def defined_at(method: object) -> str | None:
     return f"{path.parent.name}/{path.name}:{code.co_firstlineno}"
 
 
-async def task_call[T](step: Awaitable[T], what: str, package: str, limit_s: float) -> T:
-    """Await one call into the environment's code (`what`: `respond`), bounded by `limit_s`."""
+async def task_call[T](
+    step: Awaitable[T], what: str, package: str, limit_s: float, method: object = None
+) -> T:
+    """Await one call into the environment's code (`what`: `respond`; `method`, the function it runs, names
+    the place of a timeout), bounded by `limit_s`."""
     bound = asyncio.timeout(limit_s)
     try:
         async with bound:
@@ -86,13 +92,39 @@ async def task_call[T](step: Awaitable[T], what: str, package: str, limit_s: flo
     except TimeoutError as error:
         if not bound.expired():
             raise TaskFailed(failure_in(error, TASK_FAILED, what, package)) from error
-        raise TaskFailed(
-            Failure(
-                TASK_TIMED_OUT, f"{what} did not return within {limit_s:g} s (Environment.turn_timeout_s)"
-            )
-        ) from None
+        reason = f"{what} did not return within {limit_s:g} s (Environment.turn_timeout_s)"
+        raise TaskFailed(Failure(TASK_TIMED_OUT, reason, defined_at(method))) from None
+    except EpisodeFault:
+        raise
     except Exception as error:
         raise TaskFailed(failure_in(error, TASK_FAILED, what, package)) from error
+
+
+async def in_thread[T](call: Callable[[], T]) -> T:
+    """`call()` (the environment's synchronous code: a task source's draw, `trains`, `scripted_reply`) on a
+    thread of its own, so a call that never returns can be given up on (`task_call`) without blocking the
+    event loop. The thread is a daemon: one still stuck when the process ends does not hold it up."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(cast(T, result))
+
+    def run() -> None:
+        try:
+            result, error = call(), None
+        except BaseException as raised:
+            result, error = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop closed while this call was stuck
+            loop.call_soon_threadsafe(settle, result, error)
+
+    threading.Thread(target=run, daemon=True, name="rollout-environment-call").start()
+    return await done
 
 
 @dataclass(frozen=True)
@@ -236,7 +268,9 @@ async def play(
     on_turn: Callable[[int], None] = lambda turn: None,
 ) -> LoopOutcome:
     package = type(task).__module__
-    observation: Observation = await task_call(task.start(context), "start", package, turn_timeout_s)
+    observation: Observation = await task_call(
+        task.start(context), "start", package, turn_timeout_s, type(task).start
+    )
     came_from: object = type(task).start  # the method whose observation the next request carries
     messages = list(observation.messages())
     tools = observation.tools
@@ -253,7 +287,9 @@ async def play(
         turns += 1
         on_turn(turns)
         messages.append(reply)
-        observation = await task_call(task.respond(context, reply), "respond", package, turn_timeout_s)
+        observation = await task_call(
+            task.respond(context, reply), "respond", package, turn_timeout_s, type(task).respond
+        )
         came_from = type(task).respond
         if not isinstance(observation, End):
             messages.extend(observation.messages())

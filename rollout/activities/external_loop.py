@@ -70,7 +70,7 @@ async def play_external(
     """Start the command on the seat, wait for it, and have the Task score it (each Task call bounded by
     `turn_timeout_s`; the command by `timeout_s`)."""
     package = type(task).__module__
-    first = await task_call(task.start(context), "start", package, turn_timeout_s)
+    first = await task_call(task.start(context), "start", package, turn_timeout_s, type(task).start)
     prompt = "\n\n".join(m.text for m in first.messages() if m.text)
     try:
         async with seat_jail(
@@ -110,7 +110,7 @@ async def _play_in(
     env = seat_environment(seat.base_url, token, prompt, context) | {"HOME": f"{inside}/home"}
     setup = CommandSetup(workdir=seat.workdir, inside=inside, environment=env)
     package = type(task).__module__
-    await task_call(task.prepare(context, setup), "prepare", package, turn_timeout_s)
+    await task_call(task.prepare(context, setup), "prepare", package, turn_timeout_s, type(task).prepare)
     argv = [part.replace("{prompt}", prompt).replace("{workdir}", inside) for part in command]
     if "/" in argv[0] and not argv[0].startswith("/"):
         # The jail starts elsewhere: the program where the runner found it.
@@ -131,5 +131,5 @@ async def _play_in(
         turns=turns,
         timed_out=done.timed_out,
     )
-    end = await task_call(task.finish(context, outcome), "finish", package, turn_timeout_s)
+    end = await task_call(task.finish(context, outcome), "finish", package, turn_timeout_s, type(task).finish)
     return done, end, turns

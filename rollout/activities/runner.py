@@ -44,7 +44,15 @@ import openai
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.agent_loop import EpisodeFault, GatewayChat, LoopOutcome, TaskFailed, play
+from rollout.activities.agent_loop import (
+    EpisodeFault,
+    GatewayChat,
+    LoopOutcome,
+    TaskFailed,
+    in_thread,
+    play,
+    task_call,
+)
 from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
@@ -168,12 +176,17 @@ class RunnerActivities:
             source = environment.task_source(given.environment.tasks)
         except ValueError as error:  # an eval's task selection the environment cannot give
             raise _failed(Failure(TASK_FAILED, one_line(str(error)))) from error
+        draw = type(source).parameters
         try:
-            parameters = source.parameters(given.group)
-        except Exception as error:
-            raise _failed(
-                failure_in(error, TASK_FAILED, f"the task source's draw {given.group}", package)
-            ) from error
+            parameters = await task_call(
+                in_thread(lambda: source.parameters(given.group)),
+                f"the task source's draw {given.group}",
+                package,
+                environment.turn_timeout_s,
+                draw,
+            )
+        except EpisodeFault as error:
+            raise _failed(error.failure) from error
         agent = given.agent
         await open_seat(
             self.ledger,
@@ -289,8 +302,14 @@ class RunnerActivities:
         if environment.trains is None:
             return []
         events = await read_all(self.ledger, seat_stream(seat))
-        return untrained(
-            environment, [turn_recorded(e.payload) for e in events if e.kind == Kind.TURN_RECORDED]
+        turns = [turn_recorded(e.payload) for e in events if e.kind == Kind.TURN_RECORDED]
+        package = getattr(environment.trains, "__module__", None) or ""
+        return await task_call(
+            in_thread(lambda: untrained(environment, turns)),
+            "trains",
+            package,
+            environment.turn_timeout_s,
+            environment.trains,
         )
 
     async def _turns(self, seat: str) -> int:

@@ -21,6 +21,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import secrets
 import tempfile
@@ -29,7 +30,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rollout.activities.agent_loop import EpisodeFault, LoopOutcome, TaskFailed, play, task_call
+from rollout.activities.agent_loop import EpisodeFault, LoopOutcome, in_thread, play, task_call
 from rollout.config import SandboxIsolation
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
@@ -93,8 +94,9 @@ def tool_problems(tool: ToolSpec) -> list[str]:
 class _Scripted:
     """The scripted model of the check, recording the tools it was offered."""
 
-    def __init__(self, reply: ScriptedReply | None) -> None:
+    def __init__(self, reply: ScriptedReply | None, limit_s: float) -> None:
         self.reply_with = reply
+        self.limit_s = limit_s
         self.tools_seen: dict[str, ToolSpec] = {}
 
     async def reply(self, messages: list[Message], tools: tuple[ToolSpec, ...]) -> Message:
@@ -102,11 +104,14 @@ class _Scripted:
             self.tools_seen[tool.name] = tool
         if self.reply_with is None:
             return Message.assistant("ok")
-        try:
-            return self.reply_with(messages, tools)
-        except Exception as error:
-            package = getattr(self.reply_with, "__module__", None) or ""
-            raise TaskFailed(failure_in(error, TASK_FAILED, "scripted_reply", package)) from error
+        reply_with, package = self.reply_with, getattr(self.reply_with, "__module__", None) or ""
+        return await task_call(
+            in_thread(lambda: reply_with(messages, tools)),
+            "scripted_reply",
+            package,
+            self.limit_s,
+            reply_with,
+        )
 
 
 async def check_environment(
@@ -131,12 +136,18 @@ async def check_environment(
     report.environment = environment.name
     for group in range(tasks):
         where = reference if tasks == 1 else f"{reference} task {group}"
+        source, doing = environment.source, f"the task source's draw {group}"
+        package, limit_s = reference.partition(":")[0], environment.turn_timeout_s
         try:
-            parameters = environment.source.parameters(group)
-        except Exception as error:
-            doing = f"the task source's draw {group}"
-            failure = failure_in(error, TASK_FAILED, doing, reference.partition(":")[0])
-            report.findings.append(Finding(f"{where} task source", failure.summary))
+            parameters = await task_call(
+                in_thread(functools.partial(source.parameters, group)),
+                doing,
+                package,
+                limit_s,
+                type(source).parameters,
+            )
+        except EpisodeFault as error:
+            report.findings.append(Finding(f"{where} task source", error.failure.summary))
             continue
         progress(f"{where}: playing")
         await _check_task(environment, where, parameters, report, isolation, progress)
@@ -253,7 +264,7 @@ async def _check_agent(
         package = getattr(environment.make_task, "__module__", None) or ""
         report.findings.append(Finding(where, failure_in(error, TASK_FAILED, "make_task", package).summary))
         return
-    model = _Scripted(environment.scripted_reply)
+    model = _Scripted(environment.scripted_reply, environment.turn_timeout_s)
     outcome: LoopOutcome | None = None
     limit_s = environment.episode_timeout_s
     try:

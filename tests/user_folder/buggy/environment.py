@@ -3,13 +3,14 @@
 Group g plays mode `MODES[g % len(MODES)]`: `good` (reward for the right sum), `hang` (respond never returns),
 `raise` (respond raises), `nan` (a NaN reward), `long` (an observation far past any small model's context),
 `scripted` (its scripted reply raises: `rollout env check` finds it; a run, which samples a model, plays it
-as a good one). The task source raises for group `BROKEN_DRAW`. Every call into its Task is bounded at 2 s
-(`turn_timeout_s`).
+as a good one). The task source raises for group `BROKEN_DRAW` and blocks for a minute on `STUCK_DRAW`.
+Every call into its code is bounded at 2 s (`turn_timeout_s`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import time
 
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, TaskParameters, TaskSource
@@ -17,12 +18,15 @@ from rollout.harness import End, Observation, RunContext, Task
 
 MODES = ("good", "hang", "raise", "nan", "long", "good", "scripted", "good")
 BROKEN_DRAW = 5
+STUCK_DRAW = 9  # its draw blocks (a synchronous call that never returns in time)
 
 
 class Modes(TaskSource):
     def parameters(self, group: int) -> TaskParameters:
         if group == BROKEN_DRAW:
             raise IndexError(f"no row for group {group}")
+        if group == STUCK_DRAW:
+            time.sleep(60)
         return {"mode": MODES[group % len(MODES)], "a": str(group % 7), "b": "2"}
 
 
