@@ -5,6 +5,7 @@ each view, and the pages for a run that does not exist and for a ledger that is 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 
 import httpx
@@ -34,7 +35,12 @@ def view(name: str, settings: Settings, **params: str) -> AppTest:
     app = AppTest.from_function(script, args=(name, settings), default_timeout=60)
     for key, value in params.items():
         app.query_params[key] = value
-    app.run()
+    main = sys.modules["__main__"]
+    try:
+        app.run()
+    finally:
+        # AppTest leaves its script as __main__: a later test's spawned process would run that script.
+        sys.modules["__main__"] = main
     assert not app.exception, [e.value for e in app.exception]
     return app
 
