@@ -12,8 +12,9 @@ Contract:
   `episode_timeout_s`), its reward was not a finite number (`InvalidReward`), the gateway refused the request
   its conversation made (`RequestRefused`: a prompt past the context, a malformed tool call), the environment
   does not load (`EnvironmentLoadError`), the sandbox it needs was not free in time or refused its limits
-  (`NoSandboxFree`, `SandboxRefused`). Anything else (a runner's death, an outage that outlasted its window)
-  is `Transient`: retried within the episode's budget, recorded only when that runs out.
+  (`NoSandboxFree`, `SandboxRefused`), the gateway takes no more turns for the seat (`SeatClosed`: its run
+  was stopped, or its episode had ended). Anything else (a runner's death, an outage that outlasted its
+  window) is `Transient`: retried within the episode's budget, recorded only when that runs out.
 - `failure_in(error, kind, doing, package)` builds one from an exception: the reason says what the
   environment was doing (`"respond raised ZeroDivisionError: division by zero"`). `advice(kind)` says what
   to change, in a sentence.
@@ -36,6 +37,7 @@ REQUEST_REFUSED = "RequestRefused"
 ENVIRONMENT_LOAD = "EnvironmentLoadError"
 NO_SANDBOX_FREE = "NoSandboxFree"
 SANDBOX_REFUSED = "SandboxRefused"
+SEAT_CLOSED = "SeatClosed"
 TRANSIENT = "Transient"
 DETERMINISTIC = (
     TASK_FAILED,
@@ -45,6 +47,7 @@ DETERMINISTIC = (
     ENVIRONMENT_LOAD,
     NO_SANDBOX_FREE,
     SANDBOX_REFUSED,
+    SEAT_CLOSED,
 )
 KINDS = (*DETERMINISTIC, TRANSIENT)
 DETAIL_CHARS = 8000
@@ -84,6 +87,8 @@ _ADVICE = {
     ENVIRONMENT_LOAD: "Check it with `rollout env check ENV`.",
     NO_SANDBOX_FREE: "Serve more sandboxes of its kind (`rollout sandbox serve`), or lower run.groups_in_flight.",
     SANDBOX_REFUSED: "Check the environment's SandboxSpec limits and network (docs/sandboxes.md).",
+    SEAT_CLOSED: "Nothing to fix in the environment: its run was stopped (or its episode had ended) while it "
+    "played.",
 }
 
 

@@ -5,10 +5,10 @@ Contract:
   more. The config's `run.max_lag`, `rollout run start --max-lag`, `rollout run set`, the operator route, the
   run workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
   `setting`, rather than leaving every turn unadmitted.
-- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, the run's caps on sampled
-  tokens and temperature, and the policies an external model answers. `RunSettings.from_recorded(settings)`
-  reads the run projection's settings (a payload from the ledger, so checked like any input); a value that
-  fails a check raises `BadRunSetting`.
+- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, stopped, the run's caps on
+  sampled tokens and temperature, and the policies an external model answers.
+  `RunSettings.from_recorded(settings)` reads the run projection's settings (a payload from the ledger, so
+  checked like any input); a value that fails a check raises `BadRunSetting`.
 """
 
 from __future__ import annotations
@@ -54,6 +54,7 @@ def failure_bound_of(rate: object, window: object, prefix: str = "") -> tuple[fl
 class RunSettings:
     max_lag: int = defaults.MAX_LAG
     paused: bool = False
+    stopped: bool = False  # a stopped run admits no more turns, paused or not
     max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
     temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
     # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
@@ -75,6 +76,7 @@ class RunSettings:
             return cls(
                 max_lag=max_lag_of(settings.get("max_lag", defaults.MAX_LAG)),
                 paused=bool(settings.get("paused", False)),
+                stopped=bool(settings.get("stopped", False)),
                 max_tokens=int(cap) if cap else None,
                 temperature=None if temperature is None else float(temperature),
                 external_models={

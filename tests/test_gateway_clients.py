@@ -3,7 +3,9 @@ what the ledger recorded for them."""
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import uuid
 from collections.abc import AsyncIterator
 from typing import Any
@@ -15,8 +17,11 @@ import pytest
 from openai.types.chat import ChatCompletionMessageFunctionToolCall
 from transformers import AutoTokenizer
 
+from rollout.activities.agent_loop import GatewayChat, SeatClosed, play
+from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.seats import close_seat, load_secret, open_seat
+from rollout.harness import End, Observation, RunContext, Task
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import run_stream, seat_stream
 from rollout.rendering import ModelRenderer
@@ -325,11 +330,55 @@ async def test_a_paused_run_holds_turns_then_answers_503_with_retry_after(
         assert resumed.status_code == 200
 
 
+class _SaysAnything(Task):
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("say anything")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=1.0)
+
+
+async def test_a_turn_held_while_its_run_is_paused_is_refused_for_good_once_the_run_stops(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    """A run stopped while paused would otherwise hold its last episodes' turns until a resume never sent."""
+    run = f"run-{uuid.uuid4().hex[:8]}"
+    await ledger.append_one(
+        run_stream(run),
+        NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": {"paused": True}}),
+    )
+    _, token = await open_seat(ledger, load_secret(tmp_path / "s"), seat_id=f"{run}/a", agent="a", run=run)
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, wait_s=60) as gateway,
+        httpx.AsyncClient(base_url=gateway.url, timeout=90) as http,
+    ):
+        body = {"model": "m", "messages": [{"role": "user", "content": "x"}]}
+        held = asyncio.create_task(http.post(f"/s/{token}/v1/chat/completions", json=body))
+        await asyncio.sleep(0.3)
+        assert not held.done(), "the paused run holds the turn"
+        started = time.monotonic()
+        await ledger.append_one(
+            run_stream(run),
+            NewEvent("stop", Kind.SETTINGS_CHANGED, {"run": run, "changes": {"stopped": True}}),
+        )
+        refused = await held
+        assert time.monotonic() - started < 10, "refused when the run stopped, not when the wait ran out"
+        assert refused.status_code == 410, refused.text
+        assert "was stopped" in refused.json()["error"]["message"]
+        # The episode's loop takes that as the end of its seat: a failure no retry would change.
+        model = GatewayChat(f"{gateway.url}/s/{token}/v1", token, outage_window_s=5)
+        context = RunContext(run=run, episode="e", seat=f"{run}/a", attempt=1, parameters={})
+        with pytest.raises(SeatClosed) as closed:
+            await play(_SaysAnything(), context, model, max_turns=2)
+        await model.close()
+        assert closed.value.failure.kind == "SeatClosed" and closed.value.failure.deterministic
+        assert f"run {run} was stopped" in closed.value.failure.reason
+
+
 async def test_an_engine_that_is_down_gives_503_then_recovers(
     ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str], tiny_qwen3: str
 ) -> None:
-    import asyncio
-
     import uvicorn
 
     from rollout.engines.local import LocalEngine

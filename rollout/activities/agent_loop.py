@@ -11,7 +11,8 @@ Contract:
   is a `TaskFailed` (its `failure` says which method, why, and where in the environment's code); a reward
   that is not a finite number is an `InvalidReward`. A request the gateway refuses as malformed or too long
   (400, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method whose
-  observation made it. All three are `EpisodeFault`s: deterministic, never retried. Other model errors (an
+  observation made it. A 410 (the seat's run was stopped, or its episode ended) is a `SeatClosed`. All four
+  are `EpisodeFault`s: deterministic, never retried. Other model errors (an
   outage that outlasted `outage_window_s`) propagate as they are, to be retried. A Task that blocks the
   event loop (a synchronous sleep) cannot be timed out here: the activity then stops heartbeating and
   Temporal notices. The environment's synchronous code (a task source's draw, `trains`, `scripted_reply`)
@@ -39,6 +40,7 @@ from rollout.environment import TURN_TIMEOUT_S
 from rollout.failures import (
     INVALID_REWARD,
     REQUEST_REFUSED,
+    SEAT_CLOSED,
     TASK_FAILED,
     TASK_TIMED_OUT,
     Failure,
@@ -68,7 +70,12 @@ class RequestRefused(EpisodeFault):
     """The gateway refused the request the conversation made (a retry would make it again)."""
 
 
+class SeatClosed(EpisodeFault):
+    """The gateway takes no more turns for the seat: its run was stopped (or its episode had ended)."""
+
+
 REFUSED_STATUSES = (400, 404, 413, 422)
+CLOSED_STATUS = 410
 
 
 def defined_at(method: object) -> str | None:
@@ -246,14 +253,18 @@ def checked_reward(end: End, where: str | None = None) -> float:
     return reward
 
 
-def _refused(error: Exception, method: object) -> RequestRefused | None:
+def _refused(error: Exception, method: object) -> EpisodeFault | None:
     """The gateway's refusal of a request, as the episode's failure (None for an error a retry may fix)."""
     import openai
 
-    if not isinstance(error, openai.APIStatusError) or error.status_code not in REFUSED_STATUSES:
+    if not isinstance(error, openai.APIStatusError):
         return None
     body = error.body if isinstance(error.body, dict) else {}
     said = cast(dict[str, Any], body).get("message") or error.message
+    if error.status_code == CLOSED_STATUS:
+        return SeatClosed(Failure(SEAT_CLOSED, one_line(f"the gateway takes no more turns: {said}")))
+    if error.status_code not in REFUSED_STATUSES:
+        return None
     reason = one_line(f"the gateway refused the conversation's request ({error.status_code}): {said}")
     return RequestRefused(Failure(REQUEST_REFUSED, reason, defined_at(method)))
 

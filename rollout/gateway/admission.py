@@ -15,6 +15,8 @@ Contract:
 - Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
 - While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
   `EngineUnavailable` (the gateway's 503 with Retry-After).
+- A stopped run admits no turn, paused or not: `RunStopped` at once (the gateway's 410), also for a turn that
+  was waiting when the run stopped, so a run stopped while paused does not hold its last episodes forever.
 """
 
 from __future__ import annotations
@@ -31,7 +33,11 @@ from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run, newest_checkpoint_version
 from rollout.run_settings import RunSettings
 
-__all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "eligible"]
+__all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "RunStopped", "eligible"]
+
+
+class RunStopped(Exception):
+    """The seat's run was stopped: it admits no more turns."""
 
 
 @dataclass(frozen=True)
@@ -88,6 +94,8 @@ class Admission:
         deadline = time.monotonic() + self.wait_s if deadline is None else deadline
         while True:
             settings = await self.run_settings(seat.run)
+            if settings.stopped:
+                raise RunStopped(f"run {seat.run} was stopped: it takes no more turns")
             reason = "the run is paused"
             if not settings.paused:
                 # A seat outside any run (or pinned to a checkpoint) has no staleness bound: skip the lookup.

@@ -29,7 +29,7 @@ Contract:
   also its `counts` query); it continues as new every `GROUPS_PER_HISTORY` groups, when none are in flight,
   carrying its counts. When more than `max_failure_rate` of its last `failure_window` episodes failed, it
   pauses itself and tells its run (`EPISODES_FAILING`, with the count and the latest failure), which pauses
-  with that reason; resuming counts afresh.
+  with that reason; resuming counts afresh. Episodes that end after `stop` are not counted.
 """
 
 from __future__ import annotations
@@ -383,6 +383,8 @@ class EpisodeSupplyWorkflow:
     async def _count_failure(self, given: SupplyInput, result: EpisodeResult) -> None:
         """Pause (the run, through its workflow, and this supply at once) when more than
         `max_failure_rate` of the last `failure_window` episodes failed."""
+        if self.stopping:  # the episodes a stop cut short say nothing of the environment
+            return
         window = given.failure_window
         self.recent_failed = [*self.recent_failed, not result.finished][-window:]
         failed = sum(self.recent_failed)
