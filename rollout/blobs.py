@@ -41,11 +41,12 @@ class BlobNotFoundError(FileNotFoundError):
 
 
 class BlobKeyError(ValueError):
-    """A key that is not a plain relative path under the store's root or prefix."""
+    """A key (or another path kept with blobs, such as a checkpoint's file name) that is not a plain relative
+    path under the store's root or prefix."""
 
-    def __init__(self, key: str, why: str) -> None:
+    def __init__(self, key: str, why: str, what: str = "blob key") -> None:
         super().__init__(
-            f"blob key {key!r} must be a relative path of plain names separated by '/' (like 'run/step-3/w.bin'): "
+            f"{what} {key!r} must be a relative path of plain names separated by '/' (like 'run/step-3/w.bin'): "
             f"it {why}"
         )
 
@@ -75,7 +76,9 @@ def _key_problem(key: str) -> str | None:
     return None
 
 
-def _checked_key(key: str) -> str:
+def checked_key(key: str, what: str = "blob key") -> str:
+    """`key` when it is a plain relative path that cannot leave the folder it is joined to; else
+    `BlobKeyError` naming it as `what`."""
     problem = _key_problem(key)
     if problem is None and "%" in key:
         # A layer below may decode the key again (an S3 gateway, a proxy): its decoded spellings must be plain
@@ -87,7 +90,7 @@ def _checked_key(key: str) -> str:
                 problem = f"{found} once percent-decoded"
                 break
     if problem is not None:
-        raise BlobKeyError(key, problem)
+        raise BlobKeyError(key, problem, what)
     return key
 
 
@@ -109,13 +112,13 @@ class FileBlobStore:
 
     def _path(self, key: str) -> Path:
         """Where `key` lives, refused when a symbolic link on the way leads out of the root."""
-        target = self.root / _checked_key(key)
+        target = self.root / checked_key(key)
         if not target.resolve().is_relative_to(self.root.resolve()):
             raise BlobKeyError(key, f"resolves outside {self.root} through a symbolic link")
         return target
 
     def uri(self, key: str) -> str:
-        return (self.root / _checked_key(key)).as_uri()
+        return (self.root / checked_key(key)).as_uri()
 
     def put(self, key: str, data: bytes) -> BlobRef:
         target = self._path(key)
@@ -163,7 +166,7 @@ class S3BlobStore:
             self.client.make_bucket(bucket)
 
     def _object(self, key: str) -> str:
-        key = _checked_key(key)
+        key = checked_key(key)
         return f"{self.prefix}/{key}" if self.prefix else key
 
     def uri(self, key: str) -> str:

@@ -6,7 +6,8 @@ Contract:
 - Targets are appended on one stream, `serving/targets`, keyed `{policy}/{version}/{format}`: one target per
   (checkpoint, format), so a retried publish records once. A target names the checkpoint, its policy and
   version, the format its files are in (`lora`: a peft adapter directory; `full`: full weights; `tinker`: a
-  sampler path), and the files themselves (blob keys with hashes).
+  sampler path), and the files themselves (blob keys with hashes). A target whose checkpoint name, file names
+  or format could lead outside an engine's folders is refused where it is read.
 - Acks are appended on one stream, `serving/acks`, keyed `{engine}/{incarnation}/{n}`. Each ack is the
   engine's whole state: the base model it serves to every policy, the checkpoints it serves, whether it
   sleeps, and the last load that failed (the engine keeps serving what it served before). The newest ack of an
@@ -28,7 +29,7 @@ from typing import TYPE_CHECKING
 from rollout.ledger.events import Kind
 from rollout.ledger.streams import SERVING_ACKS, SERVING_REQUESTS
 from rollout.records import Payload
-from rollout.training.checkpoints import CheckpointFile
+from rollout.training.checkpoints import CheckpointFile, checked_checkpoint_name, checked_file_names
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -47,6 +48,13 @@ class ServingTarget(Payload):
     format: str
     files: dict[str, CheckpointFile] = field(default_factory=dict[str, CheckpointFile])
     location: str | None = None  # where the format is not files (a Tinker sampler path)
+
+    def __post_init__(self) -> None:
+        # Read from the ledger, then joined to an engine's cache folder: checked before any is used as a path.
+        checked_checkpoint_name(self.checkpoint)
+        checked_file_names(self.files)
+        if self.format not in FORMATS:
+            raise ValueError(f"a serving target's format {self.format!r} is not one of {', '.join(FORMATS)}")
 
     @property
     def key(self) -> str:

@@ -11,7 +11,15 @@ from rollout.blobs import BlobIntegrityError, FileBlobStore
 from rollout.ledger import Kind, Ledger, StaleFenceError
 from rollout.ledger.queries import newest_checkpoint_version
 from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
-from rollout.training.checkpoints import fetch_checkpoint, lineage_version, publish_checkpoint
+from rollout.serving import ServingTarget
+from rollout.training.checkpoints import (
+    CheckpointFile,
+    CheckpointRecord,
+    download_files,
+    fetch_checkpoint,
+    lineage_version,
+    publish_checkpoint,
+)
 
 
 def checkpoint_dir(root: Path, content: bytes) -> Path:
@@ -95,3 +103,35 @@ def test_staleness_counts_from_the_parent_in_its_own_lineage() -> None:
     assert lineage_version("r/default", None) == 0  # the base model
     assert lineage_version("r/default", "sft/warm-step000001") == 0  # a warm start: agents sampled version 0
     assert lineage_version("r/default", "r/default-other") == 0
+
+
+def test_checkpoint_and_file_names_read_from_the_ledger_cannot_leave_their_folders(tmp_path: Path) -> None:
+    """A writer of the ledger names a checkpoint's files; engines and trainers join those names to their own
+    folders. Names that would escape are refused where the payload is read, and downloads stay inside."""
+    store = FileBlobStore(tmp_path / "blobs")
+    good = CheckpointFile.stored("checkpoints/c/w.bin", store.put("checkpoints/c/w.bin", b"weights"))
+    record = {"name": "r/default-step000001", "policy": "r/default", "version": 1, "parent": None, "run": "r"}
+    assert CheckpointRecord.from_payload({**record, "files": {"nested/w.bin": good.to_payload()}})
+    for name, files in (
+        ("r/default-step000001", {"../../.bashrc": good}),
+        ("r/default-step000001", {"/etc/cron.d/x": good}),
+        ("r/default-step000001", {"a\\..\\..\\x": good}),
+        ("../../outside", {"w.bin": good}),
+    ):
+        payload = {**record, "name": name, "files": {n: f.to_payload() for n, f in files.items()}}
+        with pytest.raises(ValueError, match="must be a relative path of plain names"):
+            CheckpointRecord.from_payload(payload)
+        target = {"policy": "r/default", "checkpoint": name, "version": 1, "run": "r", "format": "lora"}
+        with pytest.raises(ValueError, match="must be a relative path of plain names"):
+            ServingTarget.from_payload({**target, "files": payload["files"]})
+    with pytest.raises(ValueError, match="format"):
+        ServingTarget.from_payload({**target, "checkpoint": "r/c", "format": "../lora", "files": {}})
+    # A folder that holds a symbolic link out of it is not written through.
+    folder, outside = tmp_path / "cache", tmp_path / "outside"
+    folder.mkdir()
+    outside.mkdir()
+    (folder / "nested").symlink_to(outside)
+    with pytest.raises(ValueError, match="outside"):
+        download_files(store, {"nested/w.bin": good}, folder)
+    assert not list(outside.iterdir())
+    assert (download_files(store, {"w.bin": good}, folder) / "w.bin").read_bytes() == b"weights"

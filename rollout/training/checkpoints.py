@@ -11,6 +11,10 @@ Contract:
   is published; a retry of a step that was already published returns the recorded checkpoint (exactly one
   `CheckpointCreated` per step). The gateway's admission reads `version` from these events.
 - `fetch_checkpoint` downloads a recorded checkpoint and verifies every file's hash.
+- A checkpoint's name and its files' names come from the ledger, and engines and trainers join them to their
+  own folders: `CheckpointRecord` refuses (on read, as a bad payload) a name or a file name that is not a
+  plain relative path (`..`, absolute, a backslash, a control character: `rollout.blobs.checked_key`), and
+  `download_files` writes nothing outside its directory, a symbolic link there included.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.blobs import BlobRef, BlobStore
+from rollout.blobs import BlobRef, BlobStore, checked_key
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.queries import checkpoint_payload
 from rollout.ledger.streams import policy_checkpoints_stream
@@ -61,6 +65,18 @@ class CheckpointFile(Payload):
         return BlobRef(self.uri, self.sha256, self.size)
 
 
+def checked_file_names(files: Mapping[str, object]) -> None:
+    """Refuse a checkpoint file name that could leave the checkpoint's folder (`ValueError`)."""
+    for name in files:
+        checked_key(name, "a checkpoint's file name")
+
+
+def checked_checkpoint_name(name: str) -> None:
+    """Refuse a checkpoint name that is not a plain relative path (`ValueError`): it names blob prefixes and
+    folders (`{run}/{policy}-step000003`)."""
+    checked_key(name, "a checkpoint's name")
+
+
 def files_of(payload: Mapping[str, Any]) -> dict[str, CheckpointFile]:
     """A payload's `files` (by path relative to the checkpoint directory), each checked."""
     return {str(name): CheckpointFile.from_payload(f) for name, f in payload.items()}
@@ -77,6 +93,10 @@ class CheckpointRecord(Payload):
     run: str
     files: dict[str, CheckpointFile]  # by path relative to the checkpoint directory
     metrics: dict[str, float] = field(default_factory=dict[str, float])
+
+    def __post_init__(self) -> None:
+        checked_checkpoint_name(self.name)
+        checked_file_names(self.files)
 
 
 def _key(record_name: str, policy: str, epoch: int, relative: str) -> str:
@@ -159,8 +179,11 @@ def fetch_checkpoint(store: BlobStore, record: CheckpointRecord, directory: Path
 
 def download_files(store: BlobStore, files: dict[str, CheckpointFile], directory: Path) -> Path:
     """Download recorded files (relative path -> blob) into `directory`, verifying every hash."""
+    root = directory.resolve()
     for relative, file in files.items():
-        target = directory / relative
+        target = directory / checked_key(relative, "a checkpoint's file name")
         target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.resolve().is_relative_to(root):  # a symbolic link in the folder points out of it
+            raise ValueError(f"a checkpoint's file {relative!r} would be written outside {directory}")
         target.write_bytes(store.get(file.key, expected=file.ref))
     return directory
