@@ -75,6 +75,9 @@ class GatewaySettings:
     # abandoned.
     outage_window_s: float = 600.0
     max_request_bytes: int = 4 * 1024 * 1024  # a larger request body is refused (413) before it is parsed
+    # OpenAI-compatible servers a run's external models may name (`MODEL@API_BASE`): a run naming any other
+    # is refused, so a ledger writer cannot send prompts (or the provider key LiteLLM adds) elsewhere.
+    external_api_bases: list[str] = field(default_factory=list[str])
 
 
 @dataclass

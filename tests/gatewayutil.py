@@ -3,7 +3,7 @@ event loop."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -47,12 +47,20 @@ async def serve_gateway(
     wait_s: float = 5.0,
     max_context: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
+    external_api_bases: Sequence[str] = (),
     max_request_bytes: int = MAX_REQUEST_BYTES,
     operator: Operator | None = None,
     host: str = "127.0.0.1",
 ) -> AsyncIterator[RunningGateway]:
     admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
-    gateway = Gateway(ledger, renderer, admission, max_context=max_context, externals=externals)
+    gateway = Gateway(
+        ledger,
+        renderer,
+        admission,
+        max_context=max_context,
+        externals=externals,
+        external_api_bases=external_api_bases,
+    )
     app = build_app(gateway, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
     async with serving(app, host) as url:
         yield RunningGateway(url, gateway, engine)

@@ -52,9 +52,12 @@ async def test_a_command_agent_trains_its_rewritten_history_not_its_side_task_an
         uvicorn.Config(build([1, 2, 3]), host="127.0.0.1", port=port, log_level="warning")
     )
     serving_backend = asyncio.create_task(backend.serve())
-    monkeypatch.setenv("ROLLOUT_TEST_JUDGE_API_BASE", f"http://127.0.0.1:{port}/v1")
+    judge_base = f"http://127.0.0.1:{port}/v1"
+    monkeypatch.setenv("ROLLOUT_TEST_JUDGE_API_BASE", judge_base)
     try:
-        async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        async with training_loop(
+            stack_settings, ledger, tiny_qwen3, tmp_path, external_api_bases=[judge_base]
+        ) as loop:
             status: RunStatus = await asyncio.wait_for(
                 loop.client.execute_workflow(
                     RunWorkflow.run,

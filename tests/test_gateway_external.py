@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import anthropic
+import httpx
 import openai
 import uvicorn
 from transformers import AutoTokenizer
@@ -16,8 +17,8 @@ from benchmarks.scripted_backend import REPLY, build
 from rollout.engines.external import ExternalModel
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.seats import load_secret, open_seat
-from rollout.ledger import Kind, Ledger
-from rollout.ledger.streams import seat_stream
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import run_stream, seat_stream
 from rollout.net import free_port
 from rollout.rendering import ModelRenderer
 from tests.gatewayutil import serve_gateway, tool_loop_script
@@ -62,3 +63,42 @@ async def test_an_external_judge_answers_and_is_never_trained(
     assert len(records) == 2, "the retry was answered from the record"
     assert all(r["external"] and r["trainable"] is False and "completion_ids" not in r for r in records)
     assert records[0]["model"] == "openai/judge-model"
+
+
+async def test_a_run_cannot_send_its_turns_to_an_api_base_the_gateway_was_not_configured_with(
+    ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    """Whoever writes a run's settings chooses its `external_model/POLICY`; where prompts (and the provider
+    key LiteLLM adds) may go is the gateway's configuration."""
+    run = f"ext-{uuid.uuid4().hex[:8]}"
+    elsewhere = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
+    settings = {"external_model/judge": f"openai/gpt-x@{elsewhere}"}
+    await ledger.append_one(
+        run_stream(run),
+        NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": settings}),
+    )
+    _, token = await open_seat(
+        ledger,
+        load_secret(tmp_path / "s"),
+        seat_id=f"{run}/judge",
+        agent="judge",
+        policy=f"{run}/judge",
+        run=run,
+    )
+    renderer = ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+    body = {"model": "judge", "messages": [{"role": "user", "content": "A or B?"}]}
+    async with (
+        serve_gateway(ledger, renderer, ScriptedEngine(renderer, tool_loop_script)) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=60) as http,
+    ):
+        refused = await http.post(f"/s/{token}/v1/chat/completions", json=body)
+    assert refused.status_code == 403, refused.text
+    assert "services.gateway.external_api_bases" in refused.json()["error"]["message"]
+    async with (
+        serve_gateway(
+            ledger, renderer, ScriptedEngine(renderer, tool_loop_script), external_api_bases=[elsewhere + "/"]
+        ) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=60) as http,
+    ):
+        allowed = await http.post(f"/s/{token}/v1/chat/completions", json=body)
+    assert allowed.status_code == 503, "a configured base is tried (and nothing answers there)"

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import math
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -67,6 +67,7 @@ async def training_loop(
     max_context: int = 2048,
     gpu: str | None = None,
     lora_rank: int = 4,
+    external_api_bases: Sequence[str] = (),
 ) -> AsyncIterator[Loop]:
     """Engine + follower, gateway, runner worker and trainer worker, all serving one run (`follow_all`: the
     follower loads every run's checkpoints, a warm start's too; blobs under `scratch / "blobs"`; `gpu`:
@@ -98,7 +99,11 @@ async def training_loop(
         engine_client = VLLMEngine(engine_url, name="engine-a")
         routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
         gateway = Gateway(
-            ledger, renderer, Admission(ledger, routes, wait_s=60, poll_s=0.05), max_context=max_context
+            ledger,
+            renderer,
+            Admission(ledger, routes, wait_s=60, poll_s=0.05),
+            max_context=max_context,
+            external_api_bases=external_api_bases,
         )
         provider = LocalProvider(
             ledger,

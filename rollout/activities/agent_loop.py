@@ -10,7 +10,7 @@ Contract:
 - Each call into the Task (`start`, `respond`) runs under `turn_timeout_s`: one that raises or runs past it
   is a `TaskFailed` (its `failure` says which method, why, and where in the environment's code); a reward
   that is not a finite number is an `InvalidReward`. A request the gateway refuses as malformed or too long
-  (400, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method whose
+  (400, 403, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method whose
   observation made it. A 410 (the seat's run was stopped, or its episode ended) is a `SeatClosed`. All four
   are `EpisodeFault`s: deterministic, never retried. Other model errors (an
   outage that outlasted `outage_window_s`) propagate as they are, to be retried. A Task that blocks the
@@ -74,7 +74,7 @@ class SeatClosed(EpisodeFault):
     """The gateway takes no more turns for the seat: its run was stopped (or its episode had ended)."""
 
 
-REFUSED_STATUSES = (400, 404, 413, 422)
+REFUSED_STATUSES = (400, 403, 404, 413, 422)
 CLOSED_STATUS = 410
 
 

@@ -163,6 +163,7 @@ def gateway(
                 port=port,
                 max_context=max_context,
                 externals=externals,
+                external_api_bases=served.external_api_bases,
                 max_request_bytes=settings.services.gateway.max_request_bytes,
                 operator_key=operator_key,
                 seat_secret=seat_secret,

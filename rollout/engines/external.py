@@ -2,8 +2,9 @@
 through LiteLLM.
 
 Contract: `ExternalModel.complete` sends canonical messages and tools, in OpenAI's shape, to any model LiteLLM
-routes to and returns the canonical assistant message with token counts. Nothing here deals in token ids: the
-gateway records such turns as text, marked never to be trained.
+routes to and returns the canonical assistant message with token counts; a provider that cannot be reached,
+answers 5xx or limits the rate is `EngineUnavailable`. LiteLLM is kept from fetching its price list online.
+Nothing here deals in token ids: the gateway records such turns as text, marked never to be trained.
 """
 
 from __future__ import annotations
@@ -62,6 +63,9 @@ class ExternalModel:
     async def complete(
         self, messages: list[Message], tools: list[ToolSpec], params: SamplingParams
     ) -> ExternalReply:
+        # LiteLLM fetches its model price list from GitHub on import unless told not to: a gateway sends
+        # nothing beyond what it was configured to reach.
+        os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
         try:
             import litellm  # heavy: imported only where an external model is used
         except ImportError:
@@ -96,6 +100,7 @@ class ExternalModel:
             response: Any = await litellm.acompletion(**request)
         except (
             litellm.exceptions.APIConnectionError,
+            litellm.exceptions.InternalServerError,  # a provider's 5xx, or a connection it could not make
             litellm.exceptions.ServiceUnavailableError,
             litellm.exceptions.Timeout,
             litellm.exceptions.RateLimitError,

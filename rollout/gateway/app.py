@@ -14,8 +14,9 @@ Contract:
   included) → 400.
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
   naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
-  context → 400; no admitted engine → 503 with `Retry-After`; a stopped run → 410. Nothing here crashes on a
-  model's output: unparseable tool calls come back as text.
+  context → 400; no admitted engine → 503 with `Retry-After`; a stopped run → 410; a run's external model at
+  an API base the gateway was not configured with → 403. Nothing here crashes on a model's output:
+  unparseable tool calls come back as text.
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
 - Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an
@@ -46,6 +47,7 @@ from rollout.gateway.dialects.anthropic_messages import AnthropicMessages
 from rollout.gateway.dialects.common import Dialect, StreamWriter, frames_of
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.dialects.openai_responses import OpenAIResponses
+from rollout.gateway.externals import ExternalModelRefused
 from rollout.gateway.live import LiveTurn
 from rollout.gateway.openapi import document
 from rollout.gateway.operator import Operator, operator_routes
@@ -219,6 +221,8 @@ def build_app(
                 return JSONResponse(dialect.error(bad.status, str(bad), bad.field), bad.status)
             except RunStopped as stopped:
                 return JSONResponse(dialect.error(410, str(stopped), None), 410)
+            except ExternalModelRefused as refused:
+                return JSONResponse(dialect.error(403, str(refused), None), 403)
             except EngineUnavailable as busy:
                 retry = str(max(1, round(busy.retry_after_s)))
                 return JSONResponse(dialect.error(503, str(busy), None), 503, headers={"retry-after": retry})

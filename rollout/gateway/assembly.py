@@ -6,7 +6,8 @@ Contract:
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine that acks what
   it serves (at its acked URL), and serves the three dialects and the operator routes on host:port until
   cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator key
-  unless host is loopback. It closes the ledger connection when it stops.
+  unless host is loopback. A run's external models may name only the API bases of `externals` and
+  `external_api_bases`. It closes the ledger connection when it stops.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ async def serve_gateway(
     max_context: int,
     externals: dict[str, ExternalModel],
     operator_key: str,
+    external_api_bases: Sequence[str] = (),
     seat_secret: bytes,
     runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -57,7 +59,14 @@ async def serve_gateway(
     slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_urls)]
     # Engines that ack what they serve are routed to at their acked URL, configured or not.
     routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name))
-    core = Gateway(ledger, renderer, Admission(ledger, routes), max_context=max_context, externals=externals)
+    core = Gateway(
+        ledger,
+        renderer,
+        Admission(ledger, routes),
+        max_context=max_context,
+        externals=externals,
+        external_api_bases=external_api_bases,
+    )
     operator = Operator.listening_on(host, key=operator_key, seat_secret=seat_secret, runs=runs)
     app = build_app(core, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
     # No access log: a seat's base URL holds its token.

@@ -5,11 +5,16 @@ policy: the run's `external_model/POLICY` settings).
 Contract: a run's external models are fixed when the run is made, so they are read from the ledger once per
 run and kept (the newest `MAX_RUNS_REMEMBERED` runs); a seat of no run has only the configured ones. A run
 trains its own lineage of a policy (`{run}/{policy}`): an external model is named by the policy's last part.
+
+Where a model is sent is the gateway's configuration, never a ledger writer's: a run's model that names an API
+base (`MODEL@API_BASE`) is served only when that base is one the gateway was configured with (an `--external`
+model's, or one of `services.gateway.external_api_bases`); any other raises `ExternalModelRefused` (the
+gateway's 403), so no prompt, and no provider key LiteLLM would send with it, reaches a server a run chose.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 
 from rollout.engines.external import ExternalModel
 from rollout.gateway.admission import Admission
@@ -18,10 +23,26 @@ from rollout.gateway.seats import Seat
 MAX_RUNS_REMEMBERED = 1024
 
 
+class ExternalModelRefused(Exception):
+    """A run names an external model at an API base this gateway was not configured to reach."""
+
+
+def _base(url: str) -> str:
+    return url.rstrip("/")
+
+
 class ExternalModels:
-    def __init__(self, admission: Admission, configured: Mapping[str, ExternalModel] | None = None) -> None:
+    def __init__(
+        self,
+        admission: Admission,
+        configured: Mapping[str, ExternalModel] | None = None,
+        api_bases: Collection[str] = (),
+    ) -> None:
         self.admission = admission
         self.configured = dict(configured or {})
+        self.api_bases = {_base(b) for b in api_bases} | {
+            _base(m.api_base) for m in self.configured.values() if m.api_base
+        }
         self._by_run: dict[str, dict[str, ExternalModel]] = {}
 
     async def for_seat(self, seat: Seat) -> ExternalModel | None:
@@ -36,4 +57,10 @@ class ExternalModels:
             if len(self._by_run) >= MAX_RUNS_REMEMBERED:
                 self._by_run.pop(next(iter(self._by_run)))
             self._by_run[seat.run] = models
-        return models.get(policy)
+        model = models.get(policy)
+        if model is not None and model.api_base and _base(model.api_base) not in self.api_bases:
+            raise ExternalModelRefused(
+                f"run {seat.run} seats {policy!r} with {model.model} at {model.api_base}, an API base this "
+                "gateway was not configured with: add it to services.gateway.external_api_bases"
+            )
+        return model

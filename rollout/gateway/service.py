@@ -9,7 +9,8 @@ Contract:
   requests racing each other both get the one reply that was recorded first.
 - A seat whose policy names an external model (LiteLLM) is answered by that model; its turn is recorded as
   text with `external: true, trainable: false` (no token ids), and replays like any other. Which model answers
-  a seat is rollout.gateway.externals' to say (one configured for its policy, or one its run recorded).
+  a seat is rollout.gateway.externals' to say (one configured for its policy, or one its run recorded at an
+  API base the gateway was configured with).
 - A turn the client abandoned mid-stream is recorded as aborted under a key of its own (never replayed, never
   trained), with the ids and logprobs sampled until the engine was stopped.
 - `stream` serves a streaming request: a replay (`Turn`) or an external model's turn (`Sampled`) whole, and a
@@ -29,7 +30,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
+from collections.abc import AsyncGenerator, Awaitable, Callable, Collection, Mapping
 from dataclasses import replace
 from typing import cast
 
@@ -96,9 +97,10 @@ class Gateway:
         *,
         max_context: int = 8192,
         externals: Mapping[str, ExternalModel] | None = None,
+        external_api_bases: Collection[str] = (),
     ) -> None:
         self.ledger = ledger
-        self.externals = ExternalModels(admission, externals)
+        self.externals = ExternalModels(admission, externals, external_api_bases)
         self.renderer = renderer
         self.admission = admission
         self.max_context = max_context
