@@ -39,6 +39,7 @@ BEYOND_SCHEMA = (
     "must hold at least one",  # nothing the model can read: an input of reasoning items, no instructions
     "not supported by this model",  # an image or a document for a text-only model
     "holds a NUL character",  # JSON allows \u0000 in a string; the ledger (Postgres text) cannot hold it
+    "which no earlier assistant message made",  # a tool result answers a call never made (the APIs' 400)
 )
 
 

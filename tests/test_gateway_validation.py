@@ -100,6 +100,11 @@ def openai_refusal(response: httpx.Response) -> tuple[str | None, str]:
             "'tools[0].function.name' must be a non-empty string",
         ),
         ({"n": 2}, "n", "'n' must be at most 1"),
+        (
+            {"messages": [USER, {"role": "tool", "tool_call_id": "never", "content": "x"}]},
+            "messages[1].tool_call_id",
+            "'messages[1].tool_call_id' answers tool call 'never', which no earlier assistant message made",
+        ),
     ],
 )
 async def test_openai_chat_refuses_each_bad_field_by_name(
@@ -146,6 +151,11 @@ async def test_an_assistant_message_may_omit_content_only_with_tool_calls(http: 
             {"tools": [{"type": "function", "name": "f", "parameters": "{}"}]},
             "tools[0].parameters",
             "'tools[0].parameters' must be an object",
+        ),
+        (
+            {"input": [{"type": "function_call_output", "call_id": "never", "output": "x"}]},
+            "input[0].call_id",
+            "'input[0].call_id' answers tool call 'never', which no earlier assistant message made",
         ),
     ],
 )
@@ -198,6 +208,11 @@ async def test_openai_responses_refuses_each_bad_field_by_name(
         ),
         ({"system": [{"type": "image"}]}, "'system[0].type' must be 'text'"),
         ({"tools": [{"name": "bash"}]}, "'tools[0].input_schema' is required"),
+        (
+            {"messages": [{"role": "user", "content": [{"type": "tool_result", "tool_use_id": "never"}]}]},
+            "'messages[0].content[0].tool_use_id' answers tool call 'never', which no earlier assistant message "
+            "made",
+        ),
     ],
 )
 async def test_anthropic_messages_refuses_each_bad_field_by_name(

@@ -14,7 +14,16 @@ import json
 from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import (
+    answered_call,
+    chunks,
+    function_tool,
+    get,
+    new_id,
+    obj,
+    sse,
+    text_of,
+)
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 from rollout.gateway.schemas.anthropic_messages import CountTokensRequest, MessagesRequest
 from rollout.gateway.schemas.errors import AnthropicError, AnthropicErrorDetail
@@ -33,6 +42,7 @@ def _blocks(content: Any, field: str) -> list[dict[str, Any]]:
 
 def _messages(raw_messages: list[Any]) -> list[Message]:
     out: list[Message] = []
+    made: set[str] = set()  # the ids of the tool_use blocks so far
     for index, raw in enumerate(raw_messages):
         field = f"messages[{index}]"
         item = obj(raw, field)
@@ -55,6 +65,7 @@ def _messages(raw_messages: list[Any]) -> list[Message]:
                             f"'{field}.content[{k}].tool_use_id' is required",
                             field=f"{field}.content[{k}].tool_use_id",
                         )
+                    answered_call(call_id, made, f"{field}.content[{k}].tool_use_id")
                     out.append(Message.tool(call_id, text))
                 elif kind == "text":
                     texts.append(str(block.get("text", "")))
@@ -81,6 +92,7 @@ def _messages(raw_messages: list[Any]) -> list[Message]:
                             arguments=json.dumps(block.get("input") or {}),
                         )
                     )
+            made.update(call.id for call in calls)
             out.append(Message(role="assistant", text=text, reasoning=reasoning, tool_calls=tuple(calls)))
         else:
             raise BadRequest(f"'{field}.role' must be user or assistant", field=f"{field}.role")

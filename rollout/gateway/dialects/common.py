@@ -7,6 +7,9 @@ before any text), then `end` with the whole turn: the frames still to send (tool
 usage) and, apart, the terminating frames, which are sent only once the turn is recorded. `frames_of` writes a
 turn that is already whole (a replay, an external model's reply) the same way, its text in `TEXT_CHUNK`
 pieces.
+
+`answered_call` is each dialect's check that a tool result answers a call an earlier assistant message made:
+the three APIs refuse one that does not with a 400, and so do we.
 """
 
 from __future__ import annotations
@@ -54,6 +57,16 @@ def frames_of(writer: StreamWriter, turn: Turn) -> tuple[list[bytes], list[bytes
         frames += writer.delta("text", piece)
     rest, last = writer.end(turn)
     return frames + rest, last
+
+
+def answered_call(call_id: str, made: set[str], field: str) -> str:
+    """`call_id` when it names a tool call in `made` (those of the conversation's earlier assistant messages);
+    else `BadRequest` naming `field`."""
+    if call_id not in made:
+        raise BadRequest(
+            f"'{field}' answers tool call {call_id!r}, which no earlier assistant message made", field=field
+        )
+    return call_id
 
 
 def obj(value: Any, field: str) -> dict[str, Any]:

@@ -12,7 +12,16 @@ import time
 from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import (
+    answered_call,
+    chunks,
+    function_tool,
+    get,
+    new_id,
+    obj,
+    sse,
+    text_of,
+)
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 from rollout.gateway.schemas.errors import OpenAIError, OpenAIErrorDetail
 from rollout.gateway.schemas.openai_chat import ChatCompletionRequest
@@ -53,6 +62,16 @@ def _message(raw: Any, index: int) -> Message:
     )
 
 
+def _messages(raw_messages: list[Any]) -> tuple[Message, ...]:
+    messages = tuple(_message(m, i) for i, m in enumerate(raw_messages))
+    made: set[str] = set()  # the ids of the assistant's tool calls so far
+    for index, message in enumerate(messages):
+        made.update(call.id for call in message.tool_calls)
+        if message.role == "tool" and message.tool_call_id is not None:
+            answered_call(message.tool_call_id, made, f"messages[{index}].tool_call_id")
+    return messages
+
+
 def _tools(raw: list[Any]) -> tuple[ToolSpec, ...]:
     return tuple(
         function_tool(
@@ -79,7 +98,7 @@ class OpenAIChat:
         )
         return ChatRequest(
             model=get(body, "model", str, "base"),
-            messages=tuple(_message(m, i) for i, m in enumerate(raw_messages)),
+            messages=_messages(raw_messages),
             tools=_tools(get(body, "tools", list, [])),
             params=params,
             stream=bool(get(body, "stream", bool, False)),

@@ -13,7 +13,16 @@ import time
 from typing import Any, Literal
 
 from rollout.contracts import Message, SamplingParams, ToolCall, ToolSpec
-from rollout.gateway.dialects.common import chunks, function_tool, get, new_id, obj, sse, text_of
+from rollout.gateway.dialects.common import (
+    answered_call,
+    chunks,
+    function_tool,
+    get,
+    new_id,
+    obj,
+    sse,
+    text_of,
+)
 from rollout.gateway.dialects.openai_chat import OpenAIChat
 from rollout.gateway.requests import BadRequest, ChatRequest, Turn
 from rollout.gateway.schemas.openai_responses import ResponsesRequest
@@ -29,6 +38,7 @@ def _items(raw: Any) -> list[Message]:
         raise BadRequest("'input' must be a string or an array of items", field="input")
     out: list[Message] = []
     reasoning: str | None = None
+    made: set[str] = set()  # the call ids of the function calls so far
     for index, item in enumerate(raw):
         field = f"input[{index}]"
         item = obj(item, field)
@@ -46,6 +56,7 @@ def _items(raw: Any) -> list[Message]:
             call = ToolCall(
                 id=str(item.get("call_id")), name=str(item.get("name")), arguments=str(arguments or "{}")
             )
+            made.add(call.id)
             # Consecutive assistant output (a message, then calls) is one assistant turn.
             if out and out[-1].role == "assistant" and _continues_assistant_turn(raw[index - 1]):
                 previous = out.pop()
@@ -55,7 +66,8 @@ def _items(raw: Any) -> list[Message]:
                 reasoning = None
         elif kind in ("function_call_output", "custom_tool_call_output"):
             output = item.get("output", "")
-            out.append(Message.tool(str(item.get("call_id")), text_of(output, f"{field}.output", TEXT_PARTS)))
+            call_id = answered_call(str(item.get("call_id")), made, f"{field}.call_id")
+            out.append(Message.tool(call_id, text_of(output, f"{field}.output", TEXT_PARTS)))
         elif kind == "reasoning":
             summary = item.get("summary") or item.get("content") or []
             reasoning = text_of(summary, f"{field}.summary", TEXT_PARTS) or None
