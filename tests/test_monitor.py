@@ -4,16 +4,20 @@ each view, and the pages for a run that does not exist and for a ledger that is 
 
 from __future__ import annotations
 
+import html
 import json
+import re
 import sys
 from pathlib import Path
 
 import httpx
 import pytest
+from markdown_it import MarkdownIt
 from streamlit.testing.v1 import AppTest
 
 from rollout.config import Settings
 from rollout.monitor.context import OVERRIDES_VARIABLE
+from rollout.monitor.plain import plain
 from rollout.net import free_port
 from rollout.workflows.names import run_policy
 
@@ -116,9 +120,29 @@ def test_machines_list_services_workers_and_leases(monitor_settings: Settings, t
     assert page.status_code == 200 and "<html" in page.text.lower(), "the link opens the Temporal web UI"
 
 
+def shown(markdown: str) -> str:
+    """What a markdown element's source renders to (CommonMark, as Streamlit reads it)."""
+    return MarkdownIt("commonmark").render(markdown)
+
+
+BEACON = "![x](http://127.0.0.1:9/beacon) [y](http://127.0.0.1:9/) `z` <img src=x> :red[w] $m$"
+
+
+def test_text_from_the_ledger_shows_as_written_never_as_markdown() -> None:
+    """A model's reply, tool call or error reaches the dashboard: an image there would be fetched by the
+    browser of whoever reads the transcript, from a server the model names."""
+    rendered = shown(f"tool call **{plain('shell')}** {plain(BEACON)}")
+    assert "<img" not in rendered and "<a " not in rendered and "<code>" not in rendered, rendered
+    assert html.unescape(re.sub(r"<[^>]+>", "", rendered)).strip() == f"tool call shell {BEACON}"
+    assert "<img" in shown(BEACON), "the check can fail: unescaped, the same text is an image"
+
+
 def test_a_run_that_does_not_exist_is_a_sentence(monitor_settings: Settings, trained_run: str) -> None:
     app = view("runs", monitor_settings, run="no-such-run")
-    assert any("no run 'no-such-run'" in w.value for w in app.warning)
+    assert any("no run 'no-such-run'" in shown(w.value) for w in app.warning)
+    hostile = view("transcripts", monitor_settings, run=BEACON)
+    (warning,) = hostile.warning
+    assert "<img" not in shown(warning.value) and "<a " not in shown(warning.value)
 
 
 def test_a_ledger_that_is_down_is_a_banner_naming_it(

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from rollout.ledger.views import eval_results
+from rollout.monitor.plain import plain
 
 if TYPE_CHECKING:
     from rollout.monitor.context import Monitor
@@ -46,7 +47,9 @@ def render(monitor: Monitor) -> None:
         st.warning(
             "Regressions (a drop of more than "
             f"{REGRESSION} from the policy's previous scored checkpoint): "
-            + ", ".join(f"{checkpoint} · {environment}" for checkpoint, environment in sorted(regressed))
+            + ", ".join(
+                plain(f"{checkpoint} · {environment}") for checkpoint, environment in sorted(regressed)
+            )
         )
 
 

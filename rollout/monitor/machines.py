@@ -11,6 +11,7 @@ import streamlit as st
 from rollout.ledger.queries import list_runs
 from rollout.ledger.streams import sandbox_host_leases_prefix, sandbox_leases_prefix
 from rollout.ledger.views import engines, leases
+from rollout.monitor.plain import plain
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE, run_workflow_id
 
 if TYPE_CHECKING:
@@ -179,10 +180,14 @@ def _workflows(monitor: Monitor, runs: list[str]) -> None:
     try:
         rows = monitor.temporal(listing)
     except (RuntimeError, RPCError) as error:
-        st.warning(f"Temporal at {monitor.settings.temporal_address} did not list the workflows: {error}")
+        st.warning(
+            plain(f"Temporal at {monitor.settings.temporal_address} did not list the workflows: {error}")
+        )
         return
     if not rows:
-        st.caption(f"Temporal has no workflow of run {run!r} (its history may have passed retention).")
+        st.caption(
+            f"Temporal has no workflow of run {plain(repr(run))} (its history may have passed retention)."
+        )
         return
     st.dataframe(
         rows,

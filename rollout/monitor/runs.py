@@ -26,6 +26,7 @@ from rollout.ledger.queries import (
     run_progress,
 )
 from rollout.ledger.views import EpisodeRate, episode_rate, run_activity, run_steps
+from rollout.monitor.plain import plain
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -81,7 +82,7 @@ def render(monitor: Monitor) -> None:
     wanted = st.query_params.get("run")
     if wanted is not None and wanted not in names:
         if monitor.read(lambda ledger: find_run(ledger, wanted)) is None:
-            st.warning(f"The ledger has no run {wanted!r}: pick one of the runs above.")
+            st.warning(f"The ledger has no run {plain(repr(wanted))}: pick one of the runs above.")
         else:
             names.insert(0, wanted)  # a run on another page, asked for by its link
     chosen = st.selectbox("run", names, index=names.index(wanted) if wanted in names else 0)
@@ -111,7 +112,7 @@ def show_run(monitor: Monitor, run: str) -> None:
 
     row, progress, rate, steps, failures = monitor.read(read)
     if row is None:
-        st.warning(f"The ledger has no run {run!r}.")
+        st.warning(f"The ledger has no run {plain(repr(run))}.")
         return
     state = _workflow_state(monitor, run)
     columns = st.columns(5)
@@ -181,8 +182,8 @@ def _failures(failures: list[FailureCount], run: str) -> None:
     for failed in failures:
         link = f"./transcripts?run={quote(run)}&episode={quote(failed.episode)}"
         st.markdown(
-            f"**{failed.count}** × `{failed.kind or 'failed'}`: {failed.summary} ([episode {failed.episode}]"
-            f"({link})). {advice(failed.kind)}"
+            f"**{failed.count}** × {plain(failed.kind or 'failed')}: {plain(failed.summary)} ([episode "
+            f"{plain(failed.episode)}]({link})). {advice(failed.kind)}"
         )
 
 
@@ -248,4 +249,4 @@ def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) 
             monitor.update_run(run, "set_max_lag", int(lag))
             st.rerun()
     except (RunNotPlaying, RunUpdateRefused) as error:
-        st.error(str(error))
+        st.error(plain(error))

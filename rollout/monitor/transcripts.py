@@ -22,6 +22,7 @@ from rollout.ledger.payloads import SampledTurn, turn_recorded
 from rollout.ledger.queries import list_runs, read_all
 from rollout.ledger.streams import seat_stream
 from rollout.ledger.views import EpisodeRow, find_episodes
+from rollout.monitor.plain import plain
 
 if TYPE_CHECKING:
     from rollout.monitor.context import Monitor
@@ -36,7 +37,7 @@ def render(monitor: Monitor) -> None:
     params = st.query_params
     left, middle, right = st.columns(3)
     if (wanted := params.get("run")) is not None and wanted not in runs:
-        st.warning(f"The ledger has no run {wanted!r}.")
+        st.warning(f"The ledger has no run {plain(repr(wanted))}.")
     run = left.selectbox("run", ["(any)", *runs], index=_index(["(any)", *runs], params.get("run")))
     episode = middle.text_input("episode (id or prefix)", value=params.get("episode", ""))
     agent = right.text_input("agent", value="")
@@ -86,23 +87,24 @@ def _index(options: list[str], wanted: str | None) -> int:
 
 
 def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
-    st.subheader(f"{episode.run} / {episode.episode}")
+    st.subheader(plain(f"{episode.run} / {episode.episode}"))
     seats = dict(episode.seats)
     failure = episode.failure
     if failure is not None:
-        st.error(f"{failure.kind}: {failure.summary}")
+        st.error(plain(f"{failure.kind}: {failure.summary}"))
         if failure.detail:
             with st.expander("traceback"):
                 st.code(failure.detail, language="text")
         if failure.seat and failure.seat not in seats.values():
             seats[failure.seat.rsplit("/", 1)[-1]] = failure.seat  # the failed seat: how far it got
     elif episode.error:
-        st.error(episode.error)
+        st.error(plain(episode.error))
     by_version = st.toggle("colour tokens by the checkpoint version that sampled them", value=False)
     tokenizer = _tokenizer(monitor)
     for agent, seat in seats.items():
         reward = episode.rewards.get(agent)
-        st.markdown(f"**{agent}** · seat `{seat}` · reward {reward if reward is not None else '—'}")
+        shown = reward if reward is not None else "—"
+        st.markdown(f"**{plain(agent)}** · seat {plain(seat)} · reward {plain(shown)}")
         events = monitor.read(lambda ledger, seat=seat: read_all(ledger, seat_stream(seat)))
         segment = None
         for event in events:
@@ -116,9 +118,9 @@ def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
 def _show_turn(turn: Any, tokenizer: Any, by_version: bool, *, new_segment: bool) -> None:
     marks = []
     if new_segment and isinstance(turn, SampledTurn):
-        marks.append(f"new segment `{turn.segment_id[:8]}`")
+        marks.append(f"new segment {plain(turn.segment_id[:8])}")
     if turn.aborted:
-        marks.append(f":red[aborted ({turn.aborted}): never trained]")
+        marks.append(f":red[aborted ({plain(turn.aborted)}): never trained]")
     title = f"turn {turn.turn_index}" + (f" · {' · '.join(marks)}" if marks else "")
     with st.container(border=True):
         st.caption(title)
@@ -126,13 +128,13 @@ def _show_turn(turn: Any, tokenizer: Any, by_version: bool, *, new_segment: bool
             if tokenizer is not None and turn.prompt_ids_delta:
                 st.code(tokenizer.decode(list(turn.prompt_ids_delta)), language=None, wrap_lines=True)
             st.caption(
-                f"sampled by {turn.checkpoint} (version {turn.checkpoint_version}) on {turn.engine} · "
-                f"{len(turn.completion_ids)} tokens · {turn.finish_reason}"
+                f"sampled by {plain(turn.checkpoint)} (version {turn.checkpoint_version}) on {plain(turn.engine)} "
+                f"· {len(turn.completion_ids)} tokens · {plain(turn.finish_reason)}"
             )
             st.html(_coloured(turn, tokenizer, by_version))
         reply = turn.reply
         for call in reply.get("tool_calls") or []:
-            st.markdown(f"tool call `{call.get('name')}` `{call.get('arguments')}`")
+            st.markdown(f"tool call **{plain(call.get('name'))}** {plain(call.get('arguments'))}")
 
 
 def _coloured(turn: SampledTurn, tokenizer: Any, by_version: bool) -> str:
