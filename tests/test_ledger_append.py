@@ -1,5 +1,7 @@
 """Appends against a real Postgres: idempotency, key conflicts, fences, projections, append-only."""
 
+from datetime import UTC, datetime
+
 import psycopg
 import pytest
 
@@ -68,6 +70,41 @@ async def test_an_unfenced_writer_cannot_write_to_a_fenced_stream(ledger: Ledger
     assert other is not None
     with pytest.raises(StaleFenceError, match="fenced by lease"):
         await ledger.append(stream, [event("c")], fence=other.fence)
+
+
+async def test_a_writer_holding_no_lease_cannot_fence_a_stream_or_match_its_epoch(
+    ledger_url: str, ledger: Ledger, stream: str
+) -> None:
+    """The client sends epoch 0 when it holds no lease; a writer calling the function itself chooses any."""
+    resource = f"{stream}/trainer"
+
+    def unfenced(epoch: int, key: str) -> None:
+        with psycopg.connect(ledger_url, autocommit=True) as conn:
+            conn.execute(
+                "SELECT * FROM ledger_append(%s, NULL, %s, ARRAY[%s], ARRAY['Test'], ARRAY['{}'::jsonb])",
+                (stream, epoch, key),
+            )
+
+    with pytest.raises(psycopg.Error, match="must carry epoch 0"):
+        unfenced(2**62, "fence-everyone-out")
+    lease = await ledger.claim(resource, "trainer-1", ttl_s=30)
+    assert lease is not None
+    await ledger.append(stream, [event("step-1")], fence=lease.fence)  # the real holder still writes
+    with pytest.raises(psycopg.Error, match="only its holder appends there"):
+        unfenced(0, "forged")
+    with pytest.raises(psycopg.Error, match="must carry epoch 0"):
+        unfenced(lease.epoch, "forged-at-the-holders-epoch")
+    assert [e.key for e in await ledger.read(stream)] == ["step-1"]
+
+
+async def test_a_lease_is_granted_for_a_day_at_most(ledger: Ledger, stream: str) -> None:
+    year = 365 * 24 * 3600.0
+    lease = await ledger.claim(f"{stream}/lease", "a", ttl_s=year)
+    assert lease is not None
+    renewed = await ledger.renew(lease, ttl_s=year)
+    assert renewed is not None
+    for granted in (lease, renewed):
+        assert (granted.expires_at - datetime.now(UTC)).total_seconds() <= 24 * 3600 + 60
 
 
 async def test_an_expired_lease_can_be_taken_and_epochs_never_repeat(ledger: Ledger, stream: str) -> None:

@@ -16,7 +16,7 @@ def test_migrations_match_the_models_and_are_idempotent(ledger_url: str) -> None
     engine = create_engine(migrate.sqlalchemy_url(ledger_url))
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert context.get_current_revision() == migrate.head_revision() == "0005"
+        assert context.get_current_revision() == migrate.head_revision() == "0006"
         assert compare_metadata(context, SQLModel.metadata) == []
     engine.dispose()
 
@@ -33,11 +33,15 @@ def test_a_current_ledger_skips_alembic_and_an_older_one_is_upgraded(ledger_url:
     assert migrate.applied_revision(older) == "0003"
     migrate.upgrade(older)
     assert migrate.applied_revision(older) == migrate.head_revision()
-    # 0005 replaces ledger_append: down and up again, it keeps its definer's rights and pinned search path.
+    # 0005 and 0006 replace ledger_append, 0006 the lease functions: down and up again, each keeps its
+    # definer's rights and pinned search path.
     command.downgrade(migrate.alembic_config(older), "0004")
     command.upgrade(migrate.alembic_config(older), "head")
     with psycopg.connect(older) as conn:
-        secure, settings = conn.execute(
-            "SELECT prosecdef, proconfig FROM pg_proc WHERE proname = 'ledger_append'"
-        ).fetchone() or (False, None)
-    assert secure and any(s.startswith("search_path=") for s in settings or [])
+        functions = conn.execute(
+            "SELECT proname, prosecdef, proconfig FROM pg_proc "
+            "WHERE proname IN ('ledger_append', 'ledger_claim', 'ledger_renew')"
+        ).fetchall()
+    assert len(functions) == 3
+    for name, secure, settings in functions:
+        assert secure and any(s.startswith("search_path=") for s in settings or []), name

@@ -8,7 +8,9 @@ Contract (see docs/ledger.md):
   is checked before the fence, so the retry of an append that committed under an old epoch still succeeds.
 - Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
 - Projections are updated in the append's transaction, by triggers (see the first migration).
-- Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat.
+- Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat; a grant or
+  renewal lasts a day at most (the database caps it). An append holding no fence carries epoch 0 and the
+  database refuses it on a stream a lease fences.
 - A lost connection is not an error the caller sees while the server comes back within `reconnect_window_s`:
   the call is repeated on a fresh connection (safe: see `_using`); after that, `LedgerUnreachableError`.
 """
