@@ -45,6 +45,7 @@ from rollout.net import free_port
 from rollout.stack.embedded import Stack
 from rollout.stack.postgres import EmbeddedPostgres
 from rollout.stack.processes import wait_for_http
+from rollout.stack.roles import ROLES as STACK_ROLES
 from rollout.stack.temporal import EmbeddedTemporal
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -273,7 +274,7 @@ def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_p
             f"data_dir={tmp_path}",
             "services.gateway.host=0.0.0.0",
             "services.postgres.url=postgresql://owner:pw-owner-1@db/x",
-            "services.postgres.worker_url=postgresql://w:pw-worker-1@db/x",
+            "services.postgres.worker_url=postgresql://w:pw%3Aworker-1@db/x",
         ]
     )
     stack = Stack(settings)
@@ -282,10 +283,14 @@ def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_p
         process = stack.process(name)
         assert process is not None, name
         assert "pw-owner-1" not in " ".join(process.command), name
-        # What the process loads from its command line, as its command does.
+        assert "worker-1" not in " ".join(process.command), f"{name}: `ps` would show the worker's password"
+        # What the process loads from its command line, as its command does, and the password file it gets.
         told[name] = config.load([a for a in process.command[3:] if "=" in a])
         assert told[name].services.postgres.url is None, name
-        assert told[name].worker_ledger_url == "postgresql://w:pw-worker-1@db/x", name
+        assert told[name].worker_ledger_url == "postgresql://w@db/x", name
+        passfile = Path(dict(process.env)["PGPASSFILE"])
+        assert passfile.read_text() == "*:*:*:w:pw\\:worker-1\n", "libpq's format, its ':' escaped"
+        assert passfile.stat().st_mode & 0o777 == 0o600, name
     engine, gateway = told["Engine"].services.gateway, told["Gateway"].services.gateway
     assert engine.engine_host == "127.0.0.1" == stack.processes["Engine"].host
     assert gateway.host == "0.0.0.0" == stack.processes["Gateway"].host
@@ -429,4 +434,17 @@ def test_no_secret_is_written_in_clear_anywhere(secure: SecureStack, stack_setti
                 row = conn.execute(query, (secret,)).fetchone()
                 if row and row[0]:
                     leaks.append(f"{name} in {row[0]} {table} row(s) of the ledger")
+    # `ps -eo args`: every service of the stack, and what it started, run with no secret on its command line.
+    services = [
+        psutil.Process(pid) for role in [r.name for r in STACK_ROLES] if (pid := _pid(secure.stack, role))
+    ]
+    assert len(services) >= 3, "the stack's services run"
+    for process in [
+        *services,
+        *(child for service in services for child in service.children(recursive=True)),
+    ]:
+        args = " ".join(process.cmdline())
+        leaks += [
+            f"{name} on the command line of {process.pid}" for name, secret in every.items() if secret in args
+        ]
     assert not leaks, "\n".join(leaks)

@@ -12,7 +12,8 @@ Contract:
   command's flag.
 - Every role is given the stack's addresses (`STACK_SECTIONS`): data and model directories, log level,
   Temporal, the gateway and engine, the sandbox isolation, and the ledger as the worker role
-  (`services.postgres.worker_url`); never the owner's URL.
+  (`services.postgres.worker_url`); never the owner's URL. The worker URL's password is not on the command
+  line: the process gets it in a password file (`PGPASSFILE`, rollout.stack.ledger_password).
 - `ROLES` lists them in the order `up` starts them (`down` stops them in reverse). The trainer (and
   the sandboxes, `rollout.stack.sandboxes`) run `on_demand`: started for `rollout train`, kept by `up` once
   asked for.
@@ -29,6 +30,7 @@ from rollout.config import EngineKind, Settings
 from rollout.isolation import said
 from rollout.overrides import overrides_for, setting_at, setting_given
 from rollout.stack.health import ServiceStatus, engine_serves, http_status
+from rollout.stack.ledger_password import passfile_for, password_out_of
 from rollout.stack.managed import ManagedProcess
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
@@ -53,6 +55,8 @@ def service_overrides(settings: Settings, *sections: str) -> list[str]:
     # A server of the user's own: the URL services connect with (its worker's, else the one given). The
     # embedded one: none, as they make its worker role's URL from its host and port.
     worker_url = settings.worker_ledger_url if given.url or given.worker_url else None
+    if worker_url is not None:  # its password goes in a file (`Role.process`), never on a command line
+        worker_url, _ = password_out_of(worker_url)
     postgres = replace(given, url=None, worker_url=worker_url)
     told = replace(settings, services=replace(settings.services, postgres=postgres))
     return overrides_for(told, *sections)
@@ -77,6 +81,7 @@ class Role:
 
     def process(self, settings: Settings, import_path: list[str]) -> ManagedProcess:
         host, port = (setting_at(settings, s) for s in self.listens) if self.listens else ("127.0.0.1", None)
+        passfile = passfile_for(settings.data_path, settings.worker_ledger_url)
         return ManagedProcess(
             name=self.name,
             command=(
@@ -89,7 +94,10 @@ class Role:
             data_dir=settings.data_path,
             host=host,
             ports=((port, self.listens[1]),) if self.listens and port is not None else (),
-            env=(("PYTHONPATH", os.pathsep.join(import_path)),) if self.imports_environments else (),
+            env=(
+                *((("PYTHONPATH", os.pathsep.join(import_path)),) if self.imports_environments else ()),
+                *((("PGPASSFILE", str(passfile)),) if passfile else ()),
+            ),
         )
 
 
