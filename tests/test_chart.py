@@ -185,3 +185,45 @@ def test_the_migration_job_command_migrates_a_ledger_and_explains_an_unreachable
     )
     assert refused.returncode == 1 and "did not answer within 1 s" in refused.stderr
     assert "Traceback" not in refused.stderr
+
+
+def _secret_keys(template: dict[str, Any]) -> set[str]:
+    """The keys of the chart's Secret a pod template can read: through its containers' environment and its
+    volumes."""
+    spec = template["spec"]
+    found = {
+        ref["key"]
+        for c in [*spec.get("initContainers", []), *spec["containers"]]
+        for variable in c.get("env", [])
+        if (ref := variable.get("valueFrom", {}).get("secretKeyRef"))
+    }
+    for volume in spec.get("volumes", []):
+        if "secret" in volume:
+            found |= {item["key"] for item in volume["secret"].get("items", [])}
+    return found
+
+
+def test_each_component_is_given_only_the_secrets_it_uses() -> None:
+    """A runner pod plays the policy's commands; a compromised one must not hold the operator key, the
+    providers' keys or the blob store's; the gateway holds no blob store key."""
+    templates = {
+        o["metadata"]["name"].removeprefix("demo-rollout-"): o["spec"]["template"]
+        for o in rendered("k3s")
+        if o["kind"] == "Deployment"
+    }
+    ledger = {"databasePassword"}
+    blobs_and_tinker = {"s3AccessKey", "s3SecretKey", "tinkerApiKey"}
+    expected = {
+        "gateway": ledger | {"gatewaySecret", "operatorKey", "anthropicApiKey", "openaiApiKey"},
+        "runner": ledger | {"gatewaySecret"},
+        "monitor": ledger,
+    }
+    for component, keys in expected.items():
+        assert _secret_keys(templates[component]) == keys, component
+    for component in ("engine", "trainer"):
+        if component in templates:
+            assert _secret_keys(templates[component]) == ledger | blobs_and_tinker, component
+    for raycluster in (o for o in rendered("k3s") if o["kind"] == "RayCluster"):
+        groups = [raycluster["spec"]["headGroupSpec"], *raycluster["spec"].get("workerGroupSpecs", [])]
+        for group in groups:
+            assert _secret_keys(group["template"]) == ledger | blobs_and_tinker

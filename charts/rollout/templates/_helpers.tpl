@@ -101,17 +101,31 @@ with .models the chart's model pulled into /data/models (`rollout models pull`: 
 {{- end }}
 {{- end -}}
 
+{{/* The environment every rollout container gets: the ledger's password and the data directory. What only
+some components use is apart: blob store keys (`rollout.blobEnv`: engines and trainers), Tinker's key
+(`rollout.tinkerEnv`: engines and trainers), the model providers' keys (`rollout.providerEnv`: the gateway,
+which calls external models). */}}
 {{- define "rollout.env" -}}
 - name: PGPASSWORD
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: databasePassword}}
+- name: ROLLOUT_DATA_DIR
+  value: /data
+{{- end -}}
+{{- define "rollout.blobEnv" -}}
 - name: AWS_ACCESS_KEY_ID
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: s3AccessKey}}
 - name: AWS_SECRET_ACCESS_KEY
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: s3SecretKey}}
+{{- end -}}
+{{- define "rollout.tinkerEnv" -}}
 - name: TINKER_API_KEY
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: tinkerApiKey, optional: true}}
-- name: ROLLOUT_DATA_DIR
-  value: /data
+{{- end -}}
+{{- define "rollout.providerEnv" -}}
+- name: ANTHROPIC_API_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: anthropicApiKey, optional: true}}
+- name: OPENAI_API_KEY
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: openaiApiKey, optional: true}}
 {{- end -}}
 
 {{- define "rollout.podSecurity" -}}
@@ -120,21 +134,30 @@ securityContext:
 {{- end -}}
 
 {{/* /data: scratch, with the seat secret and the operator key (shared by gateway and runners) from the Secret. */}}
+{{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey) as its files; no
+component is given a key it does not use. */}}
 {{- define "rollout.dataMounts" -}}
 - {name: data, mountPath: /data}
+{{- if has "gatewaySecret" .keys }}
 - {name: keys, mountPath: /data/gateway.secret, subPath: gatewaySecret, readOnly: true}
+{{- end }}
+{{- if has "operatorKey" .keys }}
 - {name: keys, mountPath: /data/operator.key, subPath: operatorKey, readOnly: true}
+{{- end }}
 {{- end -}}
 {{- define "rollout.dataVolumes" -}}
 - name: data
   emptyDir: {}
+{{- if .keys }}
 - name: keys
   secret:
-    secretName: {{ include "rollout.secretName" . }}
+    secretName: {{ include "rollout.secretName" .root }}
     defaultMode: 0440
     items:
-      - {key: gatewaySecret, path: gatewaySecret}
-      - {key: operatorKey, path: operatorKey}
+      {{- range .keys }}
+      - {key: {{ . }}, path: {{ . }}}
+      {{- end }}
+{{- end }}
 {{- end -}}
 
 {{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer. */}}
