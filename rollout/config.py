@@ -26,6 +26,7 @@ from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
+from rollout.keyfiles import known_ledger_password
 from rollout.rl.advantages import AdvantageKind
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 
@@ -264,10 +265,18 @@ class Settings:
     def data_path(self) -> Path:
         return Path(self.data_dir).expanduser().resolve()
 
+    def _embedded_login(self, user: str) -> str:
+        """`user`, with the embedded server's password for it once the server has made one."""
+        password = known_ledger_password(self.data_path, user)
+        return f"{user}:{password}" if password else user
+
     @property
     def ledger_url(self) -> str:
+        """The owner's URL: `services.postgres.url`, or the embedded server's `postgres` with its password."""
         postgres = self.services.postgres
-        return postgres.url or f"postgresql://postgres@{postgres.host}:{postgres.port}/{postgres.database}"
+        if postgres.url:
+            return postgres.url
+        return f"postgresql://{self._embedded_login('postgres')}@{postgres.host}:{postgres.port}/{postgres.database}"
 
     @property
     def worker_ledger_url(self) -> str:
@@ -278,7 +287,8 @@ class Settings:
             return postgres.worker_url
         if postgres.url:
             return postgres.url
-        return f"postgresql://{LEDGER_WORKER_ROLE}@{postgres.host}:{postgres.port}/{postgres.database}"
+        login = self._embedded_login(LEDGER_WORKER_ROLE)
+        return f"postgresql://{login}@{postgres.host}:{postgres.port}/{postgres.database}"
 
     @property
     def temporal_address(self) -> str:

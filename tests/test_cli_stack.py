@@ -143,9 +143,12 @@ def test_ledger_tail_prints_a_stream_as_json_lines(stack_settings: Settings, str
 
     asyncio.run(write())
     postgres = stack_settings.services.postgres
-    done = rollout(
-        "ledger", "tail", stream, "--after", "1", f"services.postgres.port={postgres.port}", check=True
+    tail = ("ledger", "tail", stream, "--after", "1", f"services.postgres.port={postgres.port}")
+    elsewhere = rollout(*tail, "data_dir=/nonexistent")
+    assert elsewhere.returncode != 0 and "passwords in its data directory" in elsewhere.stderr, (
+        elsewhere.stderr
     )
+    done = rollout(*tail, f"data_dir={stack_settings.data_path}", check=True)
     assert [json.loads(line) for line in done.stdout.splitlines()] == [
         {"seq": 2, "key": "b", "kind": "T", "payload": {"n": 2}}
     ]

@@ -1,3 +1,5 @@
+from pathlib import Path
+
 import pytest
 
 from rollout import config
@@ -12,6 +14,15 @@ def test_overrides_compose_onto_the_defaults() -> None:
     assert settings.ledger_url == "postgresql://postgres@127.0.0.1:54329/rollout"
     assert settings.worker_ledger_url == "postgresql://rollout_worker@127.0.0.1:54329/rollout"
     assert settings.blob_url == "file:///tmp/r/blobs"
+
+
+def test_the_embedded_servers_urls_carry_the_passwords_it_made(tmp_path: Path) -> None:
+    settings = config.load([f"data_dir={tmp_path}"])
+    assert settings.ledger_url == "postgresql://postgres@127.0.0.1:54329/rollout", "no server made any yet"
+    for user, password in (("postgres", "owner-pw"), ("rollout_worker", "worker-pw")):
+        (tmp_path / f"ledger-{user}.password").write_text(password)
+    assert settings.ledger_url == "postgresql://postgres:owner-pw@127.0.0.1:54329/rollout"
+    assert settings.worker_ledger_url == "postgresql://rollout_worker:worker-pw@127.0.0.1:54329/rollout"
 
 
 def test_external_services_replace_the_embedded_addresses() -> None:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
 from typing import LiteralString, cast
 
 import psycopg
@@ -16,6 +17,8 @@ from rollout.config import LEDGER_WORKER_ROLE, Settings
 from rollout.ledger import AppendOnlyError, Ledger, NewEvent, migrate
 from rollout.ledger.errors import translate
 from rollout.ledger.queries import find_lease, read_all
+from rollout.net import free_port
+from rollout.stack.postgres import EmbeddedPostgres
 
 TABLES = ("event", "stream", "lease", "run", "seat")
 CHANGES = ("INSERT", "UPDATE", "DELETE", "TRUNCATE")
@@ -36,10 +39,23 @@ FORBIDDEN = [
 ]
 
 
+def test_no_role_logs_in_without_its_password(stack_settings: Settings) -> None:
+    """Any process of the machine reaches the embedded server's port; only the password lets it in."""
+    postgres = stack_settings.services.postgres
+    for user in ("postgres", LEDGER_WORKER_ROLE):
+        for login in (user, f"{user}:not-the-password"):
+            url = f"postgresql://{login}@{postgres.host}:{postgres.port}/{postgres.database}"
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(url, connect_timeout=5, passfile="/nonexistent").close()
+    with psycopg.connect(stack_settings.ledger_url, connect_timeout=5) as owner:
+        (method,) = owner.execute("SELECT current_setting('password_encryption')").fetchone() or ("",)
+    assert method == "scram-sha-256"
+
+
 @pytest.fixture
 def worker_url(stack_settings: Settings) -> str:
     url = stack_settings.worker_ledger_url
-    assert f"//{LEDGER_WORKER_ROLE}@" in url  # derived by config for the embedded server
+    assert url.startswith(f"postgresql://{LEDGER_WORKER_ROLE}:")  # derived by config: the embedded server's
     return url
 
 
@@ -137,11 +153,11 @@ def scratch_database(ledger_url: str) -> Iterator[str]:
         admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
-def test_downgrading_and_upgrading_again_restores_the_grants(scratch_database: str) -> None:
+def test_downgrading_and_upgrading_again_restores_the_grants(scratch_database: str, worker_url: str) -> None:
     from alembic import command
 
     migrate.upgrade(scratch_database)
-    worker = scratch_database.replace("//postgres@", f"//{LEDGER_WORKER_ROLE}@")
+    worker = migrate._with_database(worker_url, scratch_database.rsplit("/", 1)[1])
     command.downgrade(migrate.alembic_config(scratch_database), "0002")
     with psycopg.connect(worker) as conn:
         assert conn.execute("SELECT has_table_privilege(current_user, 'event', 'SELECT')").fetchone() == (
@@ -154,3 +170,21 @@ def test_downgrading_and_upgrading_again_restores_the_grants(scratch_database: s
         )
         with pytest.raises(psycopg.errors.InsufficientPrivilege):
             conn.execute("DELETE FROM event")
+
+
+def test_a_cluster_made_before_passwords_is_given_them_when_it_starts(tmp_path: Path) -> None:
+    """A data directory from before (initdb --auth=trust) lets any local process in as the superuser until
+    its server starts again."""
+    postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
+    postgres.ensure_cluster()
+    rules = postgres.cluster_dir / "pg_hba.conf"
+    rules.write_text(rules.read_text().replace("scram-sha-256", "trust"))
+    anyone = f"postgresql://postgres@127.0.0.1:{postgres.port}/postgres"
+    try:
+        postgres.start()
+        with pytest.raises(psycopg.OperationalError, match="password"):
+            psycopg.connect(anyone, connect_timeout=5, passfile="/nonexistent").close()
+        with psycopg.connect(postgres.url(), connect_timeout=5) as owner:
+            assert owner.execute("SELECT current_user").fetchone() == ("postgres",)
+    finally:
+        postgres.remove()

@@ -38,6 +38,7 @@ from rollout.cli import sandbox as sandbox_cli
 from rollout.config import Settings
 from rollout.engines.vllm_launcher import VLLMLaunch
 from rollout.gateway.seats import load_secret, seat_token
+from rollout.keyfiles import known_ledger_password
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_stream
@@ -81,10 +82,12 @@ def secure(
     stack_settings: Settings, models_dir: Path, tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[SecureStack]:
     postgres = stack_settings.services.postgres
-    passwords = [f"pw-owner-{secrets.token_hex(8)}", f"pw-worker-{secrets.token_hex(8)}"]
-    server = (
-        f"127.0.0.1:{postgres.port}/{postgres.database}"  # the session's server: trust auth, any password
-    )
+    # The session's server, as a server of the user's own: its roles' real passwords, given in the URLs.
+    passwords = [
+        known_ledger_password(stack_settings.data_path, user) or "" for user in ("postgres", "rollout_worker")
+    ]
+    assert all(passwords), "the embedded server made its roles' passwords"
+    server = f"127.0.0.1:{postgres.port}/{postgres.database}"
     api_keys = {
         "TINKER_API_KEY": f"tml-{secrets.token_hex(12)}",
         "ANTHROPIC_API_KEY": f"sk-ant-{secrets.token_hex(12)}",

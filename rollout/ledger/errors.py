@@ -35,10 +35,14 @@ class LedgerUnreachableError(LedgerError):
 
     def __init__(self, url: str, reason: str) -> None:
         self.reason = scrub(reason.strip())  # why, without the URL or what to do
-        super().__init__(
-            f"cannot reach the ledger at {redact(url)}: {scrub(reason.strip())}\n"
-            "Start the embedded stack with `rollout up`, or point `services.postgres.url=` at a running Postgres."
+        advice = (
+            "The server asks for a password: the embedded one keeps its passwords in its data directory, so give "
+            "the stack's `data_dir=`; a server of your own takes it in `services.postgres.url=`."
+            if "password" in self.reason
+            else "Start the embedded stack with `rollout up`, or point `services.postgres.url=` at a running "
+            "Postgres."
         )
+        super().__init__(f"cannot reach the ledger at {redact(url)}: {self.reason}\n{advice}")
 
 
 _BY_SQLSTATE: dict[str, type[LedgerError]] = {

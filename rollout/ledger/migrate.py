@@ -1,7 +1,8 @@
 """Create the ledger database if needed and bring its schema to the newest migration.
 
 Safe to run from several processes at once: migrations take an advisory lock, and creating the database
-tolerates a concurrent creator. Never drops or rewrites data.
+tolerates a concurrent creator. Never drops or rewrites data. `set_password` gives a role the password it
+logs in with.
 """
 
 from __future__ import annotations
@@ -119,3 +120,16 @@ def upgrade(url: str) -> None:
         command.upgrade(alembic_config(url), "head")
     except OperationalError as error:
         raise LedgerUnreachableError(url, str(error.orig or error)) from error
+
+
+def set_password(url: str, role: str, password: str) -> None:
+    """Give `role` (made by the migrations, or the server's own `postgres`) `password` to log in with,
+    connected as the owner at `url` (the embedded server's roles: rollout.stack.postgres)."""
+    statement = sql.SQL("ALTER ROLE {} WITH LOGIN PASSWORD {}").format(
+        sql.Identifier(role), sql.Literal(password)
+    )
+    try:
+        with psycopg.connect(url, autocommit=True, connect_timeout=5) as owner:
+            owner.execute(statement)
+    except psycopg.OperationalError as error:
+        raise LedgerUnreachableError(url, str(error)) from error

@@ -4,7 +4,8 @@ Contract:
 - A service with a URL configured is external: `up` starts nothing for it and only checks it.
 - `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
   shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
-  out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`).
+  out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`), and gives the
+  embedded server's worker role its password (kept in the data directory, as the owner's is).
 - `down` stops only what `up` started (embedded services, and the sandboxes `rollout train` asked for:
   `keep_sandboxes`), and is a no-op when nothing runs.
 - `status` never changes anything; every service reports its address, health and a one-line detail.
@@ -21,7 +22,8 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import Settings
+from rollout.config import LEDGER_WORKER_ROLE, Settings
+from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.engine import check_engine
@@ -149,6 +151,9 @@ class Stack:
         while True:
             try:
                 migrate.upgrade(self.settings.ledger_url)
+                if self.postgres is not None:  # the worker role the migrations made logs in with its password
+                    password = ledger_password(self.data_dir, LEDGER_WORKER_ROLE)
+                    migrate.set_password(self.settings.ledger_url, LEDGER_WORKER_ROLE, password)
                 return
             except LedgerUnreachableError:
                 if time.monotonic() > deadline:

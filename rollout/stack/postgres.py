@@ -3,8 +3,12 @@
 Contract:
 - The cluster lives in `{data_dir}/postgres`; `ensure_cluster` runs initdb once and never deletes anything.
   A directory there that is not a Postgres cluster is reported, not repaired.
-- The server listens on TCP `host:port` only (trust auth, loopback by default). Postgres refuses to run as
-  root, so when we are root it runs as a dedicated system user that owns the cluster directory.
+- The server listens on TCP `host:port` only (loopback by default), and every role logs in with a password
+  (`scram-sha-256`): `postgres`, the owner, with the one made in the data directory
+  (`rollout.keyfiles.ledger_password`, mode 600), which `url()` carries. A process of this machine without it
+  gets nowhere. A cluster made before (trust auth) is given the password and switched over when it starts.
+  Postgres refuses to run as root, so when we are root it runs as a dedicated system user that owns the
+  cluster directory.
 - `start` is idempotent: a running server is left alone; a stale `postmaster.pid` (after a SIGKILL) is
   handled by pg_ctl itself. `stop` uses fast shutdown and is a no-op when nothing runs.
 """
@@ -22,6 +26,8 @@ from pathlib import Path
 
 import psutil
 
+from rollout.keyfiles import ledger_password
+from rollout.ledger import migrate
 from rollout.net import port_is_free
 from rollout.stack.processes import PortTakenError
 
@@ -78,7 +84,8 @@ class EmbeddedPostgres:
         return self.data_dir / "logs" / "postgres.log"
 
     def url(self, database: str = "postgres") -> str:
-        return f"postgresql://postgres@{self.host}:{self.port}/{database}"
+        password = ledger_password(self.data_dir, "postgres")
+        return f"postgresql://postgres:{password}@{self.host}:{self.port}/{database}"
 
     def _run(self, tool: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         user = _ensure_service_user()
@@ -107,13 +114,35 @@ class EmbeddedPostgres:
             )
         cluster.mkdir(parents=True, exist_ok=True)
         user = _ensure_service_user()
-        if user is not None:
-            entry = pwd.getpwnam(user)
+        entry = pwd.getpwnam(user) if user is not None else None
+        if entry is not None:
             os.chown(cluster, entry.pw_uid, entry.pw_gid)
             _grant_traverse(self.data_dir)
             _grant_traverse(binaries_dir())
         cluster.chmod(0o700)
-        done = self._run("initdb", "-D", str(cluster), "-U", "postgres", "--auth=trust", "--encoding=UTF8")
+        # initdb reads the password from a file only the service user can read (beside the cluster, which
+        # must be empty), gone after.
+        folder = self.data_dir / ".initdb"
+        folder.mkdir(mode=0o700, exist_ok=True)
+        given = folder / "password"
+        given.write_text(ledger_password(self.data_dir, "postgres"))
+        given.chmod(0o600)
+        if entry is not None:
+            os.chown(folder, entry.pw_uid, entry.pw_gid)
+            os.chown(given, entry.pw_uid, entry.pw_gid)
+        try:
+            done = self._run(
+                "initdb",
+                "-D",
+                str(cluster),
+                "-U",
+                "postgres",
+                "--auth=scram-sha-256",
+                f"--pwfile={given}",
+                "--encoding=UTF8",
+            )
+        finally:
+            shutil.rmtree(folder, ignore_errors=True)
         if done.returncode != 0:
             raise RuntimeError(f"initdb failed for {cluster}:\n{done.stderr.strip()}")
 
@@ -168,7 +197,25 @@ class EmbeddedPostgres:
             raise RuntimeError(
                 f"Postgres did not start ({done.stderr.strip() or done.stdout.strip()}):\n{tail}"
             )
+        self._require_passwords()
         return True
+
+    def _require_passwords(self) -> None:
+        """A cluster made with trust auth (before passwords): give `postgres` its password, then have every
+        connection show one."""
+        rules = self.cluster_dir / "pg_hba.conf"
+        text = rules.read_text()
+        if not any(line.split()[-1:] == ["trust"] for line in text.splitlines() if not line.startswith("#")):
+            return
+        migrate.set_password(self.url(), "postgres", ledger_password(self.data_dir, "postgres"))
+        lines = [
+            line.rsplit(None, 1)[0] + " scram-sha-256"
+            if not line.startswith("#") and line.split()[-1:] == ["trust"]
+            else line
+            for line in text.splitlines()
+        ]
+        rules.write_text("\n".join(lines) + "\n")
+        self.restart()  # a reload takes effect some time later; a restart before anyone else connects
 
     def stop(self, timeout_s: float = 60) -> bool:
         """Stop the server (fast shutdown); False when it was not running."""
