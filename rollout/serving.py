@@ -19,13 +19,22 @@ Contract:
   they load.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
 - `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
+- Any writer of the ledger can append an ack, so an ack names where prompts go only when it is signed: an
+  engine's follower signs each ack (`ServingAck.signed`) with the key of `load_engine_key`, and the gateway
+  routes by an ack only when `signed_by` that key holds (rollout.gateway.routing).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import hashlib
+import hmac
+import json
+import secrets
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from rollout.keyfiles import secret_file
 from rollout.ledger.events import Kind
 from rollout.ledger.streams import SERVING_ACKS, SERVING_REQUESTS
 from rollout.records import Payload
@@ -35,6 +44,14 @@ if TYPE_CHECKING:
     from rollout.ledger import Ledger
 
 BASE_CHECKPOINT = "base"
+ENGINE_KEY_FILE = "engine.key"
+
+
+def load_engine_key(data_dir: Path) -> bytes:
+    """The key engines sign their acks with and the gateway checks them by (`engine.key` in the data
+    directory, made once, mode 600; a cluster mounts one Secret into each)."""
+    return secret_file(data_dir / ENGINE_KEY_FILE, lambda: secrets.token_hex(32).encode()).strip()
+
 
 FORMATS = ("lora", "full", "tinker")
 
@@ -81,10 +98,23 @@ class ServingAck(Payload):
     sleeping: bool = False
     gpu: str | None = None  # the GPU lease this engine gives way to (one-GPU mode)
     failed: dict[str, str] | None = None  # {"checkpoint", "error"} of the last load that failed
+    signature: str = ""  # HMAC-SHA256 of the rest, under the engines' and gateway's key (`signed`)
 
     @property
     def key(self) -> str:
         return f"{self.engine}/{self.incarnation}/{self.n}"
+
+    def _signed_bytes(self) -> bytes:
+        fields = {k: v for k, v in self.to_payload().items() if k != "signature"}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    def signed(self, key: bytes) -> ServingAck:
+        """This ack, signed with `key` (`load_engine_key`): a gateway holding the key believes it."""
+        return replace(self, signature=hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest())
+
+    def signed_by(self, key: bytes) -> bool:
+        expected = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
+        return hmac.compare_digest(self.signature, expected)
 
     def serves(self, checkpoint: str) -> bool:
         return any(s.checkpoint == checkpoint for s in self.serving)

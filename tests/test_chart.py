@@ -214,16 +214,20 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
     ledger = {"databasePassword"}
     blobs_and_tinker = {"s3AccessKey", "s3SecretKey", "tinkerApiKey"}
     expected = {
-        "gateway": ledger | {"gatewaySecret", "operatorKey", "anthropicApiKey", "openaiApiKey"},
+        "gateway": ledger | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
         "runner": ledger | {"gatewaySecret"},
         "monitor": ledger,
     }
     for component, keys in expected.items():
         assert _secret_keys(templates[component]) == keys, component
-    for component in ("engine", "trainer"):
-        if component in templates:
-            assert _secret_keys(templates[component]) == ledger | blobs_and_tinker, component
+    engines = ledger | blobs_and_tinker | {"engineKey"}  # an engine signs its serving acks
+    if "engine" in templates:
+        assert _secret_keys(templates["engine"]) == engines
+    if "trainer" in templates:
+        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker
     for raycluster in (o for o in rendered("k3s") if o["kind"] == "RayCluster"):
-        groups = [raycluster["spec"]["headGroupSpec"], *raycluster["spec"].get("workerGroupSpecs", [])]
-        for group in groups:
-            assert _secret_keys(group["template"]) == ledger | blobs_and_tinker
+        assert _secret_keys(raycluster["spec"]["headGroupSpec"]["template"]) == ledger | blobs_and_tinker
+        for group in raycluster["spec"].get("workerGroupSpecs", []):
+            assert (
+                _secret_keys(group["template"]) == engines
+            )  # engines and trainers are placed on its workers

@@ -1,8 +1,11 @@
-"""A seat bound to a model the platform does not train goes through LiteLLM and is recorded as text only."""
+"""Where the gateway sends a turn: a seat bound to a model the platform does not train goes through LiteLLM
+(recorded as text only) at an API base the gateway was configured with, and an engine is reached at the URL of
+an ack only when the ack is signed."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import uuid
 from pathlib import Path
 from typing import Any
@@ -16,11 +19,14 @@ from transformers import AutoTokenizer
 from benchmarks.scripted_backend import REPLY, build
 from rollout.engines.external import ExternalModel
 from rollout.engines.scripted import ScriptedEngine
+from rollout.engines.vllm_client import VLLMEngine
+from rollout.gateway.routing import Routes
 from rollout.gateway.seats import load_secret, open_seat
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.ledger.streams import run_stream, seat_stream
+from rollout.ledger.streams import SERVING_ACKS, run_stream, seat_stream
 from rollout.net import free_port
 from rollout.rendering import ModelRenderer
+from rollout.serving import Served, ServingAck
 from tests.gatewayutil import serve_gateway, tool_loop_script
 
 
@@ -102,3 +108,22 @@ async def test_a_run_cannot_send_its_turns_to_an_api_base_the_gateway_was_not_co
     ):
         allowed = await http.post(f"/s/{token}/v1/chat/completions", json=body)
     assert allowed.status_code == 503, "a configured base is tried (and nothing answers there)"
+
+
+async def test_a_forged_serving_ack_brings_no_prompt_to_the_url_it_names(ledger: Ledger) -> None:
+    """Any writer of the ledger can append an ack; only one signed with the engines' key names a URL the
+    gateway sends turns to."""
+    key, run = secrets.token_bytes(32), uuid.uuid4().hex[:8]
+    served = (Served(policy="p", checkpoint="p-step000001", version=1),)
+
+    def ack(url: str) -> ServingAck:
+        return ServingAck(engine=f"e-{run}", url=url, incarnation=run, n=1, serving=served)
+
+    rogue, wrong_key, real = (f"http://127.0.0.1:9/{name}-{run}" for name in ("rogue", "wrong", "real"))
+    for sent in (ack(rogue), ack(wrong_key).signed(secrets.token_bytes(32)), ack(real).signed(key)):
+        await ledger.append_one(SERVING_ACKS, NewEvent(f"{sent.url}/1", Kind.SERVING_ACK, sent.to_payload()))
+    routes = Routes(ledger, [], connect=lambda url, name: VLLMEngine(url, name=name), ack_key=key)
+    reached = {getattr(slot.engine, "base_url", None) for slot in await routes.slots(fresh=True)}
+    assert real in reached and rogue not in reached and wrong_key not in reached
+    unkeyed = Routes(ledger, [], connect=lambda url, name: VLLMEngine(url, name=name))
+    assert not await unkeyed.slots(fresh=True), "without a key, no engine is known by its ack alone"

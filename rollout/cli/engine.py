@@ -118,6 +118,7 @@ def serve(
     )
     from rollout.engines.follower import FollowerConfig
     from rollout.net import port_is_free, reachable_host
+    from rollout.serving import load_engine_key
 
     settings = load_settings(overrides)
     as_service(settings)
@@ -152,6 +153,7 @@ def serve(
         base=served_name,
         formats=SERVED_FORMATS[kind],
         gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
+        ack_key=load_engine_key(settings.data_path),
     )
     if kind == "vllm":
         if shutil.which("vllm") is None:
@@ -260,6 +262,7 @@ def follow(
     from rollout.engines.factory import SERVED_FORMATS, follow_forever
     from rollout.engines.follower import FollowerConfig
     from rollout.engines.vllm_client import VLLMEngine
+    from rollout.serving import load_engine_key
 
     settings = load_settings(overrides)
     as_service(settings)
@@ -277,6 +280,7 @@ def follow(
         formats=SERVED_FORMATS[kind],
         gpu=gpu,
         runs=tuple(run or ()),
+        ack_key=load_engine_key(settings.data_path),
     )
     err.print(f"following {engine_url} as {engine_name!r} ({kind}: loads {', '.join(config.formats)})")
 

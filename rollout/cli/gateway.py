@@ -121,6 +121,7 @@ def gateway(
     from rollout.ledger.errors import LedgerError
     from rollout.net import port_is_free
     from rollout.rendering import ModelRenderer, renderer_for_model
+    from rollout.serving import load_engine_key
 
     settings = load_settings(overrides)
     operator_key = load_operator_key(settings.data_path)
@@ -164,6 +165,7 @@ def gateway(
                 max_context=max_context,
                 externals=externals,
                 external_api_bases=served.external_api_bases,
+                ack_key=load_engine_key(settings.data_path),
                 max_request_bytes=settings.services.gateway.max_request_bytes,
                 operator_key=operator_key,
                 seat_secret=seat_secret,

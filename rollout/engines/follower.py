@@ -6,10 +6,10 @@ Contract:
   newest `keep` checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still
   find theirs), and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files
   come from the blob store, hash-verified, into a cache directory; then `engine.load`.
-- After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state; the
-  gateway routes by the newest ack. Its first ack, as it starts, serves only the base model: a restarted
-  engine never claims what it no longer holds. A checkpoint that is dropped is left out of the ack first and
-  unloaded `grace_s` later, so turns already routed to it finish.
+- After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state, signed
+  with `ack_key` when it has one; the gateway routes by the newest signed ack. Its first ack, as it starts,
+  serves only the base model: a restarted engine never claims what it no longer holds. A checkpoint that is
+  dropped is left out of the ack first and unloaded `grace_s` later, so turns already routed to it finish.
 - A checkpoint that fails to load is reported (a warning, and `failed` in the ack: checkpoint, error,
   attempts, seconds to the next try) and tried again with exponential backoff (`retry_s`, doubling up to
   `retry_max_s`) for as long as it is wanted; the engine keeps serving what it served before. A later success
@@ -27,7 +27,7 @@ import hashlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Protocol
 
@@ -64,6 +64,8 @@ class FollowerConfig:
     runs: tuple[
         str, ...
     ] = ()  # serve only these runs' checkpoints (an engine pool of its own); () serves all
+    # Signs each ack (rollout.serving.load_engine_key): the gateway routes by signed acks only.
+    ack_key: bytes | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -236,5 +238,7 @@ class ServingFollower:
     async def ack(self) -> ServingAck:
         self._acks += 1
         ack = replace(self.state(), n=self._acks)
+        if self.config.ack_key is not None:
+            ack = ack.signed(self.config.ack_key)
         await self.ledger.append_one(SERVING_ACKS, NewEvent(ack.key, Kind.SERVING_ACK, ack.to_payload()))
         return ack

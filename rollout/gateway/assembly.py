@@ -3,10 +3,10 @@
 Contract:
 - `parse_externals` reads `POLICY=MODEL[@API_BASE]` specs into the LiteLLM models seats of POLICY use; a
   malformed spec raises `ValueError` saying how to write it.
-- `serve_gateway` connects to the ledger, routes to the configured engines and to every engine that acks what
-  it serves (at its acked URL), and serves the three dialects and the operator routes on host:port until
-  cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator key
-  unless host is loopback. A run's external models may name only the API bases of `externals` and
+- `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
+  `ack_key` signed (at its acked URL), and serves the three dialects and the operator routes on host:port
+  until cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator
+  key unless host is loopback. A run's external models may name only the API bases of `externals` and
   `external_api_bases`. It closes the ledger connection when it stops.
 """
 
@@ -49,6 +49,7 @@ async def serve_gateway(
     externals: dict[str, ExternalModel],
     operator_key: str,
     external_api_bases: Sequence[str] = (),
+    ack_key: bytes | None = None,
     seat_secret: bytes,
     runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -57,8 +58,8 @@ async def serve_gateway(
 
     ledger = await Ledger.connect(ledger_url)
     slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_urls)]
-    # Engines that ack what they serve are routed to at their acked URL, configured or not.
-    routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name))
+    # Engines whose signed acks say what they serve are routed to at their acked URL, configured or not.
+    routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name), ack_key=ack_key)
     core = Gateway(
         ledger,
         renderer,

@@ -3,9 +3,12 @@
 Contract:
 - A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy
   until an ack says more about it.
-- Each engine's newest `ServingAck` (stream `serving/acks`) is its state: one slot for its base model (any
-  policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping
-  engine has no slots. An engine known only by its ack is reached at the ack's URL.
+- Each engine's newest believed `ServingAck` (stream `serving/acks`) is its state: one slot for its base model
+  (any policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping
+  engine has no slots. Any writer of the ledger can append an ack, so with an `ack_key` only acks signed with
+  it are believed, and an engine known only by its ack is reached at the ack's URL only then (and only with
+  `connect`); without one, acks are believed for the configured engines alone. A forged ack never brings a
+  prompt to a server of its choosing.
 - Acks are read incrementally by cursor, at most every `refresh_s` unless a fresh read is asked for (the
   gateway asks when no slot qualifies or every qualifying engine failed), so routing costs one indexed read
   per interval, not one per turn.
@@ -45,9 +48,11 @@ class Routes:
         *,
         connect: Callable[[str, str], Engine] | None = None,
         refresh_s: float = 0.5,
+        ack_key: bytes | None = None,
     ) -> None:
         self.ledger = ledger
         self.configured = configured
+        self.ack_key = ack_key
         self.refresh_s = refresh_s
         self._connect = connect
         self._read_at = float("-inf")
@@ -61,7 +66,12 @@ class Routes:
     async def slots(self, *, fresh: bool = False) -> list[EngineSlot]:
         if fresh or time.monotonic() - self._read_at >= self.refresh_s:
             await self.refresh()
-        acks = self.states.by_url
+        configured = {_engine_url(slot.engine) for slot in self.configured}
+        acks = {
+            url: ack
+            for url, ack in self.states.by_url.items()
+            if (ack.signed_by(self.ack_key) if self.ack_key is not None else url in configured)
+        }
         found = [slot for slot in self.configured if _engine_url(slot.engine) not in acks]
         for url, ack in acks.items():
             if ack.sleeping:
@@ -81,7 +91,7 @@ class Routes:
             if _engine_url(slot.engine) == url:
                 return slot.engine
         if url not in self._engines:
-            if self._connect is None:
+            if self._connect is None or self.ack_key is None:
                 return None
             self._engines[url] = self._connect(url, name)
         return self._engines[url]

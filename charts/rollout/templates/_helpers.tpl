@@ -134,8 +134,9 @@ securityContext:
 {{- end -}}
 
 {{/* /data: scratch, with the seat secret and the operator key (shared by gateway and runners) from the Secret. */}}
-{{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey) as its files; no
-component is given a key it does not use. */}}
+{{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
+engines sign their serving acks with, which the gateway checks) as its files; no component is given a key it
+does not use. */}}
 {{- define "rollout.dataMounts" -}}
 - {name: data, mountPath: /data}
 {{- if has "gatewaySecret" .keys }}
@@ -143,6 +144,9 @@ component is given a key it does not use. */}}
 {{- end }}
 {{- if has "operatorKey" .keys }}
 - {name: keys, mountPath: /data/operator.key, subPath: operatorKey, readOnly: true}
+{{- end }}
+{{- if has "engineKey" .keys }}
+- {name: keys, mountPath: /data/engine.key, subPath: engineKey, readOnly: true}
 {{- end }}
 {{- end -}}
 {{- define "rollout.dataVolumes" -}}
