@@ -231,3 +231,41 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
             assert (
                 _secret_keys(group["template"]) == engines
             )  # engines and trainers are placed on its workers
+
+
+def _reaches(objects: tuple[dict[str, Any], ...]) -> dict[str, set[str]]:
+    """Which components each NetworkPolicy lets reach a component (`*`: any of the chart's pods)."""
+    allowed: dict[str, set[str]] = {}
+    for policy in (
+        o for o in objects if o["kind"] == "NetworkPolicy" and "Ingress" in o["spec"]["policyTypes"]
+    ):
+        target = policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        peers = [peer for rule in policy["spec"]["ingress"] for peer in rule["from"]]
+        allowed[target] = {
+            peer["podSelector"]["matchLabels"].get("app.kubernetes.io/component", "*") for peer in peers
+        }
+    return allowed
+
+
+def test_each_component_answers_only_the_components_that_use_it() -> None:
+    objects = rendered("k3s")
+    reaches = _reaches(objects)
+    assert reaches["engine"] == {"gateway"}, "only the gateway sends an engine prompts (and its admin routes)"
+    assert reaches["runner"] == set() and reaches["trainer"] == set(), "workers answer nobody"
+    assert reaches["ray-head"] == {"engine", "trainer", "ray-head", "ray-worker"}, (
+        "Ray's Jobs API: drivers only"
+    )
+    assert "runner" not in reaches["minio"] | reaches["ray-head"] | reaches["ray-worker"], (
+        "no checkpoints, no Ray"
+    )
+    assert reaches["postgres"] == {"*"}
+    (egress,) = [
+        o for o in objects if o["kind"] == "NetworkPolicy" and o["spec"]["policyTypes"] == ["Egress"]
+    ]
+    assert egress["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "runner"
+    peers = {
+        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        for rule in egress["spec"]["egress"]
+        for peer in rule.get("to", [])
+    }
+    assert peers == {"gateway", "postgres", "temporal"}, "runners reach the gateway, the ledger and Temporal"
