@@ -79,6 +79,10 @@ class GatewaySettings:
     # OpenAI-compatible servers a run's external models may name (`MODEL@API_BASE`): a run naming any other
     # is refused, so a ledger writer cannot send prompts (or the provider key LiteLLM adds) elsewhere.
     external_api_bases: list[str] = field(default_factory=list[str])
+    # The token budget of a turn whose request names none (OpenAI's max_tokens is optional) on a run that sets
+    # no run.max_tokens: without it such a turn could sample to the end of the context. A request's own budget
+    # is kept, above this too (the context still bounds it).
+    default_max_tokens: int = 4096
 
 
 @dataclass
@@ -346,6 +350,12 @@ def _check_values(settings: Settings) -> None:
         failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
     except BadRunSetting as error:
         raise ConfigError(str(error)) from None
+    gateway = settings.services.gateway
+    if gateway.default_max_tokens < 1:
+        raise ConfigError(
+            f"bad value for 'services.gateway.default_max_tokens': {gateway.default_max_tokens} leaves a turn "
+            "no tokens to sample; set it to 1 or more"
+        )
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:
         choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)

@@ -46,6 +46,7 @@ async def serve_gateway(
     *,
     wait_s: float = 5.0,
     max_context: int = 4096,
+    default_max_tokens: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
     external_api_bases: Sequence[str] = (),
     max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -58,6 +59,7 @@ async def serve_gateway(
         renderer,
         admission,
         max_context=max_context,
+        default_max_tokens=default_max_tokens,
         externals=externals,
         external_api_bases=external_api_bases,
     )

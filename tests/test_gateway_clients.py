@@ -19,6 +19,7 @@ from transformers import AutoTokenizer
 
 from rollout.activities.agent_loop import GatewayChat, SeatClosed, play
 from rollout.contracts import Message
+from rollout.engines.protocol import SampleRequest, SampleResult
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.seats import close_seat, load_secret, open_seat
 from rollout.harness import End, Observation, RunContext, Task
@@ -458,3 +459,37 @@ async def test_a_client_that_leaves_mid_stream_gets_its_turn_recorded_as_aborted
     again = await running.gateway.complete(resolved, request)
     assert not again.replayed
     assert [bool(r.get("aborted")) for r in await turns(ledger, seat_id)] == [True, False]
+
+
+class BudgetsSeen(ScriptedEngine):
+    """A scripted engine that keeps the token budget each turn was sampled with."""
+
+    def __init__(self, renderer: ModelRenderer, **kwargs: Any) -> None:
+        super().__init__(renderer, tool_loop_script, **kwargs)
+        self.budgets: list[int] = []
+
+    async def sample(self, request: SampleRequest) -> SampleResult:
+        self.budgets.append(request.max_tokens)
+        return await super().sample(request)
+
+
+async def test_a_turn_that_names_no_budget_gets_the_default_one(
+    ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str]
+) -> None:
+    """Without the default an agent leaving `max_tokens` out would sample to the end of the context."""
+    _, token = seat
+    engine = BudgetsSeen(renderer)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_context=4096, default_max_tokens=100) as running,
+        httpx.AsyncClient(base_url=f"{running.url}/s/{token}/v1") as http,
+    ):
+        for n, budget in enumerate([None, 3000, 50]):
+            body: dict[str, Any] = {"messages": [{"role": "user", "content": f"question {n}"}]}
+            if budget is not None:
+                body["max_tokens"] = budget
+            assert (await http.post("/chat/completions", json=body)).status_code == 200
+        answered = await http.post("/responses", json={"input": "question 3"})
+        assert answered.status_code == 200
+    # none named: the default; one named is kept, above the default too (the room left in the context caps it)
+    assert engine.budgets[0] == 100 and engine.budgets[2] == 50 and engine.budgets[3] == 100
+    assert 100 < engine.budgets[1] <= 3000

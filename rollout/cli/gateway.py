@@ -167,6 +167,7 @@ def gateway(
                 external_api_bases=served.external_api_bases,
                 ack_key=load_engine_key(settings.data_path),
                 max_request_bytes=settings.services.gateway.max_request_bytes,
+                default_max_tokens=settings.services.gateway.default_max_tokens,
                 operator_key=operator_key,
                 seat_secret=seat_secret,
                 runs=TemporalRunControl(settings.temporal_address, settings.services.temporal.namespace),

@@ -5,8 +5,9 @@ Contract:
   malformed spec raises `ValueError` saying how to write it.
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
   `ack_key` signed (at its acked URL), and serves the three dialects and the operator routes on host:port
-  until cancelled, refusing request bodies over `max_request_bytes`; the operator routes need the operator
-  key unless host is loopback. A run's external models may name only the API bases of `externals` and
+  until cancelled, refusing request bodies over `max_request_bytes` and giving a turn that names no token
+  budget `default_max_tokens` (unless its run sets one); the operator routes need the operator key unless
+  host is loopback. A run's external models may name only the API bases of `externals` and
   `external_api_bases`. It closes the ledger connection when it stops.
 """
 
@@ -20,7 +21,7 @@ from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
 from rollout.gateway.operator import Operator, RunControl
 from rollout.gateway.routing import Routes
-from rollout.gateway.service import Gateway
+from rollout.gateway.service import DEFAULT_MAX_TOKENS, Gateway
 from rollout.ledger import Ledger
 from rollout.rendering import ModelRenderer
 
@@ -53,6 +54,7 @@ async def serve_gateway(
     seat_secret: bytes,
     runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
+    default_max_tokens: int = DEFAULT_MAX_TOKENS,
 ) -> None:
     import uvicorn
 
@@ -65,6 +67,7 @@ async def serve_gateway(
         renderer,
         Admission(ledger, routes),
         max_context=max_context,
+        default_max_tokens=default_max_tokens,
         externals=externals,
         external_api_bases=external_api_bases,
     )

@@ -20,6 +20,8 @@ Contract:
   make of the same tokens, but for the reply, which is what the client was sent.
 - Prompt ids come from the segment rules (rollout.gateway.prompts); a prompt that does not fit the model's
   context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
+- A turn's token budget is the request's, capped by its run's `max_tokens` setting and by the room left in the
+  context; a request that names none, on a run that sets none, gets `default_max_tokens`.
 - `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked
   up (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and
   render again otherwise. A prepared render that failed raises its `BadRequest` only once it is used.
@@ -55,6 +57,8 @@ from rollout.gateway.segments import Head, advance
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
+
+DEFAULT_MAX_TOKENS = 4096  # services.gateway.default_max_tokens
 
 
 class NotLookedUp:
@@ -96,6 +100,7 @@ class Gateway:
         admission: Admission,
         *,
         max_context: int = 8192,
+        default_max_tokens: int = DEFAULT_MAX_TOKENS,
         externals: Mapping[str, ExternalModel] | None = None,
         external_api_bases: Collection[str] = (),
     ) -> None:
@@ -104,6 +109,7 @@ class Gateway:
         self.renderer = renderer
         self.admission = admission
         self.max_context = max_context
+        self.default_max_tokens = default_max_tokens
         self._heads: dict[str, list[Head]] = {}
         self._locks: dict[str, asyncio.Lock] = {}
 
@@ -339,6 +345,8 @@ class Gateway:
         while True:
             admitted = await self.admission.candidates(seat, fresh=fresh, deadline=deadline)
             cap = min(prompt.max_tokens, admitted.max_tokens or prompt.max_tokens)
+            if request.params.max_tokens is None and admitted.max_tokens is None:
+                cap = min(cap, self.default_max_tokens)  # else one request could sample to the context's end
             for slot in admitted.slots:
                 sample_request = SampleRequest(
                     prompt_ids=tuple(prompt.ids),
