@@ -493,3 +493,20 @@ async def test_a_turn_that_names_no_budget_gets_the_default_one(
     # none named: the default; one named is kept, above the default too (the room left in the context caps it)
     assert engine.budgets[0] == 100 and engine.budgets[2] == 50 and engine.budgets[3] == 100
     assert 100 < engine.budgets[1] <= 3000
+
+
+async def test_a_thousand_stop_strings_are_a_400_naming_the_field(
+    running: RunningGateway, seat: tuple[str, str]
+) -> None:
+    """Each stop string is matched against every reply: their number and length are capped."""
+    _, token = seat
+    stops = [f"stop {n}" for n in range(1000)]
+    user = [{"role": "user", "content": "hi"}]
+    async with httpx.AsyncClient(base_url=f"{running.url}/s/{token}/v1") as http:
+        chat = await http.post("/chat/completions", json={"messages": user, "stop": stops})
+        anthropic_ = await http.post(
+            "/messages", json={"messages": user, "max_tokens": 8, "stop_sequences": stops}
+        )
+    assert chat.status_code == 400 and chat.json()["error"]["param"] == "stop"
+    assert anthropic_.status_code == 400
+    assert anthropic_.json()["error"]["message"] == "'stop_sequences' must hold at most 16 items"

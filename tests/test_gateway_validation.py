@@ -105,6 +105,9 @@ def openai_refusal(response: httpx.Response) -> tuple[str | None, str]:
             "messages[1].tool_call_id",
             "'messages[1].tool_call_id' answers tool call 'never', which no earlier assistant message made",
         ),
+        ({"stop": ["a", "b", "c", "d", "e"]}, "stop", "'stop' must hold at most 4 items"),
+        ({"stop": "x" * 257}, "stop", "'stop' must be at most 256 characters"),
+        ({"stop": ["ok", ""]}, "stop[1]", "'stop[1]' must be a non-empty string"),
     ],
 )
 async def test_openai_chat_refuses_each_bad_field_by_name(
@@ -213,6 +216,8 @@ async def test_openai_responses_refuses_each_bad_field_by_name(
             "'messages[0].content[0].tool_use_id' answers tool call 'never', which no earlier assistant message "
             "made",
         ),
+        ({"stop_sequences": [str(n) for n in range(17)]}, "'stop_sequences' must hold at most 16 items"),
+        ({"stop_sequences": ["x" * 257]}, "'stop_sequences[0]' must be at most 256 characters"),
     ],
 )
 async def test_anthropic_messages_refuses_each_bad_field_by_name(

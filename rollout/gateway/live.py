@@ -14,8 +14,9 @@ Contract:
   reply keeps what was sent and the record names the divergence among its parse failures.
 - `LiveTurn.deltas` yields those deltas as the engine's chunks arrive (chunks that arrive together are parsed
   once) and ends when the engine finishes or a stop string is completed (the engine's generation is then
-  stopped). `LiveTurn.sampled` is then the turn to record. `LiveTurn.abort` stops the engine's generation and
-  gives the turn sampled so far, to record as aborted.
+  stopped; each batch of chunks is scanned for one only where it could have been completed:
+  rollout.gateway.stops). `LiveTurn.sampled` is then the turn to record. `LiveTurn.abort` stops the engine's
+  generation and gives the turn sampled so far, to record as aborted.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Literal
 from rollout.contracts import Message, ToolSpec
 from rollout.engines.protocol import SampleChunk, SampleResult, collected
 from rollout.gateway.sampled import Sampled
+from rollout.gateway.stops import StopScanner, partial_stop
 from rollout.ledger.payloads import SampledTurn
 from rollout.rendering import ModelRenderer
 
@@ -46,11 +48,8 @@ def _settled(text: str, stops: tuple[str, ...]) -> str:
         tag = text.rfind("<")
         if tag >= 0 and len(text) - tag <= MAX_TAG and not any(c == ">" or c.isspace() for c in text[tag:]):
             text = text[:tag]
-        for stop in stops:
-            for k in range(min(len(stop) - 1, len(text)), 0, -1):
-                if text.endswith(stop[:k]):
-                    text = text[:-k]
-                    break
+        if held := partial_stop(text, stops):
+            text = text[:-held]
         if text == before:
             return text
 
@@ -121,6 +120,7 @@ class LiveTurn:
     ) -> None:
         self.model, self.prompt_tokens = model, prompt_tokens
         self._text, self._build, self._chunks = text, build, chunks
+        self._stops = StopScanner(text.stops)
         self._received: list[SampleChunk] = [first]
         self._queue: asyncio.Queue[SampleChunk | BaseException | None] = asyncio.Queue()
         self._queue.put_nowait(first)
@@ -161,12 +161,10 @@ class LiveTurn:
                 if item is not None:
                     self._received.append(item)
             ids = self._ids()
-            stops = self._text.stops
-            if stops and not finished:
-                decoded = self._text.renderer.tokenizer.decode(ids)
-                if any(stop in decoded for stop in stops):
-                    finished = True  # a stop string is complete: the rest would be cut anyway
-                    await self._stop_engine()
+            decode = self._text.renderer.tokenizer.decode
+            if self._stops.stops and not finished and self._stops.find(decode(ids)) is not None:
+                finished = True  # a stop string is complete: the rest would be cut anyway
+                await self._stop_engine()
             if not finished:
                 for delta in self._text.feed(ids):
                     yield delta

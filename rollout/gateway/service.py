@@ -54,6 +54,7 @@ from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat
 from rollout.gateway.segments import Head, advance
+from rollout.gateway.stops import cut_at_stop
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
@@ -73,23 +74,17 @@ def _cut_at_stop_strings(
 ) -> tuple[SampleResult, str | None]:
     """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on
     text)."""
-    if not stops:
+    cut = cut_at_stop(renderer.tokenizer.decode, result.completion_ids, stops)
+    if cut is None:
         return result, None
-    text = renderer.tokenizer.decode(list(result.completion_ids))
-    if not any(stop in text for stop in stops):
-        return result, None
-    for k in range(1, len(result.completion_ids) + 1):
-        prefix = renderer.tokenizer.decode(list(result.completion_ids[:k]))
-        hit = next((stop for stop in stops if stop in prefix), None)
-        if hit is not None:
-            return SampleResult(
-                completion_ids=result.completion_ids[:k],
-                logprobs=result.logprobs[:k],
-                finish_reason="stop",
-                model=result.model,
-                timings=result.timings,
-            ), hit
-    return result, None
+    k, hit = cut
+    return SampleResult(
+        completion_ids=result.completion_ids[:k],
+        logprobs=result.logprobs[:k],
+        finish_reason="stop",
+        model=result.model,
+        timings=result.timings,
+    ), hit
 
 
 class Gateway:

@@ -11,7 +11,8 @@ Contract:
 - `system` is a string or text blocks. A tool is a client tool (a non-empty `name` and an object
   `input_schema`) or a server tool (a `type` such as `web_search_20250305`, not offered to the model).
 - `/v1/messages` also requires `max_tokens`, at least 1 and at most the model's context; `temperature` and
-  `top_p` 0–1, `top_k` at least 0, `stop_sequences` strings, `stream` a boolean. Each but `max_tokens` may be
+  `top_p` 0–1, `top_k` at least 0, `stop_sequences` at most 16 strings (Anthropic documents no cap; each is
+  matched against the whole reply) of 1 to 256 characters, `stream` a boolean. Each but `max_tokens` may be
   null, meaning absent.
 - `model` is optional (the seat decides what serves it); any other field is accepted and ignored.
 """
@@ -22,7 +23,16 @@ from typing import Annotated, Any, Literal, get_args
 
 from pydantic import ConfigDict, Discriminator, Field
 
-from rollout.gateway.schemas.validation import MARK, Body, TokenBudget, member, one_of, text_or_list
+from rollout.gateway.schemas.validation import (
+    MARK,
+    Body,
+    StopString,
+    TokenBudget,
+    member,
+    one_of,
+    text_or_list,
+)
+from rollout.gateway.stops import MAX_STOPS_ANTHROPIC
 
 ServerBlockType = Literal[
     "server_tool_use",
@@ -191,5 +201,5 @@ class MessagesRequest(CountTokensRequest):
     temperature: Annotated[float, Field(ge=0, le=1)] | None = None
     top_p: Annotated[float, Field(ge=0, le=1)] | None = None
     top_k: Annotated[int, Field(ge=0)] | None = None
-    stop_sequences: list[str] | None = None
+    stop_sequences: Annotated[list[StopString], Field(max_length=MAX_STOPS_ANTHROPIC)] | None = None
     stream: bool | None = None

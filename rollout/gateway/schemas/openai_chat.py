@@ -8,8 +8,9 @@ Contract:
   `{id, type: "function", function: {name, arguments}}` with `arguments` a JSON string.
 - `temperature` 0–2, `top_p` 0–1, `frequency_penalty` and `presence_penalty` −2–2, `n` 1, `seed` a 64-bit
   integer, `max_tokens` and `max_completion_tokens` at least 1 and at most the model's context, `stop` a
-  string or an array of strings, `stream` a boolean, `tools` function tools with a non-empty name and an
-  object for `parameters`. Each may be null, meaning absent.
+  string or an array of at most 4 strings (OpenAI's cap), each of 1 to 256 characters, `stream` a boolean,
+  `tools` function tools with a non-empty name and an object for `parameters`. Each may be null, meaning
+  absent.
 - `model` is optional (the seat decides what serves it); any other field is accepted and ignored.
 """
 
@@ -19,7 +20,16 @@ from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 
-from rollout.gateway.schemas.validation import Body, TokenBudget, member, one_of, rule, text_or_list
+from rollout.gateway.schemas.validation import (
+    Body,
+    StopString,
+    TokenBudget,
+    member,
+    one_of,
+    rule,
+    text_or_list,
+)
+from rollout.gateway.stops import MAX_STOPS_OPENAI
 
 INT64 = 2**63
 
@@ -155,7 +165,8 @@ class ChatCompletionRequest(Body):
     n: Annotated[int, Field(ge=1, le=1)] | None = None
     stop: (
         Annotated[
-            Annotated[str, member("text")] | Annotated[list[str], member("list")],
+            Annotated[StopString, member("text")]
+            | Annotated[list[StopString], Field(max_length=MAX_STOPS_OPENAI), member("list")],
             text_or_list("strings"),
         ]
         | None

@@ -11,6 +11,7 @@ Contract:
 - `TokenBudget` is a token count of at least 1 and, when `check` is given `max_context`, at most that: a
   budget beyond the model's whole context is refused, not clamped. Its JSON schema is marked `x-token-budget`,
   where the OpenAPI document writes that maximum.
+- `StopString` is a stop string: non-empty, at most `MAX_STOP_CHARS` (256) characters.
 - `check(model, body, max_context=...)` raises `BadRequest(message, field)` for the first violation: the field
   in the client's naming (`messages[2].content`, `body` for the document itself) and a message that quotes it.
 """
@@ -33,6 +34,7 @@ from pydantic import (
 from pydantic_core import ErrorDetails, PydanticCustomError
 
 from rollout.gateway.requests import BadRequest
+from rollout.gateway.stops import MAX_STOP_CHARS
 
 MARK = (
     "~"  # starts the name of a union member: such names appear in pydantic's error locations, never in ours
@@ -99,6 +101,9 @@ def _within_context(value: int, info: ValidationInfo) -> int:
     return value
 
 
+StopString = Annotated[str, Field(min_length=1, max_length=MAX_STOP_CHARS)]
+"""A stop string: each is matched against every reply (rollout.gateway.stops), so its length is bounded."""
+
 TokenBudget = Annotated[
     int, Field(ge=1, json_schema_extra={TOKEN_BUDGET: True}), AfterValidator(_within_context)
 ]
@@ -143,6 +148,8 @@ def _phrase(error: ErrorDetails) -> str:
         return f"must hold at most {ctx['max_length']} items"
     if kind == "string_too_short":
         return "must be a non-empty string"
+    if kind == "string_too_long":
+        return f"must be at most {ctx['max_length']} characters"
     if kind == "literal_error":
         return f"must be {ctx['expected']}"
     return error["msg"][:1].lower() + error["msg"][1:]
