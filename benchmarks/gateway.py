@@ -174,6 +174,8 @@ def main(quick: bool = False) -> int:
                         backend,
                         f"models_dir={models_dir}",
                         *overrides,
+                        # 64 workers share 4 seats: the load is the throughput, not one seat's fairness.
+                        "services.gateway.max_turns_in_flight_per_seat=64",
                     ],
                     stdout=log,
                     stderr=log,

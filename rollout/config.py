@@ -83,6 +83,9 @@ class GatewaySettings:
     # no run.max_tokens: without it such a turn could sample to the end of the context. A request's own budget
     # is kept, above this too (the context still bounds it).
     default_max_tokens: int = 4096
+    # Turns one seat may have sampled at once; one more gets 429 with Retry-After (the SDKs retry it), so an
+    # agent cannot queue enough turns to starve the other seats. A replay of a recorded turn is not counted.
+    max_turns_in_flight_per_seat: int = 8
 
 
 @dataclass
@@ -355,6 +358,11 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             f"bad value for 'services.gateway.default_max_tokens': {gateway.default_max_tokens} leaves a turn "
             "no tokens to sample; set it to 1 or more"
+        )
+    if gateway.max_turns_in_flight_per_seat < 1:
+        raise ConfigError(
+            "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
+            f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
         )
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:

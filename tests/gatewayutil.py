@@ -47,6 +47,8 @@ async def serve_gateway(
     wait_s: float = 5.0,
     max_context: int = 4096,
     default_max_tokens: int = 4096,
+    max_turns_in_flight_per_seat: int = 8,
+    max_seats_kept: int = 4096,
     externals: dict[str, ExternalModel] | None = None,
     external_api_bases: Sequence[str] = (),
     max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -60,6 +62,8 @@ async def serve_gateway(
         admission,
         max_context=max_context,
         default_max_tokens=default_max_tokens,
+        max_turns_in_flight_per_seat=max_turns_in_flight_per_seat,
+        max_seats_kept=max_seats_kept,
         externals=externals,
         external_api_bases=external_api_bases,
     )

@@ -510,3 +510,74 @@ async def test_a_thousand_stop_strings_are_a_400_naming_the_field(
     assert chat.status_code == 400 and chat.json()["error"]["param"] == "stop"
     assert anthropic_.status_code == 400
     assert anthropic_.json()["error"]["message"] == "'stop_sequences' must hold at most 16 items"
+
+
+async def test_a_seat_flooding_the_gateway_gets_429s_while_other_seats_are_answered(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    """50 turns at once from one seat: its limit's worth are sampled and the rest get 429 with Retry-After;
+    a replay of its recorded turn is still answered, and another seat's turns take about as long as idle."""
+    secret = load_secret(tmp_path / "secret")
+    _, flooder = await open_seat(ledger, secret, seat_id=f"flood-{uuid.uuid4().hex[:8]}", agent="a")
+    _, other = await open_seat(ledger, secret, seat_id=f"other-{uuid.uuid4().hex[:8]}", agent="a")
+    engine = ScriptedEngine(renderer, tool_loop_script, think_s=1.0)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_turns_in_flight_per_seat=4) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+    ):
+
+        async def ask(token: str, text: str) -> httpx.Response:
+            body = {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
+            return await http.post(f"/s/{token}/v1/chat/completions", json=body)
+
+        async def timed(token: str, text: str) -> float:
+            started = time.perf_counter()
+            assert (await ask(token, text)).status_code == 200
+            return time.perf_counter() - started
+
+        assert (await ask(flooder, "recorded")).status_code == 200
+        idle = sorted(await asyncio.gather(*[timed(other, f"idle {n}") for n in range(3)]))[1]
+        flood = [asyncio.create_task(ask(flooder, f"flood {n}")) for n in range(50)]
+        await asyncio.sleep(0.3)  # the flood is in: its first four are being sampled
+        replay = await ask(flooder, "recorded")
+        loaded = sorted(await asyncio.gather(*[timed(other, f"loaded {n}") for n in range(3)]))[1]
+        answers = await asyncio.gather(*flood)
+    assert replay.status_code == 200, "a replay is answered whatever the seat has in flight"
+    assert sorted(a.status_code for a in answers) == [200] * 4 + [429] * 46
+    refused = next(a for a in answers if a.status_code == 429)
+    assert refused.headers["retry-after"] == "1"
+    assert refused.json()["error"]["type"] == "rate_limit_error"
+    assert refused.json()["error"]["code"] == "rate_limit_exceeded"
+    assert loaded < 2 * idle, f"another seat's p50 went from {idle:.2f} s idle to {loaded:.2f} s"
+
+
+async def test_per_seat_state_is_bounded_and_dropped_when_the_seat_closes(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    secret = load_secret(tmp_path / "secret")
+    seats = [
+        await open_seat(ledger, secret, seat_id=f"lru{n}-{uuid.uuid4().hex[:8]}", agent="a") for n in range(3)
+    ]
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_seats_kept=2) as running,
+        httpx.AsyncClient(base_url=running.url) as http,
+    ):
+        first = [{"role": "user", "content": "list the files"}]
+
+        async def ask(token: str, messages: list[dict[str, Any]]) -> httpx.Response:
+            body = {"messages": messages, "tools": [BASH]}
+            return await http.post(f"/s/{token}/v1/chat/completions", json=body)
+
+        replies = [(await ask(token, first)).json()["choices"][0]["message"] for _, token in seats]
+        kept = running.gateway.seats
+        assert len(kept) == 2 and seats[0][0].seat_id not in kept, "the least recently used seat is let go"
+        # A seat let go has its segment rebuilt from its stream: its next turn still extends it.
+        (seat, token), call = seats[0], replies[0]
+        result = {"role": "tool", "tool_call_id": call["tool_calls"][0]["id"], "content": "README.md"}
+        assert (await ask(token, [*first, call, result])).status_code == 200
+        records = await turns(ledger, seat.seat_id)
+        assert records[1]["segment_id"] == records[0]["segment_id"] and records[1]["prompt_prefix_len"] > 0
+        await close_seat(ledger, seats[1][0].seat_id)
+        assert (await ask(seats[1][1], first)).status_code == 410
+        assert seats[1][0].seat_id not in kept, "a closed seat's state is dropped"

@@ -14,9 +14,10 @@ Contract:
   included) → 400.
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
   naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
-  context → 400; no admitted engine → 503 with `Retry-After`; a stopped run → 410; a run's external model at
-  an API base the gateway was not configured with → 403. Nothing here crashes on a model's output:
-  unparseable tool calls come back as text.
+  context → 400; no admitted engine → 503 with `Retry-After`; a seat with `max_turns_in_flight_per_seat` turns
+  being sampled → 429 with `Retry-After` (a replay is answered still); a stopped run → 410; a run's external
+  model at an API base the gateway was not configured with → 403. Nothing here crashes on a model's output:
+  unparseable tool calls come back as text. A closed seat's state is forgotten.
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
 - Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an
@@ -54,6 +55,7 @@ from rollout.gateway.operator import Operator, operator_routes
 from rollout.gateway.requests import BadRequest, Turn, decode_json
 from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat, SeenSeats, resolve, resolve_for_turn
+from rollout.gateway.seatstate import SeatBusy
 from rollout.gateway.service import Gateway
 
 log = logging.getLogger(__name__)
@@ -191,6 +193,7 @@ def build_app(
         if seat is None:
             raise _Refused(401, "unknown seat token: open a seat with `rollout seat new`")
         if not seat.open:
+            gateway.forget(seat.seat_id)  # it takes no more turns: what was kept for it goes
             raise _Refused(410, f"seat {seat.seat_id} is finished: its episode has ended")
         return seat
 
@@ -226,6 +229,9 @@ def build_app(
             except EngineUnavailable as busy:
                 retry = str(max(1, round(busy.retry_after_s)))
                 return JSONResponse(dialect.error(503, str(busy), None), 503, headers={"retry-after": retry})
+            except SeatBusy as busy:
+                retry = str(max(1, round(busy.retry_after_s)))
+                return JSONResponse(dialect.error(429, str(busy), None), 429, headers={"retry-after": retry})
 
         return handle
 

@@ -6,9 +6,9 @@ Contract:
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
   `ack_key` signed (at its acked URL), and serves the three dialects and the operator routes on host:port
   until cancelled, refusing request bodies over `max_request_bytes` and giving a turn that names no token
-  budget `default_max_tokens` (unless its run sets one); the operator routes need the operator key unless
-  host is loopback. A run's external models may name only the API bases of `externals` and
-  `external_api_bases`. It closes the ledger connection when it stops.
+  budget `default_max_tokens` (unless its run sets one) and a seat's turns past `max_turns_in_flight_per_seat`
+  a 429; the operator routes need the operator key unless host is loopback. A run's external models may name
+  only the API bases of `externals` and `external_api_bases`. It closes the ledger connection when it stops.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
 from rollout.gateway.operator import Operator, RunControl
 from rollout.gateway.routing import Routes
+from rollout.gateway.seatstate import MAX_TURNS_IN_FLIGHT_PER_SEAT
 from rollout.gateway.service import DEFAULT_MAX_TOKENS, Gateway
 from rollout.ledger import Ledger
 from rollout.rendering import ModelRenderer
@@ -55,6 +56,7 @@ async def serve_gateway(
     runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
+    max_turns_in_flight_per_seat: int = MAX_TURNS_IN_FLIGHT_PER_SEAT,
 ) -> None:
     import uvicorn
 
@@ -68,6 +70,7 @@ async def serve_gateway(
         Admission(ledger, routes),
         max_context=max_context,
         default_max_tokens=default_max_tokens,
+        max_turns_in_flight_per_seat=max_turns_in_flight_per_seat,
         externals=externals,
         external_api_bases=external_api_bases,
     )

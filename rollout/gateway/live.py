@@ -16,13 +16,15 @@ Contract:
   once) and ends when the engine finishes or a stop string is completed (the engine's generation is then
   stopped; each batch of chunks is scanned for one only where it could have been completed:
   rollout.gateway.stops). `LiveTurn.sampled` is then the turn to record. `LiveTurn.abort` stops the engine's
-  generation and gives the turn sampled so far, to record as aborted.
+  generation and gives the turn sampled so far, to record as aborted. `on_end` is called once the engine's
+  generation is over, however it ends (a live turn dropped unstreamed ends when it is collected).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import replace
 from typing import Literal
@@ -117,10 +119,14 @@ class LiveTurn:
         model: str,
         prompt_tokens: int,
         build: Callable[[SampleResult], Sampled],
+        on_end: Callable[[], None] = lambda: None,
     ) -> None:
         self.model, self.prompt_tokens = model, prompt_tokens
         self._text, self._build, self._chunks = text, build, chunks
         self._stops = StopScanner(text.stops)
+        # Called once the engine's generation is over: streamed to its end, stopped, or the turn dropped.
+        self._on_end = on_end
+        weakref.finalize(self, on_end)
         self._received: list[SampleChunk] = [first]
         self._queue: asyncio.Queue[SampleChunk | BaseException | None] = asyncio.Queue()
         self._queue.put_nowait(first)
@@ -138,6 +144,8 @@ class LiveTurn:
             await self._chunks.aclose()
         except Exception as error:  # handed to the reader, which fails the stream with it
             self._queue.put_nowait(error)
+        finally:
+            self._on_end()
 
     def _ids(self) -> list[int]:
         return [t for c in self._received for t in c.ids]
@@ -180,6 +188,7 @@ class LiveTurn:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._pump
         await self._chunks.aclose()
+        self._on_end()
 
     async def abort(self) -> Sampled:
         """Stop the engine's generation; the turn as sampled so far (or whole, if it had finished)."""

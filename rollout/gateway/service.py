@@ -53,6 +53,13 @@ from rollout.gateway.prompts import Prepared, Prompt, render_prompt
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat
+from rollout.gateway.seatstate import (
+    MAX_SEATS_KEPT,
+    MAX_TURNS_IN_FLIGHT_PER_SEAT,
+    Release,
+    SeatStates,
+    TurnsInFlight,
+)
 from rollout.gateway.segments import Head, advance
 from rollout.gateway.stops import cut_at_stop
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
@@ -96,6 +103,8 @@ class Gateway:
         *,
         max_context: int = 8192,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_turns_in_flight_per_seat: int = MAX_TURNS_IN_FLIGHT_PER_SEAT,
+        max_seats_kept: int = MAX_SEATS_KEPT,
         externals: Mapping[str, ExternalModel] | None = None,
         external_api_bases: Collection[str] = (),
     ) -> None:
@@ -105,8 +114,8 @@ class Gateway:
         self.admission = admission
         self.max_context = max_context
         self.default_max_tokens = default_max_tokens
-        self._heads: dict[str, list[Head]] = {}
-        self._locks: dict[str, asyncio.Lock] = {}
+        self.seats = SeatStates(max_seats_kept)
+        self.in_flight = TurnsInFlight(max_turns_in_flight_per_seat)
 
     # ---- the turn
     # -------------------------------------------------------------------------------------------
@@ -125,7 +134,9 @@ class Gateway:
             return outcome
         return await self.record(outcome)
 
-    async def prepare(self, seat: Seat, request: ChatRequest) -> Prepared:
+    async def prepare(self, seat: Seat, request: ChatRequest) -> Prepared | None:
+        if self.in_flight.full(seat.seat_id):
+            return None  # the turn is refused unless it is a replay, which needs no prompt: render nothing
         try:
             return Prepared(seat.seat_id, await self._render(seat, request))
         except BadRequest as bad:
@@ -144,14 +155,21 @@ class Gateway:
         `recorded` is the event already under this turn's key when the caller looked it up with the seat
         (`resolve_for_turn`); otherwise the gateway looks it up itself.
         """
-        early = await self._replayed_or_external(seat, request, recorded)
-        if early is not None:
-            return early
-        prompt = await self._prompt(seat, request, prepared)
-        result, slot, admitted = await self._on_admitted_engine(
-            seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
-        )
-        return self._sampled(seat, request, prompt, result, slot, admitted)
+        replayed = await self._replayed(seat, request, recorded)
+        if replayed is not None:
+            return replayed
+        release = self.in_flight.enter(seat.seat_id)
+        try:
+            external = await self.externals.for_seat(seat)
+            if external is not None:
+                return await self._sample_external(seat, request, external)
+            prompt = await self._prompt(seat, request, prepared)
+            result, slot, admitted = await self._on_admitted_engine(
+                seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
+            )
+            return self._sampled(seat, request, prompt, result, slot, admitted)
+        finally:
+            release()
 
     async def stream(
         self,
@@ -163,9 +181,25 @@ class Gateway:
     ) -> Turn | Sampled | LiveTurn:
         """A replayed `Turn`, an external model's `Sampled`, or a `LiveTurn` whose engine has sampled a
         token."""
-        early = await self._replayed_or_external(seat, request, recorded)
-        if early is not None:
-            return early
+        replayed = await self._replayed(seat, request, recorded)
+        if replayed is not None:
+            return replayed
+        release = self.in_flight.enter(seat.seat_id)
+        try:
+            external = await self.externals.for_seat(seat)
+            if external is not None:
+                try:
+                    return await self._sample_external(seat, request, external)
+                finally:
+                    release()
+            return await self._live(seat, request, prepared, release)
+        except BaseException:
+            release()
+            raise
+
+    async def _live(
+        self, seat: Seat, request: ChatRequest, prepared: Prepared | None, release: Release
+    ) -> LiveTurn:
         prompt = await self._prompt(seat, request, prepared)
 
         async def first_token(
@@ -186,21 +220,17 @@ class Gateway:
             model=slot.checkpoint,
             prompt_tokens=len(prompt.ids),
             build=lambda result: self._sampled(seat, request, prompt, result, slot, admitted),
+            on_end=release,
         )
 
-    async def _replayed_or_external(
+    async def _replayed(
         self, seat: Seat, request: ChatRequest, recorded: RecordedEvent | NotLookedUp | None
-    ) -> Turn | Sampled | None:
+    ) -> Turn | None:
         if not request.messages:
             raise BadRequest("at least one message is required", field="messages")
         if isinstance(recorded, NotLookedUp):
             recorded = await self.ledger.find(seat.stream, self.turn_key(request))
-        if recorded is not None:
-            return self.replayed(recorded)
-        external = await self.externals.for_seat(seat)
-        if external is not None:
-            return await self._sample_external(seat, request, external)
-        return None
+        return None if recorded is None else self.replayed(recorded)
 
     async def _prompt(self, seat: Seat, request: ChatRequest, prepared: Prepared | None) -> Prompt:
         if prepared is None or prepared.seat_id != seat.seat_id:
@@ -374,8 +404,11 @@ class Gateway:
             return self.replayed(existing)
         if sampled.head is not None:
             head = Head(**{**sampled.head.__dict__, "seq": event.seq})
-            async with self._lock(sampled.seat.seat_id):
-                self._heads[sampled.seat.seat_id] = advance(self._heads.get(sampled.seat.seat_id, []), head)
+            async with self.seats.use(sampled.seat.seat_id) as state:
+                # Heads not kept (never loaded, or forgotten since the render) are rebuilt from the stream,
+                # this turn included, on the seat's next turn.
+                if state.heads is not None:
+                    state.heads = advance(state.heads, head)
         return sampled.turn
 
     async def record_aborted(self, sampled: Sampled, reason: str) -> None:
@@ -415,15 +448,17 @@ class Gateway:
             replayed=True,
         )
 
-    def _lock(self, seat_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(seat_id, asyncio.Lock())
-
     async def heads(self, seat: Seat) -> list[Head]:
-        """The seat's open segments: from memory, or rebuilt from its stream after a restart."""
-        async with self._lock(seat.seat_id):
-            if seat.seat_id not in self._heads:
-                self._heads[seat.seat_id] = await self._load_heads(seat)
-            return list(self._heads[seat.seat_id])
+        """The seat's open segments: from memory, or rebuilt from its stream (after a restart, or once the
+        seat was forgotten)."""
+        async with self.seats.use(seat.seat_id) as state:
+            if state.heads is None:
+                state.heads = await self._load_heads(seat)
+            return list(state.heads)
+
+    def forget(self, seat_id: str) -> None:
+        """Drop what is kept in memory for a seat (a closed one: it takes no more turns)."""
+        self.seats.drop(seat_id)
 
     async def _load_heads(self, seat: Seat) -> list[Head]:
         full: dict[str, tuple[int, ...]] = {}  # segment id -> its ids so far (prompt + completion)

@@ -185,6 +185,7 @@ class AnthropicMessages:
             404: "not_found_error",
             410: "permission_error",
             413: "request_too_large",
+            429: "rate_limit_error",
             503: "overloaded_error",
         }
         detail = AnthropicErrorDetail(type=kinds.get(status, "api_error"), message=message)

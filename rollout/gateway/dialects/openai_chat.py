@@ -150,13 +150,19 @@ class OpenAIChat:
             404: "not_found_error",
             410: "invalid_request_error",
             413: "invalid_request_error",
+            429: "rate_limit_error",
             503: "service_unavailable",
         }
         detail = OpenAIErrorDetail(
             message=message,
             type=kinds.get(status, "api_error"),
             param=field,
-            code={401: "invalid_api_key", 410: "seat_finished", 413: "request_too_large"}.get(status),
+            code={
+                401: "invalid_api_key",
+                410: "seat_finished",
+                413: "request_too_large",
+                429: "rate_limit_exceeded",
+            }.get(status),
         )
         return OpenAIError(error=detail).model_dump()
 
