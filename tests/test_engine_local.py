@@ -158,6 +158,18 @@ async def test_an_asleep_engine_refuses_with_503_until_woken(engine: LocalEngine
     assert (await client.sample(SampleRequest(prompt(engine, "hi"), max_tokens=2))).completion_ids
 
 
+async def test_requests_past_the_queue_bound_are_refused_as_unavailable(engine: LocalEngine) -> None:
+    """A flood queues no unbounded work: past `max_queued` waiting, a request is refused (a retryable 503)."""
+    engine.max_queued, bound = 2, engine.max_queued
+    try:
+        request = SampleRequest(prompt(engine, "hi"), max_tokens=2)
+        outcomes = await asyncio.gather(*[engine.sample(request) for _ in range(5)], return_exceptions=True)
+    finally:
+        engine.max_queued = bound
+    assert sum(isinstance(o, EngineUnavailable) for o in outcomes) == 3
+    assert (await engine.sample(request)).completion_ids, "the queue drained: requests are taken again"
+
+
 async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
     import httpx
 

@@ -3,6 +3,8 @@
 Contract:
 - `LocalEngine` implements the engine protocol in process; `rollout.engines.vllm_server` puts it behind the
   subset of vLLM's HTTP dialect we use, so the same client code drives this engine and a real vLLM.
+- At most `max_queued` requests wait for a batch; one more is refused with `EngineUnavailable` (a retryable
+  503 behind the HTTP server), so a flood queues no unbounded work.
 - Requests that arrive while a batch is being formed (within `batch_window_s`, up to `max_batch`) share
   forward passes; requests for different checkpoints (adapters) run in separate batches.
 - The base weights are served as `served_name`; each loaded checkpoint is served under its own name: a LoRA
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
 import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
@@ -81,6 +84,7 @@ class LocalEngine:
         served_name: str = "base",
         max_batch: int = 32,
         batch_window_s: float = 0.005,
+        max_queued: int = 256,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -101,6 +105,11 @@ class LocalEngine:
         # Loading or unloading an adapter changes the modules a batch runs through: never during a batch.
         self._model_lock = asyncio.Lock()
         self.max_batch, self.batch_window_s = max_batch, batch_window_s
+        self.max_queued = max_queued
+        self._queued = (
+            0  # requests submitted and not yet taken into a batch (callers may be on other threads)
+        )
+        self._queued_lock = threading.Lock()
         self.sleeping = False
         eos = self.model.generation_config.eos_token_id
         self.eos_ids: set[int] = set(eos if isinstance(eos, list) else [eos] if eos is not None else [])
@@ -121,8 +130,17 @@ class LocalEngine:
             raise KeyError(f"model {request.model!r} is not loaded; loaded: {', '.join(self.models)}")
 
     def _submit(self, pending: _Pending) -> None:
+        with self._queued_lock:
+            if self._queued >= self.max_queued:
+                raise EngineUnavailable(
+                    f"the local engine has {self._queued} requests waiting, its limit: retry shortly",
+                    retry_after_s=1.0,
+                )
+            self._queued += 1
         batcher = self._batcher
         if batcher is None or batcher.done() or batcher.get_loop().is_closed():
+            with self._queued_lock:
+                self._queued = 1  # what the old queue held is gone with its loop
             self._queue = asyncio.Queue()
             batcher = self._batcher = pending.loop.create_task(self._run_batches(self._queue))
         if batcher.get_loop() is pending.loop:
@@ -166,6 +184,8 @@ class LocalEngine:
                     pending.append(await asyncio.wait_for(queue.get(), timeout))
                 except TimeoutError:
                     break
+            with self._queued_lock:
+                self._queued = max(0, self._queued - len(pending))
             by_model: dict[str, list[_Pending]] = {}
             for item in pending:
                 by_model.setdefault(item.request.model, []).append(item)
