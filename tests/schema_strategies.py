@@ -2,8 +2,9 @@
 bodies one step away from it, and arbitrary JSON.
 
 `accepted(schema, components)` covers the keywords the gateway's schemas use (type, properties, required,
-additionalProperties, items, minItems, minLength, minimum, maximum, const, enum, anyOf, oneOf, not, $ref); a
-keyword it does not know fails loudly rather than generating bodies the schema does not accept.
+additionalProperties, items, minItems, maxItems, minLength, maxLength, minimum, maximum, const, enum, anyOf,
+oneOf, not, $ref); a keyword it does not know fails loudly rather than generating bodies the schema does not
+accept.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ KNOWN = {
     "additionalProperties",
     "items",
     "minItems",
+    "maxItems",
     "minLength",
+    "maxLength",
     "minimum",
     "maximum",
     "const",
@@ -75,8 +78,11 @@ def _plain(schema: dict[str, Any], components: dict[str, Any]) -> st.SearchStrat
         return st.one_of([accepted(branch, components) for branch in branches])
     kind = schema.get("type")
     if kind == "string":
+        low = schema.get("minLength", 0)
         return st.text(
-            st.characters(exclude_categories=["Cs"]), min_size=schema.get("minLength", 0), max_size=12
+            st.characters(exclude_categories=["Cs"]),
+            min_size=low,
+            max_size=min(schema.get("maxLength", 12), 12),
         )
     if kind == "integer":
         return st.integers(min_value=schema.get("minimum"), max_value=schema.get("maximum"))
@@ -92,7 +98,7 @@ def _plain(schema: dict[str, Any], components: dict[str, Any]) -> st.SearchStrat
     if kind == "array":
         low = schema.get("minItems", 0)
         items = accepted(schema["items"], components) if "items" in schema else JSON
-        return st.lists(items, min_size=low, max_size=low + 2)
+        return st.lists(items, min_size=low, max_size=min(low + 2, schema.get("maxItems", low + 2)))
     if kind == "object":
         return _object(schema, components)
     return JSON
