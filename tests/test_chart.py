@@ -269,3 +269,22 @@ def test_each_component_answers_only_the_components_that_use_it() -> None:
         for peer in rule.get("to", [])
     }
     assert peers == {"gateway", "postgres", "temporal"}, "runners reach the gateway, the ledger and Temporal"
+
+
+def test_the_dashboard_listens_on_loopback_unless_it_has_a_login() -> None:
+    def monitor(values: dict[str, Any]) -> dict[str, Any]:
+        with helm.Chart.load(str(CHART)) as chart:
+            manifests = chart.render(values, name="demo", namespace="rollout")
+        objects = [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+        (deployment,) = [
+            o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("monitor")
+        ]
+        return deployment["spec"]["template"]["spec"]["containers"][0]
+
+    plain = monitor({})
+    assert plain["args"][plain["args"].index("--host") + 1] == "127.0.0.1"
+    assert "ROLLOUT_MONITOR_TOKEN" not in {e["name"] for e in plain["env"]}
+    guarded = monitor({"monitor": {"login": True}})
+    assert guarded["args"][guarded["args"].index("--host") + 1] == "0.0.0.0"
+    (token,) = [e for e in guarded["env"] if e["name"] == "ROLLOUT_MONITOR_TOKEN"]
+    assert token["valueFrom"]["secretKeyRef"]["key"] == "monitorToken"

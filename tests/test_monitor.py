@@ -7,6 +7,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -196,3 +197,50 @@ def test_rollout_up_runs_the_dashboard_as_a_supervised_service(tmp_path: Path) -
     finally:
         down = subprocess.run([rollout, "down", *overrides], capture_output=True, text=True, timeout=300)
     assert "monitor" in down.stdout
+
+
+def test_a_dashboard_with_a_token_shows_nothing_before_it_is_given(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Bound beyond loopback, the dashboard shows every transcript and pauses runs: it needs a login."""
+    token = "rm-" + "x" * 40
+
+    def page() -> None:
+        import streamlit as st
+
+        from rollout.monitor.login import logged_in
+
+        if logged_in():
+            st.markdown("every transcript")
+
+    def opened(**params: str) -> AppTest:
+        app = AppTest.from_function(page, default_timeout=30)
+        for key, value in params.items():
+            app.query_params[key] = value
+        main = sys.modules["__main__"]
+        try:
+            app.run()
+        finally:
+            sys.modules["__main__"] = main
+        assert not app.exception, [e.value for e in app.exception]
+        return app
+
+    def shows_data(app: AppTest) -> bool:
+        return any("every transcript" in m.value for m in app.markdown)
+
+    monkeypatch.setenv("ROLLOUT_MONITOR_TOKEN", token)
+    bare = opened()
+    assert not shows_data(bare) and bare.text_input, "the form, and nothing else"
+    wrong = opened(token="rm-guess")
+    assert not shows_data(wrong) and any("not the dashboard's token" in e.value for e in wrong.error)
+    assert shows_data(opened(token=token))
+    typed = opened()
+    typed.text_input[0].set_value(token).run()
+    assert shows_data(typed)
+    monkeypatch.delenv("ROLLOUT_MONITOR_TOKEN")
+    assert shows_data(opened()), "on loopback, with no token set, there is no login"
+    refused = subprocess.run(
+        [str(Path(sys.executable).parent / "rollout"), "monitor", "--host", "0.0.0.0"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert refused.returncode == 2 and "ROLLOUT_MONITOR_TOKEN" in refused.stderr, refused.stderr

@@ -15,7 +15,7 @@ from typing import Annotated
 import typer
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
-from rollout.cli.common import Overrides, err, load_settings
+from rollout.cli.common import Overrides, err, fail, load_settings
 
 
 def monitor(
@@ -28,9 +28,12 @@ def monitor(
 ) -> None:
     """Open the dashboard: runs (curves, pause/resume/max_lag), transcripts (tokens coloured by logprob), the
     checkpoint tree, evals, and machines (services, engines, workers, sandboxes, leases). It reads the ledger
-    and Temporal and keeps no state of its own. Binds 127.0.0.1 by default: it has no login. With --cluster it
-    shows the current cluster context's runs (`rollout cluster connect`)."""
+    and Temporal and keeps no state of its own. Binds 127.0.0.1 by default; another address needs a login
+    token in $ROLLOUT_MONITOR_TOKEN. With --cluster it shows the current cluster context's runs (`rollout
+    cluster connect`)."""
+    from rollout.gateway.operator import is_loopback
     from rollout.monitor.context import OVERRIDES_VARIABLE
+    from rollout.monitor.login import TOKEN_VARIABLE
 
     if cluster:  # the dashboard, here, on the cluster's ledger and Temporal (no ingress needed)
         context = load_context()
@@ -40,6 +43,13 @@ def monitor(
     settings = load_settings(overrides)
     host = host or settings.services.monitor.host
     port = port or settings.services.monitor.port
+    if not is_loopback(host) and not os.environ.get(TOKEN_VARIABLE):
+        fail(
+            f"the dashboard shows every transcript and pauses runs, so it binds {host} only behind a login: set "
+            f"{TOKEN_VARIABLE} in its environment (a long random token; people then open it with ?token=...), "
+            "or keep it on 127.0.0.1 and reach it through `ssh -L` or `kubectl port-forward`",
+            code=2,
+        )
     app = Path(__file__).resolve().parent.parent / "monitor" / "app.py"
     err.print(f"the dashboard: http://{host}:{port} (Ctrl-C stops it)", highlight=False)
     sys.stderr.flush()

@@ -3,7 +3,7 @@ started by `rollout monitor`).
 
 A view that cannot reach the ledger shows a banner naming the address and tries again every few seconds, so
 the app recovers by itself when the ledger returns; a run or episode that does not exist is a sentence on the
-page.
+page. With a token configured, nothing is drawn before the session gives it (rollout.monitor.login).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import streamlit as st
 from rollout.ledger.errors import LedgerError
 from rollout.monitor import checkpoints, evals, machines, runs, transcripts
 from rollout.monitor.context import Monitor
+from rollout.monitor.login import logged_in
 from rollout.redaction import redact_url
 
 RETRY_S = 3.0
@@ -74,6 +75,8 @@ def machines_page() -> None:
 
 def main() -> None:
     st.set_page_config(page_title="rollout", layout="wide")
+    if not logged_in():
+        return
     st.navigation(
         [
             st.Page(runs_page, title="Runs", default=True),  # the main page, at /
