@@ -221,10 +221,11 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
     for component, keys in expected.items():
         assert _secret_keys(templates[component]) == keys, component
     engines = ledger | blobs_and_tinker | {"engineKey"}  # an engine signs its serving acks
+    ray = {"auth_token"}  # the drivers of what runs on Ray
     if "engine" in templates:
-        assert _secret_keys(templates["engine"]) == engines
+        assert _secret_keys(templates["engine"]) == engines | ray
     if "trainer" in templates:
-        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker
+        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker | ray
     for raycluster in (o for o in rendered("k3s") if o["kind"] == "RayCluster"):
         assert _secret_keys(raycluster["spec"]["headGroupSpec"]["template"]) == ledger | blobs_and_tinker
         for group in raycluster["spec"].get("workerGroupSpecs", []):
@@ -288,3 +289,16 @@ def test_the_dashboard_listens_on_loopback_unless_it_has_a_login() -> None:
     assert guarded["args"][guarded["args"].index("--host") + 1] == "0.0.0.0"
     (token,) = [e for e in guarded["env"] if e["name"] == "ROLLOUT_MONITOR_TOKEN"]
     assert token["valueFrom"]["secretKeyRef"]["key"] == "monitorToken"
+
+
+def test_the_ray_cluster_asks_for_its_token_and_only_its_drivers_hold_it() -> None:
+    """Without a token, anything that reaches the Ray head's Jobs API runs code on the GPU workers."""
+    objects = rendered("k3s")
+    (raycluster,) = [o for o in objects if o["kind"] == "RayCluster"]
+    assert raycluster["spec"]["authOptions"]["mode"] == "token"
+    holders = {
+        o["metadata"]["name"].removeprefix("demo-rollout-")
+        for o in objects
+        if o["kind"] == "Deployment" and "auth_token" in _secret_keys(o["spec"]["template"])
+    }
+    assert holders <= {"engine", "trainer"} and holders, holders

@@ -103,8 +103,8 @@ with .models the chart's model pulled into /data/models (`rollout models pull`: 
 
 {{/* The environment every rollout container gets: the ledger's password and the data directory. What only
 some components use is apart: blob store keys (`rollout.blobEnv`: engines and trainers), Tinker's key
-(`rollout.tinkerEnv`: engines and trainers), the model providers' keys (`rollout.providerEnv`: the gateway,
-which calls external models). */}}
+(`rollout.tinkerEnv`: engines and trainers), Ray's token (`rollout.rayEnv`: the engine and trainer drivers),
+the model providers' keys (`rollout.providerEnv`: the gateway, which calls external models). */}}
 {{- define "rollout.env" -}}
 - name: PGPASSWORD
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: databasePassword}}
@@ -120,6 +120,14 @@ which calls external models). */}}
 {{- define "rollout.tinkerEnv" -}}
 - name: TINKER_API_KEY
   valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: tinkerApiKey, optional: true}}
+{{- end -}}
+{{- define "rollout.rayEnv" -}}
+{{- if .Values.ray.enabled }}
+- name: RAY_AUTH_MODE
+  value: token
+- name: RAY_AUTH_TOKEN
+  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: auth_token}}
+{{- end }}
 {{- end -}}
 {{- define "rollout.providerEnv" -}}
 - name: ANTHROPIC_API_KEY
