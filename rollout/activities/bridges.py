@@ -73,7 +73,7 @@ class BridgeActivities:
                     checkpoint=record.name,
                     version=record.version,
                     run=given.run,
-                    format=given.format,
+                    format=SERVING_FORMAT[given.format],  # a merged checkpoint is served as full weights
                     files=files,
                 ).to_payload()["files"],
                 "location": location,
