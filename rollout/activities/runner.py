@@ -9,7 +9,7 @@ Contract:
   replay. `play_episode` plays a one-seat episode's seat the same way and records the episode
   (`record_episode`) in the same activity; a retry that finds the episode recorded returns what was recorded
   and plays nothing. An environment whose module file changed since this runner imported it is imported
-  again (a fixed environment plays on the new code once its run is resumed).
+  again (rollout.activities.reloading: a fixed environment plays on the new code once its run is resumed).
 - A seat with an external `command` is played by that command (rollout.activities.external_loop). When the
   play ends, the environment's `trains` (if any) judges each of the seat's conversations; the segments it
   keeps out of training go back with the agent's result and into the episode's record (`untrained`).
@@ -31,14 +31,10 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import importlib
 import logging
-import os
-import sys
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
-from types import ModuleType
 
 import openai
 from temporalio import activity
@@ -56,8 +52,9 @@ from rollout.activities.agent_loop import (
 from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import play_external
 from rollout.activities.heartbeat import heartbeating
+from rollout.activities.reloading import load_current
 from rollout.config import SandboxIsolation
-from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
+from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec
 from rollout.failures import (
     DETAIL_CHARS,
     ENVIRONMENT_LOAD,
@@ -432,45 +429,9 @@ class RunnerActivities:
         ]
 
 
-# The modification time of each environment module when this runner imported it.
-_imported_at: dict[str, float] = {}
-
-
-def _module_file(reference: str) -> tuple[ModuleType, str, float] | None:
-    module = sys.modules.get(reference.partition(":")[0])
-    file = getattr(module, "__file__", None)
-    if module is None or file is None:
-        return None
-    try:
-        return module, file, os.stat(file).st_mtime
-    except OSError:
-        return None
-
-
-def _reload_if_changed(reference: str) -> None:
-    """Import the environment's module again when its file changed since this runner imported it: a user who
-    fixed a paused run's environment resumes it on the new code, without restarting runners."""
-    if (found := _module_file(reference)) is None:
-        return
-    module, file, modified = found
-    if _imported_at.setdefault(file, modified) != modified:
-        _imported_at[file] = modified
-        try:
-            importlib.reload(module)
-        except Exception as error:
-            reason = (
-                f"module {module.__name__!r} changed and does not import: {type(error).__name__}: {error}"
-            )
-            raise EnvironmentLoadError(reason) from error
-
-
 def _load(reference: str) -> Environment:
     try:
-        _reload_if_changed(reference)
-        loaded = load_environment(reference)
-        if (found := _module_file(reference)) is not None:  # imported just now: as it is now
-            _imported_at.setdefault(found[1], found[2])
-        return loaded
+        return load_current(reference)
     except EnvironmentLoadError as error:
         raise _failed(
             Failure(ENVIRONMENT_LOAD, one_line(str(error)), detail=str(error)[-DETAIL_CHARS:])
