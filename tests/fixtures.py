@@ -9,6 +9,7 @@ import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
@@ -17,6 +18,9 @@ from rollout.ledger import Ledger
 from rollout.stack.embedded import Stack
 from rollout_testing.cluster import Cluster
 from rollout_testing.stacks import isolated_settings
+
+if TYPE_CHECKING:
+    from rollout.rendering import ModelRenderer
 
 
 @pytest.fixture(scope="session")
@@ -68,6 +72,26 @@ def tiny_qwen3(models_dir: Path) -> str:
     from rollout.engines.models import TINY_QWEN3, resolve
 
     return resolve(TINY_QWEN3, models_dir)
+
+
+@pytest.fixture(scope="session")
+def renderer(tiny_qwen3: str) -> ModelRenderer:
+    """The tiny Qwen3 model's renderer (its tokenizer and chat template), for gateways under test."""
+    from transformers import AutoTokenizer
+
+    from rollout.rendering import ModelRenderer
+
+    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
+
+
+@pytest.fixture
+async def seat(ledger: Ledger, tmp_path: Path) -> tuple[str, str]:
+    """A seat of no run: (its id, its token)."""
+    from rollout.gateway.seats import load_secret, open_seat
+
+    seat_id = f"seat-{uuid.uuid4().hex[:10]}"
+    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="solver")
+    return seat_id, token
 
 
 @pytest.fixture(scope="session")

@@ -1,11 +1,12 @@
 """A real gateway (or any ASGI app) for tests: uvicorn serving it on a free port, inside the test session's
-event loop."""
+event loop; the scripted tool loop its engine answers with, and the turns a seat recorded."""
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from rollout.contracts import Message, ToolCall
 from rollout.engines.external import ExternalModel
@@ -14,9 +15,29 @@ from rollout.gateway.admission import Admission, EngineSlot
 from rollout.gateway.app import MAX_REQUEST_BYTES, build_app
 from rollout.gateway.operator import Operator
 from rollout.gateway.service import Gateway
-from rollout.ledger import Ledger
+from rollout.ledger import Kind, Ledger
+from rollout.ledger.streams import seat_stream
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
+
+# The tool `tool_loop_script` calls, as an OpenAI Chat request offers it.
+BASH: Any = {
+    "type": "function",
+    "function": {
+        "name": "bash",
+        "description": "Run a shell command",
+        "parameters": {
+            "type": "object",
+            "properties": {"command": {"type": "string"}},
+            "required": ["command"],
+        },
+    },
+}
+
+
+async def turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:
+    """What a seat recorded, turn by turn (the payloads of its `TurnRecorded` events)."""
+    return [dict(e.payload) for e in await ledger.read(seat_stream(seat_id)) if e.kind == Kind.TURN_RECORDED]
 
 
 def tool_loop_script(prompt: str) -> Message:

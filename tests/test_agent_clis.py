@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from transformers import AutoTokenizer
 
 from coding.agents import codex_config
 from coding.conversations import COMPACTION_MARKS, SUB_AGENT_MARK, side_request, task_only
@@ -64,11 +63,6 @@ class ShellScript:
                 "", tool_calls=(ToolCall(id="call_01", name="exec_command", arguments=json.dumps(arguments)),)
             )
         return Message.assistant("ok")
-
-
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
 
 
 def cli(package: str, name: str) -> str:

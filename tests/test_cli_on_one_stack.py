@@ -19,10 +19,8 @@ shared by this module's tests in order; the last one stops it):
 from __future__ import annotations
 
 import asyncio
-import html
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -392,14 +390,12 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     assert attempts and set(attempts) == {1}, f"a refused request is not retried: attempts {attempts}"
 
     # The dashboard's run view says why, what to change, and links to a failing transcript.
-    from tests.test_monitor import shown as rendered
-    from tests.test_monitor import view
+    from tests.test_monitor import read_as, view
 
     page = view("runs", user_stack.settings, run="buggy")
     assert "Why episodes failed" in [header.value for header in page.subheader]
     source = " ".join(str(markdown.value) for markdown in page.markdown)
-    # What a person reads: the markdown as rendered (text from the ledger is escaped, never markup).
-    shown = html.unescape(re.sub(r"<[^>]+>", "", rendered(source)))
+    shown = read_as(source)  # text from the ledger is escaped, never markup: read it as rendered
     assert "TaskTimedOut: respond did not return within 2 s" in shown, shown
     assert "./transcripts?run=buggy&episode=" in source and "raise the Environment's turn_timeout_s" in shown
 

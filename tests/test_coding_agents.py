@@ -13,7 +13,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-from transformers import AutoTokenizer
 
 from coding.environment import claude_code, codex
 from coding.solver import write_files_command
@@ -56,11 +55,6 @@ class WritesTheSolution:
             call = ToolCall(id="call_01", name="exec_command", arguments=json.dumps({"cmd": command}))
             return Message.assistant("", tool_calls=(call,))
         return Message.assistant("I have no shell tool.")
-
-
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
 
 
 def cli(package: str, name: str) -> str:

@@ -14,7 +14,6 @@ import pytest
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import Worker
-from transformers import AutoTokenizer
 
 from rollout import defaults
 from rollout.activities.batches import load_batch, record_batch
@@ -53,11 +52,6 @@ def solve(prompt: str) -> Message:
         return Message.assistant("I do not know.")
     a, op, b = found[-1]
     return Message.assistant(str({"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]))
-
-
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
 
 
 @pytest.fixture

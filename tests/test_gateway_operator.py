@@ -13,7 +13,6 @@ from pathlib import Path
 import httpx
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.operator import Operator, is_loopback, load_operator_key
@@ -26,11 +25,6 @@ from tests.gatewayutil import RunningGateway, serve_gateway, tool_loop_script
 
 RUN_ROUTES = ("/operator/runs/r1/pause", "/operator/runs/r1/resume", "/operator/runs/r1/max_lag")
 ALL_ROUTES = ("/operator/seats", *RUN_ROUTES)
-
-
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
 
 
 @pytest.fixture

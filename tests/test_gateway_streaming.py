@@ -6,19 +6,16 @@ from __future__ import annotations
 
 import asyncio
 import time
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import anthropic
 import openai
 import pytest
-from transformers import AutoTokenizer
 
 from rollout.contracts import Message, ToolCall
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.live import _settled
-from rollout.gateway.seats import load_secret, open_seat
 from rollout.gateway.stops import StopScanner, cut_at_stop, partial_stop
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import seat_stream
@@ -46,23 +43,11 @@ def script(prompt: str) -> Message:
     return Message.assistant(LONG)
 
 
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
-
-
 @pytest.fixture
 async def running(ledger: Ledger, renderer: ModelRenderer) -> AsyncIterator[RunningGateway]:
     engine = ScriptedEngine(renderer, script, think_s=THINK_S)
     async with serve_gateway(ledger, renderer, engine, wait_s=1.0) as running:
         yield running
-
-
-@pytest.fixture
-async def seat(ledger: Ledger, tmp_path: Any) -> tuple[str, str]:
-    seat_id = f"stream-{uuid.uuid4().hex[:10]}"
-    _, token = await open_seat(ledger, load_secret(tmp_path / "secret"), seat_id=seat_id, agent="solver")
-    return seat_id, token
 
 
 async def turns(ledger: Ledger, seat_id: str) -> list[dict[str, Any]]:

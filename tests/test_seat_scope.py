@@ -15,7 +15,6 @@ from typing import Any
 
 import httpx
 import pytest
-from transformers import AutoTokenizer
 
 from rollout.contracts import Message
 from rollout.engines.scripted import ScriptedEngine
@@ -25,11 +24,6 @@ from rollout.ledger.queries import read_all
 from rollout.ledger.streams import seat_stream
 from rollout.rendering import ModelRenderer
 from tests.gatewayutil import RunningGateway, serve_gateway
-
-
-@pytest.fixture(scope="module")
-def renderer(tiny_qwen3: str) -> ModelRenderer:
-    return ModelRenderer(AutoTokenizer.from_pretrained(tiny_qwen3), "qwen3")
 
 
 @pytest.fixture
