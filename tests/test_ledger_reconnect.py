@@ -3,8 +3,10 @@ administrator, comes back and every append lands exactly once; past the reconnec
 `LedgerUnreachableError` naming the URL."""
 
 import asyncio
+import contextlib
 import os
 import signal
+import socket
 import time
 from pathlib import Path
 
@@ -17,16 +19,29 @@ from rollout.stack.postgres import EmbeddedPostgres
 
 
 async def start_again(postgres: EmbeddedPostgres) -> None:
-    """What the supervisor does after a crash: start it, retrying while the dead server's backends exit."""
+    """What the supervisor does after a crash: start it, retrying while the dead server's backends exit, until
+    it answers (just after the SIGKILL the dead postmaster can still look alive, and `start` then starts
+    nothing)."""
     deadline = time.monotonic() + 60
     while True:
         try:
             await asyncio.to_thread(postgres.start)
-            return
+            if await asyncio.to_thread(port_answers, postgres.port):
+                return
         except RuntimeError:
             if time.monotonic() > deadline:
                 raise
-            await asyncio.sleep(0.5)
+        if time.monotonic() > deadline:
+            raise AssertionError(
+                f"Postgres did not answer on port {postgres.port} within 60 s of its restart"
+            )
+        await asyncio.sleep(0.5)
+
+
+def port_answers(port: int) -> bool:
+    with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+    return False
 
 
 async def test_appends_ride_out_a_crash_and_an_admin_shutdown_exactly_once(tmp_path: Path) -> None:
