@@ -88,6 +88,8 @@ async def serve_gateway(
         externals=externals,
         external_api_bases=external_api_bases,
     )
-    app = build_app(gateway, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
+    app = build_app(
+        gateway, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator, host=host
+    )
     async with serving(app, host) as url:
         yield RunningGateway(url, gateway, engine)

@@ -214,7 +214,9 @@ async def test_seat_errors_come_in_each_dialects_shape(
             f"/s/{token}/v1/messages", json={"messages": [{"role": "user", "content": "x"}]}
         )
         assert no_max.status_code == 400 and no_max.json()["error"]["message"] == "'max_tokens' is required"
-        not_json = await http.post(f"/s/{token}/v1/responses", content=b"{oops")
+        not_json = await http.post(
+            f"/s/{token}/v1/responses", content=b"{oops", headers={"content-type": "application/json"}
+        )
         assert not_json.status_code == 400 and "not valid JSON" in not_json.json()["error"]["message"]
         await close_seat(ledger, seat_id)
         gone = await http.post(

@@ -113,7 +113,11 @@ async def test_no_body_gets_a_5xx_and_every_error_is_in_its_dialects_shape(
 ) -> None:
     route, kind, body = case
     async with httpx.AsyncClient(base_url=running.url, timeout=60) as http:
-        response = await http.post(f"/s/{token}{route}", content=json.dumps(body).encode())
+        response = await http.post(
+            f"/s/{token}{route}",
+            content=json.dumps(body).encode(),
+            headers={"content-type": "application/json"},
+        )
     status = response.status_code
     event(f"{route} {kind}: {status}")  # the mix, with --hypothesis-show-statistics
     assert status < 500, f"{status} for {json.dumps(body)[:500]}: {response.text[:500]}"

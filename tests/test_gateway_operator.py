@@ -1,6 +1,8 @@
-"""The gateway's operator routes over real HTTP: open on loopback, behind the operator key beyond it; a seat
-token is never an operator key; a seat's id is never the client's to choose; bad bodies are named; the key
-file is made once, mode 600. (Run control against a real run is in tests/test_security_stack.py.)"""
+"""The gateway's operator routes over real HTTP: behind the operator key wherever the gateway listens; a seat
+token is never an operator key; on loopback a foreign Host is refused, and a body that is not JSON everywhere;
+a seat's id is never the client's to choose; bad bodies are named; the key file is made once, mode 600; a
+path or method the gateway does not serve is answered in JSON. (Run control against a real run is in
+tests/test_security_stack.py.)"""
 
 from __future__ import annotations
 
@@ -15,8 +17,9 @@ import openai
 import pytest
 
 from rollout.engines.scripted import ScriptedEngine
-from rollout.gateway.operator import Operator, is_loopback, load_operator_key
+from rollout.gateway.operator import Operator, load_operator_key
 from rollout.gateway.seats import load_secret, open_seat
+from rollout.http_guard import Hosts, is_loopback
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import seat_stream
@@ -40,7 +43,7 @@ def key(tmp_path: Path) -> str:
 async def _gateway(
     ledger: Ledger, renderer: ModelRenderer, key: str, secret: bytes, host: str
 ) -> AsyncIterator[RunningGateway]:
-    operator = Operator.listening_on(host, key=key, seat_secret=secret)
+    operator = Operator(key=key, seat_secret=secret)
     engine = ScriptedEngine(renderer, tool_loop_script)
     async with serve_gateway(ledger, renderer, engine, wait_s=1.0, operator=operator, host=host) as running:
         yield running
@@ -78,24 +81,51 @@ async def a_seat_token(ledger: Ledger, secret: bytes) -> str:
     return token
 
 
-async def test_on_loopback_the_routes_are_open_but_a_key_that_is_sent_must_be_right(
+async def test_on_loopback_too_every_route_needs_the_key_a_loopback_host_and_a_json_body(
     loopback: RunningGateway, ledger: Ledger, key: str, secret: bytes
 ) -> None:
+    """A proxy or tunnel in front of a loopback port makes it anyone's, and a web page can post to it."""
+    seat_token = await a_seat_token(ledger, secret)
     async with httpx.AsyncClient(base_url=loopback.url) as client:
+        for route in ALL_ROUTES:
+            missing = await client.post(route, json={})
+            assert "Bearer <operator key>" in error_of(missing, 401, "unauthorized")
+            error_of(await client.post(route, json={}, headers=bearer(seat_token)), 403, "forbidden")
+            rebound = {**bearer(key), "host": f"evil.example:{loopback.url.rsplit(':', 1)[1]}"}
+            assert "not 'evil.example" in error_of(
+                await client.post(route, json={}, headers=rebound), 421, "invalid_request_error"
+            )
+            for kind in ("text/plain", "application/x-www-form-urlencoded"):
+                form = {**bearer(key), "content-type": kind}
+                refused = await client.post(route, content=b'{"agent": "x"}', headers=form)
+                assert "Content-Type: application/json" in error_of(refused, 415, "unsupported_media_type")
+        # A body-less POST without a Content-Type is what any web page may send across origins: its Origin
+        # gives it away.
+        page = {**bearer(key), "origin": "http://evil.example"}
+        error_of(await client.post(RUN_ROUTES[0], headers=page), 415, "unsupported_media_type")
         opened = await client.post(
-            "/operator/seats", json={"agent": "remote", "run": "r-x", "episode": "e-1"}
+            "/operator/seats",
+            content=b'{"agent": "remote", "run": "r-x", "episode": "e-1"}',
+            headers={**bearer(key), "content-type": "application/json; charset=utf-8"},
         )
         assert opened.status_code == 201, opened.text
-        with_key = await client.post("/operator/seats", json={}, headers=bearer(key))
-        assert with_key.status_code == 201, with_key.text
-        seat_token = await a_seat_token(ledger, secret)
-        message = error_of(
-            await client.post("/operator/seats", json={}, headers=bearer(seat_token)), 403, "forbidden"
+        # With the key and no body, a run route gets past the door: this gateway has no run control.
+        assert "without run control" in error_of(
+            await client.post(RUN_ROUTES[0], headers=bearer(key)), 503, "unavailable"
         )
-        assert "seat token is not an operator key" in message
         error_of(
             await client.post("/operator/seats", json={}, headers=bearer("ro-" + "0" * 48)), 403, "forbidden"
         )
+        # What the gateway does not serve is answered in JSON too, in the dialect's shape.
+        assert "nothing is served at /operator/nope" in error_of(
+            await client.post("/operator/nope", json={}, headers=bearer(key)), 404, "not_found_error"
+        )
+        wrong_method = await client.get("/operator/seats", headers=bearer(key))
+        assert "does not take GET: use POST" in error_of(wrong_method, 405, "invalid_request_error")
+        assert wrong_method.headers["allow"] == "POST"
+        anthropic_shaped = await client.get("/v1/messages")
+        assert anthropic_shaped.status_code == 405
+        assert anthropic_shaped.json()["type"] == "error"
     seat = opened.json()
     assert seat["seat"].startswith("manual/") and seat["api_key"].startswith("rs-")
     assert seat["base_url"] == f"{loopback.url}/s/{seat['api_key']}/v1"
@@ -131,11 +161,11 @@ async def test_beyond_loopback_every_route_needs_the_operator_key(
             error_of(await client.post(route, json={}, headers=bearer(seat_token)), 403, "forbidden")
             error_of(await client.post(route, json={}, headers=bearer(key[:-1] + "x")), 403, "forbidden")
             error_of(await client.post(route, json={}, headers=bearer(key + "x")), 403, "forbidden")
-        opened = await client.post("/operator/seats", json={"agent": "far"}, headers=bearer(key))
+        # Beyond loopback it is reached by names it cannot know (a Service, an ingress): any Host.
+        opened = await client.post(
+            "/operator/seats", json={"agent": "far"}, headers={**bearer(key), "host": "gateway.example"}
+        )
         assert opened.status_code == 201, opened.text
-        # With the key, a run route gets past the door: this gateway has no run control, and says so.
-        message = error_of(await client.post(RUN_ROUTES[0], headers=bearer(key)), 503, "unavailable")
-        assert "without run control" in message
         # The seat routes stay the seats' own: the operator key is not a seat token.
         as_seat = await client.post(
             "/v1/chat/completions",
@@ -146,7 +176,7 @@ async def test_beyond_loopback_every_route_needs_the_operator_key(
 
 
 async def test_a_seat_id_is_never_the_clients_to_choose(
-    loopback: RunningGateway, ledger: Ledger, secret: bytes
+    loopback: RunningGateway, ledger: Ledger, key: str, secret: bytes
 ) -> None:
     """A seat's token is derived from its id: if a client could name the id, it could get any seat's token."""
     victim = f"test-{uuid.uuid4().hex[:10]}"
@@ -154,12 +184,15 @@ async def test_a_seat_id_is_never_the_clients_to_choose(
     async with httpx.AsyncClient(base_url=loopback.url) as client:
         for field in ("seat", "seat_id", "id", "token"):
             message = error_of(
-                await client.post("/operator/seats", json={field: victim, "agent": "x"}),
+                await client.post("/operator/seats", json={field: victim, "agent": "x"}, headers=bearer(key)),
                 400,
                 "invalid_request",
             )
             assert f"unknown field '{field}'" in message
-        made = [(await client.post("/operator/seats", json={"agent": "x"})).json() for _ in range(2)]
+        made = [
+            (await client.post("/operator/seats", json={"agent": "x"}, headers=bearer(key))).json()
+            for _ in range(2)
+        ]
     assert len({m["seat"] for m in made}) == 2 and len({m["api_key"] for m in made}) == 2
     assert victim not in {m["seat"] for m in made}
     assert (
@@ -185,10 +218,12 @@ async def test_a_seat_id_is_never_the_clients_to_choose(
     ],
 )
 async def test_bad_bodies_are_refused_naming_what_is_wrong(
-    loopback: RunningGateway, route: str, body: bytes, named: str
+    loopback: RunningGateway, key: str, route: str, body: bytes, named: str
 ) -> None:
     async with httpx.AsyncClient(base_url=loopback.url) as client:
-        response = await client.post(route, content=body, headers={"content-type": "application/json"})
+        response = await client.post(
+            route, content=body, headers={**bearer(key), "content-type": "application/json"}
+        )
     assert named in error_of(response, 400, "invalid_request")
 
 
@@ -226,3 +261,23 @@ def test_the_operator_key_is_made_once_readable_by_its_owner_only(tmp_path: Path
 )
 def test_what_counts_as_loopback(host: str, loopback: bool) -> None:
     assert is_loopback(host) is loopback
+
+
+@pytest.mark.parametrize(
+    ("header", "answered"),
+    [
+        ("127.0.0.1:8000", True),
+        ("127.9.9.9", True),
+        ("localhost:8000", True),
+        ("[::1]:8000", True),
+        ("evil.example", False),
+        ("evil.example:8000", False),
+        ("localhost.evil.example", False),
+        ("127.0.0.1.nip.io:8000", False),
+        ("", False),
+        (None, False),
+    ],
+)
+def test_which_hosts_a_server_on_loopback_answers_to(header: str | None, answered: bool) -> None:
+    assert Hosts.bound_to("127.0.0.1").allows(header) is answered
+    assert Hosts.bound_to("0.0.0.0").allows(header), "beyond loopback, any"

@@ -24,6 +24,7 @@ from rollout.rendering import ModelRenderer
 from tests.gatewayutil import RunningGateway, serve_gateway
 
 MAX_CONTEXT = 128
+JSON = {"content-type": "application/json"}
 LIMIT = 2048  # bytes
 USER: Any = {"role": "user", "content": "hi"}
 CALL = {"id": "call_1", "type": "function", "function": {"name": "bash", "arguments": "{}"}}
@@ -263,7 +264,7 @@ async def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(
     http: httpx.AsyncClient, running: RunningGateway
 ) -> None:
     over = b"{" + b" " * LIMIT  # not even JSON: a 413 says it was never parsed
-    declared = await http.post("/v1/chat/completions", content=over)
+    declared = await http.post("/v1/chat/completions", content=over, headers=JSON)
     assert declared.status_code == 413
     assert declared.json()["error"] == {
         "message": f"the request body is over the gateway's limit of {LIMIT} bytes",
@@ -276,18 +277,31 @@ async def test_a_body_over_the_limit_is_a_413_before_it_is_parsed(
         for _ in range(8):
             yield b" " * 512
 
-    streamed = await http.post("/v1/messages", content=chunks())
+    streamed = await http.post("/v1/messages", content=chunks(), headers=JSON)
     assert "content-length" not in streamed.request.headers
     assert streamed.status_code == 413
     assert streamed.json()["error"]["type"] == "request_too_large"
 
     under = json.dumps({"model": "base", "max_tokens": 2, "messages": [USER]}).encode()
     assert len(under) < LIMIT
-    assert (await http.post("/v1/messages", content=under)).status_code == 200
+    assert (await http.post("/v1/messages", content=under, headers=JSON)).status_code == 200
+    # A body not declared JSON (a web page's form post) is refused before it is read, in the dialect's shape.
+    as_text = await http.post("/v1/messages", content=under, headers={"content-type": "text/plain"})
+    assert as_text.status_code == 415 and as_text.json()["type"] == "error", as_text.text
+    assert "Content-Type: application/json" in as_text.json()["error"]["message"]
 
     async with httpx.AsyncClient(base_url=running.url) as anonymous:
         unknown = await anonymous.post("/v1/responses", headers={"x-api-key": "nope"}, content=over)
-    assert unknown.status_code == 401, "a bad seat is answered before a bad body"
+        assert unknown.status_code == 401, "a bad seat is answered before a bad body"
+        rebound = await anonymous.post("/v1/responses", headers={"host": "evil.example"}, content=under)
+        assert rebound.status_code == 421 and set(rebound.json()["error"]) == {
+            "message",
+            "type",
+            "param",
+            "code",
+        }
+        missing = await anonymous.get("/v1/nothing")
+        assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found_error"
 
 
 async def test_the_openapi_document_lists_every_route_served(running: RunningGateway) -> None:

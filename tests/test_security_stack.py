@@ -3,9 +3,10 @@ started by `Stack.up` as detached processes, logging at DEBUG, with passwords in
 in their environment.
 
 - The gateway's operator routes open seats that sample, and pause, re-lag and resume a real run through its
-  workflow (recorded in the ledger); an unknown run is a 404.
+  workflow (recorded in the ledger); an unknown run is a 404; on loopback too, none acts without the key.
 - Every service the stack starts listens on loopback only, as every default says.
-- Listening beyond loopback (`rollout gateway --host 0.0.0.0`), the operator routes need the operator key.
+- Listening beyond loopback (`rollout gateway --host 0.0.0.0`), the operator routes need the operator key as
+  well.
 - No seat token, operator key, gateway secret, API key or database password appears in any service's log, any
   ledger payload, key or projection, or any command's output but the one that hands a seat's key out.
 """
@@ -168,20 +169,19 @@ def test_operator_routes_open_seats_and_control_a_real_run(secure: SecureStack) 
         run = f"secure-{uuid.uuid4().hex[:6]}"
         secure.runs.append(run)
         _rollout("run", "start", ENVIRONMENT, "--run", run, *secure.overrides)
-        pause = client.post(f"/operator/runs/{run}/pause")  # loopback: no key needed
+        key = {"authorization": f"Bearer {secure.operator_key}"}
+        keyless = client.post(f"/operator/runs/{run}/pause")  # loopback is no key: a tunnel makes it anyone's
+        assert keyless.status_code == 401 and keyless.json()["error"]["type"] == "unauthorized"
+        pause = client.post(f"/operator/runs/{run}/pause", headers=key)
         assert pause.status_code == 200, pause.text
         assert pause.json()["paused"] is True and pause.json()["run"] == run
-        lag = client.post(
-            f"/operator/runs/{run}/max_lag",
-            json={"max_lag": 3},
-            headers={"authorization": f"Bearer {secure.operator_key}"},
-        )
+        lag = client.post(f"/operator/runs/{run}/max_lag", json={"max_lag": 3}, headers=key)
         assert lag.status_code == 200, lag.text
         assert lag.json()["max_lag"] == 3 and lag.json()["paused"] is True
-        resumed = client.post(f"/operator/runs/{run}/resume")
+        resumed = client.post(f"/operator/runs/{run}/resume", headers=key)
         assert resumed.status_code == 200 and resumed.json()["paused"] is False
 
-        missing = client.post("/operator/runs/no-such-run/pause")
+        missing = client.post("/operator/runs/no-such-run/pause", headers=key)
         assert missing.status_code == 404 and missing.json()["error"]["type"] == "not_found"
     # Recorded by the run's workflow, in order, as `rollout run pause|set|resume` would have.
     assert _settings_changes(secure, run) == [{"paused": True}, {"max_lag": 3}, {"paused": False}]

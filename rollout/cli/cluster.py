@@ -11,7 +11,8 @@ Contract:
   (`rollout preset load DIR --cluster`; `NAME@VERSION` picks a version, `NAME` the newest), else the built-in
   preset of that name.
 - A context may keep the gateway's operator key (`--operator-key-file`): `seat new --cluster` opens seats
-  through the gateway's operator route with it, since the seat secret stays in the cluster.
+  through the gateway's operator route with it (since the seat secret stays in the cluster), and refuses to
+  without one: every operator route needs the key, wherever the gateway listens.
 """
 
 from __future__ import annotations

@@ -110,13 +110,13 @@ def gateway(
 
     Point agents at a seat's base URL (`rollout seat new` prints one). A request body over
     `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted.
-    Listening beyond 127.0.0.1, its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag)
-    need the key in DATA_DIR/operator.key.
+    Its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag) need the key in
+    DATA_DIR/operator.key. Listening on 127.0.0.1, it answers to loopback's Host names only.
     """
     from transformers import AutoTokenizer
 
     from rollout.gateway.assembly import parse_externals, serve_gateway
-    from rollout.gateway.operator import OPERATOR_KEY_FILE, is_loopback, load_operator_key
+    from rollout.gateway.operator import OPERATOR_KEY_FILE, load_operator_key
     from rollout.gateway.seats import load_secret
     from rollout.ledger.errors import LedgerError
     from rollout.net import port_is_free
@@ -152,8 +152,7 @@ def gateway(
                 "point the gateway elsewhere with --engine-url URL)",
                 highlight=False,
             )
-    if not is_loopback(host):
-        err.print(f"operator routes need the key in {settings.data_path / OPERATOR_KEY_FILE}")
+    err.print(f"operator routes need the key in {settings.data_path / OPERATOR_KEY_FILE}")
     try:
         asyncio.run(
             serve_gateway(

@@ -31,7 +31,7 @@ def monitor(
     and Temporal and keeps no state of its own. Binds 127.0.0.1 by default; another address needs a login
     token in $ROLLOUT_MONITOR_TOKEN. With --cluster it shows the current cluster context's runs (`rollout
     cluster connect`)."""
-    from rollout.gateway.operator import is_loopback
+    from rollout.http_guard import is_loopback
     from rollout.monitor.context import OVERRIDES_VARIABLE
     from rollout.monitor.login import TOKEN_VARIABLE
 

@@ -90,7 +90,13 @@ def _open_on_cluster(fields: dict[str, str | None]) -> tuple[str, str, str]:
         fail(
             f"cluster {context.name} has no gateway URL: `rollout cluster connect {context.name} --gateway-url URL …`"
         )
-    headers = {"Authorization": f"Bearer {context.operator_key}"} if context.operator_key else {}
+    if not context.operator_key:  # every operator route needs it, wherever the gateway listens
+        fail(
+            f"cluster {context.name} keeps no operator key, which opening a seat needs: "
+            f"`rollout cluster connect {context.name} --operator-key-file FILE …` (the chart's Secret, key "
+            "operatorKey)"
+        )
+    headers = {"Authorization": f"Bearer {context.operator_key}"}
     url = f"{context.gateway_url.rstrip('/')}/operator/seats"
     try:
         answer = httpx.post(

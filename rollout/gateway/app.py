@@ -9,9 +9,15 @@ Contract:
   unknown one → 401; a closed seat → 410; each in the route's own error shape. A turn for a seat this process
   has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the
   seat.
+- A request whose `Host` is not one the gateway answers to (`Hosts.bound_to(host)`, rollout.http_guard:
+  listening on loopback, loopback's own names only; beyond it, any) → 421, before any route sees it.
 - A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any
-  of it is parsed or tokenised. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters
+  of it is parsed or tokenised. A body not declared `application/json` (parameters allowed: every OpenAI and
+  Anthropic client sends it) → 415. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters
   included) → 400.
+- A path served by no route → 404, a route asked with a method it does not take → 405; every error, these
+  included, is in the dialect's shape (the Anthropic one under `/v1/messages`, OpenAI's elsewhere, the
+  operator routes included).
 - Each dialect validates its body against its published schema (`rollout.gateway.schemas`): a violation → 400
   naming the field (`messages[2].content`); so is a token budget over the model's context. A prompt over the
   context → 400; no admitted engine → 503 with `Retry-After`; a seat with `max_turns_in_flight_per_seat` turns
@@ -21,7 +27,7 @@ Contract:
 - `GET /openapi.json` is the OpenAPI 3.1 document of those routes, made from the same schemas
   (`rollout.gateway.openapi`).
 - Operator routes (`/operator/...`, rollout.gateway.operator) are served when `build_app` is given an
-  `Operator`.
+  `Operator`; they need the operator key wherever the gateway listens.
 - A streaming request streams the reply as the engine samples it (rollout.gateway.live says what is held back
   until it is settled), in the dialect's own events. The turn is recorded after its last content frame and
   before its terminating frame; if the client went away before that, the engine's generation is stopped and
@@ -37,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -57,6 +64,7 @@ from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat, SeenSeats, resolve, resolve_for_turn
 from rollout.gateway.seatstate import SeatBusy
 from rollout.gateway.service import Gateway
+from rollout.http_guard import HostGuard, Hosts, json_body_refusal, json_errors
 
 log = logging.getLogger(__name__)
 
@@ -174,8 +182,10 @@ def build_app(
     model_names: list[str],
     max_request_bytes: int = MAX_REQUEST_BYTES,
     operator: Operator | None = None,
+    host: str = "127.0.0.1",
 ) -> Starlette:
-    """The gateway's routes; with `operator`, its operator routes too (rollout.gateway.operator)."""
+    """The gateway's routes; with `operator`, its operator routes too (rollout.gateway.operator). `host` is
+    the address it listens on: it decides the Host names it answers to."""
     chat, responses, messages = OpenAIChat(), OpenAIResponses(), AnthropicMessages()
     openapi = document(max_context=gateway.max_context)
     too_large = f"the request body is over the gateway's limit of {max_request_bytes} bytes"
@@ -200,6 +210,8 @@ def build_app(
     async def body_of(request: Request) -> Any:
         # Refused before anything is parsed: by the declared length, or once the streamed bytes pass the
         # limit.
+        if (refusal := json_body_refusal(request.headers)) is not None:
+            raise _Refused(415, refusal)
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > max_request_bytes:
             raise _Refused(413, too_large)
@@ -299,6 +311,10 @@ def build_app(
     async def openapi_json(request: Request) -> Response:
         return JSONResponse(openapi)
 
+    def error(path: str, status: int, message: str) -> Response:
+        dialect = messages if "/v1/messages" in path else responses if path.endswith("/responses") else chat
+        return JSONResponse(dialect.error(status, message, None), status)
+
     operator_only = operator_routes(gateway.ledger, operator) if operator is not None else []
     return Starlette(
         routes=[
@@ -307,5 +323,7 @@ def build_app(
             Route("/health", health),
             Route("/openapi.json", openapi_json, methods=["GET"]),
             *operator_only,
-        ]
+        ],
+        middleware=[Middleware(HostGuard, hosts=Hosts.bound_to(host), error=error)],
+        exception_handlers=json_errors(error),
     )

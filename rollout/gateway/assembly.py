@@ -5,10 +5,11 @@ Contract:
   malformed spec raises `ValueError` saying how to write it.
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
   `ack_key` signed (at its acked URL), and serves the three dialects and the operator routes on host:port
-  until cancelled, refusing request bodies over `max_request_bytes` and giving a turn that names no token
-  budget `default_max_tokens` (unless its run sets one) and a seat's turns past `max_turns_in_flight_per_seat`
-  a 429; the operator routes need the operator key unless host is loopback. A run's external models may name
-  only the API bases of `externals` and `external_api_bases`. It closes the ledger connection when it stops.
+  until cancelled, refusing request bodies over `max_request_bytes`, on a loopback host any request whose
+  Host is not loopback's (rollout.gateway.app), and giving a turn that names no token budget
+  `default_max_tokens` (unless its run sets one) and a seat's turns past `max_turns_in_flight_per_seat` a
+  429; the operator routes need the operator key. A run's external models may name only the API bases of
+  `externals` and `external_api_bases`. It closes the ledger connection when it stops.
 """
 
 from __future__ import annotations
@@ -74,8 +75,10 @@ async def serve_gateway(
         externals=externals,
         external_api_bases=external_api_bases,
     )
-    operator = Operator.listening_on(host, key=operator_key, seat_secret=seat_secret, runs=runs)
-    app = build_app(core, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator)
+    operator = Operator(key=operator_key, seat_secret=seat_secret, runs=runs)
+    app = build_app(
+        core, model_names=["base"], max_request_bytes=max_request_bytes, operator=operator, host=host
+    )
     # No access log: a seat's base URL holds its token.
     config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
     try:

@@ -6,7 +6,8 @@ Contract:
   same models (`rollout.gateway.schemas`), so the document and the validation cannot drift; every token budget
   (`x-token-budget`) gets `maximum: max_context`.
 - Every dialect route lists its error statuses: 400 (a field the schema refuses, a prompt over the context),
-  401, 410, 413 (a body over the byte limit), 429 (a seat's turns in flight at their limit) and 503, each in
+  401, 410, 413 (a body over the byte limit), 415 (a body not declared `application/json`), 429 (a seat's
+  turns in flight at their limit) and 503, each in
   its dialect's shape. The GET routes (`/v1/models`, `/health`, this document) are listed too.
 """
 
@@ -31,6 +32,7 @@ ERRORS = {
     "401": "no seat token, or an unknown one",
     "410": "the seat is finished",
     "413": "the body is over the gateway's byte limit",
+    "415": "the body is not declared `application/json`",
     "429": "the seat has as many turns in flight as it may (see Retry-After)",
     "503": "no engine may take the turn now (see Retry-After)",
 }

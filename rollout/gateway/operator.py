@@ -7,14 +7,14 @@ Routes:
 - `POST /operator/runs/{run}/max_lag` `{max_lag: N}` → 200, the run's status
 
 Contract:
-- Who may: when the gateway listens beyond loopback (any address but 127.0.0.0/8, ::1 and `localhost`), every
-  route needs `Authorization: Bearer <operator key>`: no key → 401, any other key → 403, and a seat token is
-  never an operator key. On loopback the routes are open (only this machine reaches them, as it reaches the
-  ledger), but a key that is sent must still be the operator key. Keys are compared in constant time.
+- Who may: every route needs `Authorization: Bearer <operator key>`, wherever the gateway listens (a proxy,
+  `kubectl port-forward` or an SSH tunnel makes a loopback port anyone's): no key → 401, any other key → 403,
+  and a seat token is never an operator key. Keys are compared in constant time. A web page cannot send the
+  key, and a DNS-rebinding one is refused by its Host before any route sees it (rollout.gateway.app).
 - The operator key is made once in the data directory (`operator.key`, mode 600) by `load_operator_key`.
 - A seat's id is made here (`manual/{12 hex}`), never taken from the client: a seat's token is derived from
   its id, so an id chosen by the client would hand out another seat's token. A field a route does not know, or
-  one of the wrong type, → 400 naming it.
+  one of the wrong type, → 400 naming it; a body that is not `application/json` → 415.
 - Run control goes to the `RunControl` the launcher gives (this package imports no workflow code); it records
   the change in the ledger and applies it, as the CLI does. No run playing → 404; refused by the run → 409; no
   run control, or Temporal not answering → 503.
@@ -24,7 +24,6 @@ Contract:
 from __future__ import annotations
 
 import hmac
-import ipaddress
 import json
 import secrets
 import uuid
@@ -38,6 +37,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollout.gateway.seats import open_seat
+from rollout.http_guard import json_body_refusal
 from rollout.keyfiles import secret_file
 from rollout.ledger import Ledger
 from rollout.run_settings import BadRunSetting, max_lag_of
@@ -76,6 +76,7 @@ _ERROR_TYPES = {
     403: "forbidden",
     404: "not_found",
     409: "conflict",
+    415: "unsupported_media_type",
     503: "unavailable",
 }
 
@@ -85,40 +86,21 @@ def load_operator_key(data_dir: Path) -> str:
     return secret_file(data_dir / OPERATOR_KEY_FILE, lambda: f"ro-{secrets.token_hex(24)}".encode()).decode()
 
 
-def is_loopback(host: str) -> bool:
-    """Whether listening on `host` is reachable from this machine only."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.strip("[]")).is_loopback
-    except ValueError:
-        return False  # a host name other than localhost may resolve to anything
-
-
 @dataclass(frozen=True)
 class Operator:
     key: str
     seat_secret: bytes
-    key_required: bool  # True when the gateway listens beyond loopback
     runs: RunControl | None = None
 
-    @classmethod
-    def listening_on(
-        cls, host: str, *, key: str, seat_secret: bytes, runs: RunControl | None = None
-    ) -> Operator:
-        return cls(key=key, seat_secret=seat_secret, key_required=not is_loopback(host), runs=runs)
-
     def check(self, request: Request) -> None:
-        """Refuse the request unless its key is the operator key, or it needs none and sent none."""
+        """Refuse the request unless its key is the operator key."""
         auth = request.headers.get("authorization")
         if auth is None:
-            if self.key_required:
-                raise OperatorRefused(
-                    401,
-                    "operator routes need `Authorization: Bearer <operator key>` when the gateway listens beyond "
-                    f"loopback; the key is the gateway's data directory's {OPERATOR_KEY_FILE}",
-                )
-            return
+            raise OperatorRefused(
+                401,
+                "operator routes need `Authorization: Bearer <operator key>`: the key is in the gateway's data "
+                f"directory, {OPERATOR_KEY_FILE}",
+            )
         scheme, _, given = auth.partition(" ")
         given = given.strip()
         if scheme.lower() != "bearer" or not given:
@@ -137,6 +119,8 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 async def _body(request: Request, allowed: tuple[str, ...]) -> dict[str, Any]:
+    if (refusal := json_body_refusal(request.headers)) is not None:
+        raise OperatorRefused(415, refusal)
     raw = await request.body()
     try:
         body = json.loads(raw) if raw.strip() else {}

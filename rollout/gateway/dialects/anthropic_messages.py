@@ -184,8 +184,11 @@ class AnthropicMessages:
             401: "authentication_error",
             404: "not_found_error",
             410: "permission_error",
+            405: "invalid_request_error",
             413: "request_too_large",
             429: "rate_limit_error",
+            415: "invalid_request_error",
+            421: "permission_error",
             503: "overloaded_error",
         }
         detail = AnthropicErrorDetail(type=kinds.get(status, "api_error"), message=message)

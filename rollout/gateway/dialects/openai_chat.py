@@ -149,8 +149,11 @@ class OpenAIChat:
             401: "authentication_error",
             404: "not_found_error",
             410: "invalid_request_error",
+            405: "invalid_request_error",
             413: "invalid_request_error",
             429: "rate_limit_error",
+            415: "invalid_request_error",
+            421: "invalid_request_error",
             503: "service_unavailable",
         }
         detail = OpenAIErrorDetail(
