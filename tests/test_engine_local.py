@@ -177,8 +177,30 @@ async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
         response = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": "many"})
         assert response.status_code == 400
         assert response.json()["error"]["message"] == "'max_tokens' has the wrong type"
-        response = await http.post("/v1/completions", content=b"{not json")
+        response = await http.post(
+            "/v1/completions", content=b"{not json", headers={"content-type": "application/json"}
+        )
         assert response.status_code == 400
+        # Its admin routes refuse what a web page can send: a foreign Host (DNS rebinding), a form post, a
+        # body-less POST from another origin; what it does not serve is answered in the same shape.
+        load = {"lora_name": "x", "lora_path": "/nowhere"}
+        refusals = [
+            (421, await http.post("/v1/load_lora_adapter", json=load, headers={"host": "evil.example"})),
+            (415, await http.post("/v1/load_lora_adapter", data=load)),
+            (
+                415,
+                await http.post(
+                    "/v1/unload_lora_adapter", content=b"{}", headers={"content-type": "text/plain"}
+                ),
+            ),
+            (415, await http.post("/sleep", headers={"origin": "http://evil.example"})),
+            (404, await http.post("/collective_rpc", json={})),
+            (405, await http.get("/wake_up")),
+        ]
+        for status, refused in refusals:
+            assert refused.status_code == status, refused.text
+            assert set(refused.json()["error"]) == {"message", "type", "code"}, refused.text
+        assert not (await http.get("/is_sleeping")).json()["is_sleeping"]
 
 
 async def test_an_unreachable_engine_is_unavailable_not_an_error() -> None:

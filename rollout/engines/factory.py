@@ -6,7 +6,8 @@ Contract:
   engine of that kind loads, which its follower asks for.
 - `build_engine` raises `EngineSetupError` with a message that says what to change (a missing script, key or
   extra); it never starts serving.
-- `serve_engine` serves the engine over vLLM's HTTP dialect until cancelled; with a follower, the follower
+- `serve_engine` serves the engine over vLLM's HTTP dialect until cancelled (on a loopback host, to loopback's
+  Host names only: rollout.engines.vllm_server); with a follower, the follower
   reconnects to the ledger for as long as the engine serves (an unreachable ledger is reported and retried
   every 5 s, never fatal: the engine keeps serving what it holds).
 """
@@ -131,7 +132,7 @@ async def serve_engine(
     )
     try:
         await uvicorn.Server(
-            uvicorn.Config(build_app(engine), host=host, port=port, log_level="warning")
+            uvicorn.Config(build_app(engine, host=host), host=host, port=port, log_level="warning")
         ).serve()
     finally:
         if following is not None:

@@ -13,7 +13,13 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   until `POST /resume` or `POST /wake_up`; `GET /is_paused`.
 - `POST /sleep?level=1` (any `mode`: the engine always lets its batch in flight finish), `POST /wake_up`,
   `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
-Errors answer in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
+
+Before any route: a request whose `Host` the server does not answer to (`Hosts.bound_to(host)`,
+rollout.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is refused;
+beyond it, any) → 421. Every POST route refuses a body not declared `application/json` (and a body-less one
+from a web page, by its `Origin`) with 415: a page cannot load, unload, pause or put the engine to sleep by a
+cross-origin form post. A path no route serves → 404, a method a route does not take → 405, a body over a
+limit → 413. Every error answers in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
@@ -38,6 +45,7 @@ from rollout.engines.protocol import (
     SampleRequest,
     stream_sample,
 )
+from rollout.http_guard import HostGuard, Hosts, JsonBodies, json_errors
 
 
 class Tokenizer(Protocol):
@@ -59,8 +67,22 @@ class ServedEngine(Engine, Protocol):
     async def unload(self, name: str) -> None: ...
 
 
+_ERROR_KINDS = {
+    404: "NotFoundError",
+    405: "MethodNotAllowedError",
+    413: "RequestTooLargeError",
+    415: "UnsupportedMediaTypeError",
+    421: "MisdirectedRequestError",
+}
+
+
 def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResponse:
     return JSONResponse({"error": {"message": message, "type": kind, "code": status}}, status_code=status)
+
+
+def _refused(path: str, status: int, message: str) -> JSONResponse:
+    """A refusal before any route acted (rollout.http_guard), in vLLM's shape."""
+    return _error(status, message, _ERROR_KINDS.get(status, "BadRequestError"))
 
 
 class _BadRequest(ValueError):
@@ -210,7 +232,9 @@ async def _streamed(
     return StreamingResponse(events(), media_type="text/event-stream")
 
 
-def build_app(engine: ServedEngine) -> Starlette:
+def build_app(engine: ServedEngine, *, host: str = "127.0.0.1") -> Starlette:
+    """The server of `engine`; `host` is the address it listens on: it decides the Host names it answers
+    to."""
     paused = False
 
     async def completions(request: Request) -> Response:
@@ -325,18 +349,21 @@ def build_app(engine: ServedEngine) -> Starlette:
         ]
         return JSONResponse({"object": "list", "data": data})
 
+    json_only = [Middleware(JsonBodies, error=_refused)]
     return Starlette(
         routes=[
-            Route("/v1/completions", completions, methods=["POST"]),
-            Route("/v1/load_lora_adapter", load_lora, methods=["POST"]),
-            Route("/v1/unload_lora_adapter", unload_lora, methods=["POST"]),
-            Route("/sleep", sleep, methods=["POST"]),
-            Route("/wake_up", wake_up, methods=["POST"]),
-            Route("/pause", pause, methods=["POST"]),
-            Route("/resume", resume, methods=["POST"]),
+            Route("/v1/completions", completions, methods=["POST"], middleware=json_only),
+            Route("/v1/load_lora_adapter", load_lora, methods=["POST"], middleware=json_only),
+            Route("/v1/unload_lora_adapter", unload_lora, methods=["POST"], middleware=json_only),
+            Route("/sleep", sleep, methods=["POST"], middleware=json_only),
+            Route("/wake_up", wake_up, methods=["POST"], middleware=json_only),
+            Route("/pause", pause, methods=["POST"], middleware=json_only),
+            Route("/resume", resume, methods=["POST"], middleware=json_only),
             Route("/is_paused", is_paused, methods=["GET"]),
             Route("/is_sleeping", is_sleeping, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
-        ]
+        ],
+        middleware=[Middleware(HostGuard, hosts=Hosts.bound_to(host), error=_refused)],
+        exception_handlers=json_errors(_refused),
     )
