@@ -4,6 +4,7 @@ including a claim whose holder process was SIGKILLed."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import signal
@@ -59,7 +60,8 @@ async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_pat
                 await zombie.act({"command": "touch late"})
             with pytest.raises(SandboxSuperseded):
                 await zombie.open()
-            # Without the claim's secret, with another's, from a web page or to a foreign Host: refused.
+            # Without the claim's secret, with another's, from a web page, to a foreign Host or not as JSON:
+            # refused.
             async with httpx.AsyncClient(base_url=box.address) as anyone:
                 act = {"epoch": 2, "holder": "new", "seat": 0, "action": {"command": "touch forged"}}
                 assert (await anyone.post("/act", json=act)).status_code == 401
@@ -71,7 +73,12 @@ async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_pat
                 page = {"authorization": f"Bearer {new.secret}", "origin": "http://evil.test"}
                 assert (await anyone.post("/act", json=act, headers=page)).status_code == 403
                 rebound = {"authorization": f"Bearer {new.secret}", "host": "evil.test"}
-                assert (await anyone.post("/act", json=act, headers=rebound)).status_code == 403
+                assert (await anyone.post("/act", json=act, headers=rebound)).status_code == 421
+                as_text = {"authorization": f"Bearer {new.secret}", "content-type": "text/plain"}
+                posted = await anyone.post("/act", content=json.dumps(act), headers=as_text)
+                assert posted.status_code == 415 and "application/json" in posted.json()["error"], posted.text
+                for missing in (await anyone.get("/nothing"), await anyone.get("/act")):
+                    assert missing.status_code in (404, 405) and isinstance(missing.json()["error"], str)
                 health = (await anyone.get("/health")).json()
                 assert health == {"kind": "shell", "name": name, "seats": 2}, "no epoch handed out"
             assert "forged" not in (await holder.act({"command": "ls"}))["output"]

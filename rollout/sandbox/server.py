@@ -4,9 +4,11 @@ Contract:
 - One process (or one in-process app) per sandbox: it owns the world (and any process the world runs).
 - Every route but `/health` needs the claim's secret (`Authorization: Bearer rsc-…`, rollout.sandbox.keys) of
   the epoch and holder the body names: without it 401, with a wrong one 403 (and nothing about the sandbox's
-  claims is said). A request whose `Host` is not one this server answers to (`hosts`), or that carries an
-  `Origin` (a web page's), is refused with 403 before anything else: a page in a browser on this machine
-  cannot reach it, not even by DNS rebinding. Bodies must be JSON objects.
+  claims is said). A request whose `Host` is not one this server answers to (`hosts`, and loopback's own
+  names) is refused with 421 before any route sees it (rollout.http_guard), and one that carries an `Origin`
+  (a web page's) with 403: a page in a browser on this machine cannot reach it, not even by DNS rebinding.
+  Bodies must be JSON objects, declared `application/json` (415 otherwise). A path no route serves → 404, a
+  method a route does not take → 405. Every error is `{"error": message}`.
 - `POST /open {epoch, holder, limits?, network?}` starts a claim: a newer epoch resets the world and becomes
   current; the current epoch again is a no-op (a retried open); an older one is refused with 409. A kind that
   runs agents' commands is first configured with the claim's `limits` (rollout.isolation.JailLimits as JSON)
@@ -33,10 +35,12 @@ import socket
 from typing import Any, Protocol, cast
 
 from starlette.applications import Starlette
+from starlette.middleware import Middleware
 from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
+from rollout.http_guard import HostGuard, Hosts, JsonBodies, json_errors
 from rollout.isolation import Endpoint, JailLimits, SandboxNetwork
 from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.keys import claim_secret, same_secret
@@ -58,13 +62,13 @@ def _bearer(request: Request) -> str:
     return value.strip() if scheme.lower() == "bearer" else ""
 
 
-def _host_of(header: str) -> str:
-    host = header.rsplit(":", 1)[0] if not header.endswith("]") else header
-    return host.strip("[]").lower()
-
-
 def _error(status: int, message: str) -> JSONResponse:
     return JSONResponse({"error": message}, status_code=status)
+
+
+def _refused(path: str, status: int, message: str) -> JSONResponse:
+    """A refusal before any route acted (rollout.http_guard)."""
+    return _error(status, message)
 
 
 async def _body(request: Request) -> dict[str, Any] | None:
@@ -153,13 +157,10 @@ def build_sandbox_app(
     to (loopback's by default), `refused_endpoints` what no claim's network may name (the stack's own
     services)."""
     claims = _Claims()
-    answers_to = {host.lower() for host in hosts or LOOPBACK_HOSTS}
 
     def refused(request: Request) -> JSONResponse | None:
         if "origin" in request.headers:
             return _error(403, "requests from a web page (an Origin header) are refused")
-        if _host_of(request.headers.get("host", "")) not in answers_to:
-            return _error(403, f"this sandbox answers to {sorted(answers_to)}, not that Host")
         return None
 
     async def open_claim(request: Request) -> JSONResponse:
@@ -239,10 +240,13 @@ def build_sandbox_app(
             return refusal
         return JSONResponse({"kind": kind, "name": name, "seats": seats})
 
+    json_only = [Middleware(JsonBodies, error=_refused)]
     return Starlette(
         routes=[
-            Route("/open", open_claim, methods=["POST"]),
-            Route("/act", act, methods=["POST"]),
+            Route("/open", open_claim, methods=["POST"], middleware=json_only),
+            Route("/act", act, methods=["POST"], middleware=json_only),
             Route("/health", health),
-        ]
+        ],
+        middleware=[Middleware(HostGuard, hosts=Hosts(names=hosts or LOOPBACK_HOSTS), error=_refused)],
+        exception_handlers=json_errors(_refused),
     )
