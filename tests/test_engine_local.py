@@ -246,3 +246,36 @@ async def test_a_stream_closed_early_stops_its_row_of_the_batch(engine: LocalEng
     assert (
         await engine.sample(SampleRequest(request.prompt_ids, max_tokens=2))
     ).completion_ids  # still serves
+
+
+async def test_a_finished_row_leaves_its_batch_and_its_caller_is_answered_then(engine: LocalEngine) -> None:
+    from rollout.engines.sampling import sample_batch
+
+    ids = prompt(engine, "tell me a story")
+    long = SampleRequest(ids, max_tokens=40, temperature=1.0, seed=11)
+    short = SampleRequest(ids, max_tokens=2, temperature=1.0, seed=12)
+    rows: list[int] = []  # the batch size of every forward pass
+    hook = engine.model.register_forward_pre_hook(
+        lambda _, args, kwargs: rows.append(kwargs["input_ids"].shape[0]), with_kwargs=True
+    )
+    try:
+        together = await asyncio.to_thread(sample_batch, engine.model, [long, short], engine.pad_id, set())
+        alone = await asyncio.to_thread(sample_batch, engine.model, [long], engine.pad_id, set())
+    finally:
+        hook.remove()
+    assert len(together[1].ids) == 2 and len(together[0].ids) == 40
+    assert rows[:2] == [2, 2] and set(rows[2:40]) == {1}, "the short row left after its last token"
+    assert together[0].ids == alone[0].ids  # what stays in the batch draws what it would alone
+    assert together[0].logprobs == pytest.approx(alone[0].logprobs, abs=1e-4)
+
+    done: dict[str, float] = {}
+
+    async def timed(name: str, request: SampleRequest) -> None:
+        await engine.sample(request)
+        done[name] = time.perf_counter()
+
+    before = engine.batches_run
+    await asyncio.gather(timed("long", long), timed("short", short))
+    await asyncio.sleep(0.2)  # the batcher counts a batch once its last row is answered
+    assert engine.batches_run - before == 1, "both shared one batch"
+    assert done["short"] < done["long"], "the short request was answered when it finished, not with the batch"

@@ -6,7 +6,8 @@ Contract:
 - At most `max_queued` requests wait for a batch; one more is refused with `EngineUnavailable` (a retryable
   503 behind the HTTP server), so a flood queues no unbounded work.
 - Requests that arrive while a batch is being formed (within `batch_window_s`, up to `max_batch`) share
-  forward passes; requests for different checkpoints (adapters) run in separate batches.
+  forward passes; requests for different checkpoints (adapters) run in separate batches. A request that
+  finishes leaves its batch: a `sample` gets its result then, not when the batch's longest row ends.
 - The base weights are served as `served_name`; each loaded checkpoint is served under its own name: a LoRA
   adapter (a directory with `adapter_config.json`) on the base model through peft, full weights (`full` or
   `merged`: a directory with `config.json`) as a model of their own, held in memory until unloaded.
@@ -193,7 +194,7 @@ class LocalEngine:
                 await self._run_group(model_name, group)
 
     async def _run_group(self, model_name: str, group: list[_Pending]) -> None:
-        from rollout.engines.sampling import sample_batch
+        from rollout.engines.sampling import Sampled, sample_batch
 
         started = time.perf_counter()
 
@@ -218,6 +219,21 @@ class LocalEngine:
                 )
             return item.wanted()
 
+        def on_finished(row: int, sampled: Sampled) -> None:
+            # Runs on the sampling thread: a `sample` gets its result the step its row finishes.
+            item = group[row]
+            if item.future is not None:
+                timings = {"queued_s": started - item.queued_at, "compute_s": time.perf_counter() - started}
+                item.settle(
+                    SampleResult(
+                        completion_ids=sampled.ids,
+                        logprobs=sampled.logprobs,
+                        finish_reason=sampled.finish_reason,
+                        model=model_name,
+                        timings=timings,
+                    )
+                )
+
         try:
             async with self._model_lock:
                 if self.sleeping:  # queued before the engine fell asleep: the caller retries after the wake
@@ -227,7 +243,13 @@ class LocalEngine:
                     self._activate(model_name)
                     model = self.model
                 results = await asyncio.to_thread(
-                    sample_batch, model, [p.request for p in group], self.pad_id, self.eos_ids, on_token
+                    sample_batch,
+                    model,
+                    [p.request for p in group],
+                    self.pad_id,
+                    self.eos_ids,
+                    on_token,
+                    on_finished,
                 )
         except Exception as error:  # a failed batch fails its requests, never the batcher
             for item in group:
@@ -235,19 +257,8 @@ class LocalEngine:
             return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(group))
-        finished = time.perf_counter()
-        for item, result in zip(group, results, strict=True):
-            if item.future is not None:
-                timings = {"queued_s": started - item.queued_at, "compute_s": finished - started}
-                item.settle(
-                    SampleResult(
-                        completion_ids=result.ids,
-                        logprobs=result.logprobs,
-                        finish_reason=result.finish_reason,
-                        model=model_name,
-                        timings=timings,
-                    )
-                )
+        for row, result in enumerate(results):  # a row that drew nothing (no budget) never finished: settle it
+            on_finished(row, result)  # a no-op for the `sample`s settled as they finished
 
     def _activate(self, model_name: str) -> None:
         if not self.adapters:

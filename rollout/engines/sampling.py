@@ -9,6 +9,9 @@ Contract:
 - Temperature 0 (or one so small that the scaled logits overflow) and top_p 0 mean greedy.
 - `on_token(row, token, logprob, finish)`, when given, hears every token as it is drawn (with the row's finish
   reason on its last); answering False stops that row there (its client went away), the others go on.
+- A finished row leaves the batch (its rows of the KV cache are dropped, when the model's cache can drop
+  rows), so the rest stop paying for it; `on_finished(row, sampled)`, when given, hears each request's result
+  the step it finishes, not when the longest row does.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ def sample_batch(
     pad_id: int,
     eos_ids: set[int],
     on_token: Callable[[int, int, float, FinishReason | None], bool] | None = None,
+    on_finished: Callable[[int, Sampled], None] | None = None,
 ) -> list[Sampled]:
     device = next(model.parameters()).device
     batch = len(requests)
@@ -76,6 +80,7 @@ def sample_batch(
     past: Any = None
     step_input_BT = input_BT
     position_BT = (mask_BT.cumsum(-1) - 1).clamp(min=0)
+    active = list(range(batch))  # the request of each row of the tensors: a finished one leaves them
     for _ in range(max(r.max_tokens for r in requests)):
         out = model(
             input_ids=step_input_BT,
@@ -89,23 +94,35 @@ def sample_batch(
         logits_BV = out.logits[:, -1, :].float().cpu()
         logprobs_BV = torch.log_softmax(logits_BV, dim=-1)
         next_B = []
-        for row, request in enumerate(requests):
-            if finish[row] is not None:
+        for position, row in enumerate(active):
+            request = requests[row]
+            if finish[row] is not None:  # a cache that cannot drop rows keeps a finished one, padded
                 next_B.append(pad_id)
                 continue
-            token = _pick(logits_BV[row], request.temperature, request.top_p, generators[row])
+            token = _pick(logits_BV[position], request.temperature, request.top_p, generators[row])
             ids[row].append(token)
-            logprobs[row].append(float(logprobs_BV[row, token]))
+            logprobs[row].append(float(logprobs_BV[position, token]))
             if token in stops[row]:
                 finish[row] = "stop"
             elif len(ids[row]) >= request.max_tokens:
                 finish[row] = "length"
             if on_token is not None and not on_token(row, token, logprobs[row][-1], finish[row]):
                 finish[row] = finish[row] or "length"
+            if finish[row] is not None and on_finished is not None:
+                on_finished(row, Sampled(tuple(ids[row]), tuple(logprobs[row]), finish[row] or "length"))
             next_B.append(token)
-        if all(f is not None for f in finish):
+        going = [position for position, row in enumerate(active) if finish[row] is None]
+        if not going:
             break
         step_input_BT = torch.tensor(next_B, dtype=torch.long, device=device).unsqueeze(1)
-        mask_BT = torch.cat([mask_BT, torch.ones((batch, 1), dtype=torch.long, device=device)], dim=1)
+        if len(going) < len(active) and hasattr(past, "batch_select_indices"):
+            # Finished rows leave the batch: the rest no longer pay for their forward passes.
+            kept = torch.tensor(going, dtype=torch.long, device=device)
+            past.batch_select_indices(kept)
+            step_input_BT, mask_BT, position_BT = (
+                t.index_select(0, kept) for t in (step_input_BT, mask_BT, position_BT)
+            )
+            active = [active[position] for position in going]
+        mask_BT = torch.cat([mask_BT, torch.ones((len(active), 1), dtype=torch.long, device=device)], dim=1)
         position_BT = position_BT[:, -1:] + 1
     return [Sampled(tuple(ids[row]), tuple(logprobs[row]), finish[row] or "length") for row in range(batch)]
