@@ -39,6 +39,8 @@ class LogLevel(StrEnum):
 
 
 LEDGER_WORKER_ROLE = "rollout_worker"
+LEDGER_READER_ROLE = "rollout_reader"  # SELECT only: the dashboard's
+LEDGER_SANDBOX_ROLE = "rollout_sandbox"  # sandbox hosts': only their pool streams and host leases
 """The database role services (gateway, runner, trainer, engine, sandbox) use: it reads the ledger and writes
 it only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any table; migration 0003)."""
 
@@ -47,6 +49,8 @@ it only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any tab
 class PostgresSettings:
     url: str | None = None
     worker_url: str | None = None  # the services' URL; default: the worker role on the embedded server
+    reader_url: str | None = None  # the dashboard's; default: the reader role on the embedded server
+    sandbox_url: str | None = None  # sandbox hosts'; default: the sandbox role on the embedded server
     host: str = "127.0.0.1"
     port: int = 54329
     database: str = "rollout"
@@ -296,6 +300,28 @@ class Settings:
             return postgres.url
         login = self._embedded_login(LEDGER_WORKER_ROLE)
         return f"postgresql://{login}@{postgres.host}:{postgres.port}/{postgres.database}"
+
+    @property
+    def reader_ledger_url(self) -> str:
+        """The URL the dashboard reads with: `services.postgres.reader_url`; else, on the embedded server, the
+        read-only role (`LEDGER_READER_ROLE`); else (a server of your own) `worker_ledger_url`."""
+        return self._narrow_url(self.services.postgres.reader_url, LEDGER_READER_ROLE)
+
+    @property
+    def sandbox_ledger_url(self) -> str:
+        """The URL sandbox hosts connect with: `services.postgres.sandbox_url`; else, on the embedded server,
+        the sandbox role (`LEDGER_SANDBOX_ROLE`); else (a server of your own) `worker_ledger_url`."""
+        return self._narrow_url(self.services.postgres.sandbox_url, LEDGER_SANDBOX_ROLE)
+
+    def _narrow_url(self, given: str | None, role: str) -> str:
+        postgres = self.services.postgres
+        if given:
+            return given
+        if postgres.url or postgres.worker_url:
+            return self.worker_ledger_url
+        return (
+            f"postgresql://{self._embedded_login(role)}@{postgres.host}:{postgres.port}/{postgres.database}"
+        )
 
     @property
     def temporal_address(self) -> str:

@@ -53,7 +53,8 @@ def test_an_unknown_key_is_named_with_the_valid_ones() -> None:
     with pytest.raises(config.ConfigError) as raised:
         config.load(["services.postgres.prot=1"])
     assert str(raised.value) == (
-        "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, worker_url, host, port, database"
+        "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, worker_url, "
+        "reader_url, sandbox_url, host, port, database"
     )
 
 

@@ -1,8 +1,9 @@
 """A hypothesis state machine: leases and fences against a model of what they must allow.
 
-The model: a lease grant succeeds when nobody holds a live lease or the claimant already holds it, and
-bumps the epoch; an append under epoch e commits iff e is the lease's current epoch; the retry of a
-committed append always succeeds without writing; the stream is exactly the committed appends, gap-free.
+The model: a lease grant succeeds when nobody holds a live lease or the claimant already holds it and
+presents its secret (one that only repeats the holder's name gets nothing), and bumps the epoch; an append
+under epoch e commits iff e is the lease's current epoch; the retry of a committed append always succeeds
+without writing; the stream is exactly the committed appends, gap-free.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from rollout.ledger import Lease, Ledger, NewEvent, StaleFenceError
 
 RESOURCES = ("r0", "r1")
 HOLDERS = ("h0", "h1", "h2")
+SECRETS = {holder: f"{holder}-secret-{'s' * 32}" for holder in HOLDERS}
+IMPOSTOR = "an-impostor-who-knows-only-the-name-" + "x" * 32
 
 
 @dataclass
@@ -58,16 +61,22 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
     def stream(self, name: str) -> str:
         return f"{self.prefix}/{name}/stream"
 
-    @rule(resource=st.sampled_from(RESOURCES), holder=st.sampled_from(HOLDERS))
-    def claim(self, resource: str, holder: str) -> None:
-        lease = self.loop.run_until_complete(self.ledger.claim(self.resource(resource), holder, ttl_s=600))
+    @rule(resource=st.sampled_from(RESOURCES), holder=st.sampled_from(HOLDERS), impostor=st.booleans())
+    def claim(self, resource: str, holder: str, impostor: bool) -> None:
+        secret = IMPOSTOR if impostor else SECRETS[holder]
+        lease = self.loop.run_until_complete(
+            self.ledger.claim(self.resource(resource), holder, ttl_s=600, secret=secret)
+        )
         current = self.world.leases.get(resource)
-        grantable = current is None or not current.live or current.holder == holder
+        claimant = f"{holder} with {secret}"  # who a lease is: its holder's name and secret together
+        grantable = current is None or not current.live or current.holder == claimant
         assert (lease is not None) == grantable
         if lease is not None:
             expected_epoch = 1 if current is None else current.epoch + 1
             assert lease.epoch == expected_epoch
-            self.world.leases[resource] = LeaseModel(holder, lease.epoch, live=True)
+            self.world.leases[resource] = LeaseModel(claimant, lease.epoch, live=True)
+            if impostor:  # the rules below act as the real holders, with their secrets
+                return
             self.world.granted.setdefault((resource, holder), []).append(lease.epoch)
 
     @rule(resource=st.sampled_from(RESOURCES))
@@ -88,7 +97,7 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
             return
         epoch = data.draw(st.sampled_from(epochs))
         lease = Lease(
-            resource=self.resource(resource), holder=holder, epoch=epoch, expires_at=datetime.now(UTC)
+            self.resource(resource), holder, epoch, expires_at=datetime.now(UTC), secret=SECRETS[holder]
         )
         current = self.world.leases[resource]
         if data.draw(st.booleans()):

@@ -93,7 +93,7 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
 ) -> None:
     kind = f"shell#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "pool-0"
-    pool = SandboxPool(ledger)
+    pool = SandboxPool(ledger, SANDBOX_KEY)
     async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY):
         for forged in (  # what no server writes: a path for a name, credentials or no host in the address
             {"kind": kind, "name": "../../etc", "address": "http://127.0.0.1:9", "seats": 4},
@@ -110,6 +110,13 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
         assert again.sandbox == first.sandbox and again.epoch > first.epoch, (
             "a retried claim keeps its sandbox"
         )
+        # A writer repeating the holder's name, without the key its lease secret derives from, gets nothing.
+        with pytest.raises(NoSandboxFree, match="claimed by other episodes"):
+            await SandboxPool(ledger).claim(kind, 2, "run/a", ttl_s=30, wait_s=0.5, poll_s=0.1)
+        with pytest.raises(NoSandboxFree, match="claimed by other episodes"):
+            await SandboxPool(ledger, b"another key").claim(
+                kind, 2, "run/a", ttl_s=30, wait_s=0.5, poll_s=0.1
+            )
         with pytest.raises(NoSandboxFree, match="claimed by other episodes"):
             await pool.claim(kind, 2, "run/b", ttl_s=30, wait_s=0.5, poll_s=0.1)
         with pytest.raises(NoSandboxFree, match=re.escape(f"rollout sandbox serve --kind {kind} --seats 8")):

@@ -82,7 +82,7 @@ from rollout.sandbox import (
     SandboxPool,
     SandboxRegistration,
 )
-from rollout.sandbox.keys import claim_secret
+from rollout.sandbox.keys import claim_secret, lease_secret
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     AbandonInput,
@@ -318,7 +318,7 @@ class RunnerActivities:
         holder = f"{given.run}/{given.episode}"
         try:
             async with heartbeating():
-                claim = await SandboxPool(self.ledger).claim(
+                claim = await SandboxPool(self.ledger, self.sandbox_key).claim(
                     need.kind,
                     need.seats,
                     holder,
@@ -338,11 +338,11 @@ class RunnerActivities:
     @activity.defn(name=runner_stubs.renew_sandbox.__name__)
     async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
         """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
-        return await SandboxPool(self.ledger).renew(_claim_of(grant), ttl_s) is not None
+        return await SandboxPool(self.ledger).renew(_claim_of(self.sandbox_key, grant), ttl_s) is not None
 
     @activity.defn(name=runner_stubs.release_sandbox.__name__)
     async def release_sandbox(self, grant: SandboxGrant) -> None:
-        await SandboxPool(self.ledger).release(_claim_of(grant))
+        await SandboxPool(self.ledger).release(_claim_of(self.sandbox_key, grant))
 
     @activity.defn(name=runner_stubs.play_episode.__name__)
     async def play_episode(self, attempt: AgentAttempt) -> EpisodeResult:
@@ -465,10 +465,11 @@ def _failed(failure: Failure) -> ApplicationError:
     return ApplicationError(failure.summary, failure.to_payload(), type=failure.kind, non_retryable=True)
 
 
-def _claim_of(grant: SandboxGrant) -> SandboxClaim:
-    # Renewing and releasing match on (resource, holder, epoch); the seats and expiry play no part.
+def _claim_of(key: bytes, grant: SandboxGrant) -> SandboxClaim:
+    # Renewing and releasing match on (resource, holder, epoch, secret); the seats and expiry play no part.
     resource = sandbox_lease(grant.kind, grant.name)
-    lease = Lease(resource=resource, holder=grant.holder, epoch=grant.epoch, expires_at=datetime.now(UTC))
+    secret = lease_secret(key, resource, grant.holder)
+    lease = Lease(resource, grant.holder, grant.epoch, expires_at=datetime.now(UTC), secret=secret)
     return SandboxClaim(
         SandboxRegistration(kind=grant.kind, name=grant.name, address=grant.address, seats=0), lease
     )

@@ -92,7 +92,7 @@ def serve(
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
         names = [name] if count == 1 else [f"{name}-{i}" for i in range(count)]
         async with (
-            await Ledger.connect(settings.worker_ledger_url) as ledger,
+            await Ledger.connect(settings.sandbox_ledger_url) as ledger,
             contextlib.AsyncExitStack() as boxes,
         ):
             for each in names:

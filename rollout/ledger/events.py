@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
@@ -56,12 +56,15 @@ class Fence:
 
 @dataclass(frozen=True)
 class Lease:
-    """A granted lease. `fence` is what the holder passes to every append it makes under the lease."""
+    """A granted lease. `fence` is what the holder passes to every append it makes under the lease; `secret`
+    (never shown, never compared) is what renewing, releasing or taking it again while live must present: the
+    ledger keeps only its hash. A lease read back from the ledger (`queries.find_lease`) has none."""
 
     resource: str
     holder: str
     epoch: int
     expires_at: datetime
+    secret: str = field(default="", repr=False, compare=False)
 
     @property
     def fence(self) -> Fence:

@@ -34,6 +34,9 @@ class Lease(SQLModel, table=True):
     holder: str = Field(sa_column=Column(Text, nullable=False))
     epoch: int = Field(sa_column=Column(BigInteger, nullable=False))
     expires_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
+    # The SHA-256 of the secret its holder chose when it was granted (migration 0007): renewing, releasing or
+    # taking it again while live needs that secret.
+    secret_sha256: bytes | None = Field(default=None, sa_column=Column(LargeBinary, nullable=True))
 
 
 class Stream(SQLModel, table=True):

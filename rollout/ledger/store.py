@@ -9,8 +9,9 @@ Contract (see docs/ledger.md):
 - Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
 - Projections are updated in the append's transaction, by triggers (see the first migration).
 - Leases: every grant bumps the epoch; lease rows are never deleted, so epochs never repeat; a grant or
-  renewal lasts a day at most (the database caps it). An append holding no fence carries epoch 0 and the
-  database refuses it on a stream a lease fences.
+  renewal lasts a day at most (the database caps it). A live lease is renewed, released or granted again
+  only for its holder's secret (`Lease.secret`; the database keeps its hash). An append holding no fence
+  carries epoch 0 and the database refuses it on a stream a lease fences.
 - A lost connection is not an error the caller sees while the server comes back within `reconnect_window_s`:
   the call is repeated on a fresh connection (safe: see `_using`); after that, `LedgerUnreachableError`.
 """
@@ -19,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import timedelta
@@ -35,9 +37,14 @@ from rollout.ledger.events import Fence, Lease, NewEvent, RecordedEvent
 
 # Leases change only through the ledger's functions (migration 0003): the worker role may call them, and may
 # not UPDATE a lease row itself.
-_CLAIM = "SELECT resource, holder, epoch, expires_at FROM ledger_claim(%(resource)s, %(holder)s, %(ttl)s)"
+# Each carries the holder's secret (migration 0007): the ledger keeps its hash, and a live lease goes only to
+# whoever presents it again.
+_CLAIM = "SELECT resource, holder, epoch, expires_at FROM ledger_claim(%(resource)s, %(holder)s, %(ttl)s, %(secret)s)"
 
-_RENEW = "SELECT resource, holder, epoch, expires_at FROM ledger_renew(%(resource)s, %(holder)s, %(epoch)s, %(ttl)s)"
+_RENEW = (
+    "SELECT resource, holder, epoch, expires_at "
+    "FROM ledger_renew(%(resource)s, %(holder)s, %(epoch)s, %(ttl)s, %(secret)s)"
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +59,7 @@ type QueryParams = Sequence[Any] | Mapping[str, Any]
 _APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%b, %b, %b, %b, %b, %b)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
-_RELEASE = "SELECT ledger_release(%(resource)s, %(holder)s, %(epoch)s)"
+_RELEASE = "SELECT ledger_release(%(resource)s, %(holder)s, %(epoch)s, %(secret)s)"
 
 
 class Ledger:
@@ -224,11 +231,16 @@ class Ledger:
         row = await self._using(work)
         return row[0] if row else 0
 
-    async def claim(self, resource: str, holder: str, ttl_s: float) -> Lease | None:
-        """Take the lease on `resource` (a new, higher epoch) unless another holder's lease is live."""
-        return await self._lease_query(
-            _CLAIM, {"resource": resource, "holder": holder, "ttl": timedelta(seconds=ttl_s)}
-        )
+    async def claim(
+        self, resource: str, holder: str, ttl_s: float, *, secret: str | None = None
+    ) -> Lease | None:
+        """Take the lease on `resource` (a new, higher epoch) unless it is live: a live one only goes to the
+        same holder presenting the `secret` it was granted with. `secret` (32 characters or more) is one the
+        caller can make again, as a retried episode derives its own; without one, a fresh random one is made,
+        and only this process's `Lease` holds it."""
+        secret = secret or secrets.token_hex(32)
+        params = {"resource": resource, "holder": holder, "ttl": timedelta(seconds=ttl_s), "secret": secret}
+        return await self._lease_query(_CLAIM, params, secret)
 
     async def renew(self, lease: Lease, ttl_s: float) -> Lease | None:
         """Extend a lease we hold; None when it was taken over (its epoch moved on)."""
@@ -237,21 +249,27 @@ class Ledger:
             "holder": lease.holder,
             "epoch": lease.epoch,
             "ttl": timedelta(seconds=ttl_s),
+            "secret": lease.secret,
         }
-        return await self._lease_query(_RENEW, params)
+        return await self._lease_query(_RENEW, params, lease.secret)
 
     async def release(self, lease: Lease) -> None:
         """Let the lease go now (it stays at its epoch; the next grant bumps it)."""
-        params = {"resource": lease.resource, "holder": lease.holder, "epoch": lease.epoch}
+        params = {
+            "resource": lease.resource,
+            "holder": lease.holder,
+            "epoch": lease.epoch,
+            "secret": lease.secret,
+        }
         await self._using(lambda conn: conn.execute(_RELEASE, params))
 
-    async def _lease_query(self, query: LiteralString, params: dict[str, Any]) -> Lease | None:
+    async def _lease_query(self, query: LiteralString, params: dict[str, Any], secret: str) -> Lease | None:
 
         async def work(conn: Connection) -> Any:
             return await (await conn.execute(query, params)).fetchone()
 
         row = await self._using(work)
-        return Lease(*row) if row else None
+        return Lease(*row, secret=secret) if row else None
 
     # Read queries, for rollout.ledger.queries only: no SQL is sent to the ledger from outside this package.
     async def _fetch_all(self, query: LiteralString, params: QueryParams = ()) -> list[dict[str, Any]]:

@@ -34,7 +34,7 @@ def _guarded(render: Callable[[Monitor], None]) -> None:
         render(monitor)
     except LedgerError as error:
         st.error(
-            f"The ledger at {redact_url(monitor.settings.worker_ledger_url)} is not answering ({error}). Trying "
+            f"The ledger at {redact_url(monitor.settings.reader_ledger_url)} is not answering ({error}). Trying "
             f"again every {RETRY_S:.0f} s; `rollout status` shows the stack."
         )
         _until_the_ledger_answers(monitor)

@@ -46,7 +46,7 @@ class Monitor:
 
         async def go() -> T:
             async with await Ledger.connect(
-                self.settings.worker_ledger_url, max_size=2, reconnect_window_s=LEDGER_PATIENCE_S
+                self.settings.reader_ledger_url, max_size=2, reconnect_window_s=LEDGER_PATIENCE_S
             ) as ledger:
                 return await query(ledger)
 

@@ -14,11 +14,12 @@ Contract:
   `https://` URL with a host and no credentials, and its seats a positive count; any other is skipped (a
   claim's secret is sent to that address).
 - `claim` is idempotent by holder: a holder that already has a live claim of the kind gets that sandbox again
-  (a retried claim activity does not take a second sandbox). Otherwise it tries the sandboxes in an order
-  spread by holder, and waits (polling) while none is free; after `wait_s` it raises `NoSandboxFree`, saying
-  what to do. `open` (the caller's first contact with the server) runs inside the claim: a server that does
-  not answer gets its claim released and the next sandbox is tried; one that refuses (`open` raised anything
-  else) gets it released too, and the error is raised.
+  (a retried claim activity does not take a second sandbox), when the pool holds the sandbox key its claim's
+  lease secret derives from (`lease_secret`); a writer repeating the holder's name without it gets nothing.
+  Otherwise it tries the sandboxes in an order spread by holder, and waits (polling) while none is free;
+  after `wait_s` it raises `NoSandboxFree`, saying what to do. `open` (the caller's first contact with the
+  server) runs inside the claim: a server that does not answer gets its claim released and the next sandbox
+  is tried; one that refuses (`open` raised anything else) gets it released too, and the error is raised.
 - The holder renews its claim well inside `ttl_s`; a claim nobody renews (its holder died) expires, and the
   sandbox is claimed again. `release` frees it at once.
 """
@@ -41,6 +42,7 @@ import httpx
 from rollout.ledger import Kind, Lease, Ledger, NewEvent
 from rollout.ledger.queries import held_sandbox, live_sandbox_hosts
 from rollout.ledger.streams import sandbox_host_lease, sandbox_lease, sandbox_pool_stream
+from rollout.sandbox.keys import lease_secret
 
 
 class NoSandboxFree(RuntimeError):
@@ -70,8 +72,14 @@ class SandboxNameTaken(RuntimeError):
 
 
 class SandboxPool:
-    def __init__(self, ledger: Ledger) -> None:
+    def __init__(self, ledger: Ledger, key: bytes | None = None) -> None:
         self.ledger = ledger
+        self.key = key  # the sandbox key: episodes' claim leases take their secrets from it
+
+    def lease_secret(self, resource: str, holder: str) -> str | None:
+        """The secret of `holder`'s lease on `resource`, the same in every runner sharing the key; None (a
+        random one, this process's alone) without a key."""
+        return lease_secret(self.key, resource, holder) if self.key is not None else None
 
     async def register(self, sandbox: SandboxRegistration) -> None:
         payload = {
@@ -109,7 +117,7 @@ class SandboxPool:
             # After a pause longer than the ttl (a stalled machine) the lease lapsed: take it again if still
             # free.
             renewed = await self.ledger.renew(host, ttl_s) or await self.ledger.claim(
-                host.resource, host.holder, ttl_s
+                host.resource, host.holder, ttl_s, secret=host.secret
             )
             host = renewed or host
 
@@ -141,7 +149,9 @@ class SandboxPool:
         while True:
             fitting = [s for s in await self.registered(kind) if s.seats >= seats]
             for sandbox in await self._claim_order(kind, fitting, holder):
-                lease = await self.ledger.claim(sandbox_lease(kind, sandbox.name), holder, ttl_s)
+                resource = sandbox_lease(kind, sandbox.name)
+                secret = self.lease_secret(resource, holder)
+                lease = await self.ledger.claim(resource, holder, ttl_s, secret=secret)
                 if lease is None:
                     continue
                 claim = SandboxClaim(sandbox, lease)

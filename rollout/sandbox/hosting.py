@@ -51,7 +51,13 @@ def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:
         Endpoint(services.temporal.host, services.temporal.ui_port),
         Endpoint(services.postgres.host, services.postgres.port),
     }
-    for url in (settings.ledger_url, settings.worker_ledger_url, f"tcp://{settings.temporal_address}"):
+    ledgers = (
+        settings.ledger_url,
+        settings.worker_ledger_url,
+        settings.reader_ledger_url,
+        settings.sandbox_ledger_url,
+    )
+    for url in (*ledgers, f"tcp://{settings.temporal_address}"):
         parts = urllib.parse.urlsplit(url)
         with contextlib.suppress(ValueError):
             if parts.hostname and parts.port:

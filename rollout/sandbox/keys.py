@@ -8,6 +8,9 @@ Contract:
   so the runner derives it again on any retry and the server checks it without asking the ledger. It is never
   stored: not in the ledger, not in Temporal's history (activities derive it), not in a log (`scrub` blanks
   the `rsc-` form).
+- `lease_secret(key, resource, holder)` is the ledger secret of an episode's claim lease
+  (rollout.ledger.store): derived, like the claim's secret, so the runner that retries the episode takes the
+  sandbox again while the claim is live, and a writer that only knows the holder's name does not.
 - A secret of one epoch opens nothing under another: a zombie holder of an older claim, or a neighbour process
   that learned an epoch, cannot act.
 """
@@ -47,3 +50,8 @@ def claim_secret(key: bytes, kind: str, name: str, epoch: int, holder: str) -> s
 
 def same_secret(given: str, expected: str) -> bool:
     return hmac.compare_digest(given.encode(), expected.encode())
+
+
+def lease_secret(key: bytes, resource: str, holder: str) -> str:
+    identity = "\n".join(("lease", resource, holder)).encode()
+    return hmac.new(key, identity, hashlib.sha256).hexdigest()

@@ -22,7 +22,7 @@ from dataclasses import replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import LEDGER_WORKER_ROLE, Settings
+from rollout.config import LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE, LEDGER_WORKER_ROLE, Settings
 from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
@@ -151,9 +151,10 @@ class Stack:
         while True:
             try:
                 migrate.upgrade(self.settings.ledger_url)
-                if self.postgres is not None:  # the worker role the migrations made logs in with its password
-                    password = ledger_password(self.data_dir, LEDGER_WORKER_ROLE)
-                    migrate.set_password(self.settings.ledger_url, LEDGER_WORKER_ROLE, password)
+                if self.postgres is not None:  # the roles the migrations made log in with their passwords
+                    for role in (LEDGER_WORKER_ROLE, LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE):
+                        password = ledger_password(self.data_dir, role)
+                        migrate.set_password(self.settings.ledger_url, role, password)
                 return
             except LedgerUnreachableError:
                 if time.monotonic() > deadline:

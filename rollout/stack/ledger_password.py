@@ -1,10 +1,10 @@
 """The ledger's password goes to services in a file, never on their command lines.
 
 Contract: `password_out_of(url)` is `url` without its password, and the password (percent-decoding undone), or
-None when it holds none. `passfile_for(data_dir, url)` writes that password as a libpq password file (mode
-600, `run/ledger.pgpass` in the data directory) for the URL's user on any host, port and database, and returns
-its path (None when the URL holds no password). A service started with `PGPASSFILE` set to it and the URL
-without the password connects as before (libpq, so psycopg, reads the file), and `ps` shows no password.
+None when it holds none. `passfile_for(data_dir, *urls)` writes their passwords as a libpq password file (mode
+600, `run/ledger.pgpass` in the data directory), each for its URL's user on any host, port and database, and
+returns its path (None when no URL holds a password). A service started with `PGPASSFILE` set to it and the
+URL without the password connects as before (libpq, so psycopg, reads the file), and `ps` shows no password.
 """
 
 from __future__ import annotations
@@ -29,11 +29,15 @@ def _escaped(field: str) -> str:
     return field.replace("\\", "\\\\").replace(":", "\\:")
 
 
-def passfile_for(data_dir: Path, url: str) -> Path | None:
-    _, password = password_out_of(url)
-    if password is None:
+def passfile_for(data_dir: Path, *urls: str) -> Path | None:
+    lines = []
+    for url in urls:
+        _, password = password_out_of(url)
+        if password is not None:
+            user = unquote(urlsplit(url).username or "")
+            lines.append(f"*:*:*:{_escaped(user)}:{_escaped(password)}\n")
+    if not lines:
         return None
-    user = unquote(urlsplit(url).username or "")
     path = data_dir / "run" / PASSFILE
     path.parent.mkdir(parents=True, exist_ok=True)
     # Written whole each time (the configured password may have changed), created mode 600 and renamed into
@@ -41,6 +45,6 @@ def passfile_for(data_dir: Path, url: str) -> Path | None:
     partial = path.with_name(f".{PASSFILE}.{os.getpid()}")
     descriptor = os.open(partial, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(descriptor, "w") as handle:
-        handle.write(f"*:*:*:{_escaped(user)}:{_escaped(password)}\n")
+        handle.writelines(dict.fromkeys(lines))
     partial.replace(path)
     return path

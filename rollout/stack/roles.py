@@ -50,16 +50,25 @@ _OPTION = "--"
 
 def service_overrides(settings: Settings, *sections: str) -> list[str]:
     """`sections` of `settings` as a service is told them (`rollout.overrides`); the ledger section
-    is the services' view of it: the worker role's URL, never the owner's."""
+    is the services' view of it: the worker's, reader's and sandbox roles' URLs, never the owner's."""
     given = settings.services.postgres
-    # A server of the user's own: the URL services connect with (its worker's, else the one given). The
-    # embedded one: none, as they make its worker role's URL from its host and port.
-    worker_url = settings.worker_ledger_url if given.url or given.worker_url else None
-    if worker_url is not None:  # its password goes in a file (`Role.process`), never on a command line
-        worker_url, _ = password_out_of(worker_url)
-    postgres = replace(given, url=None, worker_url=worker_url)
+    # A server of the user's own: the URLs services connect with (its worker's, else the one given). The
+    # embedded one: none, as they make each role's URL from its host and port.
+    own = bool(given.url or given.worker_url)
+    postgres = replace(
+        given,
+        url=None,
+        worker_url=_without_password(settings.worker_ledger_url) if own else None,
+        reader_url=_without_password(settings.reader_ledger_url) if own else None,
+        sandbox_url=_without_password(settings.sandbox_ledger_url) if own else None,
+    )
     told = replace(settings, services=replace(settings.services, postgres=postgres))
     return overrides_for(told, *sections)
+
+
+def _without_password(url: str) -> str:
+    # Its password goes in a file (`Role.process`), never on a command line.
+    return password_out_of(url)[0]
 
 
 Status = Callable[[Settings, int | None, tuple[str, ...]], ServiceStatus]
@@ -81,7 +90,12 @@ class Role:
 
     def process(self, settings: Settings, import_path: list[str]) -> ManagedProcess:
         host, port = (setting_at(settings, s) for s in self.listens) if self.listens else ("127.0.0.1", None)
-        passfile = passfile_for(settings.data_path, settings.worker_ledger_url)
+        passfile = passfile_for(
+            settings.data_path,
+            settings.worker_ledger_url,
+            settings.reader_ledger_url,
+            settings.sandbox_ledger_url,
+        )
         return ManagedProcess(
             name=self.name,
             command=(

@@ -1,0 +1,116 @@
+"""Each narrow role, and each lease statement, as the party that must be refused: a writer repeating another's
+holder name gets no live lease and can neither renew nor release it; the dashboard's reader role calls no
+function; a sandbox host's role appends only to sandbox pool streams and holds only sandbox host leases."""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime
+
+import psycopg
+import pytest
+
+from rollout.config import LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE, Settings
+from rollout.ledger import Lease, Ledger, NewEvent
+from rollout.ledger.queries import find_lease, read_all
+from rollout.ledger.streams import sandbox_host_lease, sandbox_lease, sandbox_pool_stream, trainer_lease
+
+
+@pytest.fixture
+async def worker(stack_settings: Settings) -> AsyncIterator[Ledger]:
+    async with await Ledger.connect(stack_settings.worker_ledger_url) as opened:
+        yield opened
+
+
+async def test_a_live_lease_goes_only_to_its_holder_with_its_secret(worker: Ledger, stream: str) -> None:
+    resource = f"{stream}/lease"
+    held = await worker.claim(resource, "run-1/episode-1", ttl_s=60)
+    assert held is not None and held.epoch == 1 and len(held.secret) >= 32
+    # Another writer that read the holder's name and epoch from the lease table: no grant, no renewal, and a
+    # release that releases nothing.
+    impostor = Lease(held.resource, held.holder, held.epoch, held.expires_at, secret="x" * 64)
+    assert await worker.claim(resource, held.holder, ttl_s=60) is None
+    assert await worker.claim(resource, held.holder, ttl_s=60, secret="x" * 64) is None
+    assert await worker.renew(impostor, ttl_s=60) is None
+    await worker.release(impostor)
+    found = await find_lease(worker, resource)
+    assert found is not None and found.epoch == 1 and found.expires_at > datetime.now(UTC)
+    # The holder itself, presenting its secret, takes it again (a retried claim) and renews it.
+    again = await worker.claim(resource, held.holder, ttl_s=60, secret=held.secret)
+    assert again is not None and again.epoch == 2
+    assert await worker.renew(again, ttl_s=60) is not None
+    await worker.release(again)
+    # Released, it is anyone's.
+    other = await worker.claim(resource, "someone-else", ttl_s=60)
+    assert other is not None and other.epoch == 3
+
+
+async def test_a_lease_statement_without_a_secret_is_refused(stack_settings: Settings, stream: str) -> None:
+    """Called directly, as a hostile writer would: NULL or a short secret never matches a stored hash."""
+    async with await psycopg.AsyncConnection.connect(
+        stack_settings.worker_ledger_url, autocommit=True
+    ) as conn:
+        for secret in (None, "short"):
+            with pytest.raises(psycopg.errors.InvalidParameterValue, match="secret"):
+                await conn.execute(
+                    "SELECT * FROM ledger_claim(%s, 'h', interval '1 minute', %s)", (f"{stream}/x", secret)
+                )
+        with pytest.raises(psycopg.errors.UndefinedFunction):  # the old, secret-less statement is gone
+            await conn.execute("SELECT * FROM ledger_claim(%s, 'h', interval '1 minute')", (f"{stream}/x",))
+
+
+def test_each_narrow_role_logs_in_only_with_its_password(stack_settings: Settings) -> None:
+    postgres = stack_settings.services.postgres
+    for role, url in (
+        (LEDGER_READER_ROLE, stack_settings.reader_ledger_url),
+        (LEDGER_SANDBOX_ROLE, stack_settings.sandbox_ledger_url),
+    ):
+        assert url.startswith(f"postgresql://{role}:")  # the embedded server's, with its password
+        with psycopg.connect(url, connect_timeout=5) as conn:
+            assert conn.execute("SELECT session_user").fetchone() == (role,)
+        for login in (role, f"{role}:not-the-password"):
+            anyone = f"postgresql://{login}@{postgres.host}:{postgres.port}/{postgres.database}"
+            with pytest.raises(psycopg.OperationalError, match="password"):
+                psycopg.connect(anyone, connect_timeout=5, passfile="/nonexistent").close()
+
+
+async def test_the_reader_role_reads_and_calls_no_function(
+    stack_settings: Settings, ledger: Ledger, stream: str
+) -> None:
+    await ledger.append(stream, [NewEvent("a", "Test", {"n": 1})])
+    async with await Ledger.connect(stack_settings.reader_ledger_url) as reader:
+        assert [e.key for e in await read_all(reader, stream)] == ["a"]
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await reader.append(stream, [NewEvent("b", "Test", {"n": 2})])
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await reader.claim(f"{stream}/lease", "dashboard", ttl_s=30)
+    async with await psycopg.AsyncConnection.connect(
+        stack_settings.reader_ledger_url, autocommit=True
+    ) as conn:
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            await conn.execute("UPDATE run SET settings = '{}'")
+    assert [e.key for e in await read_all(ledger, stream)] == ["a"]
+
+
+async def test_the_sandbox_role_writes_only_its_pool_and_host_leases(
+    stack_settings: Settings, ledger: Ledger, stream: str
+) -> None:
+    kind = f"kind-{secrets.token_hex(4)}"
+    async with await Ledger.connect(stack_settings.sandbox_ledger_url) as host:
+        (registered,) = await host.append(
+            sandbox_pool_stream(kind), [NewEvent("s@a/1", "SandboxRegistered", {})]
+        )
+        assert registered.appended
+        hosting = await host.claim(sandbox_host_lease(kind, "s"), "http://127.0.0.1:1", ttl_s=30)
+        assert hosting is not None and await host.renew(hosting, ttl_s=30) is not None
+        await host.release(hosting)
+        # What a compromised sandbox host would try: a turn, a reward, an episode's claim, a trainer's lease.
+        for target in (f"seat/{stream}", f"run/{stream}", stream):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox pool"):
+                await host.append(target, [NewEvent("forged", "TurnRecorded", {"reward": 1.0})])
+        for resource in (sandbox_lease(kind, "s"), trainer_lease(stream)):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox host leases"):
+                await host.claim(resource, "run/episode", ttl_s=30)
+    for target in (f"seat/{stream}", f"run/{stream}", stream):
+        assert await read_all(ledger, target) == []
