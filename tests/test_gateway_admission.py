@@ -5,6 +5,7 @@ strings, a cap on a seat's turns in flight, per-seat state bounded)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import time
 import uuid
 from pathlib import Path
@@ -224,3 +225,50 @@ async def test_per_seat_state_is_bounded_and_dropped_when_the_seat_closes(
         await close_seat(ledger, seats[1][0].seat_id)
         assert (await ask(seats[1][1], first)).status_code == 410
         assert seats[1][0].seat_id not in kept, "a closed seat's state is dropped"
+
+
+async def test_a_long_observation_renders_while_the_other_seats_go_on(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    """A turn carrying a 600 kB observation takes its render (hundreds of milliseconds) off the event loop:
+    the gateway's loop keeps turning meanwhile, so every other seat's turn goes on."""
+    secret = load_secret(tmp_path / "secret")
+    _, token = await open_seat(ledger, secret, seat_id=f"long-{uuid.uuid4().hex[:8]}", agent="a")
+    words = ("alpha", "beta", "gamma", "delta", "x1", "zz9")
+    observation = " ".join(words[(n * 7) % 6] + str(n % 97) for n in range(100_000))
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_context=4096) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=60) as http,
+    ):
+
+        async def ask(text: str) -> httpx.Response:
+            body = {"messages": [{"role": "user", "content": text}], "max_tokens": 16}
+            return await http.post(f"/s/{token}/v1/chat/completions", json=body)
+
+        assert (await ask("warm the renderer up")).status_code == 200
+        gaps: list[float] = []
+        turning = True
+
+        async def ticked() -> None:
+            nonlocal turning
+            last = time.perf_counter()
+            while turning:
+                await asyncio.sleep(0.002)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        gc.freeze()  # as the gateway's process does once started (rollout.gateway.assembly)
+        ticker = asyncio.create_task(ticked())
+        started = time.perf_counter()
+        answer = await ask(observation)
+        took = time.perf_counter() - started
+        turning = False
+        await ticker
+        gc.unfreeze()
+    assert (
+        answer.status_code == 400 and "the model's context is 4096" in answer.text
+    )  # rendered, then refused
+    assert took > 0.15, f"the render took {took:.3f} s: too short to show anything"
+    assert max(gaps) < took / 3, f"the loop stalled {max(gaps):.3f} s of the turn's {took:.3f} s"

@@ -5,14 +5,19 @@ Contract:
   continues (the earlier ids verbatim, bridged to the new messages) or renders a new segment (a fresh id under
   the seat, with the conversation's opening). A prompt that leaves no room in `max_context` is a `BadRequest`;
   the turn's token budget is what the request asked for, capped by the room left.
+- `rendered_off_the_loop(...)` is `render_prompt`, on one rendering thread of its own when the request holds
+  `OFF_LOOP_CHARS` characters or more: a long observation takes its hundreds of milliseconds there, and every
+  other seat's turn goes on meanwhile. Smaller ones render in place (a thread hop would cost them more).
 - `Prepared` is a prompt rendered ahead for a seat (`Gateway.prepare`), or the `BadRequest` its rendering
   raised, kept to be raised when it is used.
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,6 +38,29 @@ class Prompt:
     started: float
     rendered_at: float
     opening: dict[str, Any] | None  # a new segment's: its conversation's opening
+
+
+OFF_LOOP_CHARS = 8192  # about 2,000 tokens: rendering takes a few milliseconds from here on, and grows fast
+# One thread: long renders wait for each other, never for the event loop, and the tokenizer is used by one
+# rendering thread at a time.
+_RENDERING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-render")
+
+
+def _characters(request: ChatRequest) -> int:
+    return sum(
+        len(m.text) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls)
+        for m in request.messages
+    )
+
+
+async def rendered_off_the_loop(
+    renderer: ModelRenderer, heads: list[Head], seat_id: str, request: ChatRequest, max_context: int
+) -> Prompt:
+    if _characters(request) < OFF_LOOP_CHARS:
+        return render_prompt(renderer, heads, seat_id, request, max_context)
+    return await asyncio.get_running_loop().run_in_executor(
+        _RENDERING, render_prompt, renderer, heads, seat_id, request, max_context
+    )
 
 
 @dataclass(frozen=True)

@@ -49,7 +49,7 @@ from rollout.engines.protocol import (
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
-from rollout.gateway.prompts import Prepared, Prompt, render_prompt
+from rollout.gateway.prompts import Prepared, Prompt, rendered_off_the_loop
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat
@@ -240,7 +240,8 @@ class Gateway:
         return prepared.prompt
 
     async def _render(self, seat: Seat, request: ChatRequest) -> Prompt:
-        return render_prompt(self.renderer, await self.heads(seat), seat.seat_id, request, self.max_context)
+        heads = await self.heads(seat)
+        return await rendered_off_the_loop(self.renderer, heads, seat.seat_id, request, self.max_context)
 
     def _sampled(
         self,
