@@ -114,3 +114,31 @@ async def test_the_sandbox_role_writes_only_its_pool_and_host_leases(
                 await host.claim(resource, "run/episode", ttl_s=30)
     for target in (f"seat/{stream}", f"run/{stream}", stream):
         assert await read_all(ledger, target) == []
+
+
+@pytest.mark.parametrize("role", [LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE])
+async def test_each_narrow_role_holds_select_and_no_change_on_every_table(
+    stack_settings: Settings, role: str
+) -> None:
+    url = (
+        stack_settings.reader_ledger_url if role == LEDGER_READER_ROLE else stack_settings.sandbox_ledger_url
+    )
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        for table in ("event", "stream", "lease", "run", "seat"):
+            for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"):
+                row = await (
+                    await conn.execute("SELECT has_table_privilege(current_user, %s, %s)", (table, privilege))
+                ).fetchone()
+                assert row == (privilege == "SELECT",), (role, table, privilege)
+        rows = await (
+            await conn.execute(
+                "SELECT p.proname FROM pg_proc p WHERE p.proname LIKE 'ledger\\_%' "
+                "AND p.prorettype <> 'trigger'::regtype AND has_function_privilege(current_user, p.oid, 'EXECUTE') "
+                "ORDER BY p.proname"
+            )
+        ).fetchall()
+    callable_by_role = [r[0] for r in rows]
+    if role == LEDGER_READER_ROLE:
+        assert callable_by_role == []
+    else:
+        assert callable_by_role == ["ledger_append", "ledger_claim", "ledger_release", "ledger_renew"]
