@@ -45,6 +45,18 @@ def test_external_services_replace_the_embedded_addresses() -> None:
         "postgresql://u:pw@db/x",
         "postgresql://w:pw2@db/x",
     )
+    # The dashboard's and sandbox hosts' URLs fall back to the workers' unless given.
+    assert given.reader_ledger_url == given.sandbox_ledger_url == "postgresql://w:pw2@db/x"
+    roles = config.load(
+        [
+            "services.postgres.reader_url=postgresql://r@db/x",
+            "services.postgres.sandbox_url=postgresql://s@db/x",
+        ]
+    )
+    assert (roles.reader_ledger_url, roles.sandbox_ledger_url) == (
+        "postgresql://r@db/x",
+        "postgresql://s@db/x",
+    )
     assert settings.temporal_address == "temporal:7233"
     assert settings.temporal_ui_url == "http://temporal-ui:8080"
 
