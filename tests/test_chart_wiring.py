@@ -3,9 +3,12 @@
 as local processes with the command, arguments and environment Kubernetes would give them (Secret values
 resolved, `$(VAR)` expanded, each pod's /data its own folder with the Secret's files in it, ConfigMaps
 mounted, Service names resolved to this machine), against a local Postgres, Temporal and an S3 server standing
-in for the cluster's. Then `rollout cluster connect`, `rollout preset load … --cluster` and a 2-step `rollout
-train … --preset NAME --cluster` with the preset read from the cluster's ledger, and a seat opened through the
-gateway's operator route with the Secret's operator key."""
+in for the cluster's. The ledger is a database of that Postgres, made as the chart's dev Postgres makes its
+own: its init script, run by the superuser with the rendered Secrets' passwords, makes the owner (no
+superuser) and the roles, so each pod migrates as the owner and serves as rollout_worker. Then `rollout
+cluster connect` (as the owner), `rollout preset load … --cluster` and a 2-step `rollout train … --preset NAME
+--cluster` with the preset read from the cluster's ledger, and a seat opened through the gateway's operator
+route with the Secret's operator key."""
 
 from __future__ import annotations
 
@@ -21,16 +24,20 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import helm_python as helm
 import httpx
+import psycopg
 import pytest
 import yaml
 from moto.server import ThreadedMotoServer
+from psycopg import sql
 
 from rollout.config import Settings
 from rollout.net import free_port
 from rollout.stack.embedded import Stack
+from rollout.stack.postgres import binaries_dir
 from rollout.stack.processes import terminate
 from rollout_testing.stacks import isolated_settings
 
@@ -40,7 +47,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "rollout"
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 RELEASE = "wiring"
-ROLES = ("gateway", "engine", "runner", "trainer")  # the Deployments started, after the migration Job
+ROLES = ("gateway", "engine", "runner", "trainer")  # the Deployments started (each migrates first)
 MICRO_PRESET = (ROOT / "rollout" / "conf" / "preset" / "cpu-micro.yaml").read_text()
 
 
@@ -75,11 +82,11 @@ class Pod:
         self,
         name: str,
         spec: dict[str, Any],
-        secret: dict[str, str],
+        secrets: dict[str, dict[str, str]],
         config_maps: dict[str, dict[str, str]],
         root: Path,
     ) -> None:
-        self.name, self.root, self.secret = name, root / name, secret
+        self.name, self.root, self.secrets = name, root / name, secrets
         self.spec = spec
         self.data = self.root / "data"
         self.data.mkdir(parents=True)
@@ -89,8 +96,9 @@ class Pod:
         for mount in container.get("volumeMounts", []):  # /data, the Secret's files in it, ConfigMaps
             volume = volumes[mount["name"]]
             if "secret" in volume:
+                key = {item["path"]: item["key"] for item in volume["secret"]["items"]}[mount["subPath"]]
                 target = self.data / Path(mount["mountPath"]).relative_to("/data")
-                target.write_text(secret[mount["subPath"]])
+                target.write_text(secrets[volume["secret"]["secretName"]][key])
                 target.chmod(0o440)
             elif "configMap" in volume:
                 folder = self.root / "mounts" / mount["mountPath"].lstrip("/")
@@ -108,8 +116,10 @@ class Pod:
         for variable in container.get("env", []):
             value = variable.get("value")
             source = variable.get("valueFrom", {})
-            if "secretKeyRef" in source:
-                value = self.secret.get(source["secretKeyRef"]["key"], "")
+            if "secretKeyRef" in source:  # a Secret the chart made, with that key (unless optional)
+                ref = source["secretKeyRef"]
+                secret = self.secrets[ref["name"]]
+                value = secret.get(ref["key"], "") if ref.get("optional") else secret[ref["key"]]
             elif "fieldRef" in source:
                 assert source["fieldRef"]["fieldPath"] == "metadata.name", source
                 value = f"{RELEASE}-{self.name}-0"
@@ -173,9 +183,54 @@ def pod_specs(objects: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return found
 
 
-def secret_of(objects: list[dict[str, Any]]) -> dict[str, str]:
-    (secret,) = [obj for obj in objects if obj["kind"] == "Secret"]
-    return {key: base64.b64decode(value or "").decode() for key, value in secret["data"].items()}
+def secrets_of(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
+    """The chart's Secrets: name -> key -> value."""
+    return {
+        obj["metadata"]["name"]: {
+            key: base64.b64decode(value or "").decode() for key, value in obj["data"].items()
+        }
+        for obj in objects
+        if obj["kind"] == "Secret"
+    }
+
+
+def make_ledger_logins(settings: Settings, database: str, secrets: dict[str, dict[str, str]]) -> None:
+    """What the dev Postgres does on its first start: the superuser makes the ledger's database and runs the
+    chart's init script in it, with each login's password from its rendered Secret."""
+    with psycopg.connect(settings.ledger_url, autocommit=True) as superuser:
+        superuser.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(database)))
+    passwords = {
+        f"LEDGER_{login.upper()}_PASSWORD": secrets[f"{RELEASE}-rollout-ledger-{login}"][key]
+        for login, key in (
+            ("owner", "databasePassword"),
+            ("worker", "workerPassword"),
+            ("reader", "readerPassword"),
+            ("sandbox", "sandboxPassword"),
+        )
+    }
+    postgres = settings.services.postgres
+    done = subprocess.run(
+        [
+            str(binaries_dir() / "psql"),
+            "-X",
+            "-q",
+            "-f",
+            str(CHART / "files" / "postgres" / "ledger-roles.sql"),
+        ],
+        env={
+            **os.environ,
+            **passwords,
+            "PGHOST": postgres.host,
+            "PGPORT": str(postgres.port),
+            "PGUSER": "postgres",
+            "PGDATABASE": database,
+            "PGPASSWORD": urlsplit(settings.ledger_url).password or "",
+        },
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
 
 
 @pytest.mark.timeout(900)
@@ -184,12 +239,14 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
 ) -> None:
     settings, s3_endpoint = services
     gateway_port, engine_port = free_port(), free_port()
+    postgres = settings.services.postgres
+    owner_url = f"postgresql://rollout@{postgres.host}:{postgres.port}/wiring"  # its password: the Secret's
     objects = render(
         {
             "model": "tiny-qwen3",
             "maxContext": 2048,
             "services": {
-                "postgres": {"url": settings.ledger_url, "dev": False},
+                "postgres": {"url": owner_url, "dev": False},
                 "temporal": {"address": settings.temporal_address, "dev": False},
                 "blobs": {"url": "s3://wiring/", "s3_endpoint": s3_endpoint, "s3_secure": False},
                 "minio": {"dev": False},
@@ -207,22 +264,37 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
     specs = pod_specs(objects)
     assert set(ROLES) <= specs.keys(), specs.keys()
     assert all(spec["initContainers"][0]["name"] == "migrate" for spec in specs.values())
-    secret = secret_of(objects)
+    secrets = secrets_of(objects)
+    make_ledger_logins(settings, "wiring", secrets)
+    owner_password = secrets[f"{RELEASE}-rollout-ledger-owner"]["databasePassword"]
     config_maps = {o["metadata"]["name"]: o["data"] for o in objects if o["kind"] == "ConfigMap"}
-    pods = {name: Pod(name, specs[name], secret, config_maps, tmp_path / "pods") for name in ROLES}
+    pods = {name: Pod(name, specs[name], secrets, config_maps, tmp_path / "pods") for name in ROLES}
     try:
         with ThreadPoolExecutor(len(ROLES)) as starting:  # pods start side by side, as Kubernetes starts them
             list(starting.map(Pod.start, pods.values()))
         for name in ROLES:
             wait_ready(pods[name])
 
+        # The pods migrated as the owner, a login of no privilege, and serve as rollout_worker.
+        with psycopg.connect(settings.ledger_url.rsplit("/", 1)[0] + "/wiring") as superuser:
+            owners = superuser.execute(
+                "SELECT DISTINCT tableowner, rolsuper FROM pg_tables JOIN pg_roles ON rolname = tableowner"
+                " WHERE schemaname = 'public'"
+            ).fetchall()
+            assert owners == [("rollout", False)]
+            serving = superuser.execute(
+                "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = 'wiring' AND usename <> 'postgres'"
+            ).fetchall()
+            assert serving and set(serving) <= {("rollout_worker",)}, serving
+
         home = tmp_path / "config"
         env = {**os.environ, "ROLLOUT_CONFIG_HOME": str(home), **pods["trainer"].env}
         env.pop("ROLLOUT_DATA_DIR")  # the CLI runs on a laptop, not in a pod
+        env["PGPASSWORD"] = owner_password  # an operator's commands use the owner's login
         key_file = tmp_path / "operator.key"
-        key_file.write_text(secret["operatorKey"])
+        key_file.write_text(secrets[f"{RELEASE}-rollout-secrets"]["operatorKey"])
         connect = [
-            *("cluster", "connect", "wiring", "--postgres-url", settings.ledger_url),
+            *("cluster", "connect", "wiring", "--postgres-url", owner_url),
             *("--temporal", settings.temporal_address, "--blobs-url", "s3://wiring/"),
             *(
                 "--s3-endpoint",

@@ -31,9 +31,35 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* Where the services are: the user's, or the chart's dev ones. */}}
+{{- define "rollout.devPostgres" -}}{{ if and (not .Values.services.postgres.url) .Values.services.postgres.dev }}true{{ end }}{{- end -}}
 {{- define "rollout.postgresUrl" -}}
 {{- if .Values.services.postgres.url -}}{{ .Values.services.postgres.url }}
 {{- else -}}postgresql://rollout@{{ include "rollout.fullname" . }}-postgres:5432/rollout{{- end -}}
+{{- end -}}
+
+{{/* The ledger's logins (.login): owner (it owns the database and migrates it: the migrate init containers
+only), worker (the services), reader (the dashboard), sandbox (sandbox hosts; none in this chart). Each has
+its own password in its own Secret; the dev Postgres's superuser (postgres) is only that pod's. */}}
+{{- define "rollout.ledgerRole" -}}{{ get (dict "worker" "rollout_worker" "reader" "rollout_reader" "sandbox" "rollout_sandbox") . }}{{- end -}}
+{{- define "rollout.ledgerUrl" -}}
+{{- $given := get .root.Values.services.postgres (printf "%s_url" .login) -}}
+{{- if eq .login "owner" -}}{{ include "rollout.postgresUrl" .root }}
+{{- else if $given -}}{{ $given }}
+{{- else -}}
+{{- /* The owner's server and database, as the login's role (and no password: that is PGPASSWORD). */ -}}
+{{- $url := urlParse (include "rollout.postgresUrl" .root) -}}
+{{- $_ := set $url "userinfo" (include "rollout.ledgerRole" .login) -}}
+{{- urlJoin $url -}}
+{{- end -}}
+{{- end -}}
+{{- define "rollout.passwordKey" -}}{{ get (dict "postgres" "postgresPassword" "owner" "databasePassword" "worker" "workerPassword" "reader" "readerPassword" "sandbox" "sandboxPassword") . }}{{- end -}}
+{{- define "rollout.passwordSecret" -}}
+{{- if .root.Values.secrets.existingSecret -}}{{ .root.Values.secrets.existingSecret }}
+{{- else if eq .login "postgres" -}}{{ include "rollout.fullname" .root }}-postgres
+{{- else -}}{{ include "rollout.fullname" .root }}-ledger-{{ .login }}{{- end -}}
+{{- end -}}
+{{- define "rollout.passwordRef" -}}
+{secretKeyRef: {name: {{ include "rollout.passwordSecret" . }}, key: {{ include "rollout.passwordKey" .login }}}}
 {{- end -}}
 {{- define "rollout.temporalAddress" -}}{{ .Values.services.temporal.address | default (printf "%s-temporal:7233" (include "rollout.fullname" .)) }}{{- end -}}
 {{- define "rollout.s3Endpoint" -}}{{ .Values.services.blobs.s3_endpoint | default (printf "%s-minio:9000" (include "rollout.fullname" .)) }}{{- end -}}
@@ -41,13 +67,32 @@ app.kubernetes.io/component: {{ .component }}
 {{- define "rollout.rayAddress" -}}ray://{{ include "rollout.fullname" . }}-ray-head-svc:10001{{- end -}}
 {{- define "rollout.engineUrl" -}}http://{{ include "rollout.fullname" . }}-engine:{{ .Values.engine.port }}{{- end -}}
 
-{{/* The settings (command-line overrides) every rollout process takes; URLs quoted for Hydra. No secret is
-among them: the database password reaches libpq as PGPASSWORD, S3 keys as AWS_*. */}}
+{{/* The ledger a process uses (.login, as above): its URL as settings, quoted for Hydra. The owner's is
+services.postgres.url; a service's is its role's setting. The dashboard reads worker_url today (reader_url once
+it reads that), so it is given its reader URL as both: either way it connects as rollout_reader. */}}
+{{- define "rollout.ledgerSettings" -}}
+{{- $url := include "rollout.ledgerUrl" . | squote -}}
+{{- if eq .login "owner" }}
+- services.postgres.url={{ $url }}
+{{- else }}
+- services.postgres.{{ .login }}_url={{ $url }}
+{{- if eq .login "reader" }}
+- services.postgres.worker_url={{ $url }}
+{{- end }}
+{{- end }}
+{{- end -}}
+{{/* Its password, as libpq reads it (PGPASSWORD): never in a URL, an argument or a ConfigMap. */}}
+{{- define "rollout.ledgerEnv" -}}
+- name: PGPASSWORD
+  valueFrom: {{ include "rollout.passwordRef" . }}
+{{- end -}}
+
+{{/* The settings (command-line overrides) every rollout process takes, less the ledger's (above); URLs
+quoted for Hydra. No secret is among them: the ledger's password reaches libpq as PGPASSWORD, S3 keys as
+AWS_*. */}}
 {{- define "rollout.settings" -}}
 - data_dir=/data
 - models_dir=/data/models
-- services.postgres.url={{ include "rollout.postgresUrl" . | squote }}
-- services.postgres.worker_url={{ include "rollout.postgresUrl" . | squote }}
 - services.temporal.address={{ include "rollout.temporalAddress" . | squote }}
 - services.blobs.url={{ .Values.services.blobs.url | squote }}
 - services.blobs.s3_endpoint={{ include "rollout.s3Endpoint" . | squote }}
@@ -60,8 +105,9 @@ among them: the database password reaches libpq as PGPASSWORD, S3 keys as AWS_*.
 {{- end }}
 {{- end -}}
 
-{{/* Before a rollout container starts: the ledger at the newest schema (idempotent; migrators take turns), and
-with .models the chart's model pulled into /data/models (`rollout models pull`: built-in ones are built). */}}
+{{/* Before a rollout container starts: the ledger at the newest schema (idempotent; migrators take turns), as
+its owner: the only containers given the owner's password; and with .models the chart's model pulled into
+/data/models (`rollout models pull`: built-in ones are built; it uses no ledger). */}}
 {{- define "rollout.initContainers" -}}
 {{- $root := .root -}}
 - name: migrate
@@ -73,8 +119,10 @@ with .models the chart's model pulled into /data/models (`rollout models pull`: 
     - --wait-s
     - "600"
     {{- include "rollout.settings" $root | nindent 4 }}
+    {{- include "rollout.ledgerSettings" (dict "root" $root "login" "owner") | nindent 4 }}
   env:
     {{- include "rollout.env" $root | nindent 4 }}
+    {{- include "rollout.ledgerEnv" (dict "root" $root "login" "owner") | nindent 4 }}
   resources:
     requests: {cpu: 100m, memory: 256Mi}
     limits: {memory: 512Mi}
@@ -101,13 +149,12 @@ with .models the chart's model pulled into /data/models (`rollout models pull`: 
 {{- end }}
 {{- end -}}
 
-{{/* The environment every rollout container gets: the ledger's password and the data directory. What only
-some components use is apart: blob store keys (`rollout.blobEnv`: engines and trainers), Tinker's key
-(`rollout.tinkerEnv`: engines and trainers), Ray's token (`rollout.rayEnv`: the engine and trainer drivers),
-the model providers' keys (`rollout.providerEnv`: the gateway, which calls external models). */}}
+{{/* The environment every rollout container gets: the data directory. What only some use is apart: the
+ledger's password of the login it uses (`rollout.ledgerEnv`), blob store keys (`rollout.blobEnv`: engines
+and trainers), Tinker's key (`rollout.tinkerEnv`: engines and trainers), Ray's token (`rollout.rayEnv`: the
+engine and trainer drivers), the model providers' keys (`rollout.providerEnv`: the gateway, which calls
+external models). */}}
 {{- define "rollout.env" -}}
-- name: PGPASSWORD
-  valueFrom: {secretKeyRef: {name: {{ include "rollout.secretName" . }}, key: databasePassword}}
 - name: ROLLOUT_DATA_DIR
   value: /data
 {{- end -}}
@@ -141,7 +188,6 @@ securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
-{{/* /data: scratch, with the seat secret and the operator key (shared by gateway and runners) from the Secret. */}}
 {{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
 engines sign their serving acks with, which the gateway checks) as its files; no component is given a key it
 does not use. */}}
