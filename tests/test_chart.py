@@ -254,7 +254,7 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
     blobs_and_tinker = {"s3AccessKey", "s3SecretKey", "tinkerApiKey"}
     expected = {
         "gateway": ledger | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
-        "runner": ledger | {"gatewaySecret"},
+        "runner": ledger | {"gatewaySecret", "sandboxKey"},
         "monitor": {"readerPassword"},
     }
     for component, keys in expected.items():
@@ -495,6 +495,25 @@ def test_no_pod_but_postgres_sees_the_superuser_password_and_none_is_written_out
     )
     env = {e["name"]: e for e in postgres["spec"]["containers"][0]["env"]}
     assert env["POSTGRES_USER"]["value"] == "postgres", "the superuser is not the ledger's owner"
+
+
+def test_one_sandbox_key_secret_is_mounted_into_the_runners_only() -> None:
+    """Runners prove sandbox claims with the key sandbox hosts check them with: every runner (and any host
+    outside the release) must hold the same one, not a key each made in its own emptyDir."""
+    objects = rendered("default")
+    holders = [name for name, secret in secrets_of(objects).items() if "sandboxKey" in secret]
+    assert holders == ["demo-rollout-sandbox-key"]
+    assert secrets_of(objects)["demo-rollout-sandbox-key"].keys() == {"sandboxKey"}
+    mounted = set()
+    for component, template in pod_templates(objects):
+        if ("demo-rollout-sandbox-key", "sandboxKey") in _secret_refs(template):
+            mounted.add(component)
+            volumes = {v["name"]: v for v in template["spec"].get("volumes", [])}
+            (container,) = template["spec"]["containers"]
+            (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/data/sandbox.key"]
+            assert volumes[mount["name"]]["secret"]["secretName"] == "demo-rollout-sandbox-key"
+            assert mount["subPath"] == "sandboxKey" and mount["readOnly"]
+    assert mounted == {"runner"}, "the trainer, the gateway and the engines have no use for it"
 
 
 def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(tmp_path: Path) -> None:

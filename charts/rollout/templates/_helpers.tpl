@@ -61,6 +61,8 @@ its own password in its own Secret; the dev Postgres's superuser (postgres) is o
 {{- define "rollout.passwordRef" -}}
 {secretKeyRef: {name: {{ include "rollout.passwordSecret" . }}, key: {{ include "rollout.passwordKey" .login }}}}
 {{- end -}}
+{{/* The sandbox key: one for the runners that claim sandboxes and the hosts that serve them. */}}
+{{- define "rollout.sandboxKeySecret" -}}{{ .Values.secrets.existingSecret | default (printf "%s-sandbox-key" (include "rollout.fullname" .)) }}{{- end -}}
 {{- define "rollout.temporalAddress" -}}{{ .Values.services.temporal.address | default (printf "%s-temporal:7233" (include "rollout.fullname" .)) }}{{- end -}}
 {{- define "rollout.s3Endpoint" -}}{{ .Values.services.blobs.s3_endpoint | default (printf "%s-minio:9000" (include "rollout.fullname" .)) }}{{- end -}}
 {{- define "rollout.gatewayUrl" -}}http://{{ include "rollout.fullname" . }}-gateway:{{ .Values.gateway.port }}{{- end -}}
@@ -189,10 +191,13 @@ securityContext:
 {{- end -}}
 
 {{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
-engines sign their serving acks with, which the gateway checks) as its files; no component is given a key it
-does not use. */}}
+engines sign their serving acks with, which the gateway checks; sandboxKey: the key runners prove sandbox claims
+with, from its own Secret) as its files; no component is given a key it does not use. */}}
 {{- define "rollout.dataMounts" -}}
 - {name: data, mountPath: /data}
+{{- if has "sandboxKey" .keys }}
+- {name: sandbox-key, mountPath: /data/sandbox.key, subPath: sandboxKey, readOnly: true}
+{{- end }}
 {{- if has "gatewaySecret" .keys }}
 - {name: keys, mountPath: /data/gateway.secret, subPath: gatewaySecret, readOnly: true}
 {{- end }}
@@ -206,15 +211,24 @@ does not use. */}}
 {{- define "rollout.dataVolumes" -}}
 - name: data
   emptyDir: {}
-{{- if .keys }}
+{{- $keys := without .keys "sandboxKey" }}
+{{- if $keys }}
 - name: keys
   secret:
     secretName: {{ include "rollout.secretName" .root }}
     defaultMode: 0440
     items:
-      {{- range .keys }}
+      {{- range $keys }}
       - {key: {{ . }}, path: {{ . }}}
       {{- end }}
+{{- end }}
+{{- if has "sandboxKey" .keys }}
+- name: sandbox-key
+  secret:
+    secretName: {{ include "rollout.sandboxKeySecret" .root }}
+    defaultMode: 0440
+    items:
+      - {key: sandboxKey, path: sandboxKey}
 {{- end }}
 {{- end -}}
 
