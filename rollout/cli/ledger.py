@@ -62,8 +62,8 @@ def migrate_ledger(
     """Create the ledger's database if needed and bring its schema to the newest migration.
 
     Safe to run from several places at once (an advisory lock makes migrators take turns), and a no-op on a
-    ledger that is current. The embedded stack runs it on `rollout up`; a cluster runs it as the chart's
-    migration Job. Connects with services.postgres.url (the owner's: it may create tables).
+    ledger that is current. The embedded stack runs it on `rollout up`; the chart's pods run it in an init
+    container. Connects with services.postgres.url (the owner's: it may create tables).
     """
     import time
 
