@@ -257,8 +257,10 @@ class LocalEngine:
             return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(group))
-        for row, result in enumerate(results):  # a row that drew nothing (no budget) never finished: settle it
-            on_finished(row, result)  # a no-op for the `sample`s settled as they finished
+        # A row that drew nothing (no budget) never finished: settle it now; a no-op for the `sample`s
+        # settled as they finished.
+        for row, result in enumerate(results):
+            on_finished(row, result)
 
     def _activate(self, model_name: str) -> None:
         if not self.adapters:
