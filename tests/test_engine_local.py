@@ -181,6 +181,18 @@ async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
             "/v1/completions", content=b"{not json", headers={"content-type": "application/json"}
         )
         assert response.status_code == 400
+        # A load or unload whose body is no JSON object with its names: a 400 in vLLM's shape, never a 500.
+        for route, body in [
+            ("/v1/load_lora_adapter", b"{not json"),
+            ("/v1/load_lora_adapter", b"[1, 2]"),
+            ("/v1/load_lora_adapter", b""),
+            ("/v1/unload_lora_adapter", b"{not json"),
+            ("/v1/unload_lora_adapter", b'"ckpt"'),
+            ("/v1/unload_lora_adapter", b"{}"),
+        ]:
+            response = await http.post(route, content=body, headers={"content-type": "application/json"})
+            assert response.status_code == 400, (route, body, response.text)
+            assert set(response.json()["error"]) == {"message", "type", "code"}, response.text
         # Its admin routes refuse what a web page can send: a foreign Host (DNS rebinding), a form post, a
         # body-less POST from another origin; what it does not serve is answered in the same shape.
         load = {"lora_name": "x", "lora_path": "/nowhere"}

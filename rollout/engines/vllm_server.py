@@ -16,10 +16,11 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
 
 Before any route: a request whose `Host` the server does not answer to (`Hosts.bound_to(host)`,
 rollout.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is refused;
-beyond it, any) → 421. Every POST route refuses a body not declared `application/json` (and a body-less one
-from a web page, by its `Origin`) with 415: a page cannot load, unload, pause or put the engine to sleep by a
-cross-origin form post. A path no route serves → 404, a method a route does not take → 405, a body over a
-limit → 413. Every error answers in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
+beyond it, any) → 421. A load or unload whose body is not a JSON object with the names it takes → 400. Every
+POST route refuses a body not declared `application/json` (and a body-less one from a web page, by its
+`Origin`) with 415: a page cannot load, unload, pause or put the engine to sleep by a cross-origin form post.
+A path no route serves → 404, a method a route does not take → 405, a body over a limit → 413. Every error
+answers in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import json
 import time
 import uuid
 from collections.abc import AsyncIterator
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -87,6 +88,17 @@ def _refused(path: str, status: int, message: str) -> JSONResponse:
 
 class _BadRequest(ValueError):
     pass
+
+
+async def _json_object(request: Request) -> dict[str, Any]:
+    """The request's body, which must be a JSON object."""
+    try:
+        body = await request.json()
+    except ValueError as error:
+        raise _BadRequest("the body is not valid JSON") from error
+    if not isinstance(body, dict):
+        raise _BadRequest("the body must be a JSON object")
+    return cast(dict[str, Any], body)
 
 
 def _field[T](body: dict[str, Any], name: str, kind: type[T] | tuple[type, ...], default: Any) -> Any:
@@ -243,14 +255,12 @@ def build_app(engine: ServedEngine, *, host: str = "127.0.0.1") -> Starlette:
                 503, "Generation is paused. Please retry after it resumes.", "ServiceUnavailableError"
             )
         try:
-            body = await request.json()
-            if not isinstance(body, dict):
-                raise _BadRequest("the body must be a JSON object")
+            body = await _json_object(request)
             sample_request = _sample_request(body, engine)
         except _BadRequest as error:
             return _error(400, str(error))
-        except ValueError:
-            return _error(400, "the body is not valid JSON")
+        except ValueError as error:  # a field that does not convert (a stop token id that is no number)
+            return _error(400, f"the body does not describe a completion: {error}")
         if body.get("stream"):
             return await _streamed(engine, body, sample_request)
         try:
@@ -288,7 +298,10 @@ def build_app(engine: ServedEngine, *, host: str = "127.0.0.1") -> Starlette:
         )
 
     async def load_lora(request: Request) -> Response:
-        body = await request.json()
+        try:
+            body = await _json_object(request)
+        except _BadRequest as error:
+            return _error(400, str(error))
         name, path = body.get("lora_name"), body.get("lora_path")
         if not isinstance(name, str) or not isinstance(path, str):
             return _error(400, "'lora_name' and 'lora_path' are required strings")
@@ -299,12 +312,18 @@ def build_app(engine: ServedEngine, *, host: str = "127.0.0.1") -> Starlette:
         return Response(f"Success: LoRA adapter '{name}' added successfully.")
 
     async def unload_lora(request: Request) -> Response:
-        body = await request.json()
         try:
-            await engine.unload(str(body.get("lora_name")))
+            body = await _json_object(request)
+        except _BadRequest as error:
+            return _error(400, str(error))
+        name = body.get("lora_name")
+        if not isinstance(name, str):
+            return _error(400, "'lora_name' is a required string")
+        try:
+            await engine.unload(name)
         except KeyError as error:
             return _error(404, str(error.args[0]), "NotFoundError")
-        return Response(f"Success: LoRA adapter '{body.get('lora_name')}' removed successfully.")
+        return Response(f"Success: LoRA adapter '{name}' removed successfully.")
 
     async def sleep(request: Request) -> Response:
         await engine.sleep()
