@@ -12,6 +12,11 @@ Contract:
 - `HostGuard(app, hosts=, error=)` is ASGI middleware: a request whose Host `hosts` does not allow (no Host
   included) is answered 421 by `error(path, 421, message)`, in the app's own error shape, before any route
   sees it.
+- `BearerKey(app, key=, error=, open_paths=, named=)` is ASGI middleware: a request to any path but
+  `open_paths` (`/health` by default) that does not carry `Authorization: Bearer <key>` is answered 401 by
+  `error(path, 401, message)` with `WWW-Authenticate: Bearer`, before any route sees it (an unknown path too:
+  what is served is not told to whoever holds no key). The key is compared in constant time (SHA-256 digests
+  of both, as vLLM's own `--api-key` check does, so not even its length is told).
 - `json_body_refusal(headers)` says why a request's body may not be read as JSON, or None: a body whose
   Content-Type is not `application/json` (parameters such as `; charset=utf-8` allowed), or has none. An
   empty body passes whatever it is declared (clients POST `/sleep` so, aiohttp as
@@ -24,6 +29,8 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import ipaddress
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -99,6 +106,51 @@ class HostGuard:
                     "by one of those names (a proxy in front of it must pass one on)"
                 )
                 await self.error(scope["path"], 421, message)(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
+def bearer_key(headers: Mapping[str, str]) -> str | None:
+    """The key of an `Authorization: Bearer <key>` header (the scheme in any case); None without one."""
+    scheme, _, key = headers.get("authorization", "").strip().partition(" ")
+    if scheme.lower() != "bearer":
+        return None
+    return key.strip() or None
+
+
+def same_key(given: str, key: str) -> bool:
+    """Whether `given` is `key`, in time that tells nothing of either (their digests are compared)."""
+    return hmac.compare_digest(hashlib.sha256(given.encode()).digest(), hashlib.sha256(key.encode()).digest())
+
+
+class BearerKey:
+    """ASGI middleware: refuses (401) a request without `Authorization: Bearer <key>`, but to `open_paths`."""
+
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        key: str,
+        error: ErrorResponse,
+        open_paths: frozenset[str] = frozenset({"/health"}),
+        named: str = "this server's key",
+    ) -> None:
+        if not key:
+            raise ValueError("a server's key may not be empty: every route it guards would be open")
+        self.app, self.key, self.error, self.open_paths, self.named = app, key, error, open_paths, named
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"] not in self.open_paths:
+            given = bearer_key(Headers(scope=scope))
+            if given is None or not same_key(given, self.key):
+                message = (
+                    f"send {self.named} as `Authorization: Bearer <key>`"
+                    if given is None
+                    else f"the key sent is not {self.named}"
+                )
+                response = self.error(scope["path"], 401, message)
+                response.headers["www-authenticate"] = "Bearer"
+                await response(scope, receive, send)
                 return
         await self.app(scope, receive, send)
 

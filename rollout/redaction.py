@@ -1,13 +1,13 @@
 """Secrets out of text: what a service writes to its log, an error recorded in the ledger, a status line.
 
 Contract:
-- `scrub(text)` replaces with `***`: every seat token (`rs-` + 40 hex), sandbox claim secret (`rsc-` + 40 hex)
-  and operator key (`ro-` + 48 hex), however they appear (a base URL's `/s/TOKEN`, a header, a message); the
-  password of every URL (`scheme://user:PASSWORD@host`); and the value of every secret registered with
-  `register_secret` or found in the environment under a secret's name (`*_API_KEY`, `*_SECRET`,
-  `*_SECRET_KEY`, `*_SECRET_ACCESS_KEY`, `*_TOKEN`, `*PASSWORD`, `PGPASSWORD`, `*_PRIVATE_KEY`,
-  `*_CREDENTIALS`, `SSH_AUTH_SOCK`, `DATABASE_URL`, ...; values of at least `MIN_SECRET_LENGTH` characters, so
-  a short word is never blanked out everywhere).
+- `scrub(text)` replaces with `***`: every seat token (`rs-` + 40 hex), sandbox claim secret (`rsc-` + 40
+  hex), operator key (`ro-` + 48 hex) and engine API key (`re-` + 64 hex), however they appear (a base URL's
+  `/s/TOKEN`, a header, a message); the password of every URL (`scheme://user:PASSWORD@host`); and the value
+  of every secret registered with `register_secret` or found in the environment under a secret's name
+  (`*_API_KEY`, `*_SECRET`, `*_SECRET_KEY`, `*_SECRET_ACCESS_KEY`, `*_TOKEN`, `*PASSWORD`, `PGPASSWORD`,
+  `*_PRIVATE_KEY`, `*_CREDENTIALS`, `SSH_AUTH_SOCK`, `DATABASE_URL`, ...; values of at least
+  `MIN_SECRET_LENGTH` characters, so a short word is never blanked out everywhere).
 - `without_secrets(environ)` is an environment less the variables named like secrets: what a command we do not
   trust (an agent, a model's shell command) inherits.
 - `redact_url(url)` is the URL without its password (the user, host, port and path stay readable).
@@ -34,6 +34,7 @@ MIN_SECRET_LENGTH = 8
 SEAT_TOKEN = re.compile(r"(?<![A-Za-z0-9])rs-[0-9a-f]{40}(?![0-9a-f])")
 CLAIM_SECRET = re.compile(r"(?<![A-Za-z0-9])rsc-[0-9a-f]{40}(?![0-9a-f])")
 OPERATOR_KEY = re.compile(r"(?<![A-Za-z0-9])ro-[0-9a-f]{48}(?![0-9a-f])")
+ENGINE_API_KEY = re.compile(r"(?<![A-Za-z0-9])re-[0-9a-f]{64}(?![0-9a-f])")
 # scheme://user:password@host — the password runs from the colon to the '@' (in a URL a password holds '@',
 # '/' or ':' only percent-encoded).
 _URL_PASSWORD = re.compile(r"(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^\s/:@]*:)(?P<password>[^\s/@]+)(?=@)")
@@ -94,6 +95,7 @@ def scrub(text: str) -> str:
             text = text.replace(secret, MASK)
     text = SEAT_TOKEN.sub(MASK, text)
     text = OPERATOR_KEY.sub(MASK, text)
+    text = ENGINE_API_KEY.sub(MASK, text)
     text = CLAIM_SECRET.sub(MASK, text)
     return _URL_PASSWORD.sub(lambda match: match.group("head") + MASK, text)
 

@@ -18,6 +18,7 @@ from rollout.redaction import environment_secrets, redact_url, register_secret, 
 
 TOKEN = seat_token(b"k" * 32, "seat/1")
 OPERATOR = "ro-" + "ab12" * 12
+ENGINE_API_KEY = "re-" + "cd34" * 16
 
 
 @pytest.mark.parametrize(
@@ -30,6 +31,7 @@ OPERATOR = "ro-" + "ab12" * 12
         (f"Authorization: Bearer {TOKEN}", "Authorization: Bearer ***"),
         (f"x-api-key={TOKEN}&again={TOKEN}", "x-api-key=***&again=***"),
         (f"operator key {OPERATOR} refused", "operator key *** refused"),
+        (f"authorization: Bearer {ENGINE_API_KEY}", "authorization: Bearer ***"),
         ("postgresql://postgres:s3cr3t-pw@db:5432/rollout", "postgresql://postgres:***@db:5432/rollout"),
         ("cannot reach postgres://w:p%40ss@h/x: refused", "cannot reach postgres://w:***@h/x: refused"),
         ("s3://bucket/prefix and http://host:80/path", "s3://bucket/prefix and http://host:80/path"),
@@ -41,6 +43,7 @@ def test_token_shapes_and_url_passwords_are_blanked(text: str, kept: str) -> Non
     scrubbed = scrub(text)
     assert scrubbed.startswith(kept)
     assert (TOKEN not in scrubbed and OPERATOR not in scrubbed) or scrubbed == text
+    assert ENGINE_API_KEY not in scrubbed
     assert "s3cr3t-pw" not in scrubbed and "p%40ss" not in scrubbed
 
 
