@@ -15,10 +15,11 @@ from pathlib import Path
 import pytest
 
 from rollout.blobs import FileBlobStore
+from rollout.engines.protocol import EngineError
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS
-from rollout.serving import ServingAck, ServingTarget
+from rollout.serving import ServingAck, ServingTarget, load_engine_api_key
 from rollout.training.checkpoints import CheckpointFile
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
@@ -68,7 +69,7 @@ async def test_a_follower_hot_loads_and_unloads_the_adapters_of_an_engine_it_did
     name = f"followed-{run}"
     cluster.follower(name, url, "--kind", "local", "--run", run)
     store = FileBlobStore(cluster.root / "blobs")
-    engine = VLLMEngine(url, name=name)
+    engine = VLLMEngine(url, api_key=load_engine_api_key(cluster.root), name=name)
     try:
         for version in (1, 2, 3):
             checkpoint = f"{policy}-{version}"
@@ -136,7 +137,7 @@ async def test_engine_serve_kind_vllm_runs_vllm_as_its_child_follows_it_and_stop
     name = f"vllm-{run}"
     path = f"{bin_dir}{os.pathsep}{os.environ['PATH']}"
     service, url = cluster.vllm_engine(name, env={"PATH": path, "ROLLOUT_DATA_DIR": str(cluster.root)})
-    engine = VLLMEngine(url, name=name)
+    engine = VLLMEngine(url, api_key=load_engine_api_key(cluster.root), name=name)
     store = FileBlobStore(cluster.root / "blobs")
     try:
         # The follower in `engine serve` serves every run's checkpoints; this one's is what the test
@@ -154,6 +155,13 @@ async def test_engine_serve_kind_vllm_runs_vllm_as_its_child_follows_it_and_stop
 
         await wait_for(acked, 120, f"the follower beside vLLM to ack {checkpoint}")
         assert checkpoint in await engine.models(), "vLLM (the fake) hot-loaded the adapter"
+        # vLLM got the engine API key in its environment (the fake checks it), and demands it.
+        keyless = VLLMEngine(url, api_key=None)
+        try:
+            with pytest.raises(EngineError, match="401"):
+                await keyless.models()
+        finally:
+            await keyless.close()
     finally:
         await engine.close()
     service.stop()

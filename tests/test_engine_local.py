@@ -1,8 +1,10 @@
-"""The local engine over real HTTP, driven by the same client that drives vLLM."""
+"""The local engine over real HTTP, driven by the same client that drives vLLM; and refusing, on every route
+but /health, whoever does not hold the engine API key."""
 
 from __future__ import annotations
 
 import asyncio
+import secrets
 import threading
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,10 +15,15 @@ import torch
 import uvicorn
 
 from rollout.engines.local import LocalEngine
-from rollout.engines.protocol import CheckpointNotServed, EngineUnavailable, SampleRequest
+from rollout.engines.protocol import CheckpointNotServed, EngineError, EngineUnavailable, SampleRequest
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
 from rollout.net import free_port
+from rollout.serving import engine_api_key
+
+ENGINE_KEY = secrets.token_hex(32).encode()  # as DATA_DIR/engine.key holds it
+API_KEY = engine_api_key(ENGINE_KEY)
+KEYED = {"authorization": f"Bearer {API_KEY}"}
 
 
 @pytest.fixture(scope="module")
@@ -28,7 +35,7 @@ def engine(tiny_qwen3: str) -> LocalEngine:
 def server_url(engine: LocalEngine) -> Iterator[str]:
     port = free_port()
     server = uvicorn.Server(
-        uvicorn.Config(build_app(engine), host="127.0.0.1", port=port, log_level="warning")
+        uvicorn.Config(build_app(engine, api_key=API_KEY), host="127.0.0.1", port=port, log_level="warning")
     )
     thread = threading.Thread(target=server.run, daemon=True)
     thread.start()
@@ -43,7 +50,7 @@ def server_url(engine: LocalEngine) -> Iterator[str]:
 
 @pytest.fixture
 async def client(server_url: str) -> AsyncIterator[VLLMEngine]:
-    engine_client = VLLMEngine(server_url, name="local")
+    engine_client = VLLMEngine(server_url, api_key=API_KEY, name="local")
     yield engine_client
     await engine_client.close()
 
@@ -173,7 +180,7 @@ async def test_requests_past_the_queue_bound_are_refused_as_unavailable(engine: 
 async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
     import httpx
 
-    async with httpx.AsyncClient(base_url=server_url) as http:
+    async with httpx.AsyncClient(base_url=server_url, headers=KEYED) as http:
         response = await http.post("/v1/completions", json={"prompt": "x", "max_tokens": "many"})
         assert response.status_code == 400
         assert response.json()["error"]["message"] == "'max_tokens' has the wrong type"
@@ -216,7 +223,7 @@ async def test_bad_requests_get_vllm_shaped_errors(server_url: str) -> None:
 
 
 async def test_an_unreachable_engine_is_unavailable_not_an_error() -> None:
-    unreachable = VLLMEngine(f"http://127.0.0.1:{free_port()}")
+    unreachable = VLLMEngine(f"http://127.0.0.1:{free_port()}", api_key=API_KEY)
     with pytest.raises(EngineUnavailable):
         await unreachable.sample(SampleRequest((1, 2, 3), max_tokens=2))
     assert await unreachable.health() is False
@@ -291,3 +298,90 @@ async def test_a_finished_row_leaves_its_batch_and_its_caller_is_answered_then(e
     await asyncio.sleep(0.2)  # the batcher counts a batch once its last row is answered
     assert engine.batches_run - before == 1, "both shared one batch"
     assert done["short"] < done["long"], "the short request was answered when it finished, not with the batch"
+
+
+async def test_every_route_but_health_refuses_whoever_lacks_the_engine_api_key(
+    engine: LocalEngine, client: VLLMEngine, server_url: str, tmp_path: Path
+) -> None:
+    """Whoever reaches the port without the key (a process of another user, a page through a tunnel, an agent
+    holding a seat token, a leaked ack-signing key) is refused before any route acts: it cannot swap the
+    weights served under a checkpoint's name, unload them, pause the engine or put it to sleep, or sample."""
+    import httpx
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from rollout.engines.protocol import CheckpointRef
+    from rollout.gateway.seats import seat_token
+
+    def adapter(seed: int) -> str:
+        torch.manual_seed(seed)
+        base = AutoModelForCausalLM.from_pretrained(engine.model_path)
+        config = LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"], init_lora_weights=False)
+        get_peft_model(base, config).save_pretrained(str(tmp_path / f"adapter-{seed}"))
+        return str(tmp_path / f"adapter-{seed}")
+
+    served, swapped = adapter(1), adapter(2)
+    await client.load(CheckpointRef("ckpt-real", served))
+    ids = prompt(engine, "hi")
+    before = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="ckpt-real"))
+    attackers = {
+        "no key": {},
+        "a wrong key": {"authorization": f"Bearer {engine_api_key(secrets.token_bytes(32))}"},
+        "the key and more": {"authorization": f"Bearer {API_KEY}0"},
+        "a seat token": {"authorization": f"Bearer {seat_token(secrets.token_bytes(32), 'seat/1')}"},
+        "the ack-signing key": {"authorization": f"Bearer {ENGINE_KEY.decode()}"},
+        "the key, not as a bearer": {"authorization": f"Basic {API_KEY}", "x-api-key": API_KEY},
+    }
+    completion = {"model": "ckpt-real", "prompt": list(ids), "max_tokens": 2}
+    try:
+        async with httpx.AsyncClient(base_url=server_url) as http:
+            for who, headers in attackers.items():
+                asked = [
+                    await http.post(
+                        "/v1/load_lora_adapter",
+                        json={"lora_name": "ckpt-real", "lora_path": swapped},
+                        headers=headers,
+                    ),
+                    await http.post(
+                        "/v1/unload_lora_adapter", json={"lora_name": "ckpt-real"}, headers=headers
+                    ),
+                    await http.post("/v1/completions", json=completion, headers=headers),
+                    await http.post("/sleep", params={"level": "1"}, headers=headers),
+                    await http.post("/pause", headers=headers),
+                    await http.post("/wake_up", headers=headers),
+                    await http.post("/resume", headers=headers),
+                    await http.get("/v1/models", headers=headers),
+                    await http.get("/is_sleeping", headers=headers),
+                    await http.get("/is_paused", headers=headers),
+                    await http.post("/collective_rpc", json={}, headers=headers),  # served or not: untold
+                ]
+                for refused in asked:
+                    assert refused.status_code == 401, (who, refused.request.url, refused.text)
+                    assert refused.headers["www-authenticate"] == "Bearer"
+                    error = refused.json()["error"]
+                    assert (error["type"], error["code"]) == ("UnauthorizedError", 401), (who, error)
+                    assert API_KEY not in refused.text
+            assert (await http.get("/health")).status_code == 200, "a probe needs no key"
+            # The same key, its scheme in another case: taken.
+            lower = {"authorization": f"bearer {API_KEY}"}
+            assert (await http.get("/is_sleeping", headers=lower)).json() == {"is_sleeping": False}
+        # Nothing the attackers asked was done: the same adapter serves under its name, awake and unpaused.
+        assert await client.models() == ["base", "ckpt-real"]
+        after = await client.sample(SampleRequest(ids, max_tokens=4, temperature=0.0, model="ckpt-real"))
+        assert after.completion_ids == before.completion_ids
+        assert after.logprobs == pytest.approx(before.logprobs, abs=1e-5)
+        # A client without the key is told why, as an engine error (not an engine that is down).
+        keyless = VLLMEngine(server_url, api_key=None)
+        try:
+            with pytest.raises(EngineError, match="API key"):
+                await keyless.load(CheckpointRef("ckpt-real", swapped))
+        finally:
+            await keyless.close()
+    finally:
+        await client.unload("ckpt-real")
+    assert await client.models() == ["base"]
+
+
+def test_an_engine_server_is_never_built_without_a_key(engine: LocalEngine) -> None:
+    with pytest.raises(ValueError, match="API key"):
+        build_app(engine, api_key="")

@@ -26,6 +26,7 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import seat_stream
 from rollout.net import free_port, serving
 from rollout.rendering import ModelRenderer
+from rollout.serving import load_engine_api_key
 from rollout.stack.processes import wait_for_http
 from rollout_testing.tinker_service import FakeTinkerState, build_app, register_sampler, sampler_path
 from tests.gatewayutil import serve_gateway
@@ -192,6 +193,7 @@ async def test_engine_serve_kind_tinker_speaks_vllms_dialect(
         "--port",
         str(port),
         f"models_dir={models_dir}",
+        f"data_dir={tmp_path}",
     ]
     no_key = await asyncio.to_thread(
         subprocess.run, argv, capture_output=True, text=True, timeout=120, env=_without_tinker_key()
@@ -201,7 +203,7 @@ async def test_engine_serve_kind_tinker_speaks_vllms_dialect(
     server = await asyncio.to_thread(
         subprocess.Popen, argv, env={**_without_tinker_key(), "TINKER_API_KEY": KEY}
     )
-    client = VLLMEngine(f"http://127.0.0.1:{port}", name="tinker")
+    client = VLLMEngine(f"http://127.0.0.1:{port}", api_key=load_engine_api_key(tmp_path), name="tinker")
     try:
         await asyncio.to_thread(wait_for_http, f"http://127.0.0.1:{port}/health", server)
         sampled = await client.sample(SampleRequest((1, 2, 3), max_tokens=3, temperature=0.0))

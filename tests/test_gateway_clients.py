@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -276,10 +277,12 @@ async def test_an_engine_that_is_down_gives_503_then_recovers(
     from rollout.engines.vllm_client import VLLMEngine
     from rollout.engines.vllm_server import build_app
     from rollout.net import free_port
+    from rollout.serving import engine_api_key
 
     _, token = seat
     port = free_port()
-    engine = VLLMEngine(f"http://127.0.0.1:{port}")  # nothing listens there yet
+    api_key = engine_api_key(secrets.token_bytes(32))  # the engine's key: the gateway reaches it with it
+    engine = VLLMEngine(f"http://127.0.0.1:{port}", api_key=api_key)  # nothing listens there yet
     body = {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
     async with (
         serve_gateway(ledger, renderer, engine, wait_s=0.2) as running,
@@ -291,7 +294,9 @@ async def test_an_engine_that_is_down_gives_503_then_recovers(
         # The engine comes up on its address: the next turn goes through, nothing restarted.
         local = LocalEngine(tiny_qwen3, device="cpu")
         server = uvicorn.Server(
-            uvicorn.Config(build_app(local), host="127.0.0.1", port=port, log_level="warning")
+            uvicorn.Config(
+                build_app(local, api_key=api_key), host="127.0.0.1", port=port, log_level="warning"
+            )
         )
         serving = asyncio.create_task(server.serve())
         try:

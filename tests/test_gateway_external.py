@@ -26,7 +26,7 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, run_stream, seat_stream
 from rollout.net import free_port
 from rollout.rendering import ModelRenderer
-from rollout.serving import Served, ServingAck
+from rollout.serving import Served, ServingAck, engine_api_key
 from tests.gatewayutil import serve_gateway, tool_loop_script
 
 
@@ -122,8 +122,11 @@ async def test_a_forged_serving_ack_brings_no_prompt_to_the_url_it_names(ledger:
     rogue, wrong_key, real = (f"http://127.0.0.1:9/{name}-{run}" for name in ("rogue", "wrong", "real"))
     for sent in (ack(rogue), ack(wrong_key).signed(secrets.token_bytes(32)), ack(real).signed(key)):
         await ledger.append_one(SERVING_ACKS, NewEvent(f"{sent.url}/1", Kind.SERVING_ACK, sent.to_payload()))
-    routes = Routes(ledger, [], connect=lambda url, name: VLLMEngine(url, name=name), ack_key=key)
+    api_key = engine_api_key(key)
+    routes = Routes(
+        ledger, [], connect=lambda url, name: VLLMEngine(url, api_key=api_key, name=name), ack_key=key
+    )
     reached = {getattr(slot.engine, "base_url", None) for slot in await routes.slots(fresh=True)}
     assert real in reached and rogue not in reached and wrong_key not in reached
-    unkeyed = Routes(ledger, [], connect=lambda url, name: VLLMEngine(url, name=name))
+    unkeyed = Routes(ledger, [], connect=lambda url, name: VLLMEngine(url, api_key=api_key, name=name))
     assert not await unkeyed.slots(fresh=True), "without a key, no engine is known by its ack alone"

@@ -7,8 +7,11 @@ in their environment.
 - Every service the stack starts listens on loopback only, as every default says.
 - Listening beyond loopback (`rollout gateway --host 0.0.0.0`), the operator routes need the operator key as
   well.
-- No seat token, operator key, gateway secret, API key or database password appears in any service's log, any
-  ledger payload, key or projection, or any command's output but the one that hands a seat's key out.
+- The stack's engine answers only the engine API key (the gateway's, its follower's, `rollout status`'s): not
+  a request without it, nor one with the operator key or a seat token.
+- No seat token, operator key, engine key, gateway secret, API key or database password appears in any
+  service's log, any ledger payload, key or projection, or any command's output but the one that hands a
+  seat's key out; none is on any command line.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_stream
 from rollout.net import free_port
+from rollout.serving import load_engine_api_key
 from rollout.stack.embedded import Stack
 from rollout.stack.postgres import EmbeddedPostgres
 from rollout.stack.processes import wait_for_http
@@ -220,7 +224,7 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
     assert inspect.signature(sandbox_cli.serve).parameters["host"].default == "127.0.0.1"
     for command in (gateway_cli.gateway, engine_cli.serve):  # their host is the settings' (loopback, above)
         assert inspect.signature(command).parameters["host"].default is None, command
-    assert VLLMLaunch("m", port=1, served_name="base").host == "127.0.0.1"
+    assert VLLMLaunch("m", port=1, served_name="base", api_key="re-x").host == "127.0.0.1"
 
     session = stack_settings.services
     postgres = EmbeddedPostgres(stack_settings.data_path, session.postgres.host, session.postgres.port).pid()
@@ -349,11 +353,46 @@ def test_beyond_loopback_the_gateways_operator_routes_need_the_key(secure: Secur
     assert "operator routes need the key in" in log.read_text()
 
 
+def test_the_stacks_engine_answers_only_the_engine_api_key(secure: SecureStack) -> None:
+    """A process of another user on the machine, or a page through a tunnel, reaches the engine's port:
+    without the engine API key it loads no adapter, puts the engine to sleep or samples on it, whatever key it
+    sends; the gateway's turns and `rollout status` (which sends the key) still reach it."""
+    engine_url = f"http://127.0.0.1:{secure.settings.services.gateway.engine_port}"
+    key = load_engine_api_key(secure.settings.data_path)
+    with httpx.Client(base_url=secure.url, timeout=120) as client:
+        seat = _new_seat(secure, client, agent="engine-attacker")
+        _turn(client, seat["base_url"], seat["api_key"], "through the gateway")
+    with httpx.Client(base_url=engine_url, timeout=60) as engine:
+        for headers in (
+            {},
+            {"authorization": f"Bearer {secure.operator_key}"},
+            {"authorization": f"Bearer {seat['api_key']}"},
+        ):
+            loaded = engine.post(
+                "/v1/load_lora_adapter", json={"lora_name": "base-2", "lora_path": "/tmp"}, headers=headers
+            )
+            assert loaded.status_code == 401, loaded.text
+            assert engine.post("/sleep", headers=headers).status_code == 401
+            sampled = engine.post(
+                "/v1/completions", json={"prompt": [1, 2], "max_tokens": 1}, headers=headers
+            )
+            assert sampled.status_code == 401
+        assert engine.get("/health").status_code == 200
+        keyed = engine.get("/is_sleeping", headers={"authorization": f"Bearer {key}"})
+        assert keyed.json() == {"is_sleeping": False}
+    status = json.loads(_rollout("status", "--json", *secure.overrides, check=False).stdout)
+    (probed,) = [s for s in status["services"] if s["name"] == "engine"]
+    assert probed["detail"].startswith("serving "), probed
+
+
 def _all_secrets(secure: SecureStack) -> dict[str, str]:
-    """Every secret of the stack, named for the failure message: the operator key, the seat secret, passwords,
-    API keys, and the token of every seat opened (by hand, through the operator routes, by the runner)."""
+    """Every secret of the stack, named for the failure message: the operator key, the engine key and the
+    engine API key, the seat secret, passwords, API keys, and the token of every seat opened (by hand, through
+    the operator routes, by the runner)."""
     found = {
         "operator key": secure.operator_key,
+        "engine key": (secure.settings.data_path / "engine.key").read_text().strip(),
+        "engine API key": load_engine_api_key(secure.settings.data_path),
         "gateway secret (hex)": secure.seat_secret.hex(),
         **{f"password {i}": password for i, password in enumerate(secure.passwords)},
         **{f"API key {i}": key for i, key in enumerate(secure.api_keys)},

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import secrets
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
@@ -36,6 +37,7 @@ from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpo
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from rollout.rl.losses import LossConfig
+from rollout.serving import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
@@ -78,7 +80,8 @@ async def training_loop(
     queue, trainer_queue = f"runner-{uuid.uuid4().hex[:8]}", f"trainer-{uuid.uuid4().hex[:8]}"
     store = FileBlobStore(scratch / "blobs")
     engine = LocalEngine(model, device="cpu")
-    async with serving(build_engine_app(engine)) as engine_url:
+    api_key = engine_api_key(secrets.token_bytes(32))  # the gateway's engine client holds the engine's key
+    async with serving(build_engine_app(engine, api_key=api_key)) as engine_url:
         follower = ServingFollower(
             ledger,
             engine,
@@ -96,7 +99,7 @@ async def training_loop(
         )
         following = asyncio.create_task(follower.run())
         renderer = ModelRenderer(AutoTokenizer.from_pretrained(model), "qwen3")
-        engine_client = VLLMEngine(engine_url, name="engine-a")
+        engine_client = VLLMEngine(engine_url, api_key=api_key, name="engine-a")
         routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
         gateway = Gateway(
             ledger,

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import math
 import os
+import secrets
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -45,6 +46,7 @@ from rollout.rendering import ModelRenderer
 from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import LossConfig
 from rollout.rl.segments import TrainingSegment
+from rollout.serving import engine_api_key
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
@@ -211,7 +213,8 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
     tokenizer = AutoTokenizer.from_pretrained(tiny_qwen3)
     async with fake_tinker(tiny_qwen3, tmp_path) as (url, state):
         engine = TinkerEngine(BASE_MODEL, base_url=url, api_key=KEY, tokenizer=tokenizer)
-        async with serving(build_engine_app(engine)) as engine_url:
+        api_key = engine_api_key(secrets.token_bytes(32))
+        async with serving(build_engine_app(engine, api_key=api_key)) as engine_url:
             follower = ServingFollower(
                 ledger,
                 engine,
@@ -222,7 +225,7 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
                 tmp_path / "cache",
             )
             following = asyncio.create_task(follower.run())
-            engine_client = VLLMEngine(engine_url, name="engine-tinker")
+            engine_client = VLLMEngine(engine_url, api_key=api_key, name="engine-tinker")
             routes = Routes(ledger, [EngineSlot(engine_client)], refresh_s=0.1)
             gateway = Gateway(
                 ledger,

@@ -37,6 +37,7 @@ from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_launcher import VLLMLaunch, command, launch_for
 from rollout.engines.vllm_server import build_app
 from rollout.net import free_port, serving
+from rollout.serving import engine_api_key
 
 pytestmark = pytest.mark.timeout(420)
 
@@ -58,6 +59,8 @@ QWEN_SAMPLING_DEFAULTS = {
     "presence_penalty": 1.5,
 }
 PRESETS = sorted(p.stem for p in (ROOT / "rollout" / "conf" / "preset").glob("*.yaml"))
+API_KEY = engine_api_key(b"boundary-engine-key")
+KEYED = {"Authorization": f"Bearer {API_KEY}"}
 
 
 @dataclass
@@ -77,9 +80,9 @@ def _argvs(model: str) -> dict[str, list[str]]:
     argvs = {}
     for preset in PRESETS:
         settings = load([f"preset={preset}", "services.engine.kind=vllm"])
-        launch = launch_for(settings, model, host="127.0.0.1", port=8100, served_name="base")
+        launch = launch_for(settings, model, host="127.0.0.1", port=8100, served_name="base", api_key=API_KEY)
         argvs[preset] = command(launch)[0]
-    plain = command(VLLMLaunch(model))[0]
+    plain = command(VLLMLaunch(model, api_key=API_KEY))[0]
     argvs["refused: unknown quantization"] = [*plain, "--quantization", "no-such-method"]
     argvs["refused: rank not a choice"] = [*plain, "--max-lora-rank", "12"]
     argvs["refused: unknown flag"] = [*plain, "--no-such-flag"]
@@ -88,13 +91,17 @@ def _argvs(model: str) -> dict[str, list[str]]:
 
 async def _local_server_answers(model: str) -> list[tuple[str, str, Any]]:
     """What rollout's local engine server answers, as (what, vLLM's class, body)."""
-    client = VLLMEngine("http://unused")
+    client = VLLMEngine("http://unused", api_key=None)
     body = client._payload(SampleRequest(PROMPT, max_tokens=4, seed=1))
     answers: list[tuple[str, str, Any]] = []
     async with (
-        serving(build_app(LocalEngine(model, device="cpu"))) as url,
-        aiohttp.ClientSession(url) as http,
+        serving(build_app(LocalEngine(model, device="cpu"), api_key=API_KEY)) as url,
+        aiohttp.ClientSession(url, headers=KEYED) as http,
+        aiohttp.ClientSession(url) as keyless,
     ):
+        async with keyless.post("/v1/completions", json=body) as answer:
+            assert answer.status == 401
+            answers.append(("no key", "ErrorResponse", await answer.json()))
         async with http.post("/v1/completions", json=body) as answer:
             answers.append(("completion", "CompletionResponse", await answer.json()))
         streamed = {**body, "stream": True, "stream_options": {"include_usage": True}}
@@ -113,7 +120,7 @@ async def _local_server_answers(model: str) -> list[tuple[str, str, Any]]:
 
 @pytest.fixture(scope="module")
 async def judge(qwen_like: Path, tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> Judge:
-    client = VLLMEngine("http://unused")
+    client = VLLMEngine("http://unused", api_key=None)
     asked = {
         "argvs": _argvs(str(qwen_like)),
         "payloads": {
@@ -151,11 +158,16 @@ class StandIn:
             await asyncio.sleep(0.05)
 
     async def control(self, path: str, **query: str) -> int:
+        """POST `path` with the key (vLLM asks none there: see the key's test)."""
+        return (await self.ask("POST", path, KEYED, **query))[0]
+
+    async def ask(self, method: str, path: str, headers: dict[str, str], **query: str) -> tuple[int, Any]:
         async with (
-            aiohttp.ClientSession() as http,
-            http.post(f"{self.engine.base_url}{path}", params=query) as answer,
+            aiohttp.ClientSession(headers=headers) as http,
+            http.request(method, f"{self.engine.base_url}{path}", params=query) as answer,
         ):
-            return answer.status
+            text = await answer.text()
+            return answer.status, json.loads(text) if text.startswith("{") else text
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +192,10 @@ async def standin(
     """vLLM's app over the stand-in engine core, started with exactly the launcher's command line; it judges
     what `judge` asks before it serves."""
     port = free_port()
-    launch = VLLMLaunch(str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8, max_num_seqs=2)
-    argv, env = command(launch)
+    launch = VLLMLaunch(
+        str(qwen_like), port=port, max_model_len=2048, max_lora_rank=8, max_num_seqs=2, api_key=API_KEY
+    )
+    argv, env = command(launch)  # the key in env (VLLM_API_KEY), as the launcher gives it
     assert argv[:2] == ["vllm", "serve"]
     record = tmp_path_factory.mktemp("standin") / "requests.jsonl"
     process = await asyncio.create_subprocess_exec(
@@ -195,7 +209,7 @@ async def standin(
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
-    engine = VLLMEngine(f"http://127.0.0.1:{port}")
+    engine = VLLMEngine(f"http://127.0.0.1:{port}", api_key=API_KEY)
     try:
         deadline = time.monotonic() + 240
         while not await engine.health():
@@ -238,6 +252,24 @@ async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoin
     verdicts = judge.verdicts()
     for name, verdict in zip(judge.asked["payloads"], verdicts["payloads"], strict=True):
         assert verdict == {"ok": True, "undeclared": []}, f"{name}: {verdict}"
+
+
+async def test_vllm_takes_its_key_from_the_launchers_environment_and_checks_it_on_v1_only(
+    standin: StandIn,
+) -> None:
+    """The launcher gives vLLM the engine API key as VLLM_API_KEY, never in argv: vLLM's own middleware then
+    refuses its /v1 routes (sampling, models, LoRA loading) without it, or with another key, in its own shape.
+    Its other routes it leaves open (/sleep, /wake_up, /pause, /is_sleeping, and in dev mode /collective_rpc
+    ...): docs/serving.md says so, and what guards them (loopback, the chart's NetworkPolicy)."""
+    wrong = {"Authorization": f"Bearer {engine_api_key(b'another key')}"}
+    for headers in ({}, wrong, {"Authorization": "Bearer rs-" + "0" * 40}):
+        assert await standin.ask("GET", "/v1/models", headers) == (401, {"error": "Unauthorized"})
+        status, _ = await standin.ask("POST", "/v1/load_lora_adapter", headers)
+        assert status == 401
+    assert (await standin.ask("GET", "/v1/models", KEYED))[0] == 200
+    assert (await standin.ask("GET", "/health", {}))[0] == 200
+    # What vLLM 0.33 leaves open, whatever its key: a change here is vLLM's, and docs/serving.md must follow.
+    assert await standin.ask("GET", "/is_sleeping", {}) == (200, {"is_sleeping": False})
 
 
 async def test_what_vllm_aborts_is_never_passed_on_as_finished(standin: StandIn) -> None:
@@ -358,6 +390,6 @@ async def test_the_local_engine_server_answers_in_vllms_own_response_classes(
     class."""
     verdicts = judge.verdicts()["responses"]
     kinds = [kind for _, kind, _ in judge.asked["responses"]]
-    assert kinds.count("CompletionStreamResponse") >= 3 and kinds.count("ErrorResponse") == 2
+    assert kinds.count("CompletionStreamResponse") >= 3 and kinds.count("ErrorResponse") == 3
     for (what, kind, body), verdict in zip(judge.asked["responses"], verdicts, strict=True):
         assert verdict == {"ok": True}, f"{what} is no vLLM {kind}: {verdict}\n{body}"

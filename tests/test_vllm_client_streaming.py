@@ -150,7 +150,7 @@ REQUEST = SampleRequest((1, 2, 3), max_tokens=16, seed=5)
 async def test_chunks_arrive_as_the_server_sends_them_with_ids_and_logprobs(token_ids_field: bool) -> None:
     fake = FakeVLLM(token_ids_field=token_ids_field)
     async with serving(fake.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         stream = client.stream(REQUEST)
         fake.release(1)
         first = await asyncio.wait_for(anext(stream), 5)
@@ -170,7 +170,7 @@ async def test_chunks_arrive_as_the_server_sends_them_with_ids_and_logprobs(toke
 async def test_closing_the_stream_closes_the_connection_and_errors_are_raised() -> None:
     fake = FakeVLLM()
     async with serving(fake.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         stream = client.stream(REQUEST)
         fake.release(2)
         await anext(stream)
@@ -182,7 +182,7 @@ async def test_closing_the_stream_closes_the_connection_and_errors_are_raised() 
         failing = FakeVLLM(fail_after=2)
         failing.release(len(IDS))
         async with serving(failing.app()) as failing_url:
-            broken = VLLMEngine(failing_url)
+            broken = VLLMEngine(failing_url, api_key=None)
             with pytest.raises(EngineError, match="CUDA out of memory"):
                 _ = [chunk async for chunk in broken.stream(REQUEST)]
             await broken.close()
@@ -201,7 +201,7 @@ async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finis
     fake = FakeVLLM(finish=reason)
     fake.release(len(IDS))
     async with serving(fake.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         with pytest.raises(raised, match=reason if raised is EngineError else "aborted"):
             await client.sample(REQUEST)
         streamed: list[int] = []
@@ -216,7 +216,7 @@ async def test_a_completion_the_model_did_not_finish_is_never_passed_on_as_finis
         finished = FakeVLLM(finish="length")
         finished.release(len(IDS))
         async with serving(finished.app()) as finished_url:
-            done = VLLMEngine(finished_url)
+            done = VLLMEngine(finished_url, api_key=None)
             assert (await done.sample(REQUEST)).finish_reason == "length"
             await done.close()
         await client.close()
@@ -228,7 +228,7 @@ async def test_a_dead_engine_core_is_unavailable_not_a_refusal_of_the_request() 
     retrying it would only fail again."""
     fake = FakeVLLM(status=500)
     async with serving(fake.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         with pytest.raises(EngineUnavailable, match="EngineCore encountered an issue"):
             await client.sample(REQUEST)
         with pytest.raises(EngineUnavailable):
@@ -245,7 +245,7 @@ async def test_unloading_an_adapter_the_engine_does_not_hold_is_a_key_error() ->
     """What the follower takes as "already gone" (it unloads retired checkpoints, some of which a restarted
     vLLM never loaded)."""
     async with serving(FakeVLLM().app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         with pytest.raises(KeyError, match="gone"):
             await client.unload("gone")
         await client.close()
@@ -257,7 +257,7 @@ async def test_sleep_lets_the_requests_in_flight_finish_and_refuses_new_ones_unt
     resumes."""
     fake = FakeVLLM()
     async with serving(fake.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         await client.sleep()
         await client.wake()
         await client.close()
@@ -273,7 +273,7 @@ async def test_sleep_lets_the_requests_in_flight_finish_and_refuses_new_ones_unt
     # A sleep that fails after its pause resumes the engine: never left refusing every turn.
     failing = FakeVLLM(failing=("/sleep",))
     async with serving(failing.app()) as url:
-        client = VLLMEngine(url)
+        client = VLLMEngine(url, api_key=None)
         with pytest.raises(EngineUnavailable):
             await client.sleep()
         await client.close()

@@ -26,6 +26,7 @@ from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleReq
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_launcher import VLLMLaunch, command
 from rollout.net import free_port
+from rollout.serving import engine_api_key
 from rollout.stack.engine import has_cuda_gpu
 from scripts.gpu_check import batch_for, changed, trainer_config
 
@@ -38,6 +39,7 @@ pytestmark = [
 ]
 
 PROMPT = (151644, 872, 198, 6023, 151645, 198, 151644, 77091, 198)
+API_KEY = engine_api_key(b"gpu-test-engine-key")
 
 
 def _trained_adapter(model: str, directory: Path) -> None:
@@ -57,11 +59,18 @@ def _trained_adapter(model: str, directory: Path) -> None:
 async def vllm(tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> AsyncIterator[VLLMEngine]:
     port = free_port()
     argv, env = command(
-        VLLMLaunch(tiny_qwen3, port=port, gpu_memory_utilization=0.3, max_model_len=2048, max_lora_rank=8)
+        VLLMLaunch(
+            tiny_qwen3,
+            port=port,
+            gpu_memory_utilization=0.3,
+            max_model_len=2048,
+            max_lora_rank=8,
+            api_key=API_KEY,
+        )
     )
     log = (tmp_path_factory.mktemp("vllm") / "vllm.log").open("wb")
     server = await asyncio.create_subprocess_exec(*argv, env={**os.environ, **env}, stdout=log, stderr=log)
-    client = VLLMEngine(f"http://127.0.0.1:{port}")
+    client = VLLMEngine(f"http://127.0.0.1:{port}", api_key=API_KEY)
     try:
         deadline = time.monotonic() + 600
         while not await client.health():

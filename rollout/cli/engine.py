@@ -1,5 +1,6 @@
 """`rollout engine serve`: an inference engine over vLLM's HTTP dialect, with its serving follower.
-`rollout engine follow`: the serving follower alone, beside an engine started elsewhere (a `vllm serve`)."""
+`rollout engine follow`: the serving follower alone, beside an engine started elsewhere (a `vllm serve`).
+`rollout engine api-key`: the key every engine route but /health asks for (rollout.serving.engine_api_key)."""
 
 from __future__ import annotations
 
@@ -107,6 +108,10 @@ def serve(
     starts `vllm serve` as a child process (runtime LoRA loading and sleep mode on; services.engine.vllm_*
     shape its command line) and runs the follower beside it; stopping this command stops vLLM. For a `vllm
     serve` you started yourself, run `rollout engine follow --engine-url URL --kind vllm` beside it instead.
+
+    Every route but /health needs the engine API key (`rollout engine api-key`, derived from
+    DATA_DIR/engine.key, which the gateway shares); vLLM gets it in its environment (VLLM_API_KEY), never on
+    its command line, and checks it on its /v1 routes only (docs/serving.md).
     """
     from rollout.engines.factory import (
         SERVED_FORMATS,
@@ -118,10 +123,12 @@ def serve(
     )
     from rollout.engines.follower import FollowerConfig
     from rollout.net import port_is_free, reachable_host
-    from rollout.serving import load_engine_key
+    from rollout.serving import engine_api_key, load_engine_key
 
     settings = load_settings(overrides)
-    as_service(settings)
+    engine_key = load_engine_key(settings.data_path)
+    api_key = engine_api_key(engine_key)
+    as_service(settings, api_key)
     # What is not given is read from the settings: the embedded stack starts this command with its own.
     gateway, trainer = settings.services.gateway, settings.trainer
     kind = kind or settings.engine_kind.value
@@ -153,12 +160,12 @@ def serve(
         base=served_name,
         formats=SERVED_FORMATS[kind],
         gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
-        ack_key=load_engine_key(settings.data_path),
+        ack_key=engine_key,
     )
     if kind == "vllm":
         if shutil.which("vllm") is None:
             fail("vLLM is not installed here: `uv sync --extra vllm` (it needs a CUDA GPU)")
-        _serve_vllm(settings, model_path, host, port, served_name, follower if follow else None)
+        _serve_vllm(settings, model_path, host, port, served_name, api_key, follower if follow else None)
         return
     spec = EngineSpec(
         kind=kind,
@@ -182,6 +189,7 @@ def serve(
             engine,
             host=host,
             port=port,
+            api_key=api_key,
             follower=follower if follow else None,
             ledger_url=settings.worker_ledger_url,
             store=lambda: blob_store(settings),
@@ -197,12 +205,13 @@ def _serve_vllm(
     host: str,
     port: int,
     served_name: str,
+    api_key: str,
     follower: FollowerConfig | None,
 ) -> None:
     from rollout.engines.vllm_launcher import launch_for
     from rollout.engines.vllm_process import VLLMStartError, serve_vllm
 
-    launch = launch_for(settings, model_path, host=host, port=port, served_name=served_name)
+    launch = launch_for(settings, model_path, host=host, port=port, served_name=served_name, api_key=api_key)
     log_path = settings.data_path / "logs" / f"vllm-{port}.log"
     err.print(f"starting vllm serve {model_path} on http://{host}:{port} (its output: {log_path})")
     try:
@@ -256,23 +265,27 @@ def follow(
     (the engine must read the same filesystem: run it on the engine's machine), loads them into the engine
     through vLLM's runtime LoRA endpoints, unloads those no admissible turn can use, and acks what the engine
     serves, which is how the gateway routes turns to it. Stop it with Ctrl-C; the engine keeps serving.
+    It sends the engine API key of DATA_DIR/engine.key: start your `vllm serve` with it in its environment,
+    `VLLM_API_KEY="$(rollout engine api-key)" vllm serve …`, not among its arguments.
     """
     from urllib.parse import urlsplit
 
     from rollout.engines.factory import SERVED_FORMATS, follow_forever
     from rollout.engines.follower import FollowerConfig
     from rollout.engines.vllm_client import VLLMEngine
-    from rollout.serving import load_engine_key
+    from rollout.serving import engine_api_key, load_engine_key
 
     settings = load_settings(overrides)
-    as_service(settings)
+    engine_key = load_engine_key(settings.data_path)
+    api_key = engine_api_key(engine_key)
+    as_service(settings, api_key)
     if kind not in SERVED_FORMATS or kind == "scripted":
         fail(f"--kind must be vllm, local or tinker, not {kind!r}", code=2)
     address = urlsplit(engine_url)
     if address.scheme not in ("http", "https") or not address.hostname:
         fail(f"--engine-url must be an http(s) URL such as http://127.0.0.1:8100, not {engine_url!r}", code=2)
     engine_name = name or f"engine-{address.port or 80}"
-    engine = VLLMEngine(engine_url, name=engine_name)
+    engine = VLLMEngine(engine_url, api_key=api_key, name=engine_name)
     config = FollowerConfig(
         engine=engine_name,
         url=engine_url.rstrip("/"),
@@ -280,7 +293,7 @@ def follow(
         formats=SERVED_FORMATS[kind],
         gpu=gpu,
         runs=tuple(run or ()),
-        ack_key=load_engine_key(settings.data_path),
+        ack_key=engine_key,
     )
     err.print(f"following {engine_url} as {engine_name!r} ({kind}: loads {', '.join(config.formats)})")
 
@@ -298,3 +311,16 @@ def follow(
             await engine.close()
 
     asyncio.run(follow_engine())
+
+
+@app.command("api-key")
+def api_key(overrides: Overrides = None) -> None:
+    """Print the engine API key: what every engine route but /health asks for as `Authorization: Bearer`.
+
+    It is derived from DATA_DIR/engine.key (made if there is none), which the gateway, the engines and their
+    followers share. Give it to a `vllm serve` of your own in its environment, never among its arguments
+    (`ps` shows those to every user): `VLLM_API_KEY="$(rollout engine api-key)" vllm serve …`.
+    """
+    from rollout.serving import load_engine_api_key
+
+    typer.echo(load_engine_api_key(load_settings(overrides).data_path))

@@ -111,7 +111,8 @@ def gateway(
     Point agents at a seat's base URL (`rollout seat new` prints one). A request body over
     `services.gateway.max_request_bytes` is refused with 413; `GET /openapi.json` describes what is accepted.
     Its operator routes (/operator/seats, /operator/runs/RUN/pause|resume|max_lag) need the key in
-    DATA_DIR/operator.key. Listening on 127.0.0.1, it answers to loopback's Host names only.
+    DATA_DIR/operator.key. Listening on 127.0.0.1, it answers to loopback's Host names only. It reaches the
+    engines with the engine API key of DATA_DIR/engine.key, which they share (`rollout engine api-key`).
     """
     from transformers import AutoTokenizer
 
@@ -121,12 +122,13 @@ def gateway(
     from rollout.ledger.errors import LedgerError
     from rollout.net import port_is_free
     from rollout.rendering import ModelRenderer, renderer_for_model
-    from rollout.serving import load_engine_key
+    from rollout.serving import engine_api_key, load_engine_key
 
     settings = load_settings(overrides)
     operator_key = load_operator_key(settings.data_path)
     seat_secret = load_secret(settings.data_path / "gateway.secret")
-    as_service(settings, operator_key, seat_secret)
+    engine_key = load_engine_key(settings.data_path)
+    as_service(settings, operator_key, seat_secret, engine_api_key(engine_key))
     # What is not given is read from the settings: the embedded stack starts this command with its own.
     served = settings.services.gateway
     model = model or served.model
@@ -164,7 +166,8 @@ def gateway(
                 max_context=max_context,
                 externals=externals,
                 external_api_bases=served.external_api_bases,
-                ack_key=load_engine_key(settings.data_path),
+                ack_key=engine_key,
+                engine_api_key=engine_api_key(engine_key),
                 max_request_bytes=settings.services.gateway.max_request_bytes,
                 default_max_tokens=settings.services.gateway.default_max_tokens,
                 max_turns_in_flight_per_seat=settings.services.gateway.max_turns_in_flight_per_seat,

@@ -232,13 +232,19 @@ async def _start_riding_outages(client: Client, given: RunInput) -> None:
 
 
 def served_roots(settings: Settings) -> set[str] | None:
-    """The model paths the stack's engine serves (`/v1/models`' roots); None when it does not answer."""
+    """The model paths the stack's engine serves (`/v1/models`' roots, asked with the engine API key); None
+    when it does not answer."""
     import httpx
 
+    from rollout.serving import known_engine_api_key
+
     gateway = settings.services.gateway
+    api_key = known_engine_api_key(settings.data_path)
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
     try:
         url = f"http://{gateway.engine_host}:{gateway.engine_port}/v1/models"
-        return {str(entry.get("root")) for entry in httpx.get(url, timeout=5).json()["data"]}
+        answer = httpx.get(url, headers=headers, timeout=5)
+        return {str(entry.get("root")) for entry in answer.json()["data"]}
     except (httpx.HTTPError, KeyError, ValueError, TypeError, AttributeError):
         return None
 

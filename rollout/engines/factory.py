@@ -7,9 +7,10 @@ Contract:
 - `build_engine` raises `EngineSetupError` with a message that says what to change (a missing script, key or
   extra); it never starts serving.
 - `serve_engine` serves the engine over vLLM's HTTP dialect until cancelled (on a loopback host, to loopback's
-  Host names only: rollout.engines.vllm_server); with a follower, the follower
-  reconnects to the ledger for as long as the engine serves (an unreachable ledger is reported and retried
-  every 5 s, never fatal: the engine keeps serving what it holds).
+  Host names only; every route but `/health` to holders of `api_key` only: rollout.engines.vllm_server); with
+  a follower (which drives the engine in process), the follower reconnects to the ledger for as long as the
+  engine serves (an unreachable ledger is reported and retried every 5 s, never fatal: the engine keeps
+  serving what it holds).
 """
 
 from __future__ import annotations
@@ -116,13 +117,15 @@ async def serve_engine(
     *,
     host: str,
     port: int,
+    api_key: str,
     follower: FollowerConfig | None,
     ledger_url: str,
     store: Callable[[], BlobStore],
     cache_dir: Path,
     report: Callable[[str], None] = log.warning,
 ) -> None:
-    """Serve `engine` on host:port until cancelled, with its follower when one is configured."""
+    """Serve `engine` on host:port to holders of `api_key` until cancelled, with its follower when one is
+    configured."""
     import uvicorn
 
     following = (
@@ -132,7 +135,9 @@ async def serve_engine(
     )
     try:
         await uvicorn.Server(
-            uvicorn.Config(build_app(engine, host=host), host=host, port=port, log_level="warning")
+            uvicorn.Config(
+                build_app(engine, api_key=api_key, host=host), host=host, port=port, log_level="warning"
+            )
         ).serve()
     finally:
         if following is not None:

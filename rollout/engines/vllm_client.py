@@ -18,6 +18,11 @@ raises them, an error event as `EngineError` (or `EngineUnavailable` when it is 
 request refused while paused) and an abort mid-stream as `EngineUnavailable` (the gateway then records the
 turn aborted). Closing the stream early closes its connection, which is how vLLM learns to stop generating.
 
+Every request carries `api_key` as `Authorization: Bearer <key>` (the engine API key,
+rollout.serving.engine_api_key, which vLLM and rollout's engine server both demand); `api_key=None` sends
+none, for an engine that asks none (a stand-in in a test). A refusal for want of the key (401) raises
+`EngineError`, saying so. The key is never part of a message or the client's `repr`.
+
 The engine hop is on every turn's path, so it uses aiohttp's client (keep-alive, one session per event loop):
 it costs a fraction of httpx's per-request CPU, which on a small machine is most of the gateway's added
 latency.
@@ -60,9 +65,12 @@ class _Answer:
 
 
 class VLLMEngine:
-    def __init__(self, base_url: str, *, name: str = "vllm", timeout_s: float = 600) -> None:
+    def __init__(
+        self, base_url: str, *, api_key: str | None, name: str = "vllm", timeout_s: float = 600
+    ) -> None:
         self.name = name
         self.base_url = base_url.rstrip("/")
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
         self._session_loop: asyncio.AbstractEventLoop | None = None
@@ -71,7 +79,10 @@ class VLLMEngine:
         loop = asyncio.get_running_loop()
         if self._session is None or self._session.closed or self._session_loop is not loop:
             self._session = aiohttp.ClientSession(
-                self.base_url, timeout=self._timeout, connector=aiohttp.TCPConnector(limit=0)
+                self.base_url,
+                headers=self._headers,
+                timeout=self._timeout,
+                connector=aiohttp.TCPConnector(limit=0),
             )
             self._session_loop = loop
         return self._session
@@ -115,6 +126,11 @@ class VLLMEngine:
             # request.
             raise EngineUnavailable(
                 f"engine at {self.base_url} failed ({answer.status}): {answer.text[:500]}"
+            )
+        if answer.status == 401:
+            raise EngineError(
+                f"engine at {self.base_url} refused the request for want of its API key (401): the client needs "
+                "the engine API key of the engine's DATA_DIR/engine.key (`rollout engine api-key`)"
             )
         if answer.status >= 400:
             try:

@@ -9,11 +9,16 @@ raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its langua
 (`--lora-target-modules`, `rollout.defaults.LORA_TARGET_MODULES`).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
+The engine API key (`VLLMLaunch.api_key`, rollout.serving.engine_api_key) is given in the environment, as
+`VLLM_API_KEY` (vLLM's default for `--api-key`), never on the command line, where `ps` shows it to every user
+of the machine. vLLM checks it on its `/v1`, `/v2`, `/inference` and `/cohere` paths only: `/sleep`,
+`/wake_up`, `/pause`, `/resume`, `/collective_rpc` and the rest are left open (docs/serving.md says what
+guards them).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rollout import defaults
@@ -39,12 +44,16 @@ class VLLMLaunch:
     quantization: str | None = None
     dtype: str = "auto"
     extra_args: tuple[str, ...] = ()
+    api_key: str = field(kw_only=True, repr=False)  # VLLM_API_KEY, in the environment only
 
 
-def launch_for(settings: Settings, model_path: str, *, host: str, port: int, served_name: str) -> VLLMLaunch:
+def launch_for(
+    settings: Settings, model_path: str, *, host: str, port: int, served_name: str, api_key: str
+) -> VLLMLaunch:
     engine = settings.services.engine
     return VLLMLaunch(
         model_path,
+        api_key=api_key,
         host=host,
         port=port,
         served_name=served_name,
@@ -87,7 +96,9 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
         # no encoder cache is reserved (a text-only model ignores the flag).
         "--language-model-only",
     ]
-    env: dict[str, str] = {}
+    if not launch.api_key:
+        raise ValueError("vllm serve needs the engine API key: without one, anyone who reaches it drives it")
+    env: dict[str, str] = {"VLLM_API_KEY": launch.api_key}  # never in argv: `ps` shows that to everyone
     if launch.max_model_len:
         argv += ["--max-model-len", str(launch.max_model_len)]
     if launch.lora:

@@ -1,10 +1,11 @@
 """`rollout engine serve --kind vllm`: a `vllm serve` child process with the serving follower beside it.
 
 Contract:
-- `serve_vllm` starts `vllm serve` (argv and environment from `rollout.engines.vllm_launcher.command`) in its
-  own process group, waits until it answers `/health` (reporting progress; vLLM takes minutes to load a large
-  model), then runs the serving follower against it over vLLM's HTTP API until the child exits or this
-  coroutine is cancelled. It returns the child's exit status.
+- `serve_vllm` starts `vllm serve` (argv and environment from `rollout.engines.vllm_launcher.command`: the
+  engine API key in its environment) in its own process group, waits until it answers `/health` (reporting
+  progress; vLLM takes minutes to load a large model), then runs the serving follower against it over vLLM's
+  HTTP API, with that key, until the child exits or this coroutine is cancelled. It returns the child's exit
+  status.
 - A child that exits before it is healthy is reported with the tail of its output (`VLLMStartError`).
 - Cancelled, or sent SIGTERM or SIGINT (Ctrl-C, the supervisor restarting the engine), it stops the child:
   SIGTERM, then SIGKILL after `stop_grace_s`; a second signal does not cut that short. The child stays in this
@@ -62,7 +63,11 @@ async def serve_vllm(
             stderr=asyncio.subprocess.STDOUT,
             preexec_fn=exit_with_parent,
         )
-    engine = VLLMEngine(f"http://{launch.host}:{launch.port}", name=follower.engine if follower else "vllm")
+    engine = VLLMEngine(
+        f"http://{launch.host}:{launch.port}",
+        api_key=launch.api_key,
+        name=follower.engine if follower else "vllm",
+    )
     following: asyncio.Task[None] | None = None
     try:
         await _until_healthy(engine, child, log_path, report, ready_timeout_s)

@@ -4,12 +4,13 @@ Contract:
 - `parse_externals` reads `POLICY=MODEL[@API_BASE]` specs into the LiteLLM models seats of POLICY use; a
   malformed spec raises `ValueError` saying how to write it.
 - `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
-  `ack_key` signed (at its acked URL), and serves the three dialects and the operator routes on host:port
-  until cancelled, refusing request bodies over `max_request_bytes`, on a loopback host any request whose
-  Host is not loopback's (rollout.gateway.app), and giving a turn that names no token budget
-  `default_max_tokens` (unless its run sets one) and a seat's turns past `max_turns_in_flight_per_seat` a
-  429; the operator routes need the operator key. A run's external models may name only the API bases of
-  `externals` and `external_api_bases`. It closes the ledger connection when it stops.
+  `ack_key` signed (at its acked URL), sending each the engine API key `engine_api_key`, and serves the three
+  dialects and the operator routes on host:port until cancelled, refusing request bodies over
+  `max_request_bytes`, on a loopback host any request whose Host is not loopback's (rollout.gateway.app), and
+  giving a turn that names no token budget `default_max_tokens` (unless its run sets one) and a seat's turns
+  past `max_turns_in_flight_per_seat` a 429; the operator routes need the operator key. A run's external
+  models may name only the API bases of `externals` and `external_api_bases`. It closes the ledger connection
+  when it stops.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ async def serve_gateway(
     operator_key: str,
     external_api_bases: Sequence[str] = (),
     ack_key: bytes | None = None,
+    engine_api_key: str,
     seat_secret: bytes,
     runs: RunControl | None = None,
     max_request_bytes: int = MAX_REQUEST_BYTES,
@@ -63,9 +65,17 @@ async def serve_gateway(
     import uvicorn
 
     ledger = await Ledger.connect(ledger_url)
-    slots = [EngineSlot(VLLMEngine(url, name=f"engine{i}")) for i, url in enumerate(engine_urls)]
+    slots = [
+        EngineSlot(VLLMEngine(url, api_key=engine_api_key, name=f"engine{i}"))
+        for i, url in enumerate(engine_urls)
+    ]
     # Engines whose signed acks say what they serve are routed to at their acked URL, configured or not.
-    routes = Routes(ledger, slots, connect=lambda url, name: VLLMEngine(url, name=name), ack_key=ack_key)
+    routes = Routes(
+        ledger,
+        slots,
+        connect=lambda url, name: VLLMEngine(url, api_key=engine_api_key, name=name),
+        ack_key=ack_key,
+    )
     core = Gateway(
         ledger,
         renderer,

@@ -108,11 +108,12 @@ def blobs_status(settings: Settings) -> ServiceStatus:
         )
 
 
-def engine_serves(url: str) -> str:
-    """What an engine really serves, from its own /v1/models: the base model's folder and the checkpoints
-    loaded."""
+def engine_serves(url: str, api_key: str | None) -> str:
+    """What an engine really serves, from its own /v1/models (asked with the engine API key): the base model's
+    folder and the checkpoints loaded."""
+    headers = {"authorization": f"Bearer {api_key}"} if api_key else None
     try:
-        models = httpx.get(f"{url}/v1/models", timeout=3).json()["data"]
+        models = httpx.get(f"{url}/v1/models", headers=headers, timeout=3).json()["data"]
     except (httpx.HTTPError, ValueError, KeyError):
         return "not answering /v1/models"
     bases = sorted({Path(str(m.get("root", m["id"]))).name for m in models if m.get("parent") is None})

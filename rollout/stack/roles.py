@@ -29,6 +29,7 @@ from dataclasses import dataclass, replace
 from rollout.config import EngineKind, Settings
 from rollout.isolation import said
 from rollout.overrides import overrides_for, setting_at, setting_given
+from rollout.serving import known_engine_api_key
 from rollout.stack.health import ServiceStatus, engine_serves, http_status
 from rollout.stack.ledger_password import passfile_for, password_out_of
 from rollout.stack.managed import ManagedProcess
@@ -122,7 +123,7 @@ def _engine_url(settings: Settings) -> str:
 
 def _engine_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:
     url = _engine_url(settings)
-    return http_status("engine", pid, url, engine_serves(url))
+    return http_status("engine", pid, url, engine_serves(url, known_engine_api_key(settings.data_path)))
 
 
 def _gateway_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:
