@@ -600,3 +600,30 @@ def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(t
             psycopg.connect(url("rollout_reader", "worker")).close()
     finally:
         postgres.remove()
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_the_gateway_and_the_engines_share_the_engine_key_and_no_key_is_an_argument(name: str) -> None:
+    """Every engine route asks for the engine API key, which each process derives from the Secret's engineKey
+    (rollout.serving.engine_api_key): the Secret mounts it as /data/engine.key into the gateway, the engine
+    pods and the Ray workers that run engines, and `rollout engine serve --kind vllm` hands vLLM its key in
+    the environment (VLLM_API_KEY). No key is a container's argument (`ps`, `kubectl describe` show those),
+    and no secret's variable is a plain value in the manifest."""
+    objects = rendered(name)
+    holders: set[str] = set()
+    for owner, container in containers(objects):
+        arguments = " ".join(str(a) for a in container.get("args", []))
+        assert "api-key" not in arguments.lower() and "API_KEY" not in arguments, (owner, arguments)
+        for variable in container.get("env", []):
+            if re.search(r"(_KEY|_TOKEN|_SECRET|PASSWORD)$", variable["name"]):
+                assert "value" not in variable, f"{owner}: {variable['name']} in clear in the manifest"
+        for mount in container.get("volumeMounts", []):
+            if mount["mountPath"] == "/data/engine.key":
+                assert mount["subPath"] == "engineKey" and mount.get("readOnly"), (owner, mount)
+                holders.add(owner.removeprefix("demo-rollout-"))
+    assert {"gateway", "engine"} <= holders, holders
+    for raycluster in (o for o in objects if o["kind"] == "RayCluster" and o["spec"].get("workerGroupSpecs")):
+        assert raycluster["metadata"]["name"].removeprefix("demo-rollout-") in holders, (
+            "its workers run engines"
+        )
+    assert {"runner", "trainer", "monitor"}.isdisjoint(holders), "only the gateway and engines hold it"

@@ -8,7 +8,8 @@ own: its init script, run by the superuser with the rendered Secrets' passwords,
 superuser) and the roles, so each pod migrates as the owner and serves as rollout_worker. Then `rollout
 cluster connect` (as the owner), `rollout preset load … --cluster` and a 2-step `rollout train … --preset NAME
 --cluster` with the preset read from the cluster's ledger, and a seat opened through the gateway's operator
-route with the Secret's operator key."""
+route with the Secret's operator key; the engine, which the gateway reaches with the API key derived from the
+Secret's engineKey, refuses whoever lacks it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ from psycopg import sql
 
 from rollout.config import Settings
 from rollout.net import free_port
+from rollout.serving import engine_api_key
 from rollout.stack.embedded import Stack
 from rollout.stack.postgres import binaries_dir
 from rollout.stack.processes import terminate
@@ -345,6 +347,18 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
             timeout=120,
         )
         assert reply.status_code == 200, reply.text
+
+        # The engine served the gateway, which holds its key (derived from the Secret's engineKey, mounted
+        # in both pods); whoever lacks it is refused.
+        engine_url = f"http://127.0.0.1:{engine_port}"
+        api_key = engine_api_key(secret["engineKey"].encode().strip())
+        swap = {"lora_name": summary["checkpoints"][-1], "lora_path": str(tmp_path)}
+        refused = httpx.post(f"{engine_url}/v1/load_lora_adapter", json=swap, timeout=30)
+        assert refused.status_code == 401, refused.text
+        models = httpx.get(
+            f"{engine_url}/v1/models", headers={"authorization": f"Bearer {api_key}"}, timeout=30
+        )
+        assert models.status_code == 200 and "base" in {m["id"] for m in models.json()["data"]}, models.text
     finally:
         for pod in pods.values():
             pod.stop()
