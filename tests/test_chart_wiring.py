@@ -351,7 +351,7 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
         # The engine served the gateway, which holds its key (derived from the Secret's engineKey, mounted
         # in both pods); whoever lacks it is refused.
         engine_url = f"http://127.0.0.1:{engine_port}"
-        api_key = engine_api_key(secret["engineKey"].encode().strip())
+        api_key = engine_api_key(secrets[f"{RELEASE}-rollout-secrets"]["engineKey"].encode().strip())
         swap = {"lora_name": summary["checkpoints"][-1], "lora_path": str(tmp_path)}
         refused = httpx.post(f"{engine_url}/v1/load_lora_adapter", json=swap, timeout=30)
         assert refused.status_code == 401, refused.text
