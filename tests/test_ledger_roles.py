@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 
 import psycopg
+import psycopg.sql
 import pytest
 
 from rollout.config import LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE, Settings
@@ -112,8 +113,43 @@ async def test_the_sandbox_role_writes_only_its_pool_and_host_leases(
         for resource in (sandbox_lease(kind, "s"), trainer_lease(stream)):
             with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox host leases"):
                 await host.claim(resource, "run/episode", ttl_s=30)
+        # On its own pool's stream: a seat opened through the projections, or a fence that would shut the
+        # other hosts out of the pool for good.
+        seat = {"seat": f"{stream}/evil", "token_sha256": "00" * 32, "agent": "a"}
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox pool"):
+            await host.append(sandbox_pool_stream(kind), [NewEvent("seat", "SeatOpened", seat)])
+        fencing = await host.claim(sandbox_host_lease(kind, "t"), "http://127.0.0.1:2", ttl_s=30)
+        assert fencing is not None
+        with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox pool"):
+            await host.append(
+                sandbox_pool_stream(kind), [NewEvent("t", "SandboxRegistered", {})], fence=fencing.fence
+            )
     for target in (f"seat/{stream}", f"run/{stream}", stream):
         assert await read_all(ledger, target) == []
+    assert [e.key for e in await read_all(ledger, sandbox_pool_stream(kind))] == ["s@a/1"]
+
+
+async def test_a_login_granted_the_sandbox_role_is_held_to_it(stack_settings: Settings, stream: str) -> None:
+    """A host given a login of its own, as a deployment may, is a sandbox host all the same."""
+    login = f"host_{secrets.token_hex(4)}"
+    password = secrets.token_hex(16)
+    with psycopg.connect(stack_settings.ledger_url, autocommit=True) as owner:
+        owner.execute(
+            psycopg.sql.SQL("CREATE ROLE {} LOGIN PASSWORD {} IN ROLE {}").format(
+                psycopg.sql.Identifier(login),
+                psycopg.sql.Literal(password),
+                psycopg.sql.Identifier(LEDGER_SANDBOX_ROLE),
+            )
+        )
+    postgres = stack_settings.services.postgres
+    url = f"postgresql://{login}:{password}@{postgres.host}:{postgres.port}/{postgres.database}"
+    try:
+        async with await Ledger.connect(url) as host:
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="sandbox pool"):
+                await host.append(f"run/{stream}", [NewEvent("forged", "SettingsChanged", {"paused": True})])
+    finally:
+        with psycopg.connect(stack_settings.ledger_url, autocommit=True) as owner:
+            owner.execute(psycopg.sql.SQL("DROP ROLE {}").format(psycopg.sql.Identifier(login)))
 
 
 @pytest.mark.parametrize("role", [LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE])

@@ -15,10 +15,12 @@ cannot lease against this schema, and says so by a missing function rather than 
 Narrow roles (made here when the migrator may create roles, as 0003 makes `rollout_worker`):
 - `rollout_reader` may SELECT every ledger table and call no function: the dashboard connects as it.
 - `rollout_sandbox` reads as the reader does and may call the ledger's functions, which refuse it any append
-  outside a sandbox pool stream (`sandboxes/…`) and any lease outside a sandbox host lease (`sandbox-host/…`):
-  a sandbox host, which runs the policy's commands, cannot write a turn, a reward or an episode's claim.
+  but an unfenced `SandboxRegistered` on a sandbox pool stream (`sandboxes/…`) and any lease outside a sandbox
+  host lease (`sandbox-host/…`): a sandbox host, which runs the policy's commands, cannot write a turn, a
+  reward, a seat, a run's settings or an episode's claim, nor fence its pool's stream.
 The functions tell the roles apart by `session_user` (the role that logged in; inside a SECURITY DEFINER
-function `current_user` is the owner).
+function `current_user` is the owner): a login granted `rollout_sandbox` is held to it too, unless it is also
+a worker, a superuser or the owner.
 
 Revision ID: 0007
 Revises: 0006
@@ -50,16 +52,31 @@ OLD_FUNCTIONS = (
     "ledger_release(text, text, bigint)",
 )
 APPEND_ANCHOR = "    v_new bigint;\nBEGIN\n"
-SANDBOX_APPEND_CHECK = f"""    IF session_user = '{SANDBOX}' AND NOT starts_with(p_stream, 'sandboxes/') THEN
+WORKER = "rollout_worker"
+# Whether the login is a sandbox host: `rollout_sandbox` itself or a login granted it, unless it is also a
+# worker, a superuser or the owner. Inside these SECURITY DEFINER functions `current_user` is the owner and
+# `session_user` the login (SET ROLE does not change it). CASE keeps pg_has_role from naming a missing role.
+IS_SANDBOX_HOST = f"""(CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = '{SANDBOX}')
+         THEN pg_catalog.pg_has_role(session_user, '{SANDBOX}', 'MEMBER') ELSE false END
+     AND session_user <> current_user
+     AND NOT coalesce((SELECT r.rolsuper FROM pg_catalog.pg_roles r WHERE r.rolname = session_user), false)
+     AND NOT CASE WHEN EXISTS (SELECT 1 FROM pg_catalog.pg_roles r WHERE r.rolname = '{WORKER}')
+         THEN pg_catalog.pg_has_role(session_user, '{WORKER}', 'MEMBER') ELSE false END)"""
+# A sandbox host registers itself, and writes nothing else: no other kind (a `SeatOpened` on any stream would
+# open a seat through the projections), no other stream, no fence (which would fence the pool's stream out).
+SANDBOX_APPEND_CHECK = f"""    IF {IS_SANDBOX_HOST}
+       AND (NOT starts_with(p_stream, 'sandboxes/') OR p_fence_resource IS NOT NULL
+            OR EXISTS (SELECT 1 FROM unnest(p_kinds) AS k(kind) WHERE k.kind <> 'SandboxRegistered')) THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('role {SANDBOX} may append only to sandbox pool streams, not to %L', p_stream);
+            MESSAGE = format('a sandbox host may append only unfenced SandboxRegistered events to sandbox pool '
+                             'streams, not to %L', p_stream);
     END IF;
 """
 
-# A lease statement is refused to the sandbox role outside its hosts' leases, and to anyone without a secret.
-_GUARD = f"""    IF session_user = '{SANDBOX}' AND NOT starts_with(p_resource, 'sandbox-host/') THEN
+# A lease statement is refused to a sandbox host outside its hosts' leases, and to anyone without a secret.
+_GUARD = f"""    IF {IS_SANDBOX_HOST} AND NOT starts_with(p_resource, 'sandbox-host/') THEN
         RAISE EXCEPTION USING ERRCODE = '42501',
-            MESSAGE = format('role {SANDBOX} may hold only sandbox host leases, not %L', p_resource);
+            MESSAGE = format('a sandbox host may hold only sandbox host leases, not %L', p_resource);
     END IF;
     IF p_secret IS NULL OR length(p_secret) < {MIN_SECRET} THEN
         RAISE EXCEPTION USING ERRCODE = '22023',
