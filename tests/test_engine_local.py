@@ -385,3 +385,16 @@ async def test_every_route_but_health_refuses_whoever_lacks_the_engine_api_key(
 def test_an_engine_server_is_never_built_without_a_key(engine: LocalEngine) -> None:
     with pytest.raises(ValueError, match="API key"):
         build_app(engine, api_key="")
+
+
+def test_only_a_plain_key_value_cache_lets_rows_leave() -> None:
+    """A hybrid model's cache (Qwen3.5: linear-attention layers keep a recurrent state per row) keeps its
+    finished rows, padded, rather than fail the batch or cut keys apart from state."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, LinearAttentionLayer
+
+    from rollout.engines.sampling import _rows_can_leave  # pyright: ignore[reportPrivateUsage]
+
+    plain, hybrid = DynamicCache(), DynamicCache()
+    plain.layers[:] = [DynamicLayer(), DynamicLayer()]
+    hybrid.layers[:] = [DynamicLayer(), LinearAttentionLayer()]
+    assert _rows_can_leave(plain) and not _rows_can_leave(hybrid) and not _rows_can_leave(None)

@@ -9,9 +9,10 @@ Contract:
 - Temperature 0 (or one so small that the scaled logits overflow) and top_p 0 mean greedy.
 - `on_token(row, token, logprob, finish)`, when given, hears every token as it is drawn (with the row's finish
   reason on its last); answering False stops that row there (its client went away), the others go on.
-- A finished row leaves the batch (its rows of the KV cache are dropped, when the model's cache can drop
-  rows), so the rest stop paying for it; `on_finished(row, sampled)`, when given, hears each request's result
-  the step it finishes, not when the longest row does.
+- A finished row leaves the batch (its rows of the KV cache are dropped, when every layer of the model's cache
+  is a plain key/value one; a hybrid model's finished rows stay, padded), so the rest stop paying for it;
+  `on_finished(row, sampled)`, when given, hears each request's result the step it finishes, not when the
+  longest row does.
 """
 
 from __future__ import annotations
@@ -47,6 +48,20 @@ def _pick(logits_V: torch.Tensor, temperature: float, top_p: float, generator: t
 
 
 @torch.inference_mode()
+def _rows_can_leave(past: Any) -> bool:
+    """Whether rows can be dropped from this KV cache: only when every layer is a plain key/value one. A
+    linear-attention layer (Qwen3.5's) keeps a recurrent state per row that `batch_select_indices` would not
+    cut down with the keys and values, or cannot select at all."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer, DynamicSlidingWindowLayer
+
+    layers = getattr(past, "layers", None)
+    return (
+        isinstance(past, DynamicCache)
+        and bool(layers)
+        and all(type(layer) in (DynamicLayer, DynamicSlidingWindowLayer) for layer in layers)
+    )
+
+
 def sample_batch(
     model: Any,
     requests: list[SampleRequest],
@@ -115,7 +130,7 @@ def sample_batch(
         if not going:
             break
         step_input_BT = torch.tensor(next_B, dtype=torch.long, device=device).unsqueeze(1)
-        if len(going) < len(active) and hasattr(past, "batch_select_indices"):
+        if len(going) < len(active) and _rows_can_leave(past):
             # Finished rows leave the batch: the rest no longer pay for their forward passes.
             kept = torch.tensor(going, dtype=torch.long, device=device)
             past.batch_select_indices(kept)
