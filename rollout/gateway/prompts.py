@@ -6,8 +6,9 @@ Contract:
   the seat, with the conversation's opening). A prompt that leaves no room in `max_context` is a `BadRequest`;
   the turn's token budget is what the request asked for, capped by the room left.
 - `rendered_off_the_loop(...)` is `render_prompt`, on one rendering thread of its own when the request holds
-  `OFF_LOOP_CHARS` characters or more: a long observation takes its hundreds of milliseconds there, and every
-  other seat's turn goes on meanwhile. Smaller ones render in place (a thread hop would cost them more).
+  `OFF_LOOP_CHARS` characters or more (its messages and the tools it offers): a long observation takes its
+  hundreds of milliseconds there, and every other seat's turn goes on meanwhile. Smaller ones render in place
+  (a thread hop would cost them more).
 - `Prepared` is a prompt rendered ahead for a seat (`Gateway.prepare`), or the `BadRequest` its rendering
   raised, kept to be raised when it is used.
 """
@@ -41,16 +42,18 @@ class Prompt:
 
 
 OFF_LOOP_CHARS = 8192  # about 2,000 tokens: rendering takes a few milliseconds from here on, and grows fast
-# One thread: long renders wait for each other, never for the event loop, and the tokenizer is used by one
-# rendering thread at a time.
+# One thread: long renders wait for each other, never for the event loop. Short ones render on the loop
+# meanwhile: the fast tokenizer's `encode` changes no state of the tokenizer's, so the two never collide.
 _RENDERING = ThreadPoolExecutor(max_workers=1, thread_name_prefix="rollout-render")
 
 
 def _characters(request: ChatRequest) -> int:
-    return sum(
+    # What the template renders: the messages and the tools offered (a tool's schema may be most of a body).
+    messages = sum(
         len(m.text) + len(m.reasoning or "") + sum(len(c.arguments) for c in m.tool_calls)
         for m in request.messages
     )
+    return messages + sum(len(t.name) + len(t.description) + len(str(t.parameters)) for t in request.tools)
 
 
 async def rendered_off_the_loop(
