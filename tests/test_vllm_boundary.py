@@ -254,13 +254,14 @@ async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoin
         assert verdict == {"ok": True, "undeclared": []}, f"{name}: {verdict}"
 
 
-async def test_vllm_takes_its_key_from_the_launchers_environment_and_checks_it_on_v1_only(
+async def test_vllm_takes_its_key_from_the_launchers_environment_and_checks_it_on_every_route(
     standin: StandIn,
 ) -> None:
     """The launcher gives vLLM the engine API key as VLLM_API_KEY, never in argv: vLLM's own middleware then
     refuses its /v1 routes (sampling, models, LoRA loading) without it, or with another key, in its own shape.
-    Its other routes it leaves open (/sleep, /wake_up, /pause, /is_sleeping, and in dev mode /collective_rpc
-    ...): docs/serving.md says so, and what guards them (loopback, the chart's NetworkPolicy)."""
+    The routes vLLM leaves open (/sleep, /wake_up, /pause, /is_sleeping, in dev mode /collective_rpc ...)
+    the launcher's `--middleware` guard (rollout.engines.vllm_guard) closes: a web page's cross-site POST, or
+    a process without the key, puts no engine to sleep."""
     wrong = {"Authorization": f"Bearer {engine_api_key(b'another key')}"}
     for headers in ({}, wrong, {"Authorization": "Bearer rs-" + "0" * 40}):
         assert await standin.ask("GET", "/v1/models", headers) == (401, {"error": "Unauthorized"})
@@ -268,8 +269,17 @@ async def test_vllm_takes_its_key_from_the_launchers_environment_and_checks_it_o
         assert status == 401
     assert (await standin.ask("GET", "/v1/models", KEYED))[0] == 200
     assert (await standin.ask("GET", "/health", {}))[0] == 200
-    # What vLLM 0.33 leaves open, whatever its key: a change here is vLLM's, and docs/serving.md must follow.
-    assert await standin.ask("GET", "/is_sleeping", {}) == (200, {"is_sleeping": False})
+    # What vLLM 0.33 leaves open, closed by the guard, and open to the key.
+    for method, path in (
+        ("GET", "/is_sleeping"),
+        ("POST", "/sleep"),
+        ("POST", "/pause"),
+        ("POST", "/collective_rpc"),
+    ):
+        for headers in ({}, wrong, {"Authorization": "Bearer rs-" + "0" * 40}):
+            status, body = await standin.ask(method, path, headers)
+            assert (status, body["error"]) == (401, "Unauthorized"), (method, path, body)
+    assert await standin.ask("GET", "/is_sleeping", KEYED) == (200, {"is_sleeping": False})
 
 
 async def test_what_vllm_aborts_is_never_passed_on_as_finished(standin: StandIn) -> None:

@@ -11,9 +11,9 @@ Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtim
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
 The engine API key (`VLLMLaunch.api_key`, rollout.serving.engine_api_key) is given in the environment, as
 `VLLM_API_KEY` (vLLM's default for `--api-key`), never on the command line, where `ps` shows it to every user
-of the machine. vLLM checks it on its `/v1`, `/v2`, `/inference` and `/cohere` paths only: `/sleep`,
-`/wake_up`, `/pause`, `/resume`, `/collective_rpc` and the rest are left open (docs/serving.md says what
-guards them).
+of the machine. vLLM checks it on its `/v1`, `/v2`, `/inference` and `/cohere` paths only, so the launch also
+loads `rollout.engines.vllm_guard.EngineKeyGuard` (`--middleware`), which checks it on every route but
+`/health`: `/sleep`, `/wake_up`, `/pause`, `/collective_rpc` and the rest included.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from rollout import defaults
+from rollout.engines.vllm_guard import MIDDLEWARE as GUARD_MIDDLEWARE
 
 if TYPE_CHECKING:
     from rollout.config import Settings
@@ -99,6 +100,8 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
     if not launch.api_key:
         raise ValueError("vllm serve needs the engine API key: without one, anyone who reaches it drives it")
     env: dict[str, str] = {"VLLM_API_KEY": launch.api_key}  # never in argv: `ps` shows that to everyone
+    # vLLM checks the key on /v1 only; the guard checks it on every route but /health.
+    argv += ["--middleware", GUARD_MIDDLEWARE]
     if launch.max_model_len:
         argv += ["--max-model-len", str(launch.max_model_len)]
     if launch.lora:
