@@ -111,7 +111,9 @@ async def test_an_expired_lease_can_be_taken_and_epochs_never_repeat(ledger: Led
     resource = f"{stream}/lease"
     first = await ledger.claim(resource, "a", ttl_s=0)
     second = await ledger.claim(resource, "b", ttl_s=30)
-    again = await ledger.claim(resource, "b", ttl_s=30)  # a re-grant to the holder is a new epoch too
+    assert second
+    # A re-grant to the holder, presenting its secret, is a new epoch too.
+    again = await ledger.claim(resource, "b", ttl_s=30, secret=second.secret)
     assert first and second and again
     assert (first.epoch, second.epoch, again.epoch) == (1, 2, 3)
 
