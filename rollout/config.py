@@ -167,6 +167,9 @@ class SandboxSettings:
     """How the commands agents choose (a shell tool's, a command seat's) are confined: docs/sandboxes.md."""
 
     isolation: SandboxIsolation = SandboxIsolation.bwrap
+    # Where command seats (Claude Code, Codex, scripts) run: "" in the runner's own jail; a pool of the
+    # `command` kind (`command`, `command#SUFFIX`) on hosts of their own (`rollout sandbox serve`).
+    command_pool: str = ""
 
 
 @dataclass
@@ -389,6 +392,12 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
             f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
+        )
+    pool = settings.sandbox.command_pool
+    if pool and not re.fullmatch(r"command(#[A-Za-z0-9_-]{1,64})?", pool):
+        raise ConfigError(
+            f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
+            "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
         )
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:

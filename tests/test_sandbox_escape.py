@@ -1,6 +1,7 @@
 """The red team: a hostile policy plays a shell-sandbox environment through the real stack (scripted engine,
 gateway, runner, sandbox servers, ledger, Temporal) and tries to get out, each attack its own tool call; a
-command seat (a script standing in for Claude Code) tries the same from its own jail in the same episodes.
+command seat (a script standing in for Claude Code) tries the same from its own jail in the same episodes, on
+the runner and on a command host of its own (`sandbox.command_pool`).
 
 Every attack must fail and say so in its answer, the stack must keep serving, nothing may outlive its claim,
 and the run must finish with its expected counts and no reward above what an honest agent that changed nothing
@@ -26,7 +27,7 @@ from temporalio.client import Client
 from coding.tasks import task_named
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger, RecordedEvent
-from rollout.ledger.streams import run_episodes_stream
+from rollout.ledger.streams import run_episodes_stream, run_stream
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
@@ -43,7 +44,9 @@ def _port(url: str) -> int:
     return int(url.rsplit(":", 1)[1])
 
 
-async def _play(settings: Settings, task_queue: str, run: str) -> tuple[RunStatus, list[RecordedEvent]]:
+async def _play(
+    settings: Settings, task_queue: str, run: str
+) -> tuple[RunStatus, list[RecordedEvent], dict[str, object]]:
     client = await Client.connect(settings.temporal_address)
     status: RunStatus = await asyncio.wait_for(
         client.execute_workflow(
@@ -56,16 +59,24 @@ async def _play(settings: Settings, task_queue: str, run: str) -> tuple[RunStatu
     )
     async with await Ledger.connect(settings.ledger_url) as ledger:
         events = await ledger.read(run_episodes_stream(run))
-    return status, [e for e in events if e.kind == Kind.EPISODE_FINISHED]
+        created = (await ledger.read(run_stream(run)))[0]
+    return status, [e for e in events if e.kind == Kind.EPISODE_FINISHED], dict(created.payload["settings"])
 
 
 @pytest.mark.timeout(900)
+@pytest.mark.parametrize("seat_host", ["runner", "command host"])
 def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
-    cluster: Cluster, stack_settings: Settings
+    cluster: Cluster, stack_settings: Settings, seat_host: str
 ) -> None:
     engine_url = cluster.engine(script="tests.red_team:red_team_policy")
     gateway_url = cluster.gateway(engine_url)
-    runner = cluster.runner("runner-1", gateway_url)
+    pool = ""
+    if seat_host == "command host":  # the command seat plays on a command host of its own (the chart's way)
+        pool = f"command#red-team-{uuid.uuid4().hex[:6]}"
+        runner = cluster.runner("runner-1", gateway_url, f"sandbox.command_pool='{pool}'")
+        cluster.sandbox(pool, "seat-host", seats=1)
+    else:
+        runner = cluster.runner("runner-1", gateway_url)
     cluster.sandbox(KIND, "box", seats=2)
     cluster.sandbox("shell#red-team-other", "other", seats=1)
     other = sandbox_workdir(cluster.root.resolve(), "shell#red-team-other", "other")
@@ -99,7 +110,11 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
     TARGETS.write_text(json.dumps(targets))
     try:
         run = f"red-team-{uuid.uuid4().hex[:6]}"
-        status, finished = asyncio.run(_play(stack_settings, cluster.task_queue, run))
+        status, finished, settings = asyncio.run(_play(stack_settings, cluster.task_queue, run))
+        if seat_host == "command host":
+            assert settings["sandbox.command_pool"] == pool, "the run records where its command seats ran"
+        else:
+            assert "sandbox.command_pool" not in settings
         assert status.episodes_finished == 2 and status.episodes_failed == 0, status
 
         names = [name for name, _ in attacks(targets)]

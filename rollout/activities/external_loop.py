@@ -6,7 +6,10 @@ Contract:
   (`OPENAI_BASE_URL`/`OPENAI_API_KEY`, `ANTHROPIC_BASE_URL`/`ANTHROPIC_API_KEY`) plus `ROLLOUT_BASE_URL`/
   `ROLLOUT_API_KEY`. Nothing of the sandbox (its address, its claim's secret) reaches it: the Task's own
   `prepare` and `finish` work with the sandbox.
-- It runs jailed (rollout.sandbox.seat_jail; unjailed only with isolation `none`): in a fresh working
+- It runs jailed, in this runner's jail (rollout.sandbox.seat_jail; unjailed only with isolation `none`), or,
+  with `hosts` (`sandbox.command_pool`), on a command host claimed for this one command
+  (rollout.sandbox.remote_seat: the Task's folder travels there and back; no host free in time fails the
+  seat with `NoSandboxFree`, a host lost meanwhile with `TaskFailed`). Either way: in a fresh working
   directory (`{workdir}`, `/sandbox` as it sees it) with a home of its own (`{workdir}/home`, HOME), able to
   read only the system, its program's install and the seat's `readable` paths, and to reach only its own
   seat's gateway routes (the base URLs above), for at most `timeout_s`; on a timeout or a cancelled activity
@@ -21,31 +24,65 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal, Protocol
 
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward, defined_at, task_call
 from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation
 from rollout.environment import TURN_TIMEOUT_S
-from rollout.failures import TASK_FAILED, Failure, one_line
+from rollout.failures import NO_SANDBOX_FREE, TASK_FAILED, Failure, one_line
 from rollout.harness import CommandOutcome, CommandSetup, End, RunContext, Task
+from rollout.sandbox.claims import NoSandboxFree, SandboxPool
+from rollout.sandbox.client import SandboxLost, SandboxSuperseded
 from rollout.sandbox.jail import JailUnavailable
 from rollout.sandbox.programs import ProgramNotFound
-from rollout.sandbox.seat_jail import SeatJail, seat_jail
+from rollout.sandbox.remote_seat import remote_seat
+from rollout.sandbox.seat_jail import seat_jail, seat_variables
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 
 
+@dataclass(frozen=True)
+class CommandHosts:
+    """Command seats run on hosts of this pool (`sandbox.command_pool`), claimed with the runner's key."""
+
+    pool: SandboxPool
+    kind: str
+
+
+class CommandPlace(Protocol):
+    """Where a command seat's command runs: this runner's jail (`SeatJail`), or a command host
+    (`RemoteSeat`)."""
+
+    @property
+    def workdir(self) -> Path: ...
+
+    @property
+    def inside(self) -> str: ...
+
+    @property
+    def base_url(self) -> str: ...
+
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        cwd: str,
+        timeout_s: float,
+        max_output_bytes: int,
+        keep: Literal["head", "tail"] = "tail",
+    ) -> ProcessOutcome: ...
+
+
 def seat_environment(base_url: str, token: str, prompt: str, context: RunContext) -> dict[str, str]:
     """The variables that point a command at its seat, in every dialect's spelling."""
-    variables = {
-        "OPENAI_BASE_URL": f"{base_url}/s/{token}/v1",
-        "OPENAI_API_KEY": token,
-        "ANTHROPIC_BASE_URL": f"{base_url}/s/{token}",
-        "ANTHROPIC_API_KEY": token,
-        "ROLLOUT_BASE_URL": f"{base_url}/s/{token}/v1",
-        "ROLLOUT_API_KEY": token,
+    variables = seat_variables(base_url, token) | {
         "ROLLOUT_PROMPT": prompt,
         "ROLLOUT_RUN": context.run,
         "ROLLOUT_EPISODE": context.episode,
@@ -66,24 +103,42 @@ async def play_external(
     turn_timeout_s: float = TURN_TIMEOUT_S,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
     readable: Sequence[str] = (),
+    hosts: CommandHosts | None = None,
 ) -> LoopOutcome:
-    """Start the command on the seat, wait for it, and have the Task score it (each Task call bounded by
-    `turn_timeout_s`; the command by `timeout_s`)."""
+    """Start the command on the seat (in this runner's jail, or on a command host of `hosts`), wait for it,
+    and have the Task score it (each Task call bounded by `turn_timeout_s`; the command by `timeout_s`)."""
     package = type(task).__module__
     first = await task_call(task.start(context), "start", package, turn_timeout_s, type(task).start)
     prompt = "\n\n".join(m.text for m in first.messages() if m.text)
+    place: contextlib.AbstractAsyncContextManager[CommandPlace] = (
+        remote_seat(
+            hosts.pool,
+            hosts.kind,
+            f"{context.run}/{context.seat}",
+            program=command[0],
+            gateway_url=base_url,
+            token=token,
+            readable=readable,
+            timeout_s=timeout_s,
+        )
+        if hosts is not None
+        else seat_jail(command[0], gateway_url=base_url, token=token, isolation=isolation, readable=readable)
+    )
     try:
-        async with seat_jail(
-            command[0], gateway_url=base_url, token=token, isolation=isolation, readable=readable
-        ) as seat:
+        async with place as seat:
             done, end, turns = await _play_in(
                 seat, task, context, command, prompt, token, timeout_s, count_turns, turn_timeout_s
             )
+    except NoSandboxFree as error:
+        raise TaskFailed(Failure(NO_SANDBOX_FREE, one_line(str(error)))) from error
+    except (SandboxLost, SandboxSuperseded) as error:
+        reason = one_line(f"the agent command {command[0]!r} lost its command host: {error}")
+        raise TaskFailed(Failure(TASK_FAILED, reason)) from error
     except (
         ProgramNotFound,
         JailUnavailable,
         ValueError,
-    ) as error:  # ValueError: a seat's paths the jail refuses
+    ) as error:  # ValueError: a seat's paths the jail refuses, an order the command host refuses
         reason = one_line(f"the agent command {command[0]!r} cannot start: {error}")
         raise TaskFailed(Failure(TASK_FAILED, reason)) from error
     return LoopOutcome(
@@ -95,7 +150,7 @@ async def play_external(
 
 
 async def _play_in(
-    seat: SeatJail,
+    seat: CommandPlace,
     task: Task,
     context: RunContext,
     command: Sequence[str],

@@ -50,7 +50,7 @@ from rollout.activities.agent_loop import (
     task_call,
 )
 from rollout.activities.conversations import untrained
-from rollout.activities.external_loop import play_external
+from rollout.activities.external_loop import CommandHosts, play_external
 from rollout.activities.heartbeat import heartbeating
 from rollout.activities.reloading import load_current
 from rollout.config import SandboxIsolation
@@ -112,9 +112,11 @@ class RunnerActivities:
         sandbox_key: bytes,
         outage_window_s: float = 600.0,
         isolation: SandboxIsolation = SandboxIsolation.bwrap,
+        command_pool: str = "",
     ) -> None:
         self.ledger = ledger
         self.isolation = isolation
+        self.command_pool = command_pool  # command seats run on hosts of this pool ("" : in this runner's jail)
         self.sandbox_key = sandbox_key
         self.outage_window_s = outage_window_s
         self.gateway_url = gateway_url.rstrip("/")
@@ -149,6 +151,7 @@ class RunnerActivities:
             "paused": False,
             **run.settings,
             "sandbox.isolation": self.isolation.value,
+            **({"sandbox.command_pool": self.command_pool} if self.command_pool else {}),
         }
         payload = {"run": run.run, "environment": run.environment, "settings": settings}
         events = [NewEvent("created", Kind.RUN_CREATED, payload)]
@@ -272,6 +275,9 @@ class RunnerActivities:
                 count_turns=lambda: self._turns(context.seat),
                 isolation=self.isolation,
                 readable=spec.readable,
+                hosts=CommandHosts(SandboxPool(self.ledger, self.sandbox_key), self.command_pool)
+                if self.command_pool
+                else None,
             )
         model = GatewayChat(
             f"{self.gateway_url}/s/{token}/v1",

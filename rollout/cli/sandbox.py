@@ -25,7 +25,10 @@ app = typer.Typer(
 def serve(
     overrides: Overrides = None,
     kind: Annotated[
-        str, typer.Option(help="shell, minecraft, or package.module:attribute of an environment's kind.")
+        str,
+        typer.Option(
+            help="shell, minecraft, command (a host for command seats), or package.module:attribute of an environment's kind."
+        ),
     ] = "shell",
     name: Annotated[
         str, typer.Option(help="This sandbox's name in its pool (unique per kind).")

@@ -87,6 +87,7 @@ def runner(
             max_concurrent_activities=max_activities,
             outage_window_s=gateway.outage_window_s,
             isolation=settings.sandbox.isolation,
+            command_pool=settings.sandbox.command_pool,
         )
         err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
         return worker

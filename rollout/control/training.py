@@ -9,7 +9,8 @@ Contract:
   advantages) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the engines serve, and
   where environments are imported from), so a stack can be brought back to the run.
 - `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner,
-  trainer, the sandboxes its episodes claim) and refuses an engine already serving another model.
+  trainer, the sandboxes its episodes claim, a command host per command seat in flight with
+  `sandbox.command_pool`) and refuses an engine already serving another model.
 - `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
   a Temporal that the supervisor is restarting (the stack was just started); a run id already playing is
   refused.
@@ -105,6 +106,14 @@ def ready_stack(
                 environment.sandbox.kind,
                 seats=environment.sandbox.seats,
                 count=sandboxes_needed(settings, environment.group_size),
+                report=report,
+            )
+        commands = sum(1 for agent in environment.agents if agent.command)
+        if commands and settings.sandbox.command_pool:  # a command host per command seat in flight
+            stack.keep_sandboxes(
+                settings.sandbox.command_pool,
+                seats=1,
+                count=commands * sandboxes_needed(settings, environment.group_size),
                 report=report,
             )
 

@@ -12,6 +12,8 @@ Contract:
   pumps that port to a Unix socket of the runner's (rollout.sandbox.seat_proxy) that forwards only the routes
   of the seat `token` names to `gateway_url`. Isolation `none` runs the command unjailed (a person chose it),
   and `base_url` is `gateway_url` itself.
+- `seat_variables(base_url, token)` are the variables that point a command at its seat, in every dialect's
+  spelling (OpenAI's, Anthropic's and rollout's own base URL and key).
 - `SeatJail.run(argv, env=, cwd=, ...)` runs the command (its PATH: the programs' folders, then the system's),
   after `hand_over()` gave the jail's uid what this process wrote in the workspace; when it returns, nothing
   the command started runs any more. `workdir` is the workspace on this machine; `inside` is the same folder
@@ -53,6 +55,17 @@ def inside_port(gateway_url: str) -> int:
     capability)."""
     port = urllib.parse.urlsplit(gateway_url).port
     return port if port is not None and port >= 1024 else DEFAULT_PORT
+
+
+def seat_variables(base_url: str, token: str) -> dict[str, str]:
+    return {
+        "OPENAI_BASE_URL": f"{base_url}/s/{token}/v1",
+        "OPENAI_API_KEY": token,
+        "ANTHROPIC_BASE_URL": f"{base_url}/s/{token}",
+        "ANTHROPIC_API_KEY": token,
+        "ROLLOUT_BASE_URL": f"{base_url}/s/{token}/v1",
+        "ROLLOUT_API_KEY": token,
+    }
 
 
 @dataclass

@@ -193,6 +193,8 @@ def build_sandbox_app(
                     await world.reset()
                 except SandboxWorldLost as error:
                     return _error(503, str(error))
+                except ValueError as error:  # a claim this kind will not configure
+                    return _error(400, str(error))
                 finally:
                     claims.changing = False
                 claims.epoch, claims.holder = epoch, holder

@@ -4,8 +4,9 @@ Contract:
 - A kind is a factory `(workdir, seats) -> SandboxWorld`. A kind that runs anything in a jail
   (rollout.sandbox.jail) says so (`jailed = True`, `jailed(factory)`) and takes `isolation=` too; one that
   runs the commands agents choose says that as well (`runs_agent_commands = True`: it is configured per claim,
-  see rollout.sandbox.server). `shell` and `minecraft` are built in; any other kind is named by a reference
-  `package.module:attribute` (an environment ships its own kind, e.g. `gridworld.shared:grid`). A `#suffix`
+  see rollout.sandbox.server). `shell`, `minecraft` and `command` (a host for command seats) are built in;
+  any other kind is named by a reference `package.module:attribute` (an environment ships its own kind, e.g.
+  `gridworld.shared:grid`). A `#suffix`
   names a separate pool of the same world (`shell#big-disk`): the suffix plays no part in loading.
 - `reset()` is called once per claim, before any seat acts: the next episode never sees the last one's state.
 - `act(seat, action)` takes and returns JSON objects. Seats act concurrently; a world that has shared state
@@ -38,6 +39,7 @@ SandboxKind = Callable[..., SandboxWorld]  # (workdir: Path, seats: int, *, isol
 BUILT_IN = {
     "shell": "rollout.sandbox.shell:ShellWorld",
     "minecraft": "rollout.sandbox.minecraft:MinecraftWorld",
+    "command": "rollout.sandbox.command_host:CommandHost",
 }
 
 
@@ -60,7 +62,7 @@ def jailed(factory: object) -> bool:
 
 
 def load_kind(kind: str) -> SandboxKind:
-    """The factory for `kind`: a built-in name (shell, minecraft) or `package.module:attribute`."""
+    """The factory for `kind`: a built-in name (shell, minecraft, command) or `package.module:attribute`."""
     world = kind.partition("#")[0]
     reference = BUILT_IN.get(world, world)
     try:

@@ -46,6 +46,7 @@ def runner_worker(
     max_concurrent_activities: int = 64,
     outage_window_s: float = 600.0,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
+    command_pool: str = "",
 ) -> Worker:
     activities = RunnerActivities(
         ledger,
@@ -54,6 +55,7 @@ def runner_worker(
         sandbox_key=sandbox_key,
         outage_window_s=outage_window_s,
         isolation=isolation,
+        command_pool=command_pool,
     )
     return Worker(
         client,

@@ -198,10 +198,20 @@ class Cluster:
         self._ready(service, port)
         return f"http://127.0.0.1:{port}"
 
-    def runner(self, name: str, gateway_url: str, *, max_activities: int | None = None) -> Service:
+    def runner(
+        self, name: str, gateway_url: str, *overrides: str, max_activities: int | None = None
+    ) -> Service:
         limit = ["--max-activities", str(max_activities)] if max_activities else []
         service = self._start(
-            name, "worker", "runner", "--gateway-url", gateway_url, "--task-queue", self.task_queue, *limit
+            name,
+            "worker",
+            "runner",
+            "--gateway-url",
+            gateway_url,
+            "--task-queue",
+            self.task_queue,
+            *limit,
+            *overrides,
         )
         return self._logged(service, "runner worker on queue")
 
