@@ -160,7 +160,7 @@ def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(nam
             continue
         args = [str(a) for a in container["args"]]
         command = [a for a in args if not a.startswith("-") and "=" not in a]
-        subcommand = command[: 2 if command[0] in ("worker", "engine", "ledger", "models") else 1]
+        subcommand = command[: 2 if command[0] in ("worker", "engine", "ledger", "models", "sandbox") else 1]
         helped = help_of(tuple(subcommand))
         assert helped is not None, f"{owner}: `rollout {' '.join(subcommand)}` is not a command"
         for option in (a for a in args if a.startswith("--")):
@@ -250,6 +250,7 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
         "gateway": ledger | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
         "runner": ledger | {"gatewaySecret", "sandboxKey"},
         "monitor": {"readerPassword"},
+        "commandhost": {"sandboxPassword", "sandboxKey"},  # it migrates nothing: no owner's password
     }
     for component, keys in expected.items():
         assert _secret_keys(templates[component]) == keys, component
@@ -294,16 +295,39 @@ def test_each_component_answers_only_the_components_that_use_it() -> None:
         "no checkpoints, no Ray"
     )
     assert reaches["postgres"] == {"*"}
-    (egress,) = [
-        o for o in objects if o["kind"] == "NetworkPolicy" and o["spec"]["policyTypes"] == ["Egress"]
-    ]
-    assert egress["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "runner"
-    peers = {
-        peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
-        for rule in egress["spec"]["egress"]
-        for peer in rule.get("to", [])
+    assert reaches["commandhost"] == {"runner"}, "a command host answers the runners that claim it, only"
+    egress = {
+        o["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]: o["spec"]["egress"]
+        for o in objects
+        if o["kind"] == "NetworkPolicy" and o["spec"]["policyTypes"] == ["Egress"]
     }
-    assert peers == {"gateway", "postgres", "temporal"}, "runners reach the gateway, the ledger and Temporal"
+    components = {
+        o["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"]
+        for o in objects
+        if o["kind"] in ("Deployment", "StatefulSet")
+    }
+    assert components <= set(egress), f"every component's egress is bounded: {components - set(egress)}"
+
+    def peers(component: str) -> set[str]:
+        return {
+            peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+            for rule in egress[component]
+            for peer in rule.get("to", [])
+            if "podSelector" in peer
+        }
+
+    def internet(component: str) -> bool:
+        return any("ipBlock" in peer for rule in egress[component] for peer in rule.get("to", []))
+
+    assert peers("runner") == {"gateway", "postgres", "temporal", "commandhost"}
+    assert peers("commandhost") == {"gateway", "postgres"}, (
+        "a command host reaches its seats' gateway, its ledger"
+    )
+    assert not internet("runner") and not internet("commandhost"), "where the policy plays: no internet"
+    assert not internet("postgres") and not internet("monitor")
+    assert internet("gateway"), "the gateway calls the providers' APIs"
+    for rule in (r for c in egress for r in egress[c] for peer in r.get("to", []) if "ipBlock" in peer):
+        assert "10.0.0.0/8" in rule["to"][0]["ipBlock"]["except"], "the internet, never the cluster's own"
 
 
 def test_the_dashboard_listens_on_loopback_unless_it_has_a_login() -> None:
@@ -363,3 +387,33 @@ def test_the_gateway_and_the_engines_share_the_engine_key_and_no_key_is_an_argum
             "its workers run engines"
         )
     assert {"runner", "trainer", "monitor"}.isdisjoint(holders), "only the gateway and engines hold it"
+
+
+def test_command_seats_run_on_command_hosts_of_their_own() -> None:
+    """Runners claim command hosts (sandbox.command_pool=command): pods that serve the `command` kind, with no
+    service-account token; turned off, the runners play command seats in their own jails."""
+
+    def deployments(values: dict[str, Any]) -> dict[str, dict[str, Any]]:
+        with helm.Chart.load(str(CHART)) as chart:
+            manifests = chart.render(values, name="demo", namespace="rollout")
+        objects = [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+        return {
+            o["metadata"]["name"].removeprefix("demo-rollout-"): o["spec"]["template"]["spec"]
+            for o in objects
+            if o["kind"] == "Deployment"
+        }
+
+    on = deployments({})
+    runner_args = [str(a) for a in on["runner"]["containers"][0]["args"]]
+    assert load([a for a in runner_args if "=" in a]).sandbox.command_pool == "command"
+    host = on["commandhost"]
+    assert host["automountServiceAccountToken"] is False and host["enableServiceLinks"] is False
+    assert "initContainers" not in host, "no migration: the owner's password stays out of this pod"
+    args = [str(a) for a in host["containers"][0]["args"]]
+    assert args[:4] == ["sandbox", "serve", "--kind", "command"]
+    assert args[args.index("--host") + 1] == "$(POD_IP)", "it registers the address runners reach it at"
+
+    off = deployments({"commandHosts": {"enabled": False}})
+    assert "commandhost" not in off
+    runner_args = [str(a) for a in off["runner"]["containers"][0]["args"]]
+    assert load([a for a in runner_args if "=" in a]).sandbox.command_pool == ""

@@ -43,16 +43,16 @@ PASSWORD_KEYS = {
 
 
 def _login_of(component: str, container: dict[str, Any]) -> str | None:
-    """The ledger login a container should use: the migration's the owner, the dashboard's the reader, the
-    model pull and the other services' containers none, the dev Postgres its superuser, every other rollout
-    container the worker."""
+    """The ledger login a container should use: the migration's the owner, the dashboard's the reader, a
+    command host's the sandbox role, the model pull and the other services' containers none, the dev Postgres
+    its superuser, every other rollout container the worker."""
     if component == "postgres":
         return "postgres"
     if container["name"] == "models" or not container["image"].split(":")[0].endswith(("/rollout", "-gpu")):
         return None
     if container["name"] == "migrate":
         return "owner"
-    return "reader" if component == "monitor" else "worker"
+    return {"monitor": "reader", "commandhost": "sandbox"}.get(component, "worker")
 
 
 def _password_ref(container: dict[str, Any], variable: str = "PGPASSWORD") -> tuple[str, str] | None:
@@ -100,6 +100,9 @@ def test_each_container_logs_in_to_the_ledger_as_its_own_role_with_its_own_secre
                 assert not given, where
             elif login == "owner":
                 assert given.keys() == {"owner"} and urlsplit(given["owner"]).username == owner, where
+            elif login == "sandbox":
+                assert given.keys() == {"sandbox"}, where
+                assert urlsplit(given["sandbox"]).username == "rollout_sandbox", where
             elif login == "reader":  # as both: the dashboard reads worker_url until it reads reader_url
                 assert given.keys() == {"reader", "worker"}, where
                 assert {urlsplit(u).username for u in given.values()} == {"rollout_reader"}, where
@@ -185,9 +188,9 @@ def test_no_pod_but_postgres_sees_the_superuser_password_and_none_is_written_out
     assert env["POSTGRES_USER"]["value"] == "postgres", "the superuser is not the ledger's owner"
 
 
-def test_one_sandbox_key_secret_is_mounted_into_the_runners_only() -> None:
-    """Runners prove sandbox claims with the key sandbox hosts check them with: every runner (and any host
-    outside the release) must hold the same one, not a key each made in its own emptyDir."""
+def test_one_sandbox_key_secret_is_mounted_into_the_runners_and_command_hosts_only() -> None:
+    """Runners prove sandbox claims with the key sandbox hosts check them with: every runner and command host
+    (and any host outside the release) must hold the same one, not a key each made in its own emptyDir."""
     objects = rendered("default")
     holders = [name for name, secret in secrets_of(objects).items() if "sandboxKey" in secret]
     assert holders == ["demo-rollout-sandbox-key"]
@@ -201,7 +204,7 @@ def test_one_sandbox_key_secret_is_mounted_into_the_runners_only() -> None:
             (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/data/sandbox.key"]
             assert volumes[mount["name"]]["secret"]["secretName"] == "demo-rollout-sandbox-key"
             assert mount["subPath"] == "sandboxKey" and mount["readOnly"]
-    assert mounted == {"runner"}, "the trainer, the gateway and the engines have no use for it"
+    assert mounted == {"runner", "commandhost"}, "the trainer, the gateway and the engines have no use for it"
 
 
 def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(tmp_path: Path) -> None:

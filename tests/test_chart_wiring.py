@@ -265,7 +265,7 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
     )
     specs = pod_specs(objects)
     assert set(ROLES) <= specs.keys(), specs.keys()
-    assert all(spec["initContainers"][0]["name"] == "migrate" for spec in specs.values())
+    assert all(specs[role]["initContainers"][0]["name"] == "migrate" for role in ROLES)
     secrets = secrets_of(objects)
     make_ledger_logins(settings, "wiring", secrets)
     owner_password = secrets[f"{RELEASE}-rollout-ledger-owner"]["databasePassword"]

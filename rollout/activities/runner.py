@@ -116,7 +116,7 @@ class RunnerActivities:
     ) -> None:
         self.ledger = ledger
         self.isolation = isolation
-        self.command_pool = command_pool  # command seats run on hosts of this pool ("" : in this runner's jail)
+        self.command_pool = command_pool  # command seats run on hosts of this pool ("": in this jail)
         self.sandbox_key = sandbox_key
         self.outage_window_s = outage_window_s
         self.gateway_url = gateway_url.rstrip("/")

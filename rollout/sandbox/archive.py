@@ -8,11 +8,11 @@ Contract:
 - `unpack(data, folder, limit_bytes=, max_entries=)` writes them under `folder` through Python's `data`
   filter, and answers the names it left out: an entry the filter refuses (a `..` leading out, a link
   pointing out of `folder`, like a virtualenv's link to `/usr/bin/python3`; a device or FIFO) is skipped,
-  never written; an absolute name is written under `folder`; set-uid bits are dropped. Before anything is written, the whole archive is read:
-  more than `max_entries` entries, or more than `limit_bytes` of file contents in all, raise
-  `ArchiveTooLarge`, an archive that cannot be read `UnsafeArchive`, and then nothing of it is written. Both
-  are `ValueError`s: the archive is the sender's doing (a policy's workspace, coming back), never the
-  receiver's.
+  never written; an absolute name is written under `folder`; set-uid bits are dropped. Before anything is
+  written, the whole archive is read: more than `max_entries` entries, or more than `limit_bytes` of file
+  contents in all, raise `ArchiveTooLarge`, an archive that cannot be read `UnsafeArchive`, and then nothing
+  of it is written. Both are `ValueError`s: the archive is the sender's doing (a policy's workspace, coming
+  back), never the receiver's.
 """
 
 from __future__ import annotations

@@ -38,7 +38,7 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 
 {{/* The ledger's logins (.login): owner (it owns the database and migrates it: the migrate init containers
-only), worker (the services), reader (the dashboard), sandbox (sandbox hosts; none in this chart). Each has
+only), worker (the services), reader (the dashboard), sandbox (the command hosts). Each has
 its own password in its own Secret; the dev Postgres's superuser (postgres) is only that pod's. */}}
 {{- define "rollout.ledgerRole" -}}{{ get (dict "worker" "rollout_worker" "reader" "rollout_reader" "sandbox" "rollout_sandbox") . }}{{- end -}}
 {{- define "rollout.ledgerUrl" -}}
