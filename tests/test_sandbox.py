@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.ledger.streams import sandbox_pool_stream
+from rollout.ledger.streams import sandbox_host_lease, sandbox_pool_stream
 from rollout.sandbox import NoSandboxFree, SandboxClient, SandboxPool, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.hosting import hosted_sandbox
@@ -94,17 +94,21 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
     kind = f"shell#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "pool-0"
     pool = SandboxPool(ledger, SANDBOX_KEY)
-    async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY):
+    async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY) as box:
         for forged in (  # what no server writes: a path for a name, credentials or no host in the address
             {"kind": kind, "name": "../../etc", "address": "http://127.0.0.1:9", "seats": 4},
             {"kind": kind, "name": "forged-1", "address": "http://user:pw@127.0.0.1:9", "seats": 4},
             {"kind": kind, "name": "forged-2", "address": "file:///etc/passwd", "seats": 4},
             {"kind": kind, "name": "forged-3", "address": "http://127.0.0.1:9", "seats": "4"},
+            # Another host re-registering the live host's name elsewhere, bigger: it moves nothing.
+            {"kind": kind, "name": name, "address": "http://127.0.0.1:9", "seats": 64},
         ):
             event = NewEvent(f"forged/{forged['name']}", Kind.SANDBOX_REGISTERED, forged)
             await ledger.append_one(sandbox_pool_stream(kind), event)
+        # A host lease whose holder says what no server says is not in the pool either.
+        assert await ledger.claim(sandbox_host_lease(kind, "forged-4"), "4@file:///etc/passwd", 30)
         registered = await pool.registered(kind)
-        assert [(s.name, s.seats) for s in registered] == [(name, 4)]
+        assert [(s.name, s.seats, s.address) for s in registered] == [(name, 4, box.address)]
         first = await pool.claim(kind, 2, "run/a", ttl_s=30, wait_s=1)
         again = await pool.claim(kind, 2, "run/a", ttl_s=30, wait_s=1)
         assert again.sandbox == first.sandbox and again.epoch > first.epoch, (

@@ -375,7 +375,7 @@ async def live_lease_holder(ledger: Ledger, resource: str) -> str | None:
 
 
 async def live_sandbox_hosts(ledger: Ledger, kind: str) -> dict[str, str]:
-    """The sandboxes of `kind` whose server holds its host lease now: name -> the server's address."""
+    """The sandboxes of `kind` whose server holds its host lease now: name -> its holder (`SEATS@ADDRESS`)."""
     prefix = sandbox_host_leases_prefix(kind)
     rows = await ledger._fetch_all(
         "SELECT resource, holder FROM lease WHERE starts_with(resource, %s) AND expires_at > now()", (prefix,)

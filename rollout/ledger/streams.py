@@ -62,7 +62,7 @@ def seat_stream(seat: str) -> str:
 
 
 def sandbox_pool_stream(kind: str) -> str:
-    """The `SandboxRegistered` of every sandbox server of `kind` (a name's latest registration counts)."""
+    """The `SandboxRegistered` of every sandbox server of `kind` (a record; the pool is the host leases)."""
     return f"sandboxes/{kind}"
 
 
@@ -87,7 +87,7 @@ def sandbox_leases_prefix(kind: str) -> str:
 
 
 def sandbox_host_lease(kind: str, name: str) -> str:
-    """A sandbox server's hold on its name while it serves (holder: its address); live means in the pool."""
+    """A sandbox server's hold on its name while it serves (holder: `SEATS@ADDRESS`): live, in the pool."""
     return sandbox_host_leases_prefix(kind) + name
 
 

@@ -60,7 +60,7 @@ def render(monitor: Monitor) -> None:
             [
                 {
                     "sandbox": lease.resource.removeprefix(sandbox_host_leases_prefix("")),
-                    "address": lease.holder,
+                    "address": lease.holder.partition("@")[2] or lease.holder,  # holder: SEATS@ADDRESS
                     "in the pool": lease.live,
                     "claimed by": next(
                         (

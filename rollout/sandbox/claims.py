@@ -2,15 +2,18 @@
 heartbeat.
 
 Contract:
-- A sandbox server registers itself on `sandboxes/{kind}` (`SandboxRegistered`: name, address, seats; the
-  latest registration of a name is its address) and, while it serves, holds the host lease
-  `sandbox-host/{kind}/{name}` (holder: its address), renewing it. Only sandboxes whose host lease is live are
-  in the pool: a server that died drops out once its host lease expires; one that stops releases it at once.
+- A sandbox server registers itself on `sandboxes/{kind}` (`SandboxRegistered`: name, address, seats; a
+  record for people and tools) and, while it serves, holds the host lease `sandbox-host/{kind}/{name}`
+  (holder: `SEATS@ADDRESS`), renewing it. The pool is the live host leases, as their holders say: a server
+  that died drops out once its host lease expires; one that stops releases it at once. A registration cannot
+  move or resize another host (only the lease's holder, who holds its secret, says where it is); a host lease
+  whose holder is a bare address (a host from before) takes its seats from the name's latest registration
+  at that address.
 - A claim is a ledger lease on `sandbox/{kind}/{name}` held by the episode (`holder` = `{run}/{episode}`): one
   episode per sandbox at a time, its agents taking seats 0..N-1, so agents on different machines share one
   world. Every grant bumps the lease's epoch; the sandbox server resets the world for a new epoch and rejects
   actions under an older one, so a holder that lost its claim (a zombie) can no longer act.
-- A registration read from the ledger is used only when its name is a plain name, its address an `http://` or
+- A host read from the ledger is used only when its name is a plain name, its address an `http://` or
   `https://` URL with a host and no credentials, and its seats a positive count; any other is skipped (a
   claim's secret is sent to that address).
 - `claim` is idempotent by holder: a holder that already has a live claim of the kind gets that sandbox again
@@ -96,7 +99,8 @@ class SandboxPool:
     @asynccontextmanager
     async def hosting(self, sandbox: SandboxRegistration, *, ttl_s: float = 30) -> AsyncIterator[None]:
         """Register `sandbox` and keep it in the pool for the block (its server must be answering by then)."""
-        host = await self.ledger.claim(sandbox_host_lease(sandbox.kind, sandbox.name), sandbox.address, ttl_s)
+        holder = f"{sandbox.seats}@{sandbox.address}"  # what the pool knows of it: only this host can say it
+        host = await self.ledger.claim(sandbox_host_lease(sandbox.kind, sandbox.name), holder, ttl_s)
         if host is None:
             raise SandboxNameTaken(
                 f"a {sandbox.kind!r} sandbox named {sandbox.name!r} is already serving: choose another --name"
@@ -122,16 +126,27 @@ class SandboxPool:
             host = renewed or host
 
     async def registered(self, kind: str) -> list[SandboxRegistration]:
-        """The sandboxes of `kind` in the pool now: registered, and their host lease live."""
-        latest: dict[str, SandboxRegistration] = {}
-        after = 0
-        while batch := await self.ledger.read(sandbox_pool_stream(kind), after=after):
-            for event in batch:
-                if event.kind == Kind.SANDBOX_REGISTERED and (found := _registration(kind, event.payload)):
-                    latest[found.name] = found
-            after = batch[-1].seq
+        """The sandboxes of `kind` in the pool now: those whose host lease is live, as its holder says."""
         hosted = await live_sandbox_hosts(self.ledger, kind)
-        live = (s for s in latest.values() if hosted.get(s.name) == s.address)
+        latest: dict[str, SandboxRegistration] = {}
+        if any(not _SEATS_AT.match(holder) for holder in hosted.values()):
+            # A host from before the seats were in its lease: its address is the holder, its seats registered.
+            after = 0
+            while batch := await self.ledger.read(sandbox_pool_stream(kind), after=after):
+                for event in batch:
+                    if event.kind == Kind.SANDBOX_REGISTERED and (
+                        found := _registration(kind, event.payload)
+                    ):
+                        latest[found.name] = found
+                after = batch[-1].seq
+        live = []
+        for name, holder in hosted.items():
+            if match := _SEATS_AT.match(holder):
+                payload = {"name": name, "address": match.group(2), "seats": int(match.group(1))}
+                if found := _registration(kind, payload):
+                    live.append(found)
+            elif (old := latest.get(name)) is not None and old.address == holder:
+                live.append(old)
         return sorted(live, key=lambda s: s.name)
 
     async def claim(
@@ -193,6 +208,7 @@ class SandboxPool:
 
 
 SANDBOX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+_SEATS_AT = re.compile(r"^([1-9][0-9]{0,5})@(.+)$")  # a host lease's holder: SEATS@ADDRESS
 
 
 def _registration(kind: str, payload: Mapping[str, Any]) -> SandboxRegistration | None:
