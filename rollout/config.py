@@ -239,6 +239,24 @@ class RunDefaults:
     failure_window: int = defaults.FAILURE_WINDOW
 
 
+class GateAction(StrEnum):
+    # Member names equal their values: OmegaConf matches a YAML string against enum names.
+    pause = "pause"  # the run pauses, the reason recorded
+    rollback = "rollback"  # training goes on from the best checkpoint: a branch in the checkpoint tree
+    warn = "warn"  # the decision is recorded and logged; nothing else changes
+
+
+@dataclass
+class EvalGateSettings:
+    """What an eval during training does when a checkpoint scores worse than the best before it
+    (docs/evals.md)."""
+
+    max_drop: float | None = (
+        None  # None: no gate; else a drop in any environment's score beyond this trips it
+    )
+    action: GateAction = GateAction.warn
+
+
 @dataclass
 class EvalSettings:
     """Evals during `rollout train`: score every `every`-th checkpoint on `suite` (NAME, NAME@VERSION, a suite
@@ -246,6 +264,7 @@ class EvalSettings:
 
     suite: str | None = None
     every: int = 0
+    gate: EvalGateSettings = field(default_factory=EvalGateSettings)
 
 
 @dataclass
@@ -392,6 +411,17 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
             f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
+        )
+    gate = settings.eval.gate
+    if gate.max_drop is not None and (gate.max_drop < 0 or gate.max_drop != gate.max_drop):
+        raise ConfigError(
+            f"bad value for 'eval.gate.max_drop': {gate.max_drop} is not a drop in score; set 0 or more (0.05: a "
+            "drop of more than 0.05 in any environment's score trips the gate)"
+        )
+    if gate.max_drop is not None and (settings.eval.suite is None or settings.eval.every < 1):
+        raise ConfigError(
+            "bad value for 'eval.gate.max_drop': it gates a suite the run does not evaluate; set eval.suite=SUITE "
+            "and eval.every=N too, or leave eval.gate.max_drop unset"
         )
     pool = settings.sandbox.command_pool
     if pool and not re.fullmatch(r"command(#[A-Za-z0-9_-]{1,64})?", pool):

@@ -5,27 +5,36 @@ repeated, records one result, and registering changed content under a version is
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import uuid
 from dataclasses import replace
 from pathlib import Path
 
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
 
-from rollout.config import Settings
+from rollout.config import ConfigError, Settings, load
 from rollout.control.evals import eval_input, suite_named
 from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite, load_suite
-from rollout.evals.records import find_suite, register, results
+from rollout.evals.gates import GateDecision, decide
+from rollout.evals.records import EvalResult, find_suite, record_result, register, results
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events, find_run, read_all, run_turns
-from rollout.ledger.streams import SERVING_REQUESTS, eval_results_stream, run_batches_stream
+from rollout.ledger.streams import (
+    SERVING_REQUESTS,
+    eval_gates_stream,
+    eval_results_stream,
+    policy_checkpoints_stream,
+    run_batches_stream,
+)
 from rollout.serving import ServingTarget, desired
-from rollout.workflows.eval_types import EvalOutcome
+from rollout.workflows.eval_types import EvalGate, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import eval_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunStatus
-from tests.test_training_loop import run_input, training_loop
+from rollout.workflows.run_types import RunInput, RunStatus
+from tests.test_training_loop import Loop, run_input, training_loop
 
 
 def coin_suite(version: str = "1") -> Suite:
@@ -202,3 +211,135 @@ def test_engines_keep_serving_a_requested_older_checkpoint() -> None:
     assert newest == [5, 4]
     kept = desired(targets, ("lora",), keep=2, requested=frozenset({"r/p-step000002"}))
     assert [t.version for t in kept] == [5, 4, 2]
+
+
+async def _scored(ledger: Ledger, suite: Suite, policy: str, version: int, score: float) -> None:
+    """Record that checkpoint `version` of the lineage scored `score` on the suite's one environment."""
+    (environment,) = suite.environments
+    result = EvalResult(
+        suite=suite.name,
+        version=suite.version,
+        suite_hash=suite.content_hash(),
+        checkpoint=f"{policy}-step{version:06d}",
+        checkpoint_version=version,
+        policy=policy,
+        environment=environment.name or "coin",
+        reference=environment.environment,
+        metric="mean_reward",
+        score=score,
+        low=score,
+        high=score,
+        episodes=3,
+        failed=0,
+        run="arranged",
+    )
+    await record_result(ledger, result)
+
+
+async def _arranged_best(ledger: Ledger, suite: Suite, policy: str) -> None:
+    """Checkpoint 1 of the lineage already scored 2.0 (the coin scores 1.0): the next eval drops by 1.0."""
+    await _scored(ledger, suite, policy, 1, 2.0)
+
+
+def _gated(loop: Loop, suite: Suite, steps: int, action: str) -> RunInput:
+    """A synchronous run of `steps` steps, every 2nd checkpoint scored on `suite`, gate: a drop of 0.5."""
+    given = run_input(loop, steps, max_lag=0)
+    assert given.training is not None
+    gated = replace(eval_input(suite, ""), gate=EvalGate(max_drop=0.5, action=action))
+    given.training = replace(given.training, evaluation=gated, eval_every=2)
+    return given
+
+
+@pytest.mark.timeout(600)
+async def test_a_gate_pauses_a_run_whose_score_dropped_once_and_a_rollback_branches_the_tree(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    suite = coin_suite()
+    assert await register(ledger, suite)
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path / "pause") as loop:
+        policy = run_policy(loop.run, "default")
+        await _arranged_best(ledger, suite, policy)
+        given = _gated(loop, suite, 3, "pause")
+        handle = await loop.client.start_workflow(
+            RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
+        )
+        status: RunStatus = await handle.query(RunWorkflow.status)
+        for _ in range(600):
+            if status.paused:
+                break
+            await asyncio.sleep(0.2)
+            status = await handle.query(RunWorkflow.status)
+        assert status.paused and status.pause_reason is not None, status
+        assert f"{policy}-step000002" in status.pause_reason and f"{policy}-step000001" in status.pause_reason
+        assert "eval.gate.max_drop is 0.5" in status.pause_reason
+        (decided,) = [e for e in await read_all(ledger, eval_gates_stream(suite.name))]
+        assert decided.key == f"{suite.version}/{policy}-step000002" and decided.payload["tripped"] is True
+
+        # Resumed, it finishes (unless its last group was already playing: then it finished paused).
+        with contextlib.suppress(WorkflowUpdateFailedError):
+            await handle.execute_update(RunWorkflow.resume)
+        done: RunStatus = await asyncio.wait_for(handle.result(), 300)
+        assert done.trained == {"default": f"{policy}-step000003"}
+
+    rollback_suite = coin_suite()
+    assert await register(ledger, rollback_suite)
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path / "rollback") as loop:
+        policy = run_policy(loop.run, "default")
+        await _arranged_best(ledger, rollback_suite, policy)
+        given = _gated(loop, rollback_suite, 5, "rollback")
+        await asyncio.wait_for(
+            loop.client.execute_workflow(
+                RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
+            ),
+            420,
+        )
+        created = [
+            e.payload
+            for e in await read_all(ledger, policy_checkpoints_stream(policy))
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
+        parents = {c["version"]: c["parent"] for c in created}
+        branched = [v for v, parent in parents.items() if v > 2 and parent == f"{policy}-step000001"]
+        assert branched, f"a step after the gate tripped trained from the best checkpoint: {parents}"
+
+
+async def test_a_gate_decides_once_and_only_the_eval_that_decided_acts(ledger: Ledger) -> None:
+    suite = coin_suite()
+    policy = f"gate-{uuid.uuid4().hex[:6]}/default"
+    await _arranged_best(ledger, suite, policy)
+    for version, score in ((2, 1.9), (3, 1.2)):
+        await _scored(ledger, suite, policy, version, score)
+
+    async def gate(checkpoint: str, decided_by: str) -> tuple[GateDecision, bool]:
+        return await decide(
+            ledger,
+            suite=suite.name,
+            version=suite.version,
+            checkpoint=f"{policy}-{checkpoint}",
+            lineage=policy,
+            max_drop=0.5,
+            action="rollback",
+            decided_by=decided_by,
+        )
+
+    small, acts = await gate("step000002", "eval-a")
+    assert not small.tripped and acts, "a drop of 0.1 is within max_drop"
+    dropped, acts = await gate("step000003", "eval-b")
+    assert dropped.tripped and acts and dropped.best == f"{policy}-step000001"
+    assert "0.800 below the best before it (2.000" in dropped.reason
+    retried, acts = await gate("step000003", "eval-b")
+    assert retried == dropped and acts, "a retried activity of the same eval acts (it recorded the decision)"
+    repeated, acts = await gate("step000003", "eval-c")
+    assert repeated == dropped and not acts, "a repeated eval of the checkpoint finds the decision: no act"
+    assert len(await read_all(ledger, eval_gates_stream(suite.name))) == 2
+
+    # Bad input, before any run starts: one line naming the setting.
+    evaluated = ["eval.suite=smoke", "eval.every=2"]
+    with pytest.raises(
+        ConfigError, match=r"^bad value for 'eval\.gate\.max_drop': it gates a suite the run does"
+    ):
+        load(["eval.gate.max_drop=0.1"])
+    with pytest.raises(ConfigError, match=r"'eval\.gate\.max_drop': -1\.0 is not a drop"):
+        load([*evaluated, "eval.gate.max_drop=-1"])
+    with pytest.raises(ConfigError, match=r"'eval\.gate\.action': Invalid value 'explode'"):
+        load([*evaluated, "eval.gate.max_drop=0.1", "eval.gate.action=explode"])

@@ -6,6 +6,7 @@ Contract (each stub's docstring in rollout.workflows.runner_stubs is its activit
   nothing twice.
 - A score is computed from the finished episodes recorded on the eval run's `run/{run}/episodes` (one per
   episode, whatever attempts it took); a multi-agent episode counts as the mean of its agents' rewards.
+- A training run's eval decides its gate once (rollout.evals.gates), keyed by suite version and checkpoint.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s, typed: `UnknownCheckpoint`,
   `CheckpointNotServable`, `NotServed`, `InvalidMetric`.
 """
@@ -22,6 +23,7 @@ from temporalio.exceptions import ApplicationError
 
 from rollout.activities.heartbeat import heartbeating
 from rollout.evals.checkpoints import UnknownCheckpoint, resolve
+from rollout.evals.gates import decide
 from rollout.evals.records import EvalResult, find_result, record_result
 from rollout.evals.scoring import MetricError, score
 from rollout.ledger import Kind, Ledger, NewEvent
@@ -30,7 +32,15 @@ from rollout.ledger.queries import read_all
 from rollout.ledger.streams import SERVING_REQUESTS, run_episodes_stream
 from rollout.serving import EngineStates, ServingRequest
 from rollout.workflows import runner_stubs
-from rollout.workflows.eval_types import CheckpointChoice, EvalLookup, EvalRecordInput, EvalScore, ServingHold
+from rollout.workflows.eval_types import (
+    CheckpointChoice,
+    EvalLookup,
+    EvalRecordInput,
+    EvalScore,
+    GateInput,
+    GateOutcome,
+    ServingHold,
+)
 
 
 class EvalActivities:
@@ -126,6 +136,24 @@ class EvalActivities:
         )
         return _score_of(await record_result(self.ledger, result))
 
+    @activity.defn(name=runner_stubs.decide_eval_gate.__name__)
+    async def decide_eval_gate(self, given: GateInput) -> GateOutcome:
+        decision, recorded_here = await decide(
+            self.ledger,
+            suite=given.suite,
+            version=given.version,
+            checkpoint=given.checkpoint,
+            lineage=given.lineage,
+            max_drop=given.gate.max_drop,
+            action=given.gate.action,
+            decided_by=given.decided_by,
+        )
+        if decision.tripped:
+            activity.logger.warning("eval gate (%s): %s", decision.action, decision.reason)
+        return GateOutcome(
+            decision.tripped, decision.reason, decision.best, act=recorded_here and decision.tripped
+        )
+
     def all(self) -> list[Callable[..., Awaitable[object]]]:
         return [
             self.resolve_checkpoint,
@@ -133,6 +161,7 @@ class EvalActivities:
             self.release_serving,
             self.find_eval_result,
             self.record_eval_result,
+            self.decide_eval_gate,
         ]
 
 

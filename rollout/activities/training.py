@@ -132,8 +132,8 @@ async def publish_step(
         "reward_std": given.batch.reward_std,
         "skipped_groups": float(given.batch.skipped_groups),
         # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
-        # skipped for no signal publishes nothing).
-        **staleness_metrics(lineage_version(given.policy, given.parent), batch),
+        # skipped for no signal publishes nothing), or the newest after a rollback to an older parent.
+        **staleness_metrics(lineage_version(given.policy, given.newest or given.parent), batch),
     }
     return await publish_checkpoint(
         ledger,

@@ -175,14 +175,20 @@ def run_input(
 
 
 async def evaluation(settings: Settings) -> EvalInput | None:
-    """The eval every `eval.every`-th checkpoint gets (`eval.suite`, registered first), or None."""
+    """The eval every `eval.every`-th checkpoint gets (`eval.suite`, registered first, with `eval.gate`), or
+    None."""
     from rollout.control.evals import eval_input, suite_named
+    from rollout.workflows.eval_types import EvalGate
 
     if settings.eval.suite is None:
         return None
     async with ledger_session(settings) as ledger:
         suite = await suite_named(ledger, settings.eval.suite)
-    return eval_input(suite, checkpoint="", max_tokens=settings.run.max_tokens)
+    given = eval_input(suite, checkpoint="", max_tokens=settings.run.max_tokens)
+    gate = settings.eval.gate
+    if gate.max_drop is not None:
+        given.gate = EvalGate(max_drop=gate.max_drop, action=gate.action.value)
+    return given
 
 
 async def begin_training(settings: Settings, given: RunInput) -> None:

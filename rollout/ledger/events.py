@@ -27,6 +27,7 @@ class Kind(StrEnum):
     SERVING_TARGET = "ServingTarget"
     SERVING_ACK = "ServingAck"
     EVAL_RESULT = "EvalResult"
+    EVAL_GATE_DECIDED = "EvalGateDecided"
     EVAL_SUITE_REGISTERED = "EvalSuiteRegistered"
     SERVING_REQUESTED = "ServingRequested"
     SERVING_RELEASED = "ServingReleased"

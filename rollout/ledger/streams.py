@@ -31,6 +31,11 @@ def eval_results_stream(suite: str) -> str:
     return f"evals/{suite}/results"
 
 
+def eval_gates_stream(suite: str) -> str:
+    """The `EvalGateDecided` of suite `suite` (rollout.evals.gates), keyed `{version}/{checkpoint}`."""
+    return f"evals/{suite}/gates"
+
+
 def run_stream(run: str) -> str:
     """`RunCreated` and `SettingsChanged` of a run (projected into the `run` table)."""
     return f"run/{run}"

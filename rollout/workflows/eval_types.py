@@ -34,6 +34,39 @@ class EvalTarget:
 
 
 @dataclass
+class EvalGate:
+    """After the eval, compare the checkpoint with the best earlier one of its lineage (rollout.evals.gates);
+    on a drop beyond `max_drop`, take `action` (pause, rollback, warn) on run `run`'s `policy`, once."""
+
+    max_drop: float
+    action: str  # rollout.config.GateAction's value
+    run: str = ""  # the training run, and its policy's name: `TrainingWorkflow` fills them in
+    policy: str = ""
+
+
+@dataclass
+class GateInput:
+    """Decide `gate` for `checkpoint` of `lineage` on `suite@version`; `decided_by`: the eval's run."""
+
+    suite: str
+    version: str
+    checkpoint: str
+    lineage: str
+    gate: EvalGate
+    decided_by: str
+
+
+@dataclass
+class GateOutcome:
+    """The gate's decision for a checkpoint, and whether this eval acts on it (it recorded it)."""
+
+    tripped: bool
+    reason: str
+    best: str | None
+    act: bool
+
+
+@dataclass
 class EvalInput:
     """Score suite `suite@version` on `checkpoint` (`base`, a checkpoint's name, or `latest:RUN/POLICY`)."""
 
@@ -49,6 +82,7 @@ class EvalInput:
     # first.
     bridge_formats: list[str] = field(default_factory=lambda: ["lora"])
     bridge_queue: str = TRAINER_QUEUE
+    gate: EvalGate | None = None  # a training run's eval: what a drop in score does to the run
 
 
 @dataclass

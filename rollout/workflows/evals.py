@@ -16,6 +16,11 @@ Contract:
   again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
   episodes (the same seats: the gateway answers from the recorded turns), never a different score.
 - Environments play concurrently; it returns every environment's score (`EvalOutcome`).
+- With a `gate` (a training run's eval), once the scores are recorded it has the gate decided
+  (`decide_eval_gate`, once per suite version and checkpoint) and, when it tripped and this eval recorded the
+  decision, acts: `pause` signals the run (`eval_gate_pause`, which pauses it with the reason), `rollback`
+  signals the policy's `TrainingWorkflow` (`eval_gate_rollback`: its next step trains from the best earlier
+  checkpoint), `warn` only records and logs. A run that has ended is left as it is.
 """
 
 from __future__ import annotations
@@ -26,6 +31,7 @@ from datetime import timedelta
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
+from temporalio.exceptions import ApplicationError
 
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
@@ -33,15 +39,25 @@ from rollout.workflows.episode_types import SupplyInput
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.eval_types import (
     CheckpointChoice,
+    EvalGate,
     EvalInput,
     EvalLookup,
     EvalOutcome,
     EvalRecordInput,
     EvalScore,
     EvalTarget,
+    GateInput,
     ServingHold,
 )
-from rollout.workflows.names import bridge_workflow_id, eval_run, supply_workflow_id
+from rollout.workflows.names import (
+    EVAL_GATE_PAUSE,
+    EVAL_GATE_ROLLBACK,
+    bridge_workflow_id,
+    eval_run,
+    run_workflow_id,
+    supply_workflow_id,
+    training_workflow_id,
+)
 from rollout.workflows.options import QUICK, heartbeating
 from rollout.workflows.run_types import RunInput
 from rollout.workflows.training_types import BridgeInput
@@ -89,7 +105,32 @@ class EvalWorkflow:
         finally:
             if chosen.policy is not None:
                 await workflow.execute_activity(runner_stubs.release_serving, hold, **QUICK)
+        if given.gate is not None and given.gate.run and chosen.policy is not None:
+            await self._gate(given, given.gate, chosen.name, chosen.policy)
         return EvalOutcome(given.suite, given.version, chosen.name, list(scores))
+
+    async def _gate(self, given: EvalInput, gate: EvalGate, checkpoint: str, lineage: str) -> None:
+        info = workflow.info()
+        decided = await workflow.execute_activity(
+            runner_stubs.decide_eval_gate,
+            GateInput(
+                given.suite, given.version, checkpoint, lineage, gate, f"{info.workflow_id}@{info.run_id}"
+            ),
+            **QUICK,
+        )
+        if not decided.act:
+            return
+        try:
+            if gate.action == "pause":
+                key = f"{given.suite}@{given.version}/{checkpoint}"
+                await workflow.get_external_workflow_handle(run_workflow_id(gate.run)).signal(
+                    EVAL_GATE_PAUSE, args=[key, decided.reason]
+                )
+            elif gate.action == "rollback" and decided.best is not None:
+                handle = workflow.get_external_workflow_handle(training_workflow_id(gate.run, gate.policy))
+                await handle.signal(EVAL_GATE_ROLLBACK, args=[decided.best, decided.reason])
+        except ApplicationError as error:  # the run (or its training) has ended: nothing is left to act on
+            workflow.logger.warning("the eval gate could not %s %s: %s", gate.action, gate.run, error)
 
     async def _score(self, given: EvalInput, chosen: CheckpointChoice, target: EvalTarget) -> EvalScore:
         lookup = EvalLookup(given.suite, given.version, chosen.name, target.name)

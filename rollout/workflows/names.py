@@ -22,6 +22,9 @@ TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the train
 TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
 TRAINING_PAUSED = "training_paused"  # (reason)
 EPISODES_FAILING = "episodes_failing"  # (reason): the supply paused itself, too many episodes failed
+# Signals an `EvalWorkflow` whose gate tripped sends (rollout.evals.gates).
+EVAL_GATE_PAUSE = "eval_gate_pause"  # to `RunWorkflow`: (gate key, reason)
+EVAL_GATE_ROLLBACK = "eval_gate_rollback"  # to `TrainingWorkflow`: (checkpoint to train on from, reason)
 
 
 def run_policy(run: str, policy: str) -> str:

@@ -20,7 +20,8 @@ Contract:
   loss) pauses the run with the reason (`training_paused`); `resume` lets training go on. So does a supply
   whose recent episodes fail more than `max_failure_rate` of the time (`episodes_failing`): the run pauses
   with the count and the latest failure, and `resume` (once the environment is fixed: restarted runners load
-  the new code) plays on.
+  the new code) plays on. So does an eval gate that tripped with action `pause` (`eval_gate_pause`, once per
+  gate: suite version and checkpoint).
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status. The status counts the supply's groups and
   episodes (`SupplyCounts`) once the supply has ended: 0 until then.
@@ -46,6 +47,7 @@ from rollout.workflows.episode_types import EnvironmentInfo, SupplyCounts, Suppl
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (
     EPISODES_FAILING,
+    EVAL_GATE_PAUSE,
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     supply_workflow_id,
@@ -71,6 +73,7 @@ class _RunState:
     training_policies: list[str] | None = None
     groups_per_batch: int = 0
     steps_trained: dict[str, int] | None = None
+    gates_acted: list[str] = field(default_factory=list[str])  # the eval gates that paused it (each once)
 
 
 def trained_policies(environment: EnvironmentInfo) -> list[str]:
@@ -184,6 +187,16 @@ class RunWorkflow:
         """Too many recent episodes failed (`reason`): the supply paused itself; pause the run until
         `resume`."""
         async with self.lock:
+            await self._pause(reason)
+
+    @workflow.signal(name=EVAL_GATE_PAUSE)
+    async def eval_gate_pause(self, gate: str, reason: str) -> None:
+        """An eval's gate tripped (`gate`: suite@version/checkpoint): pause the run until `resume`, once per
+        gate."""
+        async with self.lock:
+            if gate in self.state.gates_acted:
+                return
+            self.state.gates_acted.append(gate)
             await self._pause(reason)
 
     async def _pause(self, reason: str | None = None) -> None:

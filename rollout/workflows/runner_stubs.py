@@ -27,7 +27,15 @@ from rollout.workflows.episode_types import (
     EpisodeResult,
     SandboxGrant,
 )
-from rollout.workflows.eval_types import CheckpointChoice, EvalLookup, EvalRecordInput, EvalScore, ServingHold
+from rollout.workflows.eval_types import (
+    CheckpointChoice,
+    EvalLookup,
+    EvalRecordInput,
+    EvalScore,
+    GateInput,
+    GateOutcome,
+    ServingHold,
+)
 from rollout.workflows.run_types import RunInput, SettingsChange
 
 
@@ -136,4 +144,12 @@ async def record_eval_result(given: EvalRecordInput) -> EvalScore:
     """Score the finished episodes of the eval's run with the environment's metric and record the
     `EvalResult`, once per (suite@version, checkpoint, environment): a retry or a repeat returns the recorded
     score. A metric that does not give a finite number fails for good (`InvalidMetric`), recording nothing."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def decide_eval_gate(given: GateInput) -> GateOutcome:
+    """Judge the checkpoint's recorded scores against the best earlier checkpoint of its lineage on the same
+    suite version, and record the decision once (rollout.evals.gates.decide): `act` is true only for the eval
+    that recorded it (this one, or an earlier attempt of it), never for a repeated eval of the checkpoint."""
     raise NotImplementedError

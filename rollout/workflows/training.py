@@ -18,7 +18,8 @@ Contract:
   the reason, which pauses the run) and waits for `resume_training`; then that batch is skipped and training
   goes on from the same parent.
 - The next step always trains from the checkpoint the last one published, so the steps form a chain; a new
-  workflow started with an older `parent` branches the tree.
+  workflow started with an older `parent` branches the tree, and so does an eval gate's rollback
+  (`eval_gate_rollback` signal: the next step trains from that checkpoint).
 - Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
   run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
 - With `evaluation` and `eval_every` N, every checkpoint whose version is a multiple of N, once served as a
@@ -51,6 +52,7 @@ from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.eval_types import EvalInput, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import (
+    EVAL_GATE_ROLLBACK,
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     bridge_workflow_id,
@@ -83,6 +85,7 @@ def _non_finite(error: ActivityError) -> str | None:
 class TrainingWorkflow:
     def __init__(self) -> None:
         self.resumed = False
+        self.rollback_to: str | None = None
         self.step = 0
         self.newest: str | None = None
         self.evals: list[workflow.ChildWorkflowHandle[EvalWorkflow, EvalOutcome]] = []
@@ -90,6 +93,12 @@ class TrainingWorkflow:
     @workflow.signal
     def resume_training(self) -> None:
         self.resumed = True
+
+    @workflow.signal(name=EVAL_GATE_ROLLBACK)
+    def eval_gate_rollback(self, checkpoint: str, reason: str) -> None:
+        """An eval's gate tripped with action `rollback`: the next step trains from `checkpoint`."""
+        workflow.logger.warning("rolling back to %s: %s", checkpoint, reason)
+        self.rollback_to = checkpoint
 
     @workflow.query
     def progress(self) -> dict[str, int | str | None]:
@@ -103,6 +112,8 @@ class TrainingWorkflow:
         trained_here = 0
         while step <= given.spec.steps:
             self.step = step
+            if self.rollback_to is not None:  # a branch: the next checkpoint's parent is the rollback's
+                parent, self.rollback_to = self.rollback_to, None
             if trained_here >= STEPS_PER_HISTORY:
                 workflow.continue_as_new(replace(given, next_step=step, parent=parent, skipped_steps=skipped))
             lookup = await workflow.execute_activity(
@@ -136,6 +147,7 @@ class TrainingWorkflow:
                         batch=batch,
                         parent=parent,
                         advantage=given.spec.advantage,
+                        newest=self.newest,
                     ),
                     start_to_close_timeout=TRAIN_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=given.spec.heartbeat_s),
@@ -175,7 +187,7 @@ class TrainingWorkflow:
                 and given.spec.eval_every > 0
                 and checkpoint.version % given.spec.eval_every == 0
             ):
-                await self._evaluate(given.spec.evaluation, checkpoint.name, given.eval_queue)
+                await self._evaluate(given, given.spec.evaluation, checkpoint.name)
             step += 1
             trained_here += 1
             await self._report(given, step - 1)
@@ -194,8 +206,10 @@ class TrainingWorkflow:
             run=given.run, policy=given.policy, steps=given.spec.steps, newest=parent, skipped_steps=skipped
         )
 
-    async def _evaluate(self, template: EvalInput, checkpoint: str, task_queue: str) -> None:
-        evaluation = replace(template, checkpoint=checkpoint)
+    async def _evaluate(self, given: TrainingInput, template: EvalInput, checkpoint: str) -> None:
+        gate = template.gate and replace(template.gate, run=given.run, policy=given.policy)
+        evaluation = replace(template, checkpoint=checkpoint, gate=gate)
+        task_queue = given.eval_queue
         try:
             handle = await workflow.start_child_workflow(
                 EvalWorkflow.run,

@@ -107,6 +107,9 @@ class TrainStepInput:
     batch: BatchInfo
     parent: str | None  # the checkpoint this step trains from; None for the base model
     advantage: AdvantageKind = AdvantageKind.group_norm
+    # The lineage's newest checkpoint when the step starts, what staleness is measured against: the parent,
+    # unless an eval gate rolled training back to an older one (None: the parent).
+    newest: str | None = None
 
 
 @dataclass
