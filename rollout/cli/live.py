@@ -17,11 +17,13 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import typer
+from temporalio.client import WorkflowFailureError
 from temporalio.service import RPCError
 
 from rollout.cli.common import err, fail, out
 from rollout.control.connections import outlasting
 from rollout.control.progress import TrainingProgress
+from rollout.failures import one_line
 from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerUnreachableError
 
@@ -149,6 +151,12 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
 
     try:
         status, progress = asyncio.run(follow())
+    except WorkflowFailureError as error:
+        cause = error.cause if error.cause is not None else error
+        fail(
+            f"run {run} failed: {one_line(str(cause))}. What it played and trained stays in the ledger: "
+            f"`rollout run status {run}` shows it; the stack keeps running."
+        )
     except KeyboardInterrupt:
         asyncio.run(update_run(settings, run, "pause"))
         err.print(

@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
+from typing import Any
 
 from temporalio import workflow
 from temporalio.common import RetryPolicy
@@ -161,8 +162,8 @@ class RunWorkflow:
 
     async def _send_allowance(self) -> None:
         allowance = self._allowance()
-        if allowance is not None and (supply := await self._supply()) is not None:
-            await supply.signal(EpisodeSupplyWorkflow.set_allowance, allowance)
+        if allowance is not None:
+            await self._tell_supply(EpisodeSupplyWorkflow.set_allowance, allowance)
 
     @workflow.signal(name=TRAINING_PROGRESS)
     async def training_progress(self, policy: str, steps: int) -> None:
@@ -242,13 +243,22 @@ class RunWorkflow:
             EpisodeSupplyWorkflow.run, supply_workflow_id(self.state.run)
         )
 
+    async def _tell_supply(self, signal: Any, *args: Any) -> None:
+        """Signal the supply, unless it has ended: also when it ended after `_supply` looked (the signal then
+        finds no workflow, before its completion reaches this one), since nothing is left to tell it."""
+        if (supply := await self._supply()) is None:
+            return
+        try:
+            await supply.signal(signal, *args)
+        except ApplicationError as error:
+            if error.type != "ExternalWorkflowExecutionNotFound":
+                raise
+
     async def _pause_supply(self, paused: bool) -> None:
-        if (supply := await self._supply()) is not None:
-            await supply.signal(EpisodeSupplyWorkflow.set_paused, paused)
+        await self._tell_supply(EpisodeSupplyWorkflow.set_paused, paused)
 
     async def _stop_supply(self) -> None:
-        if (supply := await self._supply()) is not None:
-            await supply.signal(EpisodeSupplyWorkflow.stop)
+        await self._tell_supply(EpisodeSupplyWorkflow.stop)
 
     @workflow.update
     async def pause(self) -> RunStatus:
