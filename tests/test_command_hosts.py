@@ -6,12 +6,15 @@ plays a command host too (tests/test_sandbox_escape.py)."""
 
 from __future__ import annotations
 
+import base64
 import io
 import json
+import os
 import sys
 import tarfile
 import uuid
 from pathlib import Path
+from typing import cast
 
 import pytest
 from starlette.applications import Starlette
@@ -31,6 +34,7 @@ from rollout.sandbox.claims import SandboxPool
 from rollout.sandbox.client import SandboxActionError, SandboxClient
 from rollout.sandbox.command_host import CommandHost
 from rollout.sandbox.hosting import hosted_sandbox
+from rollout.sandbox.remote_seat import RemoteSeat
 from rollout.sandbox.world import SandboxSetupError
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
@@ -211,3 +215,13 @@ def test_an_archive_never_writes_outside_its_folder(tmp_path: Path) -> None:
     assert (back / "sub" / "note").read_text() == "round trip"
     with pytest.raises(ArchiveTooLarge):
         pack(folder, limit_bytes=10)
+
+
+async def test_a_workspace_the_runner_will_not_take_back_leaves_an_empty_folder(tmp_path: Path) -> None:
+    seat = RemoteSeat(
+        client=cast(SandboxClient, None), program="x", readable=(), workdir=tmp_path, base_url=""
+    )
+    (tmp_path / "prepared").write_text("the Task's")
+    for sent in ("not base64 at all!", base64.b64encode(b"not a tar").decode()):
+        await seat._take_back(sent)  # pyright: ignore[reportPrivateUsage]
+        assert os.listdir(tmp_path) == [], "nothing half-written, nothing of before"

@@ -12,9 +12,9 @@ Contract:
   (`/sandbox`) and `base_url` (the seat's gateway as the jailed command reaches it). `run(argv, env=, cwd=,
   timeout_s=, ...)` sends the folder and the command to the host, waits for the command to end, and puts
   the workspace the host sends back into `workdir` (rollout.sandbox.archive: entries that would lead out of
-  it are left out), empty when it was over the host's limit. The host's refusal (a program it does not
-  have, a malformed order) raises `SandboxActionError`; a claim lost meanwhile `SandboxSuperseded`; a host
-  that cannot jail `SandboxLost`.
+  it are left out), empty when it was over the host's limit or holds more than the command's disk. The
+  host's refusal (a program it does not have, a malformed order) raises `SandboxActionError`; a claim lost
+  meanwhile `SandboxSuperseded`; a host that cannot jail `SandboxLost`.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from rollout.sandbox.claims import SandboxClaim, SandboxPool
 from rollout.sandbox.client import SandboxClient
 from rollout.sandbox.jail import INSIDE
 from rollout.sandbox.keys import claim_secret
+from rollout.sandbox.limits import COMMAND_LIMITS
 from rollout.sandbox.seat_jail import agent_workdir, inside_port
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,7 @@ class RemoteSeat:
         shutil.rmtree(self.workdir)
         self.workdir.mkdir(parents=True)
         if answer.get("files"):
-            left_out = await asyncio.to_thread(unpack, base64.b64decode(str(answer["files"])), self.workdir)
-            if left_out:
-                log.info(
-                    "the command host's workspace came back without %d entries: %s",
-                    len(left_out),
-                    left_out[:5],
-                )
+            await self._take_back(str(answer["files"]))
         output = str(answer.get("output", ""))
         kept = output.encode()[-max_output_bytes:] if keep == "tail" else output.encode()[:max_output_bytes]
         exit_code = answer.get("exit_code")
@@ -94,6 +89,25 @@ class RemoteSeat:
             truncated=bool(answer.get("truncated")) or len(kept) < len(output.encode()),
             timed_out=bool(answer.get("timed_out")),
         )
+
+    async def _take_back(self, files: str) -> None:
+        """The workspace the host sent, into `workdir`: what leads out of it left out, none of it when it
+        holds more than the command's disk (`COMMAND_LIMITS`), more entries than a workspace has, or is not
+        an archive: the command's doing, so the Task's `finish` then finds an empty folder."""
+        try:
+            packed = base64.b64decode(files, validate=True)
+            left_out = await asyncio.to_thread(
+                unpack, packed, self.workdir, limit_bytes=COMMAND_LIMITS.disk_bytes
+            )
+        except ValueError as error:  # binascii.Error, ArchiveTooLarge, UnsafeArchive
+            shutil.rmtree(self.workdir)
+            self.workdir.mkdir(parents=True)
+            log.warning("the command host's workspace was not taken back: %s", error)
+            return
+        if left_out:
+            log.info(
+                "the command host's workspace came back without %d entries: %s", len(left_out), left_out[:5]
+            )
 
 
 @contextlib.asynccontextmanager
