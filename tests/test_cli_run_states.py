@@ -113,3 +113,17 @@ def test_the_summary_says_whether_the_reward_rose() -> None:
     assert progress.summary()["reward_first"] == 0.1 and progress.summary()["reward_last"] == 0.35
     progress.steps = [*progress.steps[:5], Step(6, "s6", {"reward_mean": float("nan")})]
     assert progress.learned() == "reward did not move: 0.100 (mean of the first 2 steps and of the last 2)"
+
+
+def test_a_run_of_several_policies_shows_each_side_by_side() -> None:
+    from rollout.control.progress import Step, TrainingProgress, run_line
+
+    speaker, listener = TrainingProgress("r", "speaker"), TrainingProgress("r", "listener")
+    assert run_line([speaker]) == speaker.line(), "one policy: the line as it always was"
+    speaker.steps = [Step(3, "r/speaker-step000003", {"reward_mean": 0.25, "kl_k3": 0.001})]
+    speaker.episodes = listener.episodes = 24
+    listener.batches_skipped = 2
+    assert run_line([speaker, listener]) == (
+        "speaker: step 3 · reward 0.250 · staleness 0.00 · KL 0.0010 · served 0/1 | listener: waiting for its "
+        "first batch · 24 episodes · 2 batches skipped (no signal)"
+    )

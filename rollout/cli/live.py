@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
@@ -22,7 +22,7 @@ from temporalio.service import RPCError
 
 from rollout.cli.common import err, fail, out
 from rollout.control.connections import outlasting
-from rollout.control.progress import TrainingProgress
+from rollout.control.progress import TrainingProgress, run_line
 from rollout.failures import one_line
 from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerUnreachableError
@@ -40,14 +40,14 @@ PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (
 async def follow_training(
     ledger: Ledger,
     handle: WorkflowHandle[RunWorkflow, RunStatus],
-    progress: TrainingProgress,
+    progresses: Sequence[TrainingProgress],
     stack_stopped: Callable[[], bool] = lambda: False,
 ) -> RunStatus:
     from rich.live import Live
 
     from rollout.workflows.run import RunWorkflow
 
-    run = progress.run
+    run = progresses[0].run
     started = time.monotonic()
 
     outage: list[str] = []  # what the last tick could not reach, shown on the line until it answers again
@@ -55,7 +55,8 @@ async def follow_training(
     async def tick() -> bool:
         """Refresh; False once the run's workflow has ended."""
         try:
-            await progress.refresh(ledger)
+            for progress in progresses:
+                await progress.refresh(ledger)
             description = await handle.describe()
             if description.status is not None and description.status.name != "RUNNING":
                 return False
@@ -80,7 +81,7 @@ async def follow_training(
         return True
 
     def line() -> str:
-        return progress.line() + (f" · {outage[0]}" if outage else "")
+        return run_line(progresses) + (f" · {outage[0]}" if outage else "")
 
     if err.is_terminal:
         with Live(console=err, refresh_per_second=2) as live:
@@ -97,15 +98,18 @@ async def follow_training(
                 last_line, last_at = text, now
             await asyncio.sleep(1.0)
     final = await outlasting(handle.result)
-    await outlasting(lambda: progress.refresh(ledger))
+    for progress in progresses:
+        await outlasting(lambda progress=progress: progress.refresh(ledger))
     return final
 
 
-def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, Any]:
-    """The end-of-run summary: what trained, what was served, what was skipped and why."""
+def print_summary(progress: TrainingProgress, status: RunStatus, *, named: bool = False) -> dict[str, Any]:
+    """The end-of-run summary: what trained, what was served, what was skipped and why (`named`: for which
+    policy, one of several)."""
     summary = progress.summary() | {"episodes_failed": status.episodes_failed}
+    which = f", policy {progress.policy}" if named else ""
     out.print(
-        f"run {progress.run}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the "
+        f"run {progress.run}{which}: {summary['steps']} steps, {len(progress.served)} checkpoints served during the "
         f"run, {summary['episodes']} episodes; reward by step {summary['reward_by_step']}",
         highlight=False,
     )
@@ -118,9 +122,12 @@ def print_summary(progress: TrainingProgress, status: RunStatus) -> dict[str, An
     return summary
 
 
-def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: bool, embedded: bool) -> None:
-    """Show run `run` live until it ends, then its summary; Ctrl-C pauses it and says how to come back. With
-    `embedded`, a stack stopped on purpose (`rollout down`) ends the command, saying how to continue."""
+def follow_to_the_end(
+    settings: Settings, run: str, policies: Sequence[str], *, as_json: bool, embedded: bool
+) -> None:
+    """Show run `run` live until it ends (each of its trained `policies`), then its summary; Ctrl-C pauses it
+    and says how to come back. With `embedded`, a stack stopped on purpose (`rollout down`) ends the command,
+    saying how to continue."""
     import contextlib
     import json
     import logging
@@ -132,7 +139,7 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
     from rollout.stack.embedded import Stack
     from rollout.workflows.client import run_handle
 
-    progress = TrainingProgress(run, policy)
+    progresses = [TrainingProgress(run, policy) for policy in policies]
     stack = Stack(settings) if embedded else None
 
     def stopped() -> bool:
@@ -141,16 +148,16 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
     # The pool's own warnings about a lost server would break the progress line, which says it better.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
-    async def follow() -> tuple[RunStatus, TrainingProgress]:
+    async def follow() -> RunStatus:
         client = await connect_temporal(settings)
         handle = run_handle(client, run)
         # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
         ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
         async with ledger:
-            return await follow_training(ledger, handle, progress, stopped), progress
+            return await follow_training(ledger, handle, progresses, stopped)
 
     try:
-        status, progress = asyncio.run(follow())
+        status = asyncio.run(follow())
     except WorkflowFailureError as error:
         cause = error.cause if error.cause is not None else error
         fail(
@@ -170,9 +177,13 @@ def follow_to_the_end(settings: Settings, run: str, policy: str, *, as_json: boo
         with contextlib.suppress(ControlError):
             evals = asyncio.run(run_eval_scores(settings, run))
     if as_json:
-        print(json.dumps(progress.summary() | {"episodes_failed": status.episodes_failed, "evals": evals}))
+        summary = progresses[0].summary() | {"episodes_failed": status.episodes_failed, "evals": evals}
+        if len(progresses) > 1:
+            summary["policies"] = [progress.summary() for progress in progresses]
+        print(json.dumps(summary))
         return
-    print_summary(progress, status)
+    for progress in progresses:
+        print_summary(progress, status, named=len(progresses) > 1)
     for scored in evals:
         scores = scored["scores"]
         assert isinstance(scores, dict)

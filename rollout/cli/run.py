@@ -184,8 +184,8 @@ def attach(
     if not cluster:
         with err.status(f"bringing the stack to run {run}'s settings…") as spinner:
             bring_stack_to(settings, launch, report=lambda line: spinner.update(line))
-    policy = asyncio.run(reattach(settings, run))
-    follow_to_the_end(settings, run, policy, as_json=as_json, embedded=not cluster)
+    policies = asyncio.run(reattach(settings, run))
+    follow_to_the_end(settings, run, policies, as_json=as_json, embedded=not cluster)
 
 
 def update_run(overrides: list[str] | None, run: str, update: RunUpdate, *args: int) -> dict[str, object]:

@@ -76,7 +76,7 @@ def train(
     err.print(
         f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
     )
-    follow_to_the_end(settings, run_id, trained_policies(loaded)[0], as_json=as_json, embedded=not cluster)
+    follow_to_the_end(settings, run_id, trained_policies(loaded), as_json=as_json, embedded=not cluster)
 
 
 def register(app: typer.Typer) -> None:

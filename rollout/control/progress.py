@@ -6,11 +6,13 @@ Contract:
   assembled (and which were skipped: every group's rewards equal, so no signal), episodes finished, and why
   episodes failed (the top reasons, with where in the environment's code). It
   shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
+  One reads one policy's lineage; `run_line` puts a run's policies side by side.
 - Nothing here decides anything a workflow decides: stopping at `trainer.steps` is `RunWorkflow`'s job.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -94,15 +96,21 @@ class TrainingProgress:
 
     def line(self) -> str:
         """One line for the live display: step, reward, staleness, KL, served, skipped batches."""
-        newest = self.newest
         skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
-        if newest is None:
+        if self.newest is None:
             return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.failed()}"
+        return f"{self.policy_line()} · {self.episodes} episodes{skipped}{self.failed()}"
+
+    def policy_line(self) -> str:
+        """This policy's part of the line: its step, reward, staleness, KL and what was served of it."""
+        newest = self.newest
+        if newest is None:
+            return "waiting for its first batch"
         m = newest.metrics
         return (
             f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
             f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
-            f"{len(self.served)}/{len(self.steps)} · {self.episodes} episodes{skipped}{self.failed()}"
+            f"{len(self.served)}/{len(self.steps)}"
         )
 
     def skipped_reason(self) -> str | None:
@@ -165,3 +173,15 @@ class TrainingProgress:
             "reward_window": None if change is None else change[0],
             "failures": [asdict(f) | {"summary": f.summary, "advice": advice(f.kind)} for f in self.failures],
         }
+
+
+def run_line(progresses: Sequence[TrainingProgress]) -> str:
+    """The live line of a run: its one policy's `line()`, or each policy's part side by side, then the run's
+    episodes, skipped batches and failures."""
+    if len(progresses) == 1:
+        return progresses[0].line()
+    first = progresses[0]
+    skipped = sum(p.batches_skipped for p in progresses)
+    said = f" · {skipped} batches skipped (no signal)" if skipped else ""
+    each = " | ".join(f"{p.policy}: {p.policy_line()}" for p in progresses)
+    return f"{each} · {first.episodes} episodes{said}{first.failed()}"

@@ -210,9 +210,9 @@ async def refuse_a_stack_serving_another_model(settings: Settings, run: str) -> 
         )
 
 
-async def reattach(settings: Settings, run: str) -> str:
-    """Ready playing run `run` to be followed again: resume it if it was paused by hand. The policy it trains
-    (the first one)."""
+async def reattach(settings: Settings, run: str) -> list[str]:
+    """Ready playing run `run` to be followed again: resume it if it was paused by hand. The policies it
+    trains."""
     from rollout.workflows.client import run_state
 
     state, status = await run_state(await connect_temporal(settings, patience_s=30), run)
@@ -228,4 +228,4 @@ async def reattach(settings: Settings, run: str) -> str:
         )
     if status.paused and not status.pause_reason:
         await update_run(settings, run, "resume")
-    return next(iter(status.trained), "default")
+    return list(status.trained) or ["default"]
