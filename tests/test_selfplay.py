@@ -18,7 +18,7 @@ from rollout.config import Settings
 from rollout.environment import AgentSeatSpec, EnvironmentLoadError, load_environment
 from rollout.gateway.seats import open_seat
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.ledger.payloads import episode_ended
+from rollout.ledger.payloads import EpisodeEnded, episode_ended
 from rollout.ledger.queries import read_all, served_lineage
 from rollout.ledger.streams import (
     SERVING_TARGETS,
@@ -27,6 +27,7 @@ from rollout.ledger.streams import (
     run_episodes_stream,
     seat_stream,
 )
+from rollout.monitor.plain import plain
 from rollout.pins import SAMPLE_WINDOW, RelativePin, parse_pin
 from rollout.serving import ServingTarget
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
@@ -35,6 +36,7 @@ from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow, trained_policies
 from rollout.workflows.training_types import BatchInfo
 from tests.example_envs import coin_selfplay
+from tests.test_monitor import view
 from tests.test_training_loop import run_input, training_loop
 
 LINEAGE = [f"p-step00000{n}" for n in range(1, 6)]
@@ -189,3 +191,33 @@ async def test_a_run_plays_checkpoint_n_against_n_minus_1_and_trains_the_trained
     for event in batches:
         batch = await load_batch(ledger, BatchInfo.from_payload(event.payload))
         assert batch.segments and {s.agent for s in batch.segments} == {"player"}
+
+
+async def test_the_transcript_view_shows_the_checkpoint_each_pinned_seat_played(
+    ledger: Ledger, monitor_settings: Settings
+) -> None:
+    run = f"selfplay-view-{uuid.uuid4().hex[:8]}"
+    policy = run_policy(run, "default")
+    note = "base (latest-1: no checkpoint of the policy yet, played the base)"
+    seats = {"player": f"{run}/g000000-0/player", "rival": f"{run}/g000000-0/rival"}
+    for agent, seat in seats.items():
+        checkpoint = "base" if agent == "rival" else None
+        await open_seat(
+            ledger, b"s" * 32, seat_id=seat, agent=agent, policy=policy, run=run, episode="g000000-0",
+            checkpoint=checkpoint,
+        )  # fmt: skip
+    ended = EpisodeEnded(
+        run=run,
+        episode="g000000-0",
+        group=0,
+        finished=True,
+        rewards={"player": 1.0, "rival": 0.0},
+        seats=seats,
+        pinned={"rival": note},
+    )
+    await ledger.append_one(run_episodes_stream(run), NewEvent(ended.key, ended.kind, ended.to_payload()))
+
+    app = await asyncio.to_thread(view, "transcripts", monitor_settings, run=run)
+    lines = [m.value for m in app.markdown if "seat" in m.value]
+    assert any("rival" in line and f"pinned to {plain(note)}" in line for line in lines), lines
+    assert not any("player" in line and "pinned" in line for line in lines), lines
