@@ -224,4 +224,5 @@ coin_selfplay = Environment(
     agents=(AgentSeatSpec("player"), AgentSeatSpec("rival", checkpoint="latest-1")),
     group_size=4,
     max_turns=1,
+    eval_source=Dataset([{}]),
 )

@@ -2,7 +2,7 @@
 checked where the environment is made; the pin resolves per episode from the ledger's served lineage
 (falling back, and saying so, while the lineage is short; a restarted episode keeps its opponent; `sample`
 draws are reproducible); a real training run plays checkpoint N against N-1 and trains from the trained seat
-only."""
+only; an eval plays both seats on the evaluated checkpoint."""
 
 from __future__ import annotations
 
@@ -32,6 +32,7 @@ from rollout.pins import SAMPLE_WINDOW, RelativePin, parse_pin
 from rollout.serving import ServingTarget
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
 from rollout.workflows.episode_types import EnvironmentInfo, PinRequest
+from rollout.workflows.evals import eval_seats
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow, trained_policies
 from rollout.workflows.training_types import BatchInfo
@@ -76,6 +77,15 @@ def test_a_self_play_environment_trains_its_policy_from_the_trained_seat_only() 
     )
     assert trained_policies(info) == ["default"]
     assert [a.trainable for a in coin_selfplay.agents] == [True, False]
+
+
+def test_an_eval_plays_a_self_play_seat_on_the_evaluated_checkpoint() -> None:
+    seats = [*coin_selfplay.agents, AgentSeatSpec("old", checkpoint="base")]
+    assert [a.checkpoint for a in eval_seats(seats, "r/default-step000003")] == [
+        "r/default-step000003",
+        "r/default-step000003",
+        "base",
+    ], "an eval run has no lineage: the pin plays what is evaluated; a fixed pin stays"
 
 
 def test_a_pin_picks_from_the_lineage_and_falls_back_saying_so_while_it_is_short() -> None:

@@ -28,6 +28,7 @@ from datetime import timedelta
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 
+from rollout.environment import AgentSeatSpec
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.episode_types import SupplyInput
@@ -57,6 +58,15 @@ FOR_GOOD = [
 
 
 FOR_GOOD_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), non_retryable_error_types=FOR_GOOD)
+
+
+def eval_seats(agents: list[AgentSeatSpec], checkpoint: str) -> list[AgentSeatSpec]:
+    """The seats an eval plays: every one not pinned to a fixed checkpoint is pinned to `checkpoint`, a
+    self-play pin (rollout.pins) too, since an eval run has no lineage of its own."""
+    return [
+        a if a.checkpoint is not None and a.relative_pin is None else replace(a, checkpoint=checkpoint)
+        for a in agents
+    ]
 
 
 @workflow.defn(name="EvalWorkflow")
@@ -103,12 +113,7 @@ class EvalWorkflow:
             target.reference,
             **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
-        # A self-play pin (rollout.pins) plays the evaluated checkpoint too: an eval run has no lineage.
-        agents = [
-            a if a.checkpoint is not None and a.relative_pin is None else replace(a, checkpoint=chosen.name)
-            for a in info.agents
-        ]
-        playing = replace(info, agents=agents, group_size=1, tasks=target.tasks)
+        playing = replace(info, agents=eval_seats(info.agents, chosen.name), group_size=1, tasks=target.tasks)
         settings: dict[str, bool | int | float | str] = {
             "eval": f"{given.suite}@{given.version}",
             "checkpoint": chosen.name,
