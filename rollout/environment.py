@@ -9,7 +9,9 @@ Contract:
 - An episode has one seat per `AgentSeatSpec`; each seat has its own `Task` (made by `make_task(parameters,
   agent)`) and its own reward. A seat uses the built-in loop (the Task talks to the model through the gateway)
   unless it names an external `command` (Claude Code, Codex, a script), which is started with the seat's base
-  URL and key in its environment; the Task then scores the outcome when the command ends. A seat naming a
+  URL and key in its environment; the Task then scores the outcome when the command ends. A seat's
+  `checkpoint` pins it, never trained, to a fixed checkpoint or to one of its own policy's lineage in the run
+  (`latest`, `latest-K`, `sample`, `sample-N`: rollout.pins; a malformed pin raises here). A seat naming a
   `model` (LiteLLM) is answered by that model, an opponent or judge recorded as text and never trained; its
   policy trains nothing. Every other seat trains its policy, built-in loop and command alike.
 - A command may hold several conversations on its seat (rewrites, side tasks): each is its own segment, and
@@ -38,6 +40,7 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from rollout.isolation import JailLimits, SandboxNetwork
+from rollout.pins import RelativePin, parse_pin
 from rollout.references import ReferenceLoadError, import_reference
 
 if TYPE_CHECKING:  # annotations only: workflow code imports this module, and pydantic is not light
@@ -117,11 +120,22 @@ class AgentSeatSpec:
     # `openai/NAME@API_BASE` for any OpenAI-compatible server. Its turns are recorded as text, never trained.
     model: str | None = None
 
+    def __post_init__(self) -> None:
+        try:
+            parse_pin(self.checkpoint or "")
+        except ValueError as error:  # a malformed pin fails where the environment is defined
+            raise ValueError(f"agent {self.name!r}: checkpoint {error}") from None
+
     @property
     def trainable(self) -> bool:
-        """Does this seat's sampling train its policy? Not when pinned to a checkpoint or played by a
-        model."""
+        """Does this seat's sampling train its policy? Not when pinned to a checkpoint (a fixed one, or one
+        relative to its policy's lineage: rollout.pins) or played by a model."""
         return self.checkpoint is None and self.model is None
+
+    @property
+    def relative_pin(self) -> RelativePin | None:
+        """The self-play pin its `checkpoint` names (`latest`, `latest-K`, `sample`, `sample-N`), if any."""
+        return parse_pin(self.checkpoint or "")
 
 
 @dataclass(frozen=True)

@@ -214,3 +214,15 @@ coin = Environment(
     max_turns=1,
     eval_source=Dataset([{}]),  # evals (every eval episode is its own group: member 0, so it wins)
 )
+
+
+# Self-play: `player` trains the run's policy, `rival` plays it one checkpoint behind (rollout.pins).
+coin_selfplay = Environment(
+    "coin-selfplay",
+    lambda parameters, agent: Coin(),
+    Dataset([{}]),
+    agents=(AgentSeatSpec("player"), AgentSeatSpec("rival", checkpoint="latest-1")),
+    group_size=4,
+    max_turns=1,
+    eval_source=Dataset([{}]),
+)

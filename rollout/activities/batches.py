@@ -9,7 +9,9 @@ Contract:
 - `load_batch` rebuilds the recorded batch's training data from the seats' recorded turns
   (rollout.rl.segments) and the episodes' rewards (rollout.rl.batches): the same batch every time.
   Every segment of a seat trains (a command's rewrites and side conversations included) except those its
-  episode's record lists as untrained (the environment's `trains` said no).
+  episode's record lists as untrained (the environment's `trains` said no). A seat opened pinned to a
+  checkpoint (its `SeatOpened` names one: a fixed pin or a self-play pin, rollout.pins) trains nothing, also
+  when a trained seat of the episode plays the same policy (self-play).
 """
 
 from __future__ import annotations
@@ -38,11 +40,10 @@ async def _agent_episodes(ledger: Ledger, records: Sequence[EpisodeEnded]) -> li
         if not record.finished:
             continue  # consumed with its group, never trained
         for agent, seat in sorted(record.seats.items()):
-            turns = [
-                turn_recorded(e.payload)
-                for e in await read_all(ledger, seat_stream(seat))
-                if e.kind == Kind.TURN_RECORDED
-            ]
+            events = await read_all(ledger, seat_stream(seat))
+            if any(e.kind == Kind.SEAT_OPENED and e.payload.get("checkpoint") for e in events):
+                continue  # a pinned seat (a fixed checkpoint or a self-play pin) never trains its policy
+            turns = [turn_recorded(e.payload) for e in events if e.kind == Kind.TURN_RECORDED]
             policy = next((t.policy for t in turns if t.policy), "default")
             untrained = set(record.untrained.get(agent, ()))
             sampled = [t for t in turns if isinstance(t, SampledTurn) and t.segment_id not in untrained]

@@ -52,6 +52,7 @@ from rollout.activities.agent_loop import (
 from rollout.activities.conversations import untrained
 from rollout.activities.external_loop import CommandHosts, play_external
 from rollout.activities.heartbeat import heartbeating
+from rollout.activities.pins import resolve_pins
 from rollout.activities.reloading import load_current
 from rollout.config import SandboxIsolation
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec
@@ -93,6 +94,8 @@ from rollout.workflows.episode_types import (
     EpisodeInput,
     EpisodeRecord,
     EpisodeResult,
+    PinnedSeat,
+    PinRequest,
     SandboxGrant,
     episode_record,
 )
@@ -166,6 +169,10 @@ class RunnerActivities:
         await self.ledger.append_one(
             run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)
         )
+
+    @activity.defn(name=runner_stubs.resolve_pins.__name__)
+    async def resolve_pins(self, request: PinRequest) -> list[PinnedSeat]:
+        return await resolve_pins(self.ledger, request)
 
     @activity.defn(name=runner_stubs.play_agent.__name__)
     async def play_agent(self, attempt: AgentAttempt) -> AgentResult:
@@ -403,6 +410,7 @@ class RunnerActivities:
             metrics=record.metrics,
             sandbox=record.sandbox,
             untrained={agent: ids for agent, ids in record.untrained.items() if ids},
+            pinned=record.pinned,
             failure=None
             if record.failure is None
             else replace(
@@ -425,6 +433,7 @@ class RunnerActivities:
             self.describe_environment,
             self.create_run,
             self.change_settings,
+            self.resolve_pins,
             self.play_agent,
             self.play_episode,
             self.abandon_attempt,

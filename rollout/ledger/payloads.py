@@ -118,7 +118,7 @@ class EpisodeEnded(Payload):
     """An episode recorded for good: `EpisodeFinished` (every agent rewarded), or `EpisodeAbandoned` with the
     error when an agent failed for good (consumed with its group, never trained)."""
 
-    OMITTED_AT_DEFAULT = ("untrained", "failure")
+    OMITTED_AT_DEFAULT = ("untrained", "failure", "pinned")
 
     run: str
     episode: str
@@ -135,6 +135,8 @@ class EpisodeEnded(Payload):
     # tasks.
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
     failure: Failure | None = None  # an abandoned episode's first failure, classified (rollout.failures)
+    # By agent: the checkpoint a self-play pin (rollout.pins) played, and the fallback it took, if any.
+    pinned: dict[str, str] = field(default_factory=dict[str, str])
 
     @property
     def kind(self) -> Kind:

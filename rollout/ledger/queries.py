@@ -270,6 +270,24 @@ async def newest_checkpoint_version(ledger: Ledger, policy: str) -> int:
     return int(row["newest"]) if row and row["newest"] is not None else 0
 
 
+async def served_lineage(ledger: Ledger, policy: str) -> list[str]:
+    """The names of `policy`'s checkpoints that engines can serve (they have a `ServingTarget`), oldest
+    first: the lineage a self-play pin picks from (rollout.pins)."""
+    rows = await ledger._fetch_all(
+        "SELECT c.payload->>'name' AS name FROM event c WHERE c.stream_id = %s AND c.kind = %s"
+        " AND EXISTS (SELECT 1 FROM event t WHERE t.stream_id = %s AND t.kind = %s"
+        " AND t.payload->>'checkpoint' = c.payload->>'name')"
+        " ORDER BY (c.payload->>'version')::bigint",
+        (
+            policy_checkpoints_stream(policy),
+            Kind.CHECKPOINT_CREATED.value,
+            SERVING_TARGETS,
+            Kind.SERVING_TARGET.value,
+        ),
+    )
+    return [str(row["name"]) for row in rows]
+
+
 async def checkpoint_payload(ledger: Ledger, policy: str, name: str) -> dict[str, Any] | None:
     """The `CheckpointCreated` payload of checkpoint `name` on `policy`'s stream, if it is there."""
     row = await ledger._fetch_one(
@@ -316,6 +334,16 @@ class SeatRow:
 
 
 _SEAT_COLUMNS = "s.seat_id, s.agent, s.policy, s.run_id, s.episode_id, s.checkpoint, s.status"
+
+
+async def pinned_checkpoint_opened(ledger: Ledger, run: str, episode: str, agent: str) -> str | None:
+    """The checkpoint an episode's seat of `agent` was opened pinned to, if it opened pinned (any attempt)."""
+    row = await ledger._fetch_one(
+        "SELECT checkpoint FROM seat WHERE run_id = %s AND episode_id = %s AND agent = %s"
+        " AND checkpoint IS NOT NULL ORDER BY seat_id LIMIT 1",
+        (run, episode, agent),
+    )
+    return None if row is None else str(row["checkpoint"])
 
 
 def _seat(row: dict[str, Any]) -> SeatRow:

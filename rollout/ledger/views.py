@@ -131,6 +131,8 @@ class EpisodeRow:
     error: str | None
     recorded_at: datetime
     failure: Failure | None = None  # a failed episode's first failure (rollout.failures)
+    # By agent: the checkpoint a self-play pin played, and the fallback it took (rollout.pins).
+    pinned: dict[str, str] = field(default_factory=dict[str, str])
 
 
 def _failure(payload: object) -> Failure | None:
@@ -189,6 +191,7 @@ async def find_episodes(
             error=p.get("error"),
             recorded_at=row["recorded_at"],
             failure=_failure(p.get("failure")),
+            pinned={str(k): str(v) for k, v in (p.get("pinned") or {}).items()},
         )
         for row in rows
         if (p := row["payload"]) is not None

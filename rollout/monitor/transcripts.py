@@ -4,10 +4,10 @@ the agent saw them.
 Each turn shows the prompt the engine saw since the previous turn of its segment (observations, tool results),
 the reply with its tool calls, and the sampled tokens coloured by their logprob (or, on a toggle, by the
 checkpoint version that sampled the turn). A turn that starts a new segment, and an aborted turn (never
-trained), are marked. Token text comes from the model's tokenizer; without one, token ids are shown. A failed
-episode shows its failure (kind, reason, place in the environment's code, traceback) and the turns of the
-seat that failed, as far as it got.
-"""
+trained), are marked; so is a seat pinned to a checkpoint (for a self-play pin, the checkpoint it played this
+episode and the fallback it took while its policy's lineage was short). Token text comes from the model's
+tokenizer; without one, token ids are shown. A failed episode shows its failure (kind, reason, place in the
+environment's code, traceback) and the turns of the seat that failed, as far as it got."""
 
 from __future__ import annotations
 
@@ -104,8 +104,11 @@ def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
     for agent, seat in seats.items():
         reward = episode.rewards.get(agent)
         shown = reward if reward is not None else "—"
-        st.markdown(f"**{plain(agent)}** · seat {plain(seat)} · reward {plain(shown)}")
         events = monitor.read(lambda ledger, seat=seat: read_all(ledger, seat_stream(seat)))
+        opened = next((e.payload.get("checkpoint") for e in events if e.kind == "SeatOpened"), None)
+        pinned = episode.pinned.get(agent) or opened
+        against = f" · pinned to {plain(pinned)}" if pinned else ""
+        st.markdown(f"**{plain(agent)}** · seat {plain(seat)} · reward {plain(shown)}{against}")
         segment = None
         for event in events:
             if event.kind != "TurnRecorded":

@@ -77,6 +77,28 @@ class AgentInput:
 
 
 @dataclass
+class PinRequest:
+    """The seats of an episode pinned relative to their policy's lineage (rollout.pins), to resolve."""
+
+    run: str
+    episode: str
+    agents: list[AgentSeatSpec]
+
+
+@dataclass
+class PinnedSeat:
+    """The checkpoint a relative pin resolved to for one episode, and the fallback it took, if any."""
+
+    agent: str
+    pin: str
+    checkpoint: str
+    fallback: str | None = None
+
+    def summary(self) -> str:
+        return self.checkpoint if self.fallback is None else f"{self.checkpoint} ({self.fallback})"
+
+
+@dataclass
 class AgentAttempt:
     """One try at playing an agent's seat. A replayable environment keeps the seat across tries."""
 
@@ -109,6 +131,7 @@ class EpisodeInput:
     episode: str
     group: int
     environment: EnvironmentInfo
+    pinned: list[PinnedSeat] = field(default_factory=list[PinnedSeat])  # its relative pins, once resolved
 
 
 @dataclass
@@ -131,6 +154,7 @@ class EpisodeRecord:
     sandbox: str | None = None  # the claimed sandbox, kind/name@epoch
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])  # by agent: segment ids
     failure: Failure | None = None  # the first of its agents' failures, if one failed
+    pinned: dict[str, str] = field(default_factory=dict[str, str])  # by agent: the checkpoint a pin played
 
 
 def episode_record(
@@ -154,6 +178,7 @@ def episode_record(
         untrained={r.agent: r.untrained for r in results if r.untrained},
         sandbox=sandbox,
         failure=failures[0] if failures else None,
+        pinned={p.agent: p.summary() for p in given.pinned},
     )
 
 

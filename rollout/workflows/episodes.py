@@ -19,6 +19,11 @@ Contract:
   episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error and the first `Failure` (rollout.failures:
   its kind, reason and place in the environment's code) when an agent failed for good. A deterministic
   failure is never retried. It never fails itself, so the run goes on.
+- Seats pinned relative to their policy's lineage (`latest`, `latest-K`, `sample`, `sample-N`: rollout.pins)
+  are resolved first, once, by the `resolve_pins` activity (so a replay, a retried seat and a restarted
+  episode play the same checkpoints); each chosen checkpoint but the base model is held on the engines
+  (`hold_serving`, holder the episode's workflow id) until the episode ends, and a hold that fails abandons
+  the episode with the reason. The episode's record names what each pinned seat played (`pinned`).
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
@@ -54,11 +59,13 @@ from rollout.workflows.episode_types import (
     ClaimInput,
     EpisodeInput,
     EpisodeResult,
+    PinRequest,
     SandboxGrant,
     SupplyCounts,
     SupplyInput,
     episode_record,
 )
+from rollout.workflows.eval_types import ServingHold
 from rollout.workflows.names import EPISODES_FAILING, agent_workflow_id, episode_id, episode_workflow_id
 from rollout.workflows.options import QUICK, heartbeating
 
@@ -70,6 +77,9 @@ FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fail
 REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
 FOR_GOOD = list(DETERMINISTIC)  # failures a retry would repeat (rollout.failures)
+# How long an episode waits for the engines to serve a checkpoint a self-play pin chose (rollout.pins).
+PIN_SERVED_WAIT_S = 300.0
+BASE = "base"  # the base model: every engine serves it, nothing to hold
 # Workflows started before one-seat episodes played and recorded in one activity replay the old commands.
 PLAY_AND_RECORD = "play-and-record"
 
@@ -169,6 +179,48 @@ class AgentWorkflow:
 class EpisodeWorkflow:
     @workflow.run
     async def run(self, given: EpisodeInput) -> EpisodeResult:
+        if any(agent.relative_pin is not None for agent in given.environment.agents):
+            return await self._play_pinned(given)
+        return await self._play(given)
+
+    async def _play_pinned(self, given: EpisodeInput) -> EpisodeResult:
+        """Resolve the episode's self-play pins once (an activity: its result is in the history, so a replay
+        or a retried seat plays the same checkpoints), hold each chosen checkpoint on the engines while the
+        episode plays, then play it with its seats pinned to them."""
+        request = PinRequest(given.run, given.episode, list(given.environment.agents))
+        pinned = await workflow.execute_activity(runner_stubs.resolve_pins, request, **QUICK)
+        chosen = {p.agent: p.checkpoint for p in pinned}
+        agents = [replace(a, checkpoint=chosen.get(a.name, a.checkpoint)) for a in given.environment.agents]
+        playing = replace(given, environment=replace(given.environment, agents=agents), pinned=pinned)
+        holder = episode_workflow_id(given.run, given.episode)
+        holds = [ServingHold(holder, c, PIN_SERVED_WAIT_S) for c in sorted(set(chosen.values()) - {BASE})]
+        held: list[ServingHold] = []
+        try:
+            for hold in holds:
+                held.append(hold)
+                await workflow.execute_activity(
+                    runner_stubs.hold_serving,
+                    hold,
+                    **heartbeating(
+                        timedelta(seconds=PIN_SERVED_WAIT_S + 120),
+                        RetryPolicy(maximum_interval=timedelta(seconds=10)),
+                    ),
+                )
+        except ActivityError as error:
+            record = episode_record(playing, [], [_failure(error)])
+            await workflow.execute_activity(runner_stubs.record_episode, record, **QUICK)
+            await self._release(held)
+            return record.result
+        try:
+            return await self._play(playing)
+        finally:
+            await self._release(held)
+
+    async def _release(self, held: list[ServingHold]) -> None:
+        for hold in held:
+            await workflow.execute_activity(runner_stubs.release_serving, hold, **QUICK)
+
+    async def _play(self, given: EpisodeInput) -> EpisodeResult:
         need = given.environment.sandbox
         grant: SandboxGrant | None = None
         outcomes: list[AgentResult | BaseException] = []
@@ -178,6 +230,7 @@ class EpisodeWorkflow:
             and len(inputs) == 1
             and given.environment.replayable
             and not inputs[0].agent.command
+            and not given.pinned  # its record names the pinned checkpoint: recorded here
             and workflow.patched(PLAY_AND_RECORD)
         ):
             # One replayable seat and no sandbox: played and recorded in one activity, one workflow task

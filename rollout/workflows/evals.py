@@ -10,7 +10,8 @@ Contract:
 - Each environment plays under its own eval run (`names.eval_run`): `RunCreated` with the settings `eval`
   (`suite@version`), `checkpoint`, `temperature` (the gateway samples every turn of the run with it) and
   `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i`
-  being held-out task `first + i`; every agent seat that is not pinned already is pinned to the checkpoint. No
+  being held-out task `first + i`; every agent seat that is not pinned to a fixed checkpoint already is
+  pinned to the checkpoint (a self-play pin, rollout.pins, included: an eval run has no lineage). No
   training run reads these episodes: they are never trained.
 - One `EvalResult` per (suite@version, checkpoint, environment). An environment already scored is not played
   again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
@@ -33,6 +34,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
+from rollout.environment import AgentSeatSpec
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.episode_types import SupplyInput
@@ -72,6 +74,15 @@ FOR_GOOD = [
 
 
 FOR_GOOD_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), non_retryable_error_types=FOR_GOOD)
+
+
+def eval_seats(agents: list[AgentSeatSpec], checkpoint: str) -> list[AgentSeatSpec]:
+    """The seats an eval plays: every one not pinned to a fixed checkpoint is pinned to `checkpoint`, a
+    self-play pin (rollout.pins) too, since an eval run has no lineage of its own."""
+    return [
+        a if a.checkpoint is not None and a.relative_pin is None else replace(a, checkpoint=checkpoint)
+        for a in agents
+    ]
 
 
 @workflow.defn(name="EvalWorkflow")
@@ -143,8 +154,7 @@ class EvalWorkflow:
             target.reference,
             **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
-        agents = [a if a.checkpoint is not None else replace(a, checkpoint=chosen.name) for a in info.agents]
-        playing = replace(info, agents=agents, group_size=1, tasks=target.tasks)
+        playing = replace(info, agents=eval_seats(info.agents, chosen.name), group_size=1, tasks=target.tasks)
         settings: dict[str, bool | int | float | str] = {
             "eval": f"{given.suite}@{given.version}",
             "checkpoint": chosen.name,

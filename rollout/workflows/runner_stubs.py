@@ -25,6 +25,8 @@ from rollout.workflows.episode_types import (
     EnvironmentInfo,
     EpisodeRecord,
     EpisodeResult,
+    PinnedSeat,
+    PinRequest,
     SandboxGrant,
 )
 from rollout.workflows.eval_types import (
@@ -58,6 +60,13 @@ async def create_run(run: RunInput) -> None:
 async def change_settings(change: SettingsChange) -> None:
     """Record `SettingsChanged` on `run/{run}` under the change's key (its update's id): a retry records
     once."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def resolve_pins(request: PinRequest) -> list[PinnedSeat]:
+    """The checkpoint each relative-pinned seat of the episode plays (rollout.pins), from its policy's
+    served lineage in the ledger; a seat this episode already opened keeps the checkpoint it opened with."""
     raise NotImplementedError
 
 
