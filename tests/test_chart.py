@@ -313,7 +313,7 @@ def test_each_component_answers_only_the_components_that_use_it() -> None:
             peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
             for rule in egress[component]
             for peer in rule.get("to", [])
-            if "podSelector" in peer
+            if "app.kubernetes.io/component" in peer.get("podSelector", {}).get("matchLabels", {})
         }
 
     def internet(component: str) -> bool:
@@ -325,6 +325,9 @@ def test_each_component_answers_only_the_components_that_use_it() -> None:
     )
     assert not internet("runner") and not internet("commandhost"), "where the policy plays: no internet"
     assert not internet("postgres") and not internet("monitor")
+    for component, rules in egress.items():  # port 53 leads to the cluster's DNS only, never anywhere
+        (dns,) = [r for r in rules if any(p.get("port") == 53 for p in r.get("ports", []))]
+        assert [p["podSelector"]["matchLabels"] for p in dns["to"]] == [{"k8s-app": "kube-dns"}], component
     assert internet("gateway"), "the gateway calls the providers' APIs"
     for rule in (r for c in egress for r in egress[c] for peer in r.get("to", []) if "ipBlock" in peer):
         assert "10.0.0.0/8" in rule["to"][0]["ipBlock"]["except"], "the internet, never the cluster's own"

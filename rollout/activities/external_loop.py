@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Protocol
 
+import httpx
+
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward, defined_at, task_call
 from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation
@@ -131,7 +133,11 @@ async def play_external(
             )
     except NoSandboxFree as error:
         raise TaskFailed(Failure(NO_SANDBOX_FREE, one_line(str(error)))) from error
-    except (SandboxLost, SandboxSuperseded) as error:
+    except (
+        SandboxLost,
+        SandboxSuperseded,
+        httpx.HTTPError,
+    ) as error:  # a host's 5xx, a command past its time
         reason = one_line(f"the agent command {command[0]!r} lost its command host: {error}")
         raise TaskFailed(Failure(TASK_FAILED, reason)) from error
     except (

@@ -4,10 +4,10 @@ the command host that runs it.
 Contract:
 - `pack(folder, limit_bytes=)` is the folder's files, folders and symbolic links (as links, never followed),
   paths relative to it, as gzip'd tar bytes; `ArchiveTooLarge` when they pack to more than `limit_bytes`.
-  Anything else (a socket, a FIFO, a device) is left out.
+  Anything else (a socket, a FIFO, a device) and what cannot be read is left out.
 - `unpack(data, folder, limit_bytes=, max_entries=)` writes them under `folder` through Python's `data`
-  filter, and answers the names it left out: an entry the filter refuses (a `..` leading out, a link
-  pointing out of `folder`, like a virtualenv's link to `/usr/bin/python3`; a device or FIFO) is skipped,
+  filter, and answers the names it left out: a hard link, a symbolic link whose target is absolute or holds
+  `..`, and an entry the filter refuses (a `..` leading out, a device or FIFO) are skipped,
   never written; an absolute name is written under `folder`; set-uid bits are dropped. Before anything is
   written, the whole archive is read: more than `max_entries` entries, or more than `limit_bytes` of file
   contents in all, raise `ArchiveTooLarge`, an archive that cannot be read `UnsafeArchive`, and then nothing
@@ -60,7 +60,10 @@ def pack(folder: Path, *, limit_bytes: int = MAX_ARCHIVE_BYTES) -> bytes:
                 path = Path(root, name)
                 if not (path.is_symlink() or path.is_dir() or path.is_file()):
                     continue  # a socket, a FIFO, a device: nothing a workspace's reader needs
-                archive.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+                try:
+                    archive.add(path, arcname=str(path.relative_to(folder)), recursive=False)
+                except PermissionError:
+                    continue  # the command made it unreadable: it does not come back
     return bytes(sink.buffer)
 
 
@@ -80,6 +83,14 @@ def unpack(
                     raise ArchiveTooLarge(f"the archive's files hold more than {limit_bytes} bytes")
             destination, kept, left_out = str(folder), list[tarfile.TarInfo](), list[str]()
             for member in members:
+                # Hard links, and links whose target is absolute or climbs, are never written, whatever this
+                # Python's `data` filter passes (before 3.13.4 some link targets went unchecked).
+                target = member.linkname
+                if member.islnk() or (
+                    member.issym() and (target.startswith("/") or ".." in target.split("/"))
+                ):
+                    left_out.append(member.name)
+                    continue
                 try:
                     kept.append(tarfile.data_filter(member, destination))
                 except tarfile.FilterError:
