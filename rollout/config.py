@@ -21,7 +21,7 @@ from typing import Any
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
@@ -227,6 +227,16 @@ class TrainerSettings:
 
 
 @dataclass
+class PolicySettings:
+    """One policy's own base model and trainer settings (`policies.NAME.*`), over `trainer.*` and over the
+    environment's `policy_models`: a policy that sets none trains and samples `trainer.model`."""
+
+    model: str | None = None  # smollm2, tiny-qwen3, a catalog model, an HF id or a local path
+    lora_rank: int | None = None  # None: trainer.lora_rank
+    learning_rate: float | None = None  # None: trainer.learning_rate
+
+
+@dataclass
 class RunDefaults:
     """How `rollout train` runs episodes: the run's settings (max_lag and max_tokens change mid-run)."""
 
@@ -278,6 +288,8 @@ class Settings:
     eval: EvalSettings = field(default_factory=EvalSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    # A policy's own base model and trainer settings, by policy name (`policies.listener.model=tiny-qwen3`).
+    policies: dict[str, PolicySettings] = field(default_factory=dict[str, PolicySettings])
 
     @property
     def engine_kind(self) -> EngineKind:
@@ -383,15 +395,45 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
     search = (
         [f"hydra.searchpath=[{','.join(d.resolve().as_uri() for d in preset_dirs)}]"] if preset_dirs else []
     )
+    given = overrides or []
+    per_policy = [o for o in given if o.startswith(POLICIES_PREFIX)]
     try:
         with initialize_config_module(config_module="rollout.conf", version_base="1.3"):
-            composed = compose(config_name="config", overrides=[*search, *(overrides or [])])
+            composed = compose(
+                config_name="config", overrides=[*search, *(o for o in given if o not in per_policy)]
+            )
+        _set_policies(composed, per_policy)
         settings = OmegaConf.to_object(composed)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
     assert isinstance(settings, Settings)
     _check_values(settings)
     return settings
+
+
+POLICIES_PREFIX = "policies."
+
+
+def _set_policies(composed: DictConfig, overrides: list[str]) -> None:
+    """Apply `policies.NAME.KEY=VALUE` overrides, making policy NAME's entry when no preset made it (Hydra
+    adds no key to a typed mapping from the command line without a `+`, which no user should need)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        parsed = parser.parse_override(override)
+        _, name, key = (
+            parsed.key_or_group.split(".", 2) if parsed.key_or_group.count(".") >= 2 else ("", "", "")
+        )
+        if not name or not key:
+            raise ConfigError(
+                f"bad setting '{parsed.key_or_group}': write policies.NAME.KEY=VALUE (e.g. "
+                f"policies.listener.model=tiny-qwen3); keys: {', '.join(valid_keys('policies.NAME'))}"
+            )
+        if name not in composed.policies:
+            with open_dict(composed.policies):
+                composed.policies[name] = OmegaConf.structured(PolicySettings)
+        OmegaConf.update(composed, parsed.key_or_group, parsed.value(), merge=False)
 
 
 def _check_values(settings: Settings) -> None:
@@ -446,6 +488,8 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 
 def valid_keys(path: str) -> list[str]:
     """The keys the schema allows under a dotted `path` ('' for the top level)."""
+    if path.startswith(POLICIES_PREFIX):  # any policy's name: its keys are a PolicySettings'
+        return [str(key) for key in OmegaConf.structured(PolicySettings)]
     schema = OmegaConf.structured(Settings)
     node = OmegaConf.select(schema, path) if path else schema
     return [str(key) for key in node] if isinstance(node, DictConfig) else []

@@ -14,6 +14,9 @@ Contract:
   (`latest`, `latest-K`, `sample`, `sample-N`: rollout.pins; a malformed pin raises here). A seat naming a
   `model` (LiteLLM) is answered by that model, an opponent or judge recorded as text and never trained; its
   policy trains nothing. Every other seat trains its policy, built-in loop and command alike.
+- A policy samples and trains `trainer.model` unless the environment's `policy_models` (or the config's
+  `policies.NAME.model`) puts it on a base model of its own; `policy_models` naming a policy no agent plays
+  raises here.
 - A command may hold several conversations on its seat (rewrites, side tasks): each is its own segment, and
   `trains(Conversation)` decides which train (all, by default).
 - `eval_source` is the held-out task set evals draw from (rollout.evals): tasks training never draws. A
@@ -36,7 +39,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rollout.isolation import JailLimits, SandboxNetwork
@@ -211,6 +214,10 @@ class Environment:
     # environments (a coding task's command runs for at most 120 s).
     turn_timeout_s: float = TURN_TIMEOUT_S
     episode_timeout_s: float = EPISODE_TIMEOUT_S
+    # The base model a policy samples and trains by default (`policies.NAME.model` overrides it): policy ->
+    # smollm2, tiny-qwen3, a catalog model, an HF id or a local path. A policy not named here is on
+    # `trainer.model`, as every policy is by default.
+    policy_models: dict[str, str] = field(default_factory=dict[str, str])
 
     def __post_init__(self) -> None:
         names = [agent.name for agent in self.agents]
@@ -218,6 +225,11 @@ class Environment:
             raise ValueError(f"environment {self.name!r} has no agent seats")
         if len(set(names)) != len(names):
             raise ValueError(f"environment {self.name!r} names an agent twice: {names}")
+        unknown = sorted(set(self.policy_models) - {agent.policy for agent in self.agents})
+        if unknown:
+            raise ValueError(
+                f"environment {self.name!r}: policy_models names {', '.join(unknown)}, which no agent plays"
+            )
         if self.group_size < 1 or self.max_turns < 1:
             raise ValueError(f"environment {self.name!r}: group_size and max_turns must be at least 1")
         if not (0 < self.turn_timeout_s <= self.episode_timeout_s):

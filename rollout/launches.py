@@ -5,7 +5,8 @@ Contract:
 - `RunLaunch` is the payload of a run's `RunLaunched` event (key `LAUNCHED` in the run's stream), appended
   with its `RunCreated` when `rollout train` starts the run; a run started without training (`rollout run
   start`) records none. It holds the settings the run's trainer and stack were started with, as `key=value`
-  overrides (`trainer.*`, `gpu.*`, and what the engines serve: `SERVING_SETTINGS`), and where its
+  overrides (`trainer.*`, `gpu.*`, each policy's own model and settings `policies.*`, and what the engines
+  serve: `SERVING_SETTINGS`), and where its
   environment was imported from.
 - It is checked where it is made and where it is read back from the ledger (`from_payload`): an override of
   any other setting (a ledger or Temporal address, a data directory), a value or path holding a control
@@ -33,8 +34,8 @@ SERVING_SETTINGS = (
     "services.engine.kind",
     "run.groups_in_flight",
 )
-LAUNCH_SECTIONS = ("trainer", "gpu", *SERVING_SETTINGS)
-_SECTION_SETTING = re.compile(r"(trainer|gpu)\.[a-z_]+")
+LAUNCH_SECTIONS = ("trainer", "gpu", "policies", *SERVING_SETTINGS)
+_SECTION_SETTING = re.compile(r"(trainer|gpu)\.[a-z_]+|policies\.[A-Za-z0-9_-]+\.[a-z_]+")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 
@@ -52,7 +53,7 @@ class RunLaunch(Payload):
             key, equals, value = override.partition("=")
             if not equals or not (_SECTION_SETTING.fullmatch(key) or key in SERVING_SETTINGS):
                 raise ValueError(
-                    f"a launch records trainer.*, gpu.* and the serving settings only, not {key!r}"
+                    f"a launch records trainer.*, gpu.*, policies.* and the serving settings only, not {key!r}"
                 )
             if _CONTROL.search(value):
                 raise ValueError(f"launch setting {key} holds a control character")

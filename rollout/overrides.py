@@ -71,6 +71,9 @@ def overrides_for(settings: object, *paths: str) -> list[str]:
         if is_dataclass(value) and not isinstance(value, type):
             for spec in fields(value):
                 write(f"{path}.{spec.name}", getattr(value, spec.name))
+        elif isinstance(value, dict):  # a mapping of sections by name (`policies.NAME.*`)
+            for name, item in cast(dict[str, object], value).items():
+                write(f"{path}.{name}", item)
         else:
             out.append(f"{path}={_written(value)}")
 

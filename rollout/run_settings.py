@@ -6,7 +6,8 @@ Contract:
   run workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
   `setting`, rather than leaving every turn unadmitted.
 - `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, stopped, the run's caps on
-  sampled tokens and temperature, and the policies an external model answers.
+  sampled tokens and temperature, the policies an external model answers, and the base model of each policy
+  on one of its own.
   `RunSettings.from_recorded(settings)` reads the run projection's settings (a payload from the ledger, so
   checked like any input); a value that fails a check raises `BadRunSetting`.
 """
@@ -59,6 +60,9 @@ class RunSettings:
     temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
     # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
     external_models: dict[str, str] = field(default_factory=dict[str, str])
+    # The base model each policy samples (`policy_model/POLICY` settings): policy -> model spec. Empty: every
+    # policy samples the stack's one model.
+    policy_models: dict[str, str] = field(default_factory=dict[str, str])
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)
@@ -71,7 +75,6 @@ class RunSettings:
     def from_recorded(cls, settings: Mapping[str, Any]) -> RunSettings:
         """The settings a run recorded (its projection in the ledger); absent ones are the defaults."""
         cap, temperature = settings.get("max_tokens"), settings.get("temperature")
-        prefix = defaults.EXTERNAL_MODEL_SETTING
         try:
             return cls(
                 max_lag=max_lag_of(settings.get("max_lag", defaults.MAX_LAG)),
@@ -79,13 +82,17 @@ class RunSettings:
                 stopped=bool(settings.get("stopped", False)),
                 max_tokens=int(cap) if cap else None,
                 temperature=None if temperature is None else float(temperature),
-                external_models={
-                    name.removeprefix(prefix): str(model)
-                    for name, model in settings.items()
-                    if name.startswith(prefix)
-                },
+                external_models=_prefixed(settings, defaults.EXTERNAL_MODEL_SETTING),
+                policy_models=_prefixed(settings, defaults.POLICY_MODEL_SETTING),
             )
         except (TypeError, ValueError) as error:
             if isinstance(error, BadRunSetting):
                 raise
             raise BadRunSetting(f"a run's recorded settings do not parse: {error}") from error
+
+
+def _prefixed(settings: Mapping[str, Any], prefix: str) -> dict[str, str]:
+    """The settings named `PREFIX + POLICY`, by policy."""
+    return {
+        name.removeprefix(prefix): str(value) for name, value in settings.items() if name.startswith(prefix)
+    }

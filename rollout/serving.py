@@ -8,8 +8,11 @@ Contract:
   version, the format its files are in (`lora`: a peft adapter directory; `full`: full weights; `tinker`: a
   sampler path), and the files themselves (blob keys with hashes). A target whose checkpoint name, file names
   or format could lead outside an engine's folders is refused where it is read.
+- A target names the base model its files apply to (`model`): an engine serving another base model never
+  loads it (a run whose policies are on several base models; "" loads on any).
 - Acks are appended on one stream, `serving/acks`, keyed `{engine}/{incarnation}/{n}`. Each ack is the
-  engine's whole state: the base model it serves to every policy, the checkpoints it serves, whether it
+  engine's whole state: the base model it serves to every policy (its name in requests, `base`, and which
+  model it is, `model`), the checkpoints it serves, whether it
   sleeps, and the last load that failed (the engine keeps serving what it served before). The newest ack of an
   engine is its state; a restarted engine starts a new incarnation whose first ack serves only the base model.
 - Requests (`serving/requests`, rollout.ledger.streams.SERVING_REQUESTS) ask for a checkpoint to be served
@@ -93,6 +96,9 @@ class ServingTarget(Payload):
     format: str
     files: dict[str, CheckpointFile] = field(default_factory=dict[str, CheckpointFile])
     location: str | None = None  # where the format is not files (a Tinker sampler path)
+    # The base model its files apply to (a model spec: smollm2, tiny-qwen3, …): only engines serving that
+    # model load it. "" for any engine (a run whose policies all share the stack's one model).
+    model: str = ""
 
     def __post_init__(self) -> None:
         # Read from the ledger, then joined to an engine's cache folder: checked before any is used as a path.
@@ -122,6 +128,7 @@ class ServingAck(Payload):
     incarnation: str
     n: int  # the ack's number within the incarnation
     base: str = BASE_CHECKPOINT  # the name the engine serves its base model under
+    model: str = ""  # the base model it serves (a model spec); "" where its acks said none (the stack's own)
     serving: tuple[Served, ...] = ()
     sleeping: bool = False
     gpu: str | None = None  # the GPU lease this engine gives way to (one-GPU mode)

@@ -5,9 +5,10 @@ Contract:
 - `bridge_checkpoint` is idempotent per (checkpoint, format): the first attempt converts
   (rollout.training.bridges) and records `CheckpointConverted` on `policy/{policy}/bridges` under
   `bridge/{version}/{format}` (not on the checkpoint stream, which only the trainer's lease may write); a
-  retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`).
+  retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`). A merge is
+  onto the policy's own base model when it has one (`BridgeInput.model`), else the trainer's.
 - `publish_serving` appends the `ServingTarget` for a converted checkpoint (once per checkpoint and serving
-  format); followers beside the engines load it.
+  format), naming its base model; followers beside engines serving that model load it.
 - `wait_served` waits (heartbeating) until some engine's newest ack serves the checkpoint, or the time is up
   (False). Nothing here blocks turns: admission reads acks on its own.
 """
@@ -17,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from temporalio import activity
@@ -40,8 +42,19 @@ def _bridge_key(given: BridgeInput) -> str:
 
 
 class BridgeActivities:
-    def __init__(self, ledger: Ledger, store: BlobStore, *, base_model: str | None, scratch: Path) -> None:
+    def __init__(
+        self,
+        ledger: Ledger,
+        store: BlobStore,
+        *,
+        base_model: str | None,
+        scratch: Path,
+        model: str = "",
+        resolve: Callable[[str], str] | None = None,
+    ) -> None:
         self.ledger, self.store, self.base_model, self.scratch = ledger, store, base_model, scratch
+        self.model = model  # the spec of `base_model` (the path): what its serving targets name
+        self.resolve = resolve  # a policy's own model spec -> its path, to merge onto
 
     @activity.defn(name=trainer_stubs.bridge_checkpoint.__name__)
     async def bridge_checkpoint(self, given: BridgeInput) -> BridgeResult:
@@ -58,8 +71,11 @@ class BridgeActivities:
                     f"checkpoint {given.checkpoint!r} is not in the ledger", non_retryable=True
                 )
             try:
+                base = self.base_model
+                if given.model is not None and given.model != self.model and self.resolve is not None:
+                    base = await asyncio.to_thread(self.resolve, given.model)
                 files = await asyncio.to_thread(
-                    bridge_files, record, given.format, self.store, self.base_model, self.scratch
+                    bridge_files, record, given.format, self.store, base, self.scratch
                 )
                 location = await asyncio.to_thread(bridge_location, record, given.format, self.store)
             except BridgeError as error:
@@ -104,6 +120,7 @@ class BridgeActivities:
             format=SERVING_FORMAT[given.format],
             files=files_of(converted.payload["files"]),
             location=converted.payload.get("location"),
+            model=given.model or self.model,
         )
         # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to
         # it).

@@ -4,9 +4,10 @@ rollout.activities.training's protocol.
 
 Contract:
 - A step brings the policy's trainer to `parent` (the checkpoint in memory, or resumed from the blob store, or
-  the base model), trains on the batch, saves, and publishes through the protocol's `Publish`; the trainer is
-  then kept at the published checkpoint. A loss or gradient that is not finite raises `NonFiniteLoss` before
-  any weight changes.
+  the base model: the policy's own, `TrainStepInput.model`, built with its own LoRA rank and learning rate,
+  else the provider's), trains on the batch, saves, and publishes through the protocol's `Publish`; the
+  trainer is then kept at the published checkpoint. A loss or gradient that is not finite raises
+  `NonFiniteLoss` before any weight changes.
 - One-GPU mode (`gpu_lease`): the step claims the ledger lease `gpu/{gpu}`, waits until every engine acking
   that GPU sleeps (or fails the attempt, retryably, after `ENGINES_ASLEEP_S`), builds or onloads its trainer,
   trains, saves and publishes, offloads the trainer to CPU memory, then releases the lease; the engines wake
@@ -21,6 +22,7 @@ import tempfile
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from pathlib import Path
 
 from temporalio import activity
@@ -35,7 +37,7 @@ from rollout.rl.losses import LossConfig
 from rollout.serving import EngineStates
 from rollout.training.checkpoints import CheckpointRecord, fetch_checkpoint
 from rollout.training.local import LocalTrainerConfig, OneProcess, Trainer, TrainerBuilder
-from rollout.workflows.training_types import TrainStepInput
+from rollout.workflows.training_types import PolicyModel, TrainStepInput
 
 GPU_LEASE_TTL_S = 1800.0
 ENGINES_ASLEEP_S = 120.0
@@ -54,9 +56,11 @@ class LocalProvider:
         scratch: Path | None = None,
         gpu_lease: str | None = None,
         builder: TrainerBuilder | None = None,
+        resolve: Callable[[str], str] | None = None,
     ) -> None:
         self.ledger, self.store = ledger, store
         self.model_path, self.config, self.loss = model_path, config, loss
+        self.resolve = resolve  # a policy's own model spec -> its local path (converted or built once)
         self.holder = holder  # of the GPU's lease, in one-GPU mode
         self.scratch = scratch or Path(tempfile.mkdtemp(prefix="rollout-trainer-"))
         self.builder = builder or OneProcess()  # in this process, or data-parallel across Ray workers
@@ -72,7 +76,7 @@ class LocalProvider:
         # and holds it until the checkpoint is published, so the engines wake to it.
         async with (
             self._gpu(),
-            self._on_device(await self._trainer_at(given.policy, given.parent)) as trainer,
+            self._on_device(await self._trainer_at(given)) as trainer,
         ):
             metrics = await asyncio.to_thread(self._one_at_a_time, trainer.step, batch)
             directory = self.scratch / given.policy / f"step-{given.step:06d}"
@@ -115,20 +119,41 @@ class LocalProvider:
         finally:
             await asyncio.to_thread(self._one_at_a_time, trainer.offload)
 
-    async def _trainer_at(self, policy: str, parent: str | None) -> Trainer:
+    async def _trainer_at(self, given: TrainStepInput) -> Trainer:
+        policy, parent = given.policy, given.parent
         if policy in self.trainers and self.trainers[policy][1] == parent:
             return self.trainers[policy][0]
+        config = self._config_of(given.model)
         if parent is None:
+            model_path = await asyncio.to_thread(self._model_path_of, given.model)
             return await asyncio.to_thread(
-                self._one_at_a_time, self.builder.build, self.model_path, self.config, self.loss
+                self._one_at_a_time, self.builder.build, model_path, config, self.loss
             )
         record = await parent_record(self.ledger, policy, parent)
         directory = await asyncio.to_thread(
             fetch_checkpoint, self.store, record, self.scratch / policy / f"fetched-{parent}"
         )
-        return await asyncio.to_thread(
-            self._one_at_a_time, self.builder.resume, directory, self.config, self.loss
+        return await asyncio.to_thread(self._one_at_a_time, self.builder.resume, directory, config, self.loss)
+
+    def _config_of(self, own: PolicyModel | None) -> LocalTrainerConfig:
+        """The trainer's settings, with those the policy sets for itself."""
+        if own is None:
+            return self.config
+        return replace(
+            self.config,
+            lora_rank=self.config.lora_rank if own.lora_rank is None else own.lora_rank or None,
+            learning_rate=self.config.learning_rate if own.learning_rate is None else own.learning_rate,
         )
+
+    def _model_path_of(self, own: PolicyModel | None) -> str:
+        if own is None:
+            return self.model_path
+        if self.resolve is None:
+            raise ApplicationError(
+                f"this trainer trains one model, not {own.model}: start it with a model resolver",
+                non_retryable=True,
+            )
+        return self.resolve(own.model)
 
     def _one_at_a_time[**P, T](self, work: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
         """Model building and training run in threads; a cancelled attempt's thread runs on, so a retry in the

@@ -3,12 +3,14 @@ bridges that convert and publish each checkpoint.
 
 Contract: `trainer_activities` checks the settings before it builds anything heavy and raises
 `TrainerSetupError` with a message that says what to set (Tinker needs its model name and a LoRA rank). The
-model of the local provider is resolved (converted or built once) into `models_dir`. Each trainer process
+model of the local provider is resolved (converted or built once) into `models_dir`, and so is the model of
+a policy on a base model of its own, when its first step asks for it. Each trainer process
 keeps its scratch files under `scratch`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,9 +71,10 @@ def trainer_activities(
     model_path: str | None,
     holder: str,
     scratch: Path,
+    resolve: Callable[[str], str] | None = None,
 ) -> TrainerWorkerActivities:
     """The activities a trainer worker registers. `model_path` is the resolved `spec.model` (local
-    provider)."""
+    provider); `resolve` resolves the model of a policy on a model of its own the same way."""
     check_trainer_settings(spec)
     if spec.provider == TrainerProvider.tinker:
         assert spec.tinker_base_model is not None  # checked above
@@ -119,6 +122,7 @@ def trainer_activities(
         scratch=scratch,
         gpu_lease=spec.gpu_lease,
         builder=_builder(spec),
+        resolve=resolve,
     )
     training = TrainingActivities(ledger, store, provider, holder=holder, lease_ttl_s=spec.lease_ttl_s)
     workers = (
@@ -128,8 +132,10 @@ def trainer_activities(
     )
     return TrainerWorkerActivities(
         training=training,
-        bridges=BridgeActivities(ledger, store, base_model=model_path, scratch=scratch),
-        describe=f"{spec.model} ({spec.loss.value}{workers})",
+        bridges=BridgeActivities(
+            ledger, store, base_model=model_path, scratch=scratch, model=spec.model, resolve=resolve
+        ),
+        describe=f"{spec.model} ({spec.loss.value}{workers}; a policy's own model too)",
     )
 
 

@@ -158,6 +158,7 @@ def serve(
         engine=name or f"engine-{port}",
         url=f"http://{reachable_host(host)}:{port}",  # where the gateway reaches it, read from its acks
         base=served_name,
+        model=model,
         formats=SERVED_FORMATS[kind],
         gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
         ack_key=engine_key,
@@ -248,6 +249,13 @@ def follow(
         str | None, typer.Option(help="The engine's name in serving acks (default: engine-PORT).")
     ] = None,
     served_name: Annotated[str, typer.Option(help="The name its base weights are served under.")] = "base",
+    model: Annotated[
+        str | None,
+        typer.Option(
+            help="The base model it serves (default: services.gateway.model): it loads only that model's "
+            "checkpoints, and turns of policies on that model are routed to it."
+        ),
+    ] = None,
     gpu: Annotated[
         str | None,
         typer.Option(
@@ -290,6 +298,7 @@ def follow(
         engine=engine_name,
         url=engine_url.rstrip("/"),
         base=served_name,
+        model=model or settings.services.gateway.model,
         formats=SERVED_FORMATS[kind],
         gpu=gpu,
         runs=tuple(run or ()),

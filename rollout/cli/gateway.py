@@ -142,10 +142,14 @@ def gateway(
         externals = parse_externals(external or [])
     except ValueError as error:
         fail(str(error), code=2)
-    model_path = local_model(model, settings)
-    model_renderer = ModelRenderer(
-        AutoTokenizer.from_pretrained(model_path), renderer or renderer_for_model(model)
-    )
+
+    def renderer_of(spec: str, name: str = "") -> ModelRenderer:
+        # Another base model's (a policy on its own model, served by an engine whose signed ack names it).
+        return ModelRenderer(
+            AutoTokenizer.from_pretrained(local_model(spec, settings)), name or renderer_for_model(spec)
+        )
+
+    model_renderer = renderer_of(model, renderer)
     err.print(f"gateway on http://{host}:{port} → {', '.join(engine_url)}")
     for url in engine_url:
         if not _answers(url):  # it may be starting beside this gateway (`rollout up`): say so, do not stop
@@ -160,6 +164,8 @@ def gateway(
             serve_gateway(
                 ledger_url=settings.worker_ledger_url,
                 renderer=model_renderer,
+                model=model,
+                renderers=renderer_of,
                 engine_urls=engine_url,
                 host=host,
                 port=port,

@@ -44,6 +44,7 @@ def train(
     ENVIRONMENT.
     """
     from rollout.cli.live import follow_to_the_end
+    from rollout.control.policy_models import models_said
     from rollout.control.training import (
         begin_training,
         check_training,
@@ -70,12 +71,12 @@ def train(
         run_id,
         import_path=import_path(),
         evaluation=asyncio.run(evaluation(settings)),
+        loaded=loaded,
     )
     with err.status("a runner loads the environment…"):
         asyncio.run(begin_training(settings, given))
-    err.print(
-        f"run {run_id}: training {settings.trainer.model} for {settings.trainer.steps} steps on {environment}"
-    )
+    models = models_said(settings, loaded)
+    err.print(f"run {run_id}: training {models} for {settings.trainer.steps} steps on {environment}")
     follow_to_the_end(settings, run_id, trained_policies(loaded), as_json=as_json, embedded=not cluster)
 
 

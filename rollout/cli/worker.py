@@ -142,6 +142,7 @@ def trainer(
             model_path=model_path,
             holder=name,
             scratch=settings.data_path / "trainer" / name,
+            resolve=lambda model: local_model(model, settings),
         )
         err.print(f"trainer worker {name} on queue {task_queue!r}, training {built.describe}")
         return trainer_worker(client, built.training, built.bridges, task_queue=task_queue)

@@ -3,14 +3,16 @@
 Contract:
 - `check_training` loads the environment and refuses, before anything starts, settings that cannot train it
   (a trainer model the engines do not serve, full weights on vLLM, a LoRA rank above vLLM's, evals half
-  configured), each as a `ControlError` naming the setting.
+  configured, a policy's own model or settings that cannot be: rollout.control.policy_models), each as a
+  `ControlError` naming the setting.
 - `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
-  flight, max_lag, max_tokens, recorded as the run's settings), `trainer.*` (steps, groups per batch,
-  advantages) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the engines serve, and
-  where environments are imported from), so a stack can be brought back to the run.
-- `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner,
-  trainer, the sandboxes its episodes claim, a command host per command seat in flight with
-  `sandbox.command_pool`) and refuses an engine already serving another model.
+  flight, max_lag, max_tokens, recorded as the run's settings, with each policy's base model when they are on
+  several), `trainer.*` (steps, groups per batch, advantages, each policy's own model and settings, given the
+  `loaded` environment) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the engines
+  serve, and where environments are imported from), so a stack can be brought back to the run.
+- `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner, an
+  engine per other base model its policies are on, trainer, the sandboxes its episodes claim, a command host
+  per command seat in flight with `sandbox.command_pool`) and refuses an engine already serving another model.
 - `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
   a Temporal that the supervisor is restarting (the stack was just started); a run id already playing is
   refused.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 
 from rollout.control.connections import connect_temporal, ledger_session, local_model, outlasting
 from rollout.control.errors import ControlError
+from rollout.control.policy_models import base_models, check_policy_models, own_models, policy_model_settings
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -51,6 +54,7 @@ def check_training(settings: Settings, environment: str, *, cluster: bool = Fals
         loaded = load_environment(environment)
     except EnvironmentLoadError as error:
         raise ControlError(f"{error}\nCheck it with `rollout env check {environment}`.", usage=True) from None
+    check_policy_models(settings, loaded)
     if settings.trainer.model != settings.services.gateway.model:
         raise ControlError(
             f"trainer.model={settings.trainer.model} but the engines serve services.gateway.model="
@@ -99,6 +103,8 @@ def ready_stack(
     def start() -> None:
         stack.up(report=report)
         check_engine_model(settings)
+        if others := base_models(settings, environment)[1:]:  # an engine per other base model of its policies
+            stack.keep_policy_engines(others, report=report)
         report("trainer: starting")
         stack.start_trainer()
         if environment.sandbox is not None:  # the sandboxes its episodes claim, one per episode in flight
@@ -139,6 +145,7 @@ def run_input(
     *,
     import_path: Sequence[str] = (),
     evaluation: EvalInput | None = None,
+    loaded: Environment | None = None,
 ) -> RunInput:
     from rollout.launches import LAUNCH_SECTIONS, RunLaunch
     from rollout.overrides import overrides_for
@@ -154,6 +161,7 @@ def run_input(
         warm_start=trainer.warm_start,
         evaluation=evaluation,
         eval_every=settings.eval.every if evaluation is not None else 0,
+        models=own_models(settings, loaded) if loaded is not None else {},
     )
     launch = RunLaunch(
         run=run,
@@ -168,7 +176,10 @@ def run_input(
         max_lag=settings.run.max_lag,
         max_failure_rate=settings.run.max_failure_rate,
         failure_window=settings.run.failure_window,
-        settings={"max_tokens": settings.run.max_tokens},
+        settings={
+            "max_tokens": settings.run.max_tokens,
+            **(policy_model_settings(settings, loaded) if loaded is not None else {}),
+        },
         training=training,
         launch=launch,
     )

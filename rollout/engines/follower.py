@@ -2,10 +2,11 @@
 serves.
 
 Contract:
-- It reads `ServingTarget`s (stream `serving/targets`) by cursor and keeps the engine serving, per policy, the
-  newest `keep` checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still
-  find theirs), and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files
-  come from the blob store, hash-verified, into a cache directory; then `engine.load`.
+- It reads `ServingTarget`s (stream `serving/targets`) by cursor, skipping those of another base model than
+  its engine's (`model`, when both name one), and keeps the engine serving, per policy, the newest `keep`
+  checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still find theirs),
+  and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files come from the
+  blob store, hash-verified, into a cache directory; then `engine.load`.
 - After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state, signed
   with `ack_key` when it has one; the gateway routes by the newest signed ack. Its first ack, as it starts,
   serves only the base model: a restarted engine never claims what it no longer holds. A checkpoint that is
@@ -54,6 +55,7 @@ class FollowerConfig:
     engine: str  # the engine's name in acks
     url: str  # where the gateway reaches it
     base: str = BASE_CHECKPOINT
+    model: str = ""  # the base model the engine serves (a spec): targets for another model are not its
     formats: tuple[str, ...] = ("lora",)
     keep: int = 2
     poll_s: float = 0.5
@@ -131,6 +133,8 @@ class ServingFollower:
                 if event.kind != Kind.SERVING_TARGET:
                     continue
                 target = ServingTarget.from_payload(dict(event.payload))
+                if target.model and self.config.model and target.model != self.config.model:
+                    continue  # another base model's checkpoint: an engine of that model serves it
                 if not self.config.runs or target.run in self.config.runs:
                     self.targets.append(target)
                     changed = True
@@ -229,6 +233,7 @@ class ServingFollower:
             incarnation=self.incarnation,
             n=self._acks,
             base=self.config.base,
+            model=self.config.model,
             serving=serving,
             sleeping=self.sleeping,
             gpu=self.config.gpu,

@@ -9,6 +9,8 @@ Contract:
   turn (a mid-run change takes effect on the next turn); nothing here talks to Temporal.
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not
   limited.
+- A seat whose run names its policy's base model (`policy_model/POLICY`) goes only to engines serving that
+  model (`EngineSlot.model`), its checkpoints and its base alike.
 - A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
   `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with. Its
   `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
@@ -24,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from rollout.engines.protocol import EngineUnavailable
@@ -51,8 +54,13 @@ class Admitted:
     temperature: float | None = None
 
 
-def eligible(slots: list[EngineSlot], seat: Seat, settings: RunSettings, newest: int) -> list[EngineSlot]:
-    """The slots a turn of `seat` may begin on, freshest first. The base model is every policy's version 0."""
+def eligible(
+    slots: list[EngineSlot], seat: Seat, settings: RunSettings, newest: int, model: str | None = None
+) -> list[EngineSlot]:
+    """The slots a turn of `seat` may begin on, freshest first: of engines serving `model` (any, for None).
+    The base model is every policy's version 0."""
+    if model is not None:
+        slots = [s for s in slots if s.model == model]
     if seat.checkpoint is not None:
         return [s for s in slots if s.checkpoint == seat.checkpoint]
     floor = newest - settings.max_lag
@@ -62,6 +70,13 @@ def eligible(slots: list[EngineSlot], seat: Seat, settings: RunSettings, newest:
         if (s.policy == seat.policy and s.version >= floor) or (s.policy is None and floor <= 0)
     ]
     return sorted(found, key=lambda s: -s.version)
+
+
+def policy_model(seat: Seat, models: Mapping[str, str]) -> str | None:
+    """The base model the seat's run samples its policy from (`models`: its run's `policy_model/POLICY`
+    settings), or None when the run names none (every policy on the stack's one model). A run trains its own
+    lineage of a policy (`{run}/{policy}`): the setting names the policy's last part."""
+    return models.get(seat.policy.rpartition("/")[2])
 
 
 class Admission:
@@ -101,7 +116,8 @@ class Admission:
                 # A seat outside any run (or pinned to a checkpoint) has no staleness bound: skip the lookup.
                 unbounded = seat.run is None or seat.checkpoint is not None
                 newest = 0 if unbounded else await self.newest_version(seat.policy)
-                found = eligible(await self.routes.slots(fresh=fresh), seat, settings, newest)
+                model = policy_model(seat, settings.policy_models)
+                found = eligible(await self.routes.slots(fresh=fresh), seat, settings, newest, model)
                 if found:
                     top = [s for s in found if s.version == found[0].version]
                     start = next(self._turn) % len(top)
@@ -115,6 +131,7 @@ class Admission:
                     )
                 reason = (
                     f"no engine serves a checkpoint within max_lag={settings.max_lag} of version {newest}"
+                    + (f" on {model}" if model else "")
                 )
             if time.monotonic() >= deadline:
                 raise EngineUnavailable(

@@ -3,8 +3,10 @@
 Contract:
 - `parse_externals` reads `POLICY=MODEL[@API_BASE]` specs into the LiteLLM models seats of POLICY use; a
   malformed spec raises `ValueError` saying how to write it.
-- `serve_gateway` connects to the ledger, routes to the configured engines and to every engine whose ack
-  `ack_key` signed (at its acked URL), sending each the engine API key `engine_api_key`, and serves the three
+- `serve_gateway` connects to the ledger, routes to the configured engines (serving `model`, whose turns
+  `renderer` renders) and to every engine whose ack `ack_key` signed (at its acked URL), sending each the
+  engine API key `engine_api_key`; a seat whose policy is on another base model a signed engine serves is
+  rendered by `renderers(MODEL)`, built once per model. It serves the three
   dialects and the operator routes on host:port until cancelled, refusing request bodies over
   `max_request_bytes`, on a loopback host any request whose Host is not loopback's (rollout.gateway.app), and
   giving a turn that names no token budget `default_max_tokens` (unless its run sets one) and a seat's turns
@@ -16,7 +18,7 @@ Contract:
 from __future__ import annotations
 
 import gc
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from rollout.engines.external import ExternalModel
 from rollout.engines.vllm_client import VLLMEngine
@@ -47,6 +49,8 @@ async def serve_gateway(
     *,
     ledger_url: str,
     renderer: ModelRenderer,
+    model: str = "",
+    renderers: Callable[[str], ModelRenderer] | None = None,
     engine_urls: Sequence[str],
     host: str,
     port: int,
@@ -75,11 +79,14 @@ async def serve_gateway(
         slots,
         connect=lambda url, name: VLLMEngine(url, api_key=engine_api_key, name=name),
         ack_key=ack_key,
+        model=model,
     )
     core = Gateway(
         ledger,
         renderer,
         Admission(ledger, routes),
+        model=model,
+        renderers=renderers,
         max_context=max_context,
         default_max_tokens=default_max_tokens,
         max_turns_in_flight_per_seat=max_turns_in_flight_per_seat,

@@ -39,6 +39,7 @@ class Prompt:
     started: float
     rendered_at: float
     opening: dict[str, Any] | None  # a new segment's: its conversation's opening
+    renderer: ModelRenderer  # what rendered it: its turn is cut, parsed and stopped with the same model's
 
 
 OFF_LOOP_CHARS = 8192  # about 2,000 tokens: rendering takes a few milliseconds from here on, and grows fast
@@ -104,4 +105,4 @@ def render_prompt(
             f"the prompt is {len(prompt)} tokens; the model's context is {max_context}", field="messages"
         )
     max_tokens = min(request.params.max_tokens or budget, budget)
-    return Prompt(prompt, segment_id, prefix, max_tokens, started, time.perf_counter(), opening)
+    return Prompt(prompt, segment_id, prefix, max_tokens, started, time.perf_counter(), opening, renderer)

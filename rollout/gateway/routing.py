@@ -2,7 +2,9 @@
 
 Contract:
 - A configured engine (`--engine-url`, or an engine object in tests) serves its base model to every policy
-  until an ack says more about it.
+  until an ack says more about it; its base model is the gateway's own (`model`).
+- Every slot names the base model its engine serves (`EngineSlot.model`: the ack's, else the gateway's own),
+  so a turn goes only to an engine of its policy's model (rollout.gateway.admission).
 - Each engine's newest believed `ServingAck` (stream `serving/acks`) is its state: one slot for its base model
   (any policy, version 0) and one per checkpoint it serves (that checkpoint's policy and version). A sleeping
   engine has no slots. Any writer of the ledger can append an ack, so with an `ack_key` only acks signed with
@@ -18,7 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollout.engines.protocol import Engine
 from rollout.ledger import Ledger
@@ -34,6 +36,7 @@ class EngineSlot:
     checkpoint: str = BASE_CHECKPOINT
     version: int = 0
     policy: str | None = None
+    model: str = ""  # the engine's base model (a spec); "" where nothing said (the gateway's own model)
 
 
 def _engine_url(engine: Engine) -> str | None:
@@ -49,9 +52,11 @@ class Routes:
         connect: Callable[[str, str], Engine] | None = None,
         refresh_s: float = 0.5,
         ack_key: bytes | None = None,
+        model: str = "",
     ) -> None:
         self.ledger = ledger
-        self.configured = configured
+        self.model = model  # the gateway's own model: configured engines serve it, and acks naming none
+        self.configured = [slot if slot.model else replace(slot, model=model) for slot in configured]
         self.ack_key = ack_key
         self.refresh_s = refresh_s
         self._connect = connect
@@ -79,12 +84,16 @@ class Routes:
             engine = self._engine_for(url, ack.engine)
             if engine is None:
                 continue
-            found.append(EngineSlot(engine, ack.base))
+            model = ack.model or self.model
+            found.append(EngineSlot(engine, ack.base, model=model))
             found.extend(
-                EngineSlot(engine=engine, checkpoint=s.checkpoint, version=s.version, policy=s.policy)
-                for s in ack.serving
+                EngineSlot(engine, s.checkpoint, s.version, policy=s.policy, model=model) for s in ack.serving
             )
         return found
+
+    async def models(self) -> set[str]:
+        """The base models the believed engines serve (the gateway's own among them)."""
+        return {slot.model for slot in await self.slots()} | {self.model}
 
     def _engine_for(self, url: str, name: str) -> Engine | None:
         for slot in self.configured:

@@ -18,8 +18,10 @@ Contract:
   recorded by the caller once it ends. A live turn's prompt, admission and engine retries are those of
   `sample` (an engine is retried only until it produced a first token); its record is the one `sample` would
   make of the same tokens, but for the reply, which is what the client was sent.
-- Prompt ids come from the segment rules (rollout.gateway.prompts); a prompt that does not fit the model's
-  context is a `BadRequest`. A turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
+- Prompt ids come from the segment rules (rollout.gateway.prompts), rendered with the seat's model
+  (rollout.gateway.renderers: its policy's base model when its run names one); the turn is cut, parsed and
+  stopped with the same model's tokenizer. A prompt that does not fit the model's context is a `BadRequest`. A
+  turn asking for top_p 0 is sampled greedily (temperature 0, top_p 1).
 - A turn's token budget is the request's, capped by its run's `max_tokens` setting and by the room left in the
   context; a request that names none, on a run that sets none, gets `default_max_tokens`.
 - `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked
@@ -50,6 +52,7 @@ from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.prompts import Prepared, Prompt, rendered_off_the_loop
+from rollout.gateway.renderers import Renderers
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat
@@ -101,6 +104,8 @@ class Gateway:
         renderer: ModelRenderer,
         admission: Admission,
         *,
+        model: str = "",
+        renderers: Callable[[str], ModelRenderer] | None = None,
         max_context: int = 8192,
         default_max_tokens: int = DEFAULT_MAX_TOKENS,
         max_turns_in_flight_per_seat: int = MAX_TURNS_IN_FLIGHT_PER_SEAT,
@@ -110,7 +115,9 @@ class Gateway:
     ) -> None:
         self.ledger = ledger
         self.externals = ExternalModels(admission, externals, external_api_bases)
-        self.renderer = renderer
+        self.renderer = renderer  # the gateway's own model's
+        # Each seat's: its policy's base model's, when its run's policies are on several.
+        self.renderers = Renderers(admission, renderer, model=model, build=renderers)
         self.admission = admission
         self.max_context = max_context
         self.default_max_tokens = default_max_tokens
@@ -141,6 +148,8 @@ class Gateway:
             return Prepared(seat.seat_id, await self._render(seat, request))
         except BadRequest as bad:
             return Prepared(seat.seat_id, bad)
+        except EngineUnavailable:
+            return None  # no engine serves the seat's model (yet): the turn renders again, and says so
 
     async def sample(
         self,
@@ -216,7 +225,7 @@ class Gateway:
         return LiveTurn(
             first=first,
             chunks=chunks,
-            text=SettledText(self.renderer, list(request.tools), prompt.ids, request.params.stop),
+            text=SettledText(prompt.renderer, list(request.tools), prompt.ids, request.params.stop),
             model=slot.checkpoint,
             prompt_tokens=len(prompt.ids),
             build=lambda result: self._sampled(seat, request, prompt, result, slot, admitted),
@@ -240,8 +249,9 @@ class Gateway:
         return prepared.prompt
 
     async def _render(self, seat: Seat, request: ChatRequest) -> Prompt:
+        renderer = await self.renderers.for_seat(seat)
         heads = await self.heads(seat)
-        return await rendered_off_the_loop(self.renderer, heads, seat.seat_id, request, self.max_context)
+        return await rendered_off_the_loop(renderer, heads, seat.seat_id, request, self.max_context)
 
     def _sampled(
         self,
@@ -256,8 +266,8 @@ class Gateway:
         head."""
         tools = list(request.tools)
         prompt, segment_id, prefix = rendered.ids, rendered.segment_id, rendered.prefix
-        result, stop_sequence = _cut_at_stop_strings(self.renderer, result, request.params.stop)
-        parsed = self.renderer.parse(list(result.completion_ids), tools, prompt)
+        result, stop_sequence = _cut_at_stop_strings(rendered.renderer, result, request.params.stop)
+        parsed = rendered.renderer.parse(list(result.completion_ids), tools, prompt)
         finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
         turn = Turn(
             reply=parsed.message,
@@ -380,7 +390,7 @@ class Gateway:
                     model=slot.checkpoint,
                     temperature=temperature if admitted.temperature is None else admitted.temperature,
                     top_p=top_p,
-                    stop_token_ids=self.renderer.stop_token_ids,
+                    stop_token_ids=prompt.renderer.stop_token_ids,
                     seed=request.params.seed,
                 )
                 try:

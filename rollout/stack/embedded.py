@@ -6,8 +6,8 @@ Contract:
   shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
   out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`), and gives the
   embedded server's worker role its password (kept in the data directory, as the owner's is).
-- `down` stops only what `up` started (embedded services, and the sandboxes `rollout train` asked for:
-  `keep_sandboxes`), and is a no-op when nothing runs.
+- `down` stops only what `up` started (embedded services, and the sandboxes and policies' engines `rollout
+  train` asked for: `keep_sandboxes`, `keep_policy_engines`), and is a no-op when nothing runs.
 - `status` never changes anything; every service reports its address, health and a one-line detail.
 """
 
@@ -29,6 +29,13 @@ from rollout.ledger.errors import LedgerUnreachableError
 from rollout.stack.engine import check_engine
 from rollout.stack.health import ServiceStatus, blobs_status, postgres_status, temporal_status
 from rollout.stack.managed import ManagedProcess
+from rollout.stack.policy_engines import (
+    is_policy_engine,
+    policy_engine_port,
+    policy_engine_role,
+    policy_engine_settings,
+    policy_engine_status,
+)
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.roles import ROLES, TRAINER, Role
 from rollout.stack.sandboxes import is_sandboxes, sandboxes_role, sandboxes_status
@@ -135,7 +142,7 @@ class Stack:
             for role in self.roles.values()
             if not role.on_demand or any(spec.name == role.name for spec in asked)
         ]
-        together += [spec for spec in asked if is_sandboxes(spec.name)]
+        together += [spec for spec in asked if is_sandboxes(spec.name) or is_policy_engine(spec.name)]
         self._keep(report, *together)
         open_store(
             self.settings.blob_url,
@@ -235,6 +242,22 @@ class Stack:
                 return
             self._keep(lambda _: None, self._spec(TRAINER))
 
+    def keep_policy_engines(self, models: list[str], report: Callable[[str], None] = lambda _: None) -> None:
+        """Have the supervisor keep an engine serving each of `models` beside the stack's own
+        (rollout.stack.policy_engines): what `rollout train` asks for when its policies are on base models of
+        their own."""
+        with self._lock():
+            self._ensure_supervisor(report)
+            running = [(spec.name, spec.command) for spec in wanted(self.data_dir)]
+            specs = []
+            for model in models:
+                role = policy_engine_role(model)
+                port = policy_engine_port(self.settings, model, running)
+                running.append((role.name, (f"services.gateway.engine_port={port}",)))
+                told = policy_engine_settings(self.settings, model, port)
+                specs.append(ServiceSpec.of(role.process(told, self.import_path), role.ready_s(told)))
+            self._keep(report, *specs)
+
     def keep_sandboxes(
         self, kind: str, *, seats: int, count: int, report: Callable[[str], None] = lambda _: None
     ) -> None:
@@ -265,7 +288,11 @@ class Stack:
             if supervisor.pid() is not None:
                 report("supervisor: stopping")
                 supervisor.stop()
-            sandboxes = [process_of(self.data_dir, s) for s in wanted(self.data_dir) if is_sandboxes(s.name)]
+            sandboxes = [
+                process_of(self.data_dir, s)
+                for s in wanted(self.data_dir)
+                if is_sandboxes(s.name) or is_policy_engine(s.name)
+            ]
             unwant_all(self.data_dir)
             state_path(self.data_dir).unlink(missing_ok=True)
             for process in (*sandboxes, *reversed(self.processes.values())):
@@ -329,6 +356,11 @@ class Stack:
             # What it runs with: as the supervisor was asked to run it (a trainer: for a run's settings).
             command = asked[name].command if name in asked else self.processes[name].command
             services.append(role.status(self.settings, pid, command))
+        services += [
+            policy_engine_status(self.settings, process_of(self.data_dir, spec).pid(), spec.command)
+            for spec in asked.values()
+            if is_policy_engine(spec.name)
+        ]
         services += [
             sandboxes_status(self.settings, process_of(self.data_dir, spec).pid(), spec.command)
             for spec in asked.values()

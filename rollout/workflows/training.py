@@ -109,6 +109,7 @@ class TrainingWorkflow:
         step, parent, skipped = given.next_step, given.parent, given.skipped_steps
         self.newest = parent
         policy = run_policy(given.run, given.policy)
+        own = given.spec.models.get(given.policy)  # its own base model and settings, if it has them
         trained_here = 0
         while step <= given.spec.steps:
             self.step = step
@@ -148,6 +149,7 @@ class TrainingWorkflow:
                         parent=parent,
                         advantage=given.spec.advantage,
                         newest=self.newest,
+                        model=own,
                     ),
                     start_to_close_timeout=TRAIN_TIMEOUT,
                     heartbeat_timeout=timedelta(seconds=given.spec.heartbeat_s),
@@ -177,6 +179,7 @@ class TrainingWorkflow:
                         checkpoint=checkpoint.name,
                         version=checkpoint.version,
                         format=fmt,
+                        model=own.model if own else None,
                     ),
                     id=bridge_workflow_id(policy, checkpoint.version, fmt),
                     task_queue=workflow.info().task_queue,

@@ -22,6 +22,17 @@ from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
 
 @dataclass
+class PolicyModel:
+    """A policy on a base model or trainer settings of its own (`policies.NAME.*`, or its environment's
+    `policy_models`): its trainer builds this model with these settings, its bridges merge onto it, and only
+    engines serving this model serve its checkpoints."""
+
+    model: str  # the model's spec: smollm2, tiny-qwen3, a catalog model, an HF id or a local path
+    lora_rank: int | None = None  # None: trainer.lora_rank
+    learning_rate: float | None = None  # None: trainer.learning_rate
+
+
+@dataclass
 class TrainingSpec:
     """How a run trains: `RunWorkflow` starts one `TrainingWorkflow` per trained policy with these
     settings."""
@@ -39,6 +50,8 @@ class TrainingSpec:
         None  # score every `eval_every`-th checkpoint on this suite (its checkpoint unset)
     )
     eval_every: int = 0
+    # Policies on a model or trainer settings of their own, by policy name; the others train the trainer's.
+    models: dict[str, PolicyModel] = field(default_factory=dict[str, PolicyModel])
 
 
 @dataclass
@@ -110,6 +123,7 @@ class TrainStepInput:
     # The lineage's newest checkpoint when the step starts, what staleness is measured against: the parent,
     # unless an eval gate rolled training back to an older one (None: the parent).
     newest: str | None = None
+    model: PolicyModel | None = None  # the policy's own model and settings (None: the trainer's)
 
 
 @dataclass
@@ -127,6 +141,7 @@ class BridgeInput:
     checkpoint: str
     version: int
     format: str  # lora, full or merged
+    model: str | None = None  # the policy's own base model (a spec), if it has one: merged onto, served by
 
 
 @dataclass
