@@ -12,6 +12,9 @@ shared by this module's tests in order; the last one stops it):
   settings, `run resume` refuses (the engine serves another model) and `rollout run attach` brings the stack
   to the run's recorded model and trainer settings and finishes the run; `down` stops every service, the
   sandboxes included.
+- Two policies on two base models (tiny-qwen3 and SmolLM2) train two steps each: each policy's turns rendered
+  with its own model's tokenizer, its checkpoints served only by the engine of its model, which `rollout
+  train` started beside the stack's own; a policy naming an unknown model is refused in one line.
 - A user's environment with bugs trains on its good groups; each bad episode is recorded once with why, and
   the live lines, the summary and `run status` say so.
 """
@@ -35,10 +38,17 @@ import pytest
 from rollout.config import Settings, load
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events, read_all, run_turns
-from rollout.ledger.streams import run_episodes_stream
+from rollout.ledger.streams import (
+    SERVING_ACKS,
+    SERVING_TARGETS,
+    policy_checkpoints_stream,
+    run_episodes_stream,
+)
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
+from rollout.workflows.names import run_policy
 from rollout_testing.stacks import isolated_overrides
+from tests.user_envs import MY_ENV, RUNNER_CANNOT_IMPORT, TWO_MODELS
 
 ROLLOUT = str(Path(sys.executable).parent / "rollout")
 
@@ -50,52 +60,6 @@ version: 1
 environments:
   - environment: arithmetic.environment:environment
     episodes: {episodes}
-"""
-
-
-# A user's environment, in a folder of its own: every reply earns a reward that varies with its text, so every
-# group of the tiny random model carries signal and every batch trains. Each episode claims a shell sandbox
-# (which `rollout train` serves) and has it say the word.
-MY_ENV = """
-from rollout.contracts import Message
-from rollout.environment import Environment, Generator, SandboxSpec
-from rollout.harness import End, Observation, RunContext, Task
-from rollout.sandbox import SandboxClient
-from rollout.sandbox.hosting import sandbox_workdir
-
-
-class Echo(Task):
-    def __init__(self, parameters: dict[str, str]) -> None:
-        self.word = parameters["word"]
-
-    async def start(self, run: RunContext) -> Observation:
-        assert run.sandbox is not None
-        async with SandboxClient(run.sandbox) as box:
-            said = await box.act({"command": f"echo {self.word}"})
-        return Observation(f"Say {said['output'].strip()}.")
-
-    async def respond(self, run: RunContext, reply: Message) -> Observation:
-        return End(reward=len(set(reply.text)) / (1 + len(reply.text)))
-
-
-environment = Environment(
-    name="my-env",
-    make_task=lambda parameters, agent: Echo(parameters),
-    source=Generator(lambda rng: {"word": rng.choice(["alpha", "beta", "gamma"])}),
-    group_size=4,
-    max_turns=1,
-    sandbox=SandboxSpec("shell#my-env", wait_s=120),
-)
-"""
-
-# Imports where the command runs, not on a runner: a stand-in for a module or file only the user's shell has.
-RUNNER_CANNOT_IMPORT = """
-import sys
-
-if "worker" in sys.argv:
-    raise ImportError("this environment needs a file that only the user's machine has")
-
-from my_env import environment  # noqa: E402,F401
 """
 
 
@@ -401,6 +365,90 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
 
 
 @pytest.mark.timeout(900)
+def test_two_policies_on_two_base_models_train_each_on_its_own_model(
+    user_stack: UserStack, tmp_path: Path, models_dir: Path
+) -> None:
+    from transformers import AutoTokenizer
+
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
+    from rollout.serving import ServingAck, ServingTarget
+    from rollout.training.checkpoints import CheckpointRecord
+
+    project, overrides = tmp_path / "project", user_stack.overrides
+    project.mkdir()
+    (project / "two_models.py").write_text(TWO_MODELS)
+    micro = ["--preset", "cpu-micro", "trainer.steps=2", *overrides]
+    # A policy naming a model rollout does not know: one line naming the setting, before any run starts.
+    unknown = rollout(
+        "train",
+        "two_models:environment",
+        *micro,
+        "policies.teller.model=gpt-9",
+        "--run",
+        "no",
+        cwd=project,
+        check=False,
+    )
+    assert unknown.returncode == 2 and "Traceback" not in unknown.stderr, unknown.stderr
+    assert "policies.teller.model=gpt-9 names no model rollout knows" in unknown.stderr
+    assert "no" not in runs(overrides, user_stack.elsewhere)
+
+    # asker on the stack's tiny-qwen3 with a LoRA rank of its own, teller on SmolLM2 (the environment's).
+    trained = rollout(
+        "train",
+        "two_models:environment",
+        *micro,
+        "policies.asker.lora_rank=4",
+        "--run",
+        "duo",
+        cwd=project,
+        timeout=900,
+    )
+    assert "run duo: training asker on tiny-qwen3, teller on smollm2 for 2 steps" in trained.stderr
+
+    async def read(ledger: Ledger) -> tuple[list[Any], ...]:
+        turns = await run_turns(ledger, "duo")
+        checkpoints = [
+            CheckpointRecord.from_payload(e.payload)
+            for policy in ("asker", "teller")
+            for e in await read_all(ledger, policy_checkpoints_stream(run_policy("duo", policy)))
+            if e.kind == Kind.CHECKPOINT_CREATED
+        ]
+        targets = [ServingTarget.from_payload(e.payload) for e in await read_all(ledger, SERVING_TARGETS)]
+        acks = [ServingAck.from_payload(e.payload) for e in await read_all(ledger, SERVING_ACKS)]
+        return turns, checkpoints, targets, acks
+
+    turns, checkpoints, targets, acks = ledger_read(user_stack.settings, read)
+    # Each policy's turns were rendered with its own model's tokenizer and chat template.
+    qwen3 = AutoTokenizer.from_pretrained(resolve(TINY_QWEN3, models_dir))
+    smollm2 = AutoTokenizer.from_pretrained(resolve(SMOLLM2, models_dir))
+    by_agent = {"asker": qwen3, "teller": smollm2}
+    assert {t.payload["agent"] for t in turns} == {"asker", "teller"}
+    for turn in turns:
+        agent = turn.payload["agent"]
+        own, other = by_agent[agent], by_agent["teller" if agent == "asker" else "asker"]
+        prompt = list(turn.payload["prompt_ids_delta"])
+        assert f", {agent}." in own.decode(prompt), "rendered by its own model's tokenizer"
+        assert f", {agent}." not in other.decode(prompt)
+    # Two checkpoints per policy, each trained from its own model.
+    assert sorted((c.policy.rpartition("/")[2], c.version) for c in checkpoints) == [
+        ("asker", 1),
+        ("asker", 2),
+        ("teller", 1),
+        ("teller", 2),
+    ]
+    models = {t.policy.rpartition("/")[2]: t.model for t in targets if t.run == "duo"}
+    assert models == {"asker": "tiny-qwen3", "teller": "smollm2"}
+    # Each engine serves only its own model's policy: SmolLM2's the teller's, tiny-qwen3's the asker's.
+    served = {
+        (a.model, s.policy.rpartition("/")[2]) for a in acks for s in a.serving if s.policy.startswith("duo/")
+    }
+    assert served == {("tiny-qwen3", "asker"), ("smollm2", "teller")}, served
+    status = json.loads(rollout("status", "--json", *overrides, cwd=user_stack.elsewhere, check=False).stdout)
+    engine = next(s for s in status["services"] if s["name"] == "engine-smollm2")
+    assert engine["healthy"] and engine["detail"].startswith("smollm2 for its policies")
+
+
 def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattached(
     user_stack: UserStack, tmp_path: Path
 ) -> None:
