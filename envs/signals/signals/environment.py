@@ -1,5 +1,6 @@
 """The signals game as an environment: `environment` (policies `speaker` and `listener`, a table sandbox per
-episode, groups of 4 episodes on the same objects). `uv run rollout env check signals.environment:environment`
+episode, groups of 4 episodes on the same objects), and `two_models`, the same game with the speaker on a
+base model of its own (tiny-qwen3). `uv run rollout env check signals.environment:environment`
 plays it against the scripted pair (`scripted_reply`: the speaker names the target's colour and shape, the
 listener picks the object with the most of those words).
 """
@@ -10,6 +11,7 @@ import asyncio
 import json
 import random
 import re
+from dataclasses import replace
 
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import AgentSeatSpec, Environment, Generator, SandboxSpec, TaskParameters
@@ -132,4 +134,15 @@ environment = Environment(
     replayable=False,  # the table lives in the sandbox, outside the Tasks
     description="A referential game: a speaker names a target in a few words, a listener picks it; both win.",
     scripted_reply=scripted_reply,
+)
+
+# The same game with its two policies on two base models: the speaker on tiny-qwen3 (random weights, with
+# Qwen3's own tokenizer and chat template), the listener on the run's trainer.model (SmolLM2-135M-Instruct
+# under cpu-quickstart). `rollout train` starts an engine for each model; the gateway renders each seat's
+# turns with its own model's template, and each policy trains on its own model.
+two_models = replace(
+    environment,
+    name="signals-two-models",
+    policy_models={"speaker": "tiny-qwen3"},
+    description="The signals game with the speaker on tiny-qwen3 and the listener on the run's model.",
 )
