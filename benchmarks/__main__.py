@@ -21,6 +21,7 @@ BENCHMARKS = {
     "sandbox": "benchmarks.sandbox",
     "startup": "benchmarks.startup",
     "quickstart": "benchmarks.quickstart",
+    "multipolicy": "benchmarks.multipolicy",
 }
 
 

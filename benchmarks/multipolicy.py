@@ -1,0 +1,165 @@
+"""`uv run python -m benchmarks multipolicy`: what a second base model costs a two-policy run.
+
+It trains the shipped two-policy game twice, each time with `rollout train … --preset cpu-quickstart` on an
+embedded stack of its own in a scratch directory (every service its own process, the models converted
+beforehand):
+
+- baseline: `signals.environment:environment`, both policies LoRA lineages of SmolLM2-135M-Instruct, served
+  by the stack's one engine;
+- two models: `signals.environment:two_models`, the speaker on tiny-qwen3 (an engine of its own, which
+  `rollout train` starts) and the listener on SmolLM2.
+
+For each it reports episodes per second while the run plays (episodes finished, over the time from the run's
+start line to the end of the command) and the memory of the stack's processes (resident set of each service
+and its children, sampled every half second; the peak of their sum, and each service's peak). The difference
+is what the second model costs: its engine's memory, its trainer's, and the episodes per second it takes. The
+last line printed is one JSON object.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+STEPS = 6
+RUNS = {
+    "one model": "signals.environment:environment",
+    "two models": "signals.environment:two_models",
+}
+SAMPLE_S = 0.5
+STARTED = "run bench: training"  # `rollout train`'s line once the run has started
+
+
+def _models_dir() -> Path:
+    return Path(
+        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
+    )
+
+
+def _resident(pid: int) -> int:
+    """Bytes resident in process `pid` and its children (0 once it is gone)."""
+    try:
+        process = psutil.Process(pid)
+        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+    except psutil.Error:
+        return 0
+
+
+class MemorySampler:
+    """Samples the resident memory of each service of a stack (its data directory's `run/*.pid` files)."""
+
+    def __init__(self, data: Path) -> None:
+        self.run_dir = data / "run"
+        self.peak_total = 0
+        self.peak: dict[str, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+
+    def __enter__(self) -> MemorySampler:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(SAMPLE_S):
+            now: dict[str, int] = {}
+            for pid_file in self.run_dir.glob("*.pid") if self.run_dir.is_dir() else ():
+                try:
+                    now[pid_file.stem] = _resident(int(pid_file.read_text().split()[0]))
+                except (OSError, ValueError, IndexError):
+                    continue
+            self.peak_total = max(self.peak_total, sum(now.values()))
+            for name, size in now.items():
+                self.peak[name] = max(self.peak.get(name, 0), size)
+
+
+def one_run(environment: str, steps: int, scratch: Path) -> dict[str, Any]:
+    """One `rollout train ENV --json` on a stack of its own: episodes per second while it played, memory."""
+    from rollout_testing.stacks import isolated_overrides
+
+    data = scratch / "data"
+    overrides = [*isolated_overrides(data, gateway=True), f"models_dir={_models_dir()}"]
+    command = [
+        sys.executable,
+        "-m",
+        "rollout.cli",
+        "train",
+        environment,
+        "--preset",
+        "cpu-quickstart",
+        f"trainer.steps={steps}",
+        "--run",
+        "bench",
+        "--json",
+        *overrides,
+    ]
+    started = time.monotonic()
+    run_started: float | None = None
+    errors: list[str] = []
+    with MemorySampler(data) as memory:
+        train = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert train.stderr is not None and train.stdout is not None
+        for line in train.stderr:
+            errors.append(line)
+            if run_started is None and STARTED in line:
+                run_started = time.monotonic()
+        output = train.stdout.read()
+        train.wait(timeout=3600)
+        ended = time.monotonic()
+    subprocess.run(
+        [sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True, check=False
+    )
+    if train.returncode != 0 or run_started is None:
+        raise RuntimeError(f"rollout train failed ({train.returncode}):\n{''.join(errors)[-3000:]}")
+    summary = json.loads(output.strip().splitlines()[-1])
+    policies = summary.get("policies", [summary])
+    episodes = summary["episodes"]
+    return {
+        "wall_s": round(ended - started, 1),
+        "stack_start_s": round(run_started - started, 1),
+        "playing_s": round(ended - run_started, 1),
+        "episodes": episodes,
+        "episodes_per_s": round(episodes / (ended - run_started), 3),
+        "steps": {p["policy"].rpartition("/")[2]: p["steps"] for p in policies},
+        "peak_rss_mib": round(memory.peak_total / 2**20),
+        "peak_rss_mib_by_service": {k: round(v / 2**20) for k, v in sorted(memory.peak.items())},
+    }
+
+
+def main(quick: bool = False) -> int:
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
+
+    for model in (SMOLLM2, TINY_QWEN3):
+        resolve(model, _models_dir())  # converted once, before any clock starts
+    steps = 2 if quick else STEPS
+    results: dict[str, dict[str, Any]] = {}
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-multipolicy-") as scratch:
+        for name, environment in RUNS.items():
+            results[name] = one_run(environment, steps, Path(scratch) / name.replace(" ", "-"))
+            print(json.dumps({"run": name, "environment": environment} | results[name]), flush=True)
+    one, two = results["one model"], results["two models"]
+    summary = {
+        "benchmark": "multipolicy",
+        "machine": f"{platform.machine()} {os.cpu_count()} cpus",
+        "steps": steps,
+        "episodes_per_s": {"one model": one["episodes_per_s"], "two models": two["episodes_per_s"]},
+        "peak_rss_mib": {"one model": one["peak_rss_mib"], "two models": two["peak_rss_mib"]},
+        "second_model_rss_mib": two["peak_rss_mib"] - one["peak_rss_mib"],
+        "second_model_throughput": round(two["episodes_per_s"] / one["episodes_per_s"], 3),
+        "stack_start_s": {"one model": one["stack_start_s"], "two models": two["stack_start_s"]},
+    }
+    print(json.dumps(summary))
+    return 0
