@@ -10,10 +10,10 @@ beforehand):
   `rollout train` starts) and the listener on SmolLM2.
 
 For each it reports episodes per second while the run plays (episodes finished, over the time from the run's
-start line to the end of the command) and the memory of the stack's processes (resident set of each service
-and its children, sampled every half second; the peak of their sum, and each service's peak). The difference
-is what the second model costs: its engine's memory, its trainer's, and the episodes per second it takes. The
-last line printed is one JSON object.
+start line to the end of the command) and the memory of the stack's processes (the proportional set size of
+each service and its children, sampled every half second; the peak of their sum, and each service's peak).
+The difference is what the second model costs: its engine's memory, its trainer's, and the episodes per
+second it takes. The last line printed is one JSON object.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ from typing import Any
 
 import psutil
 
+from rollout.stack.processes import read_pid_file
+
 STEPS = 6
 RUNS = {
     "one model": "signals.environment:environment",
@@ -46,11 +48,20 @@ def _models_dir() -> Path:
     )
 
 
-def _resident(pid: int) -> int:
-    """Bytes resident in process `pid` and its children (0 once it is gone)."""
+def _tree(pid: int) -> list[psutil.Process]:
+    """Process `pid` and its children (none once it is gone)."""
     try:
         process = psutil.Process(pid)
-        return sum(p.memory_info().rss for p in [process, *process.children(recursive=True)])
+        return [process, *process.children(recursive=True)]
+    except psutil.Error:
+        return []
+
+
+def _proportional(process: psutil.Process) -> int:
+    """Its proportional set size: what it holds alone, plus its share of what it shares (libraries), so the
+    sum over processes counts each page once."""
+    try:
+        return process.memory_full_info().pss
     except psutil.Error:
         return 0
 
@@ -77,10 +88,9 @@ class MemorySampler:
         while not self._stop.wait(SAMPLE_S):
             now: dict[str, int] = {}
             for pid_file in self.run_dir.glob("*.pid") if self.run_dir.is_dir() else ():
-                try:
-                    now[pid_file.stem] = _resident(int(pid_file.read_text().split()[0]))
-                except (OSError, ValueError, IndexError):
-                    continue
+                # The supervisor's children are the services, each counted under its own name.
+                if pid_file.stem != "supervisor" and (record := read_pid_file(pid_file)) is not None:
+                    now[pid_file.stem] = sum(_proportional(p) for p in _tree(record.pid))
             self.peak_total = max(self.peak_total, sum(now.values()))
             for name, size in now.items():
                 self.peak[name] = max(self.peak.get(name, 0), size)
@@ -134,8 +144,8 @@ def one_run(environment: str, steps: int, scratch: Path) -> dict[str, Any]:
         "episodes": episodes,
         "episodes_per_s": round(episodes / (ended - run_started), 3),
         "steps": {p["policy"].rpartition("/")[2]: p["steps"] for p in policies},
-        "peak_rss_mib": round(memory.peak_total / 2**20),
-        "peak_rss_mib_by_service": {k: round(v / 2**20) for k, v in sorted(memory.peak.items())},
+        "peak_pss_mib": round(memory.peak_total / 2**20),
+        "peak_pss_mib_by_service": {k: round(v / 2**20) for k, v in sorted(memory.peak.items())},
     }
 
 
@@ -156,8 +166,8 @@ def main(quick: bool = False) -> int:
         "machine": f"{platform.machine()} {os.cpu_count()} cpus",
         "steps": steps,
         "episodes_per_s": {"one model": one["episodes_per_s"], "two models": two["episodes_per_s"]},
-        "peak_rss_mib": {"one model": one["peak_rss_mib"], "two models": two["peak_rss_mib"]},
-        "second_model_rss_mib": two["peak_rss_mib"] - one["peak_rss_mib"],
+        "peak_pss_mib": {"one model": one["peak_pss_mib"], "two models": two["peak_pss_mib"]},
+        "second_model_pss_mib": two["peak_pss_mib"] - one["peak_pss_mib"],
         "second_model_throughput": round(two["episodes_per_s"] / one["episodes_per_s"], 3),
         "stack_start_s": {"one model": one["stack_start_s"], "two models": two["stack_start_s"]},
     }

@@ -135,7 +135,7 @@ def trainer_activities(
         bridges=BridgeActivities(
             ledger, store, base_model=model_path, scratch=scratch, model=spec.model, resolve=resolve
         ),
-        describe=f"{spec.model} ({spec.loss.value}{workers}; a policy's own model too)",
+        describe=f"{spec.model} ({spec.loss.value}{workers})",
     )
 
 
