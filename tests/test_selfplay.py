@@ -140,9 +140,15 @@ async def test_pins_resolve_from_the_served_lineage_and_a_restarted_episode_keep
 
     # The episode opens its seat pinned to what it resolved; newer checkpoints arrive; it is restarted.
     await open_seat(
-        ledger, b"s" * 32, seat_id=f"{run}/g000000-0/rival", agent="rival", policy=policy, run=run,
-        episode="g000000-0", checkpoint=pinned.checkpoint,
-    )  # fmt: skip
+        ledger,
+        b"s" * 32,
+        seat_id=f"{run}/g000000-0/rival",
+        agent="rival",
+        policy=policy,
+        run=run,
+        episode="g000000-0",
+        checkpoint=pinned.checkpoint,
+    )
     await _publish(ledger, run, policy, 4)
     (again,) = await resolve_pins(ledger, request)
     assert again.checkpoint == first, "a restarted episode plays the same opponent"
@@ -213,9 +219,15 @@ async def test_the_transcript_view_shows_the_checkpoint_each_pinned_seat_played(
     for agent, seat in seats.items():
         checkpoint = "base" if agent == "rival" else None
         await open_seat(
-            ledger, b"s" * 32, seat_id=seat, agent=agent, policy=policy, run=run, episode="g000000-0",
+            ledger,
+            b"s" * 32,
+            seat_id=seat,
+            agent=agent,
+            policy=policy,
+            run=run,
+            episode="g000000-0",
             checkpoint=checkpoint,
-        )  # fmt: skip
+        )
     ended = EpisodeEnded(
         run=run,
         episode="g000000-0",

@@ -20,6 +20,7 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from collections.abc import Buffer
 from pathlib import Path
 
 MAX_ARCHIVE_BYTES = 64 * 1024 * 1024
@@ -44,11 +45,12 @@ class _Bounded(io.RawIOBase):
     def writable(self) -> bool:
         return True
 
-    def write(self, data: bytes | bytearray | memoryview) -> int:  # type: ignore[override]
-        if len(self.buffer) + len(data) > self.limit:
+    def write(self, data: Buffer, /) -> int:
+        size = memoryview(data).nbytes
+        if len(self.buffer) + size > self.limit:
             raise ArchiveTooLarge(f"the folder packs to more than {self.limit} bytes")
         self.buffer += data
-        return len(data)
+        return size
 
 
 def pack(folder: Path, *, limit_bytes: int = MAX_ARCHIVE_BYTES) -> bytes:
