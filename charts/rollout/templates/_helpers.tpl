@@ -14,10 +14,39 @@ app.kubernetes.io/managed-by: {{ .Release.Service }}
 helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- end -}}
 
+{{/* A component's pods; with .model (a model's slug) only those of the engine serving that model: each
+policyModels entry's engine Deployment selects its own pods by it, and keeps the component `engine` that the
+NetworkPolicies select. */}}
 {{- define "rollout.selector" -}}
 app.kubernetes.io/name: {{ include "rollout.name" .root }}
 app.kubernetes.io/instance: {{ .root.Release.Name }}
 app.kubernetes.io/component: {{ .component }}
+{{- with .model }}
+rollout.dev/model: {{ . }}
+{{- end }}
+{{- end -}}
+
+{{/* A model's name as part of a DNS label (lowercase letters and digits, `-` between): it names a policy's
+engine Deployment, its pull init container and its pods' rollout.dev/model label. */}}
+{{- define "rollout.modelSlug" -}}
+{{- regexReplaceAll "[^a-z0-9]+" (lower .) "-" | trimAll "-" | trunc 40 | trimSuffix "-" -}}
+{{- end -}}
+
+{{/* The policyModels entries' models, as JSON (`include … | fromJsonArray`). */}}
+{{- define "rollout.policyModels" -}}
+{{- $models := list -}}
+{{- range .Values.policyModels }}{{ $models = append $models .model }}{{ end -}}
+{{- toJson $models -}}
+{{- end -}}
+
+{{/* A policyModels entry's engine settings (.entry, the .index-th): the engine section, each key the
+entry's engine gives replacing the section's whole (so `gpus: 0` or `device: ""` take). Its port is the
+engine port plus 1 + .index unless given: two engines sharing a Ray worker then never bind one port.
+Written into .into (a template returns no dict). */}}
+{{- define "rollout.policyEngine" -}}
+{{- range $key, $value := deepCopy .root.Values.engine }}{{ $_ := set $.into $key $value }}{{ end -}}
+{{- $_ := set .into "port" (add .root.Values.engine.port 1 .index) -}}
+{{- range $key, $value := deepCopy (default (dict) .entry.engine) }}{{ $_ := set $.into $key $value }}{{ end -}}
 {{- end -}}
 
 {{- define "rollout.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
@@ -108,8 +137,9 @@ AWS_*. */}}
 {{- end -}}
 
 {{/* Before a rollout container starts: the ledger at the newest schema (idempotent; migrators take turns), as
-its owner: the only containers given the owner's password; and with .models the chart's model pulled into
-/data/models (`rollout models pull`: built-in ones are built; it uses no ledger). */}}
+its owner: the only containers given the owner's password; and each of .models (the models the pod loads: the
+chart's, policyModels') pulled into /data/models (`rollout models pull`: built-in ones are built; it uses no
+ledger), one init container each: `models` for the chart's model, `models-SLUG` for another. */}}
 {{- define "rollout.initContainers" -}}
 {{- $root := .root -}}
 - name: migrate
@@ -130,14 +160,15 @@ its owner: the only containers given the owner's password; and with .models the 
     limits: {memory: 512Mi}
   securityContext:
     {{- toYaml $root.Values.securityContext | nindent 4 }}
-{{- if and .models $root.Values.models.pull }}
-- name: models
+{{- if $root.Values.models.pull }}
+{{- range .models }}
+- name: {{ if eq . $root.Values.model }}models{{ else }}models-{{ include "rollout.modelSlug" . }}{{ end }}
   image: {{ include "rollout.image" $root }}
   imagePullPolicy: {{ $root.Values.image.pullPolicy }}
   args:
     - models
     - pull
-    - {{ $root.Values.model }}
+    - {{ . }}
     {{- include "rollout.settings" $root | nindent 4 }}
   env:
     {{- include "rollout.env" $root | nindent 4 }}
@@ -148,6 +179,7 @@ its owner: the only containers given the owner's password; and with .models the 
     {{- toYaml $root.Values.securityContext | nindent 4 }}
   volumeMounts:
     - {name: data, mountPath: /data}
+{{- end }}
 {{- end }}
 {{- end -}}
 
@@ -232,9 +264,11 @@ with, from its own Secret) as its files; no component is given a key it does not
 {{- end }}
 {{- end -}}
 
-{{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer. */}}
+{{/* --placement ray: the driver's options (a role placed on the RayCluster). .role is engine or trainer;
+.settings, when given, are the role's settings (a policyModels entry's engine), else its section of the
+values. */}}
 {{- define "rollout.placement" -}}
-{{- $role := get .root.Values .role -}}
+{{- $role := .settings | default (get .root.Values .role) -}}
 {{- if eq $role.placement "ray" }}
 - --placement
 - ray
