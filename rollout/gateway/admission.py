@@ -10,7 +10,8 @@ Contract:
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not
   limited.
 - A seat whose run names its policy's base model (`policy_model/POLICY`) goes only to engines serving that
-  model (`EngineSlot.model`), its checkpoints and its base alike.
+  model (`EngineSlot.model`), its checkpoints and its base alike; a seat of a run naming none, to engines of
+  the gateway's own model (when it has one).
 - A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
   `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with. Its
   `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
@@ -117,6 +118,10 @@ class Admission:
                 unbounded = seat.run is None or seat.checkpoint is not None
                 newest = 0 if unbounded else await self.newest_version(seat.policy)
                 model = policy_model(seat, settings.policy_models)
+                if model is None and seat.checkpoint is None:
+                    # A run on the stack's one model: only engines of the gateway's own model serve its
+                    # base, never another policy's engine kept beside it (a pinned seat: its checkpoint's).
+                    model = self.routes.model or None
                 found = eligible(await self.routes.slots(fresh=fresh), seat, settings, newest, model)
                 if found:
                     top = [s for s in found if s.version == found[0].version]
