@@ -122,6 +122,9 @@ class EngineSettings:
 
     kind: EngineKind = EngineKind.auto
     device: str | None = None  # local: cpu or cuda (default cuda when there is one)
+    # Self-play opponents (and evals' checkpoints) an engine keeps loaded beyond each policy's newest, once
+    # released: the least recently requested is evicted first (a still-requested one is always held).
+    opponent_adapters: int = 4
     vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
     vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
@@ -470,6 +473,12 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
             "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
+        )
+    if settings.services.engine.opponent_adapters < 0:
+        raise ConfigError(
+            "bad value for 'services.engine.opponent_adapters': "
+            f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
+            "opponent is unloaded as soon as its last episode ends)"
         )
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:

@@ -16,10 +16,14 @@ Contract:
   sleeps, and the last load that failed (the engine keeps serving what it served before). The newest ack of an
   engine is its state; a restarted engine starts a new incarnation whose first ack serves only the base model.
 - Requests (`serving/requests`, rollout.ledger.streams.SERVING_REQUESTS) ask for a checkpoint to be served
-  beyond the newest ones (an eval of an older checkpoint): `ServingRequested` keyed
-  `{holder}/{checkpoint}/requested`, then `ServingReleased` keyed `.../released`. `ServingRequests` folds them
-  into the checkpoints some holder still wants; engines serve those too, while their targets exist in a format
-  they load.
+  beyond the newest ones (an eval of an older checkpoint, a self-play seat's opponent): `ServingRequested`
+  keyed `{holder}/{checkpoint}/requested`, then `ServingReleased` keyed `.../released`. `ServingRequests`
+  folds them into the checkpoints some holder still wants, and the released ones, most recently requested
+  first; engines serve the wanted ones while their targets exist in a format they load.
+- Opponents: what an engine holds beyond each policy's newest checkpoints. Every wanted checkpoint is held;
+  released ones stay held while the opponents number fewer than the engine's budget, most recently requested
+  first (the least recently requested is evicted first), so a league's next episode against a recent
+  opponent finds it loaded. An ack lists its opponents and the budget.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
 - `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
 - Any writer of the ledger can append an ack, so an ack names where prompts go only when it is signed: an
@@ -133,6 +137,9 @@ class ServingAck(Payload):
     sleeping: bool = False
     gpu: str | None = None  # the GPU lease this engine gives way to (one-GPU mode)
     failed: dict[str, str] | None = None  # {"checkpoint", "error"} of the last load that failed
+    # The checkpoints it holds beyond each policy's newest (requested, or released and kept within budget).
+    opponents: tuple[str, ...] = ()
+    opponent_budget: int = 0  # how many it keeps loaded once released (services.engine.opponent_adapters)
     signature: str = ""  # HMAC-SHA256 of the rest, under the engines' and gateway's key (`signed`)
 
     @property
@@ -192,10 +199,11 @@ class ServingRequest(Payload):
 
 @dataclass
 class ServingRequests:
-    """The checkpoints some holder has requested and not released, folded from `serving/requests` by
-    cursor."""
+    """The checkpoints some holder has requested and not released, and those every holder released, folded
+    from `serving/requests` by cursor."""
 
     holders: dict[str, set[str]] = field(default_factory=dict[str, set[str]])  # checkpoint -> holders
+    last_requested: dict[str, int] = field(default_factory=dict[str, int])  # checkpoint -> seq of its request
     cursor: int = 0
 
     async def refresh(self, ledger: Ledger) -> bool:
@@ -207,6 +215,7 @@ class ServingRequests:
                 holder, checkpoint = str(event.payload["holder"]), str(event.payload["checkpoint"])
                 if event.kind == Kind.SERVING_REQUESTED:
                     self.holders.setdefault(checkpoint, set()).add(holder)
+                    self.last_requested[checkpoint] = event.seq
                 elif event.kind == Kind.SERVING_RELEASED:
                     self.holders.get(checkpoint, set()).discard(holder)
         return self.wanted() != before
@@ -214,12 +223,24 @@ class ServingRequests:
     def wanted(self) -> frozenset[str]:
         return frozenset(checkpoint for checkpoint, holders in self.holders.items() if holders)
 
+    def released(self) -> tuple[str, ...]:
+        """The checkpoints no holder wants any more, the most recently requested first."""
+        wanted = self.wanted()
+        gone = [checkpoint for checkpoint in self.last_requested if checkpoint not in wanted]
+        return tuple(sorted(gone, key=lambda checkpoint: -self.last_requested[checkpoint]))
+
 
 def desired(
-    targets: list[ServingTarget], formats: tuple[str, ...], keep: int, requested: frozenset[str] = frozenset()
+    targets: list[ServingTarget],
+    formats: tuple[str, ...],
+    keep: int,
+    requested: frozenset[str] = frozenset(),
+    released: tuple[str, ...] = (),
+    opponent_budget: int = 0,
 ) -> list[ServingTarget]:
-    """What an engine should serve: per policy, the newest `keep` versions it has a format for, and every
-    `requested` checkpoint it has a format for (newest first)."""
+    """What an engine should serve (newest first): per policy, the newest `keep` versions it has a format for;
+    every `requested` checkpoint it has a format for; and of the `released` ones (most recently requested
+    first), as many as keep the checkpoints beyond the newest within `opponent_budget`."""
     by_policy: dict[str, dict[int, ServingTarget]] = {}
     for target in targets:
         if target.format not in formats:
@@ -230,8 +251,24 @@ def desired(
         if held is None or formats.index(target.format) < formats.index(held.format):
             versions[target.version] = target
     chosen: list[ServingTarget] = []
+    older: dict[str, ServingTarget] = {}  # checkpoint -> target, beyond its policy's newest `keep`
     for versions in by_policy.values():
         newest = sorted(versions, reverse=True)
         chosen.extend(versions[v] for v in newest[:keep])
-        chosen.extend(versions[v] for v in newest[keep:] if versions[v].checkpoint in requested)
-    return sorted(chosen, key=lambda t: -t.version)
+        older.update((versions[v].checkpoint, versions[v]) for v in newest[keep:])
+    opponents = [older[checkpoint] for checkpoint in sorted(requested) if checkpoint in older]
+    for checkpoint in released:
+        if len(opponents) >= opponent_budget:
+            break
+        if checkpoint in older:
+            opponents.append(older[checkpoint])
+    return sorted([*chosen, *opponents], key=lambda t: -t.version)
+
+
+def opponents_in(serving: list[ServingTarget], keep: int) -> tuple[str, ...]:
+    """The checkpoints of `serving` beyond each policy's newest `keep` (its opponents), by name."""
+    by_policy: dict[str, list[ServingTarget]] = {}
+    for target in serving:
+        by_policy.setdefault(target.policy, []).append(target)
+    older = (t for held in by_policy.values() for t in sorted(held, key=lambda t: -t.version)[keep:])
+    return tuple(sorted(t.checkpoint for t in older))

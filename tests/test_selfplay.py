@@ -177,6 +177,17 @@ async def test_a_run_plays_checkpoint_n_against_n_minus_1_and_trains_the_trained
             ),
             300,
         )
+        # Released opponents stay loaded within the engine's budget: each the rival played that is older
+        # than the newest two checkpoints (which the engine serves anyway).
+        played = await _rivals_played(ledger, loop.run)
+        expected = {name for name in played if name != "base" and _version(name) <= 1}
+        for _ in range(100):
+            if not loop.follower.requests.wanted() and expected <= set(loop.follower.state().opponents):
+                break
+            await asyncio.sleep(0.1)
+        held = loop.follower.state()
+        assert expected <= set(held.opponents) and len(held.opponents) <= held.opponent_budget == 4, held
+        assert all(_version(name) <= 1 for name in held.opponents), held
     policy = run_policy(loop.run, "default")
     ended = [
         e for event in await read_all(ledger, run_episodes_stream(loop.run)) if (e := episode_ended(event))
@@ -207,6 +218,15 @@ async def test_a_run_plays_checkpoint_n_against_n_minus_1_and_trains_the_trained
     for event in batches:
         batch = await load_batch(ledger, BatchInfo.from_payload(event.payload))
         assert batch.segments and {s.agent for s in batch.segments} == {"player"}
+
+
+async def _rivals_played(ledger: Ledger, run: str) -> set[str]:
+    ended = [e for event in await read_all(ledger, run_episodes_stream(run)) if (e := episode_ended(event))]
+    return {e.pinned["rival"].split(" ")[0] for e in ended if "rival" in e.pinned}
+
+
+def _version(checkpoint: str) -> int:
+    return int(checkpoint.rpartition("-step")[2])
 
 
 async def test_the_transcript_view_shows_the_checkpoint_each_pinned_seat_played(

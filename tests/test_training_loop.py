@@ -55,6 +55,7 @@ class Loop:
     queue: str
     trainer_queue: str
     engine: LocalEngine
+    follower: ServingFollower
 
 
 @asynccontextmanager
@@ -131,9 +132,7 @@ async def training_loop(
                     task_queue=queue,
                 )
                 async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
-                    yield Loop(
-                        client=client, run=run, queue=queue, trainer_queue=trainer_queue, engine=engine
-                    )
+                    yield Loop(client, run, queue, trainer_queue, engine, follower)
         finally:
             following.cancel()
             await engine_client.close()

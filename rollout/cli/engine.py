@@ -160,6 +160,7 @@ def serve(
         base=served_name,
         model=model,
         formats=SERVED_FORMATS[kind],
+        opponent_adapters=settings.services.engine.opponent_adapters,
         gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
         ack_key=engine_key,
     )
@@ -300,6 +301,7 @@ def follow(
         base=served_name,
         model=model or settings.services.gateway.model,
         formats=SERVED_FORMATS[kind],
+        opponent_adapters=settings.services.engine.opponent_adapters,
         gpu=gpu,
         runs=tuple(run or ()),
         ack_key=engine_key,

@@ -5,12 +5,15 @@ Contract:
 - It reads `ServingTarget`s (stream `serving/targets`) by cursor, skipping those of another base model than
   its engine's (`model`, when both name one), and keeps the engine serving, per policy, the newest `keep`
   checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still find theirs),
-  and every checkpoint requested on `serving/requests` and not yet released (an eval's). Files come from the
-  blob store, hash-verified, into a cache directory; then `engine.load`.
-- After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state, signed
-  with `ack_key` when it has one; the gateway routes by the newest signed ack. Its first ack, as it starts,
-  serves only the base model: a restarted engine never claims what it no longer holds. A checkpoint that is
-  dropped is left out of the ack first and unloaded `grace_s` later, so turns already routed to it finish.
+  and every checkpoint requested on `serving/requests` and not yet released (an eval's, a self-play seat's).
+  Released checkpoints stay loaded while the opponents (what it holds beyond each policy's newest) number
+  fewer than `opponent_adapters`, the least recently requested evicted first. Files come from the blob store,
+  hash-verified, into a cache directory; then `engine.load`.
+- After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state (its
+  opponents and their budget included), signed with `ack_key` when it has one; the gateway routes by the
+  newest signed ack. Its first ack, as it starts, serves only the base model: a restarted engine never claims
+  what it no longer holds. A checkpoint that is dropped is left out of the ack first and unloaded `grace_s`
+  later, so turns already routed to it finish.
 - A checkpoint that fails to load is reported (a warning, and `failed` in the ack: checkpoint, error,
   attempts, seconds to the next try) and tried again with exponential backoff (`retry_s`, doubling up to
   `retry_max_s`) for as long as it is wanted; the engine keeps serving what it served before. A later success
@@ -37,7 +40,15 @@ from rollout.engines.protocol import CheckpointRef
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.queries import live_lease_holder
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, gpu_lease
-from rollout.serving import BASE_CHECKPOINT, Served, ServingAck, ServingRequests, ServingTarget, desired
+from rollout.serving import (
+    BASE_CHECKPOINT,
+    Served,
+    ServingAck,
+    ServingRequests,
+    ServingTarget,
+    desired,
+    opponents_in,
+)
 from rollout.training.checkpoints import download_files
 
 log = logging.getLogger(__name__)
@@ -58,6 +69,9 @@ class FollowerConfig:
     model: str = ""  # the base model the engine serves (a spec): targets for another model are not its
     formats: tuple[str, ...] = ("lora",)
     keep: int = 2
+    # Released opponents (self-play pins, evals) kept loaded, counting those still requested: a league's next
+    # episode against a recent opponent finds it loaded (services.engine.opponent_adapters).
+    opponent_adapters: int = 4
     poll_s: float = 0.5
     grace_s: float = 5.0
     gpu: str | None = None
@@ -93,6 +107,7 @@ class ServingFollower:
         self.serving: dict[str, Served] = {}  # checkpoint name -> what it is
         self.failed: dict[str, _Failure] = {}  # checkpoint name -> its failed loads, while it is wanted
         self.retiring: dict[str, float] = {}  # checkpoint name -> when to unload it
+        self.opponents: frozenset[str] = frozenset()  # wanted beyond each policy's newest `keep`
         self.sleeping = False
         self._cursor = 0
         self._acks = 0
@@ -141,8 +156,17 @@ class ServingFollower:
         return changed
 
     async def reconcile(self) -> None:
-        want = desired(self.targets, self.config.formats, self.config.keep, self.requests.wanted())
+        config = self.config
+        want = desired(
+            self.targets,
+            config.formats,
+            config.keep,
+            self.requests.wanted(),
+            self.requests.released(),
+            config.opponent_adapters,
+        )
         wanted_names = {t.checkpoint for t in want}
+        self.opponents = frozenset(opponents_in(want, config.keep))
         now = time.monotonic()
         for name in [name for name in self.failed if name not in wanted_names]:
             del self.failed[name]  # no longer wanted: stop retrying it
@@ -238,6 +262,8 @@ class ServingFollower:
             sleeping=self.sleeping,
             gpu=self.config.gpu,
             failed=self._failure_report(),
+            opponents=tuple(sorted(name for name in self.serving if name in self.opponents)),
+            opponent_budget=self.config.opponent_adapters,
         )
 
     async def ack(self) -> ServingAck:

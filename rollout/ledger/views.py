@@ -249,7 +249,8 @@ async def checkpoint_tree(
 
 @dataclass(frozen=True)
 class EngineRow:
-    """An engine's newest ack: what it serves, whether it sleeps, its last failed load."""
+    """An engine's newest ack: what it serves, whether it sleeps, its last failed load, the opponents it holds
+    beyond each policy's newest checkpoints and how many it keeps once released."""
 
     engine: str
     url: str
@@ -257,6 +258,8 @@ class EngineRow:
     sleeping: bool
     failed: dict[str, str] | None
     recorded_at: datetime
+    opponents: list[str] = field(default_factory=list[str])
+    opponent_budget: int = 0
 
 
 async def engines(ledger: Ledger) -> list[EngineRow]:
@@ -274,6 +277,8 @@ async def engines(ledger: Ledger) -> list[EngineRow]:
             sleeping=bool(row["payload"].get("sleeping")),
             failed=row["payload"].get("failed"),
             recorded_at=row["recorded_at"],
+            opponents=[str(name) for name in row["payload"].get("opponents") or []],
+            opponent_budget=int(row["payload"].get("opponent_budget") or 0),
         )
         for row in rows
     ]

@@ -40,6 +40,7 @@ def render(monitor: Monitor) -> None:
                     "url": e.url,
                     "state": "asleep" if e.sleeping else "awake",
                     "serves": ", ".join(e.serving) or "the base model",
+                    "opponents held": f"{', '.join(e.opponents) or 'none'} (budget {e.opponent_budget})",
                     "last failed load": (e.failed or {}).get("error", ""),
                     "since": e.recorded_at.strftime("%H:%M:%S"),
                 }

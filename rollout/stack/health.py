@@ -122,6 +122,28 @@ def engine_serves(url: str, api_key: str | None) -> str:
     return f"serving {', '.join(bases) or '?'}{more if loaded else ''}"
 
 
+def engine_opponents(settings: Settings, url: str) -> str:
+    """What the engine at `url` says in its newest ack it holds beyond each policy's newest checkpoints (its
+    self-play opponents) and its budget for them, as "(opponents held: …; budget N)"; "" when the ledger has
+    no ack from it or cannot be read."""
+    from rollout.ledger import Ledger
+    from rollout.ledger.views import engines
+
+    async def newest() -> list[Any]:
+        async with await Ledger.connect(settings.reader_ledger_url) as ledger:
+            return await engines(ledger)
+
+    try:
+        rows = asyncio.run(asyncio.wait_for(newest(), 5))
+    except Exception:  # a probe never raises: the ledger down or unmigrated leaves the line without it
+        return ""
+    for row in rows:
+        if row.url == url:
+            held = ", ".join(row.opponents) or "none"
+            return f" (opponents held: {held}; budget {row.opponent_budget})"
+    return ""
+
+
 async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
     from temporalio.client import Client
 

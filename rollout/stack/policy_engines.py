@@ -24,7 +24,7 @@ from rollout.config import Settings
 from rollout.net import port_is_free
 from rollout.overrides import setting_given
 from rollout.serving import known_engine_api_key
-from rollout.stack.health import ServiceStatus, engine_serves, http_status
+from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, http_status
 from rollout.stack.roles import ENGINE, Role
 
 PREFIX = "Engine-"
@@ -72,4 +72,5 @@ def policy_engine_status(settings: Settings, pid: int | None, command: tuple[str
     host = setting_given(command, "services.gateway.engine_host") or settings.services.gateway.engine_host
     url = f"http://{host}:{setting_given(command, PORT)}"
     serves = engine_serves(url, known_engine_api_key(settings.data_path))
-    return http_status(_service_name(model).lower(), pid, url, f"{model} for its policies; {serves}")
+    detail = f"{model} for its policies; {serves}{engine_opponents(settings, url)}"
+    return http_status(_service_name(model).lower(), pid, url, detail)

@@ -30,7 +30,7 @@ from rollout.config import EngineKind, Settings
 from rollout.isolation import said
 from rollout.overrides import overrides_for, setting_at, setting_given
 from rollout.serving import known_engine_api_key
-from rollout.stack.health import ServiceStatus, engine_serves, http_status
+from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, http_status
 from rollout.stack.ledger_password import passfile_for, password_out_of
 from rollout.stack.managed import ManagedProcess
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -123,7 +123,8 @@ def _engine_url(settings: Settings) -> str:
 
 def _engine_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:
     url = _engine_url(settings)
-    return http_status("engine", pid, url, engine_serves(url, known_engine_api_key(settings.data_path)))
+    serves = engine_serves(url, known_engine_api_key(settings.data_path))
+    return http_status("engine", pid, url, serves + engine_opponents(settings, url))
 
 
 def _gateway_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:

@@ -1,0 +1,106 @@
+"""The opponents' adapter budget (rollout.serving.desired, rollout.engines.follower): a released self-play
+opponent stays loaded while the opponents number fewer than `opponent_adapters`, the least recently requested
+evicted first; a still-requested one is always held; a re-requested one is not loaded again; each ack lists
+the opponents and the budget, and `rollout status`'s engine line says them."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+
+from rollout.blobs import open_store
+from rollout.config import ConfigError, Settings, load
+from rollout.engines.follower import FollowerConfig, ServingFollower
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import SERVING_REQUESTS, SERVING_TARGETS
+from rollout.serving import ServingRequest, ServingTarget, desired, opponents_in
+from rollout.stack.health import engine_opponents
+from tests.test_policy_models import RecordingEngine
+
+
+def _lineage(run: str, versions: range) -> list[ServingTarget]:
+    return [ServingTarget(f"{run}/p", f"{run}/p-step{v:06d}", v, run, "lora") for v in versions]
+
+
+def test_released_opponents_fill_the_budget_most_recent_first_and_requested_ones_always_count() -> None:
+    targets = _lineage("r", range(1, 9))
+    name = {t.version: t.checkpoint for t in targets}
+    newest = [t.version for t in desired(targets, ("lora",), keep=2)]
+    assert newest == [8, 7], "no opponent without a request"
+    kept = desired(targets, ("lora",), 2, frozenset(), (name[1], name[3], name[2]), opponent_budget=2)
+    assert [t.version for t in kept] == [8, 7, 3, 1], "the two most recently requested stay"
+    held = desired(targets, ("lora",), 2, frozenset({name[5], name[6]}), (name[1],), opponent_budget=1)
+    assert [t.version for t in held] == [8, 7, 6, 5], "requested ones are held even over the budget"
+    assert opponents_in(held, 2) == (name[5], name[6])
+    again = desired(targets, ("lora",), 2, frozenset({name[7]}), (name[8], name[4]), opponent_budget=1)
+    assert [t.version for t in again] == [8, 7, 4], "a newest checkpoint is no opponent: it takes no budget"
+
+
+async def _request(ledger: Ledger, holder: str, checkpoint: str, *, release: bool = False) -> None:
+    request = ServingRequest(holder, checkpoint)
+    key, kind = (
+        (request.released_key, Kind.SERVING_RELEASED)
+        if release
+        else (request.requested_key, Kind.SERVING_REQUESTED)
+    )
+    await ledger.append_one(SERVING_REQUESTS, NewEvent(key, kind, request.to_payload()))
+
+
+async def test_an_engine_keeps_released_opponents_within_its_budget_and_says_so(
+    ledger: Ledger, stack_settings: Settings, tmp_path: Path
+) -> None:
+    run = f"league-{uuid.uuid4().hex[:8]}"
+    targets = _lineage(run, range(1, 7))
+    name = {t.version: t.checkpoint for t in targets}
+    for target in targets:
+        await ledger.append_one(
+            SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
+        )
+    engine = RecordingEngine()
+    url = f"http://127.0.0.1:{uuid.uuid4().int % 20000 + 30000}"
+    config = FollowerConfig(
+        engine="league", url=url, runs=(run,), opponent_adapters=2, grace_s=0, ack_key=b"k" * 32
+    )
+    follower = ServingFollower(ledger, engine, open_store(tmp_path.as_uri()), config, tmp_path / "cache")
+    await follower.step()
+    assert follower.state().opponents == () and set(engine.loaded) == {name[6], name[5]}
+
+    for version in (1, 2, 3):  # three episodes, each against an older opponent, one after the other
+        await _request(ledger, f"{run}/g{version}", name[version])
+        await follower.step()
+        assert name[version] in follower.serving, "a requested opponent is loaded"
+        await _request(ledger, f"{run}/g{version}", name[version], release=True)
+        await follower.step()
+    ack = follower.state()
+    assert ack.opponents == (name[2], name[3]), "the least recently requested (1) was evicted"
+    assert ack.opponent_budget == 2 and name[1] not in follower.serving
+
+    await _request(ledger, f"{run}/g4", name[2])  # the league draws a recent opponent again
+    await follower.step()
+    assert engine.loaded.count(name[2]) == 1, "still loaded: not loaded again"
+    await _request(ledger, f"{run}/g5", name[1])
+    await _request(ledger, f"{run}/g6", name[4])
+    await follower.step()
+    assert set(follower.state().opponents) == {name[1], name[2], name[4]}, "requested ones exceed the budget"
+    for holder, version in (("g4", 2), ("g5", 1), ("g6", 4)):
+        await _request(ledger, f"{run}/{holder}", name[version], release=True)
+    await follower.step()
+    assert follower.state().opponents == (name[1], name[4]), "back within the budget, most recent kept"
+
+    signed = await follower.ack()
+    line = await asyncio.to_thread(engine_opponents, stack_settings, url)
+    assert signed.signed_by(b"k" * 32) and signed.opponents == (name[1], name[4])
+    assert line == f" (opponents held: {name[1]}, {name[4]}; budget 2)"
+    assert await asyncio.to_thread(engine_opponents, stack_settings, "http://127.0.0.1:1") == ""
+
+
+def test_the_budget_is_a_setting_and_a_negative_one_is_refused_in_one_line() -> None:
+    assert load().services.engine.opponent_adapters == 4
+    assert load(["services.engine.opponent_adapters=0"]).services.engine.opponent_adapters == 0
+    with pytest.raises(
+        ConfigError, match=r"^bad value for 'services\.engine\.opponent_adapters': -1 [^\n]*$"
+    ):
+        load(["services.engine.opponent_adapters=-1"])
