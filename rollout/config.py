@@ -3,9 +3,10 @@
 Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending key
   and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
-  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
-  negative `run.max_lag`).
-- The schema (`Settings`) is the single place a key and its type are declared; YAML only sets values.
+  value a service would refuse at start, rollout.config_checks: `services.engine.vllm_max_lora_rank` outside
+  vLLM's choices, a negative `run.max_lag`).
+- The schema (`Settings`, each `policies.NAME` a rollout.policy_settings.PolicySettings) is the single place a
+  key and its type are declared; YAML only sets values. `policies.NAME.KEY=VALUE` needs no `+`.
 - `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
 """
 
@@ -21,14 +22,21 @@ from typing import Any
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
+from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
+from rollout.config_checks import BadSettingValue, check_values
 from rollout.isolation import SandboxIsolation
 from rollout.keyfiles import known_ledger_password
+from rollout.policy_settings import (
+    POLICIES_PREFIX,
+    BadPolicySetting,
+    PolicySettings,
+    policy_keys,
+    set_policies,
+)
 from rollout.rl.advantages import AdvantageKind
-from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 
 
 class LogLevel(StrEnum):
@@ -142,10 +150,6 @@ def vllm_default_max_num_seqs(device_gib: float) -> int:
     return 1024 if device_gib >= 70 else 256
 
 
-# vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
-
-
 class GpuMode(StrEnum):
     exclusive = "exclusive"  # engines and the trainer each have their own device
     shared = "shared"  # one device: engines sleep while the trainer steps, passed by a ledger lease
@@ -227,16 +231,6 @@ class TrainerSettings:
         1  # more: each step trains data-parallel on this many Ray workers (the ray extra)
     )
     ray_address: str | None = None  # their Ray cluster (None: RAY_ADDRESS, else a local one)
-
-
-@dataclass
-class PolicySettings:
-    """One policy's own base model and trainer settings (`policies.NAME.*`), over `trainer.*` and over the
-    environment's `policy_models`: a policy that sets none trains and samples `trainer.model`."""
-
-    model: str | None = None  # smollm2, tiny-qwen3, a catalog model, an HF id or a local path
-    lora_rank: int | None = None  # None: trainer.lora_rank
-    learning_rate: float | None = None  # None: trainer.learning_rate
 
 
 @dataclass
@@ -399,94 +393,24 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
         [f"hydra.searchpath=[{','.join(d.resolve().as_uri() for d in preset_dirs)}]"] if preset_dirs else []
     )
     given = overrides or []
-    per_policy = [o for o in given if o.startswith(POLICIES_PREFIX)]
+    per_policy = [o for o in given if o.startswith(POLICIES_PREFIX)]  # set after composing: set_policies
     try:
         with initialize_config_module(config_module="rollout.conf", version_base="1.3"):
             composed = compose(
                 config_name="config", overrides=[*search, *(o for o in given if o not in per_policy)]
             )
-        _set_policies(composed, per_policy)
+        set_policies(composed, per_policy)
         settings = OmegaConf.to_object(composed)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
-    assert isinstance(settings, Settings)
-    _check_values(settings)
-    return settings
-
-
-POLICIES_PREFIX = "policies."
-
-
-def _set_policies(composed: DictConfig, overrides: list[str]) -> None:
-    """Apply `policies.NAME.KEY=VALUE` overrides, making policy NAME's entry when no preset made it (Hydra
-    adds no key to a typed mapping from the command line without a `+`, which no user should need)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
-    parser = OverridesParser.create()
-    for override in overrides:
-        parsed = parser.parse_override(override)
-        _, name, key = (
-            parsed.key_or_group.split(".", 2) if parsed.key_or_group.count(".") >= 2 else ("", "", "")
-        )
-        if not name or not key:
-            raise ConfigError(
-                f"bad setting '{parsed.key_or_group}': write policies.NAME.KEY=VALUE (e.g. "
-                f"policies.listener.model=tiny-qwen3); keys: {', '.join(valid_keys('policies.NAME'))}"
-            )
-        if name not in composed.policies:
-            with open_dict(composed.policies):
-                composed.policies[name] = OmegaConf.structured(PolicySettings)
-        OmegaConf.update(composed, parsed.key_or_group, parsed.value(), merge=False)
-
-
-def _check_values(settings: Settings) -> None:
-    """What the schema's types cannot say: values a service would refuse only once it starts."""
-    try:
-        max_lag_of(settings.run.max_lag, "run.max_lag")
-        failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
-    except BadRunSetting as error:
+    except BadPolicySetting as error:
         raise ConfigError(str(error)) from None
-    gateway = settings.services.gateway
-    if gateway.default_max_tokens < 1:
-        raise ConfigError(
-            f"bad value for 'services.gateway.default_max_tokens': {gateway.default_max_tokens} leaves a turn "
-            "no tokens to sample; set it to 1 or more"
-        )
-    if gateway.max_turns_in_flight_per_seat < 1:
-        raise ConfigError(
-            "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
-            f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
-        )
-    gate = settings.eval.gate
-    if gate.max_drop is not None and (gate.max_drop < 0 or gate.max_drop != gate.max_drop):
-        raise ConfigError(
-            f"bad value for 'eval.gate.max_drop': {gate.max_drop} is not a drop in score; set 0 or more (0.05: a "
-            "drop of more than 0.05 in any environment's score trips the gate)"
-        )
-    if gate.max_drop is not None and (settings.eval.suite is None or settings.eval.every < 1):
-        raise ConfigError(
-            "bad value for 'eval.gate.max_drop': it gates a suite the run does not evaluate; set eval.suite=SUITE "
-            "and eval.every=N too, or leave eval.gate.max_drop unset"
-        )
-    pool = settings.sandbox.command_pool
-    if pool and not re.fullmatch(r"command(#[A-Za-z0-9_-]{1,64})?", pool):
-        raise ConfigError(
-            f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
-            "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
-        )
-    if settings.services.engine.opponent_adapters < 0:
-        raise ConfigError(
-            "bad value for 'services.engine.opponent_adapters': "
-            f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
-            "opponent is unloaded as soon as its last episode ends)"
-        )
-    rank = settings.services.engine.vllm_max_lora_rank
-    if rank not in VLLM_LORA_RANKS:
-        choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)
-        raise ConfigError(
-            f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
-            f"choose one of {choices} (at least trainer.lora_rank)"
-        )
+    assert isinstance(settings, Settings)
+    try:
+        check_values(settings)
+    except BadSettingValue as error:
+        raise ConfigError(str(error)) from None
+    return settings
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:
@@ -498,7 +422,7 @@ def as_dict(settings: Settings) -> dict[str, Any]:
 def valid_keys(path: str) -> list[str]:
     """The keys the schema allows under a dotted `path` ('' for the top level)."""
     if path.startswith(POLICIES_PREFIX):  # any policy's name: its keys are a PolicySettings'
-        return [str(key) for key in OmegaConf.structured(PolicySettings)]
+        return policy_keys()
     schema = OmegaConf.structured(Settings)
     node = OmegaConf.select(schema, path) if path else schema
     return [str(key) for key in node] if isinstance(node, DictConfig) else []
