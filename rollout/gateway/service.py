@@ -45,7 +45,6 @@ from rollout.engines.protocol import (
     EngineUnavailable,
     SampleChunk,
     SampleRequest,
-    SampleResult,
     stream_sample,
 )
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
@@ -54,7 +53,7 @@ from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.prompts import Prepared, Prompt, rendered_off_the_loop
 from rollout.gateway.renderers import Renderers
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
-from rollout.gateway.sampled import Sampled
+from rollout.gateway.sampled import Sampled, sampled_turn
 from rollout.gateway.seats import Seat
 from rollout.gateway.seatstate import (
     MAX_SEATS_KEPT,
@@ -64,7 +63,6 @@ from rollout.gateway.seatstate import (
     TurnsInFlight,
 )
 from rollout.gateway.segments import Head, advance
-from rollout.gateway.stops import cut_at_stop
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import ExternalTurn, SampledTurn, turn_recorded
 from rollout.rendering import ModelRenderer
@@ -77,24 +75,6 @@ class NotLookedUp:
 
 
 NOT_LOOKED_UP = NotLookedUp()
-
-
-def _cut_at_stop_strings(
-    renderer: ModelRenderer, result: SampleResult, stops: tuple[str, ...]
-) -> tuple[SampleResult, str | None]:
-    """Keep the sampled ids up to the token that completes a stop string (engines stop on ids, clients on
-    text)."""
-    cut = cut_at_stop(renderer.tokenizer.decode, result.completion_ids, stops)
-    if cut is None:
-        return result, None
-    k, hit = cut
-    return SampleResult(
-        completion_ids=result.completion_ids[:k],
-        logprobs=result.logprobs[:k],
-        finish_reason="stop",
-        model=result.model,
-        timings=result.timings,
-    ), hit
 
 
 class Gateway:
@@ -176,7 +156,7 @@ class Gateway:
             result, slot, admitted = await self._on_admitted_engine(
                 seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
             )
-            return self._sampled(seat, request, prompt, result, slot, admitted)
+            return sampled_turn(seat, request, prompt, result, slot, admitted)
         finally:
             release()
 
@@ -228,7 +208,7 @@ class Gateway:
             text=SettledText(prompt.renderer, list(request.tools), prompt.ids, request.params.stop),
             model=slot.checkpoint,
             prompt_tokens=len(prompt.ids),
-            build=lambda result: self._sampled(seat, request, prompt, result, slot, admitted),
+            build=lambda result: sampled_turn(seat, request, prompt, result, slot, admitted),
             on_end=release,
         )
 
@@ -252,76 +232,6 @@ class Gateway:
         renderer = await self.renderers.for_seat(seat)
         heads = await self.heads(seat)
         return await rendered_off_the_loop(renderer, heads, seat.seat_id, request, self.max_context)
-
-    def _sampled(
-        self,
-        seat: Seat,
-        request: ChatRequest,
-        rendered: Prompt,
-        result: SampleResult,
-        slot: EngineSlot,
-        admitted: Admitted,
-    ) -> Sampled:
-        """The turn `result` makes: cut at a stop string, parsed, with its record and the segment's new
-        head."""
-        tools = list(request.tools)
-        prompt, segment_id, prefix = rendered.ids, rendered.segment_id, rendered.prefix
-        result, stop_sequence = _cut_at_stop_strings(rendered.renderer, result, request.params.stop)
-        parsed = rendered.renderer.parse(list(result.completion_ids), tools, prompt)
-        finish = "tool_calls" if parsed.message.tool_calls else result.finish_reason
-        turn = Turn(
-            reply=parsed.message,
-            finish_reason=finish,
-            prompt_tokens=len(prompt),
-            completion_tokens=len(result.completion_ids),
-            turn_index=request.turn_index,
-            model=slot.checkpoint,
-            stop_sequence=stop_sequence,
-        )
-        done = time.perf_counter()
-        record = SampledTurn(
-            seat=seat.seat_id,
-            run=seat.run,
-            episode=seat.episode,
-            agent=seat.agent,
-            policy=seat.policy,
-            turn_index=request.turn_index,
-            fingerprint=request.fingerprint,
-            segment_id=segment_id,
-            prompt_prefix_len=prefix,
-            prompt_ids_delta=tuple(prompt[prefix:]),
-            completion_ids=tuple(result.completion_ids),
-            completion_logprobs=tuple(result.logprobs),
-            checkpoint=slot.checkpoint,
-            checkpoint_version=slot.version,
-            engine=slot.engine.name,
-            admitted_newest=admitted.newest,
-            admitted_max_lag=admitted.max_lag,
-            finish_reason=finish,
-            stop_sequence=stop_sequence,
-            reply=parsed.message.model_dump(mode="json"),
-            parse_failures=tuple(parsed.parse_failures),
-            n_messages=len(request.messages),
-            messages_sha=request.messages_sha,
-            tools_sha=request.tools_sha,
-            timings={
-                "render_s": rendered.rendered_at - rendered.started,
-                "sample_s": done - rendered.rendered_at,
-                **result.timings,
-            },
-            opening=rendered.opening,
-        )
-        head = Head(
-            segment_id=segment_id,
-            seq=0,
-            n_messages=len(request.messages),
-            messages_sha=request.messages_sha,
-            tools_sha=request.tools_sha,
-            reply=parsed.message,
-            prompt_ids=tuple(prompt),
-            completion_ids=result.completion_ids,
-        )
-        return Sampled(request, seat, turn, record, head)
 
     async def _sample_external(self, seat: Seat, request: ChatRequest, external: ExternalModel) -> Sampled:
         """A turn of a model the platform does not train: recorded as text, marked never to be trained."""
