@@ -12,6 +12,7 @@ import base64
 import json
 import re
 import subprocess
+from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -93,12 +94,18 @@ def test_every_rendered_object_is_valid_kubernetes_and_the_raycluster_matches_ku
     objects = rendered(name)
     kinds = {obj["kind"] for obj in objects}
     assert {"Deployment", "Service", "ConfigMap", "RayCluster", "NetworkPolicy", "ServiceAccount"} <= kinds
+    validate_strictly(objects)
+
+
+def validate_strictly(objects: Iterable[dict[str, Any]]) -> None:
+    """Validate each rendered object strictly: a RayCluster against KubeRay's CRD and each of its pod
+    templates as a Kubernetes PodTemplateSpec; every other object against the Kubernetes schemas."""
     raycluster_schema = json.loads((ROOT / "tests" / "schemas" / "raycluster-v1.schema.json").read_text())
     for obj in objects:
         if obj["kind"] == "RayCluster":
             jsonschema.validate(obj, raycluster_schema)
             groups = [obj["spec"]["headGroupSpec"], *obj["spec"].get("workerGroupSpecs", [])]
-            for group in groups:  # each pod template is a Kubernetes PodTemplateSpec
+            for group in groups:
                 pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}}
                 kubernetes_validate.validate(
                     {**pod_template, "template": group["template"]}, KUBERNETES_VERSION, strict=True

@@ -10,12 +10,10 @@ import json
 from typing import Any
 
 import helm_python as helm
-import jsonschema
-import kubernetes_validate
 import pytest
 import yaml
 
-from tests.test_chart import CHART, KUBERNETES_VERSION, ROOT, help_of, rendered
+from tests.test_chart import CHART, help_of, rendered, validate_strictly
 
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 ENGINE = "demo-rollout-engine"
@@ -165,17 +163,7 @@ def test_the_render_with_policy_models_is_valid_kubernetes_and_passes_helm_lint(
     report = helm.lint(str(CHART), values=values)
     assert not report["errors"], report
     assert all(m["severity"] <= 1 for m in report["messages"]), report["messages"]
-    raycluster_schema = json.loads((ROOT / "tests" / "schemas" / "raycluster-v1.schema.json").read_text())
-    for obj in render(values):
-        if obj["kind"] == "RayCluster":
-            jsonschema.validate(obj, raycluster_schema)
-            for group in [obj["spec"]["headGroupSpec"], *obj["spec"]["workerGroupSpecs"]]:
-                pod_template = {"apiVersion": "v1", "kind": "PodTemplate", "metadata": {"name": "t"}}
-                kubernetes_validate.validate(
-                    {**pod_template, "template": group["template"]}, KUBERNETES_VERSION, strict=True
-                )
-        else:
-            kubernetes_validate.validate(obj, KUBERNETES_VERSION, strict=True)
+    validate_strictly(render(values))
 
 
 def test_without_policy_models_the_render_is_unchanged() -> None:

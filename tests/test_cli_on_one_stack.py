@@ -26,18 +26,16 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
-from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from rollout.config import Settings, load
+from rollout.config import load
 from rollout.ledger import Kind, Ledger
-from rollout.ledger.queries import count_events, read_all, run_turns
+from rollout.ledger.queries import read_all, run_turns
 from rollout.ledger.streams import (
     SERVING_ACKS,
     SERVING_TARGETS,
@@ -48,57 +46,22 @@ from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
 from rollout.workflows.names import run_policy
 from rollout_testing.stacks import isolated_overrides
-from tests.user_envs import MY_ENV, RUNNER_CANNOT_IMPORT, TWO_MODELS
-
-ROLLOUT = str(Path(sys.executable).parent / "rollout")
+from tests.cli_stack import (
+    ROLLOUT,
+    UserStack,
+    episodes_in_ledger,
+    eval_runs,
+    finished_episodes,
+    ledger_read,
+    rollout,
+    runs,
+    schedule_row,
+    services,
+    wait_until,
+)
+from tests.user_envs import MY_ENV, RUNNER_CANNOT_IMPORT, SUITE, TWO_MODELS
 
 pytestmark = pytest.mark.slow
-
-SUITE = """
-name: quick
-version: 1
-environments:
-  - environment: arithmetic.environment:environment
-    episodes: {episodes}
-"""
-
-
-def rollout(
-    *args: str, cwd: Path, check: bool = True, timeout: float = 300
-) -> subprocess.CompletedProcess[str]:
-    done = subprocess.run([ROLLOUT, *args], cwd=cwd, capture_output=True, text=True, timeout=timeout)
-    if check:
-        assert done.returncode == 0, done.stderr[-3000:] + done.stdout[-2000:]
-    return done
-
-
-@dataclass(frozen=True)
-class UserStack:
-    """The stack this module's tests share: `rollout up` with the gateway, the tiny model and cpu-micro."""
-
-    data: Path
-    overrides: list[str]  # every command's settings: the data directory and the ports
-    settings: Settings
-    started: dict[str, dict[str, Any]]  # `rollout up --json`'s services, by name
-    elsewhere: Path  # where `up` ran: not where any environment lives
-
-
-def runs(overrides: list[str], cwd: Path) -> dict[str, dict[str, Any]]:
-    return {
-        row["run"]: row for row in json.loads(rollout("run", "list", "--json", *overrides, cwd=cwd).stdout)
-    }
-
-
-def episodes_in_ledger(settings: Settings, run: str) -> int:
-    async def count() -> int:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
-            return await count_events(ledger, run_episodes_stream(run), Kind.EPISODE_FINISHED)
-
-    return asyncio.run(count())
-
-
-def services(done: subprocess.CompletedProcess[str]) -> dict[str, dict[str, Any]]:
-    return {service["name"]: service for service in json.loads(done.stdout)["services"]}
 
 
 @pytest.fixture(scope="module")
@@ -137,26 +100,6 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(user_stack: Us
     assert reply.usage is not None and reply.usage.completion_tokens > 0
     again = services(rollout("up", "--json", *overrides, cwd=here))
     assert again["gateway"]["pid"] == up["gateway"]["pid"], "up on a running stack starts nothing anew"
-
-
-def ledger_read[T](settings: Settings, read: Callable[[Ledger], Awaitable[T]]) -> T:
-    async def go() -> T:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
-            return await read(ledger)
-
-    return asyncio.run(go())
-
-
-def schedule_row(overrides: list[str], cwd: Path) -> dict[str, Any] | None:
-    rows = json.loads(rollout("eval", "schedules", "list", "--json", *overrides, cwd=cwd).stdout)
-    return rows[0] if rows else None
-
-
-def wait_until(condition: Any, timeout_s: float, what: str) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(1)
 
 
 @pytest.mark.timeout(1200)
@@ -230,9 +173,9 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
 
     def some_played() -> bool:
         nonlocal eval_run
-        runs = ledger_read(settings, lambda ledger: _eval_runs(ledger))
+        runs = ledger_read(settings, lambda ledger: eval_runs(ledger))
         eval_run = next((r for r in runs if r.startswith("eval-quick-2-")), None)
-        return eval_run is not None and _finished(settings, eval_run) >= 3
+        return eval_run is not None and finished_episodes(settings, eval_run) >= 3
 
     wait_until(some_played, 300, "the eval played no episode")
     runner = read_pid_file(user_stack.data / "run" / "runner.pid")
@@ -243,7 +186,7 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     (score,) = json.loads(out.strip().splitlines()[-1])["scores"]
     assert (score["episodes"], score["failed"]) == (10, 0)
     played = eval_run
-    assert played is not None and _finished(settings, played) == 10
+    assert played is not None and finished_episodes(settings, played) == 10
     turns = ledger_read(settings, lambda ledger: run_turns(ledger, played))
     assert len(turns) == 10 and len({t.payload["seat"] for t in turns}) == 10, "one turn per episode"
     results = json.loads(rollout("eval", "results", "quick@2", "--json", *overrides, cwd=tmp_path).stdout)
@@ -548,15 +491,3 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     for service in ("sandboxes-shell-my-env", "runner", "gateway", "engine", "temporal", "postgres"):
         assert service in stopped, stopped
     assert read_pid_file(user_stack.data / "run" / "sandboxes-shell-my-env.pid") is None, "down stops them"
-
-
-async def _eval_runs(ledger: Ledger) -> list[str]:
-    from rollout.ledger.queries import list_runs
-
-    return [run.run for run in await list_runs(ledger)]
-
-
-def _finished(settings: Settings, run: str) -> int:
-    return ledger_read(
-        settings, lambda ledger: count_events(ledger, run_episodes_stream(run), Kind.EPISODE_FINISHED)
-    )

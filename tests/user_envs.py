@@ -1,5 +1,5 @@
 """Environments of a user's own, as files written into a folder of theirs (the runner imports them from
-where `rollout train` ran): the texts the command-line tests write."""
+where `rollout train` ran): the texts the command-line tests write, and the eval suite they write beside."""
 
 # A user's environment, in a folder of its own: every reply earns a reward that varies with its text, so every
 # group of the tiny random model carries signal and every batch trains. Each episode claims a shell sandbox
@@ -76,4 +76,13 @@ environment = Environment(
     max_turns=1,
     policy_models={"teller": "smollm2"},
 )
+"""
+
+# An eval suite of the arithmetic example: `SUITE.format(episodes=N)`.
+SUITE = """
+name: quick
+version: 1
+environments:
+  - environment: arithmetic.environment:environment
+    episodes: {episodes}
 """
