@@ -2,7 +2,8 @@
 and trainer settings over `trainer.*` and over the environment's `policy_models`.
 
 Contract:
-- `PolicySettings` is the schema of one policy's entry (`Settings.policies` maps names to it).
+- `PolicySettings` is the schema of one policy's entry (`Settings.policies` maps names to it): its base
+  model, LoRA rank, learning rate, and the task queue of the trainer worker that trains it.
 - `set_policies(composed, overrides)` applies `policies.NAME.KEY=VALUE` overrides to a composed config, making
   NAME's entry when none exists (Hydra adds no key to a typed mapping from the command line without a `+`,
   which no user should need); an override that names no policy or no key raises `BadPolicySetting`, one line
@@ -26,6 +27,9 @@ class PolicySettings:
     model: str | None = None  # smollm2, tiny-qwen3, a catalog model, an HF id or a local path
     lora_rank: int | None = None  # None: trainer.lora_rank
     learning_rate: float | None = None  # None: trainer.learning_rate
+    # The task queue of a trainer worker of its own (`rollout worker trainer --task-queue QUEUE`; on a
+    # cluster, the chart's `rollout-trainer-MODEL` of a policyModels entry with a trainer); None: the stack's.
+    trainer_queue: str | None = None
 
 
 class BadPolicySetting(ValueError):

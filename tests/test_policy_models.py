@@ -4,13 +4,15 @@ rendering by a seat's model, and engines loading only their own model's checkpoi
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import uuid
 from pathlib import Path
 
 import pytest
 
 from rollout.blobs import open_store
-from rollout.config import ConfigError, load
+from rollout.config import ConfigError, Settings, load
 from rollout.contracts import Message
 from rollout.control.errors import ControlError
 from rollout.control.policy_models import (
@@ -20,6 +22,7 @@ from rollout.control.policy_models import (
     own_models,
     policy_model_settings,
 )
+from rollout.control.preflight import PreflightFailed, confirm_trainers_poll
 from rollout.engines.follower import FollowerConfig, ServingFollower
 from rollout.engines.protocol import CheckpointRef, EngineUnavailable
 from rollout.engines.scripted import ScriptedEngine
@@ -29,12 +32,16 @@ from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
 from rollout.launches import LAUNCH_SECTIONS, RunLaunch
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, run_stream
+from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
 from rollout.overrides import overrides_for
 from rollout.rendering import ModelRenderer
 from rollout.serving import ServingAck, ServingTarget
+from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
+from rollout.workflows.run import RunWorkflow
+from rollout.workflows.training_types import PolicyModel
 from signals.environment import environment as signals
 from signals.environment import two_models
+from tests.test_training_loop import run_input, training_loop
 
 
 def test_policies_are_set_from_the_command_line_and_recorded_in_the_launch() -> None:
@@ -62,6 +69,10 @@ def test_each_policy_has_its_model_and_the_run_records_them_when_there_are_sever
     assert base_models(config_wins, two_models) == ["smollm2"], (
         "the config's policies.* over the environment's"
     )
+    own_trainer = load(["preset=cpu-quickstart", "policies.listener.trainer_queue=rollout-trainer-smollm2"])
+    assert own_models(own_trainer, signals) == {
+        "listener": PolicyModel("smollm2", task_queue="rollout-trainer-smollm2")
+    }, "a trainer of its own, on the run's model"
 
 
 def test_bad_policy_settings_are_refused_in_one_line_before_a_run() -> None:
@@ -181,3 +192,37 @@ async def test_an_engine_loads_only_its_own_models_checkpoints(ledger: Ledger, t
     await follower.step()
     assert sorted(engine.loaded) == [f"{run}/listener-step000001", f"{run}/old-step000001"]
     assert follower.state().model == "smollm2", "its acks say which model it serves"
+
+
+async def test_a_policy_trains_on_the_trainer_polling_its_own_queue(
+    stack_settings: Settings, ledger: Ledger, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    async with training_loop(stack_settings, ledger, tiny_qwen3, tmp_path) as loop:
+        given = run_input(loop, 1)
+        assert given.training is not None
+        # No worker polls the run's trainer queue: the policy trains only if its own queue is used.
+        nobody = f"nobody-{uuid.uuid4().hex[:6]}"
+        own = {"default": PolicyModel(tiny_qwen3, task_queue=loop.trainer_queue)}
+        with pytest.raises(PreflightFailed, match=rf"^policies.default.trainer_queue={nobody}: no trainer"):
+            await confirm_trainers_poll(
+                loop.client,
+                dataclasses.replace(
+                    given.training, models={"default": PolicyModel(tiny_qwen3, task_queue=nobody)}
+                ),
+            )
+        given.training = dataclasses.replace(given.training, task_queue=nobody, models=own)
+        await confirm_trainers_poll(loop.client, given.training)
+        await asyncio.wait_for(
+            loop.client.execute_workflow(
+                RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
+            ),
+            300,
+        )
+        training = loop.client.get_workflow_handle(training_workflow_id(loop.run, "default"))
+        assert (await training.describe()).task_queue == loop.trainer_queue
+    created = [
+        e
+        for e in await ledger.read(policy_checkpoints_stream(run_policy(loop.run, "default")))
+        if e.kind == Kind.CHECKPOINT_CREATED
+    ]
+    assert len(created) == 1, "its own trainer trained its step"

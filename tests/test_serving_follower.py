@@ -94,7 +94,7 @@ async def test_an_engine_keeps_released_opponents_within_its_budget_and_says_so(
     line = await asyncio.to_thread(engine_opponents, stack_settings, url)
     assert signed.signed_by(b"k" * 32) and signed.opponents == (name[1], name[4])
     assert line == f" (opponents held: {name[1]}, {name[4]}; budget 2)"
-    assert await asyncio.to_thread(engine_opponents, stack_settings, "http://127.0.0.1:1") == ""
+    assert await asyncio.to_thread(engine_opponents, stack_settings, "http://never-acked.invalid:1") == ""
 
 
 def test_the_budget_is_a_setting_and_a_negative_one_is_refused_in_one_line() -> None:

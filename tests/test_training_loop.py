@@ -118,6 +118,7 @@ async def training_loop(
             config=LocalTrainerConfig(lora_rank=lora_rank or None, learning_rate=learning_rate, device="cpu"),
             loss=LossConfig("ppo"),
             gpu_lease=gpu,
+            resolve=lambda spec: spec,  # a policy's own model here is a local folder, as given
         )
         training = TrainingActivities(ledger, store, provider, holder="trainer-1")
         bridges = BridgeActivities(ledger, store, base_model=model, scratch=scratch)

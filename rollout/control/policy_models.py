@@ -4,8 +4,9 @@ environment's `policy_models`, over `trainer.*`.
 Contract:
 - `sampled_policies(environment)`: the policies the run's engines serve (every agent's but those an external
   model answers), trained or pinned.
-- `own_models(settings, environment)`: the policies on a model or trainer settings of their own, by name, as
-  `TrainingSpec.models` carries them; a policy with none of its own is left out.
+- `own_models(settings, environment)`: the policies on a model, trainer settings or a trainer of their own
+  (`trainer_queue`), by name, as `TrainingSpec.models` carries them; a policy with none of its own is left
+  out.
 - `base_models(settings, environment)`: every base model the run's policies sample, `trainer.model` first.
 - `policy_model_settings(settings, environment)`: the run's `policy_model/POLICY` settings, every sampled
   policy's model, when any policy is on a model other than `trainer.model` (the gateway then routes and
@@ -50,9 +51,13 @@ def own_models(settings: Settings, environment: Environment) -> dict[str, Policy
     for policy in sampled_policies(environment):
         own = settings.policies.get(policy)
         model = _model_of(settings, environment, policy)
-        rank, rate = (own.lora_rank, own.learning_rate) if own else (None, None)
-        if model != settings.trainer.model or rank is not None or rate is not None:
-            found[policy] = PolicyModel(model=model, lora_rank=rank, learning_rate=rate)
+        rank, rate, queue = (
+            (own.lora_rank, own.learning_rate, own.trainer_queue) if own else (None, None, None)
+        )
+        if model != settings.trainer.model or rank is not None or rate is not None or queue:
+            found[policy] = PolicyModel(
+                model=model, lora_rank=rank, learning_rate=rate, task_queue=queue or None
+            )
     return found
 
 

@@ -1,9 +1,11 @@
-"""Before a run starts: a runner must be able to load its environment.
+"""Before a run starts: a runner must be able to load its environment, and a trainer must poll each trainer
+queue its policies name.
 
 Contract: `confirm_runner_loads` starts `EnvironmentCheckWorkflow` on the runner queue and returns what the
 runner found; it raises `PreflightFailed` with one paragraph (what failed, where it looked, what to do) when
-the runner cannot import the environment or when no runner picks the check up in time. Nothing is recorded
-either way: a failed preflight leaves no run behind.
+the runner cannot import the environment or when no runner picks the check up in time. `confirm_trainers_poll`
+raises `PreflightFailed` naming the setting when a policy's own trainer queue (`policies.NAME.trainer_queue`)
+has no worker polling it. Nothing is recorded either way: a failed preflight leaves no run behind.
 """
 
 from __future__ import annotations
@@ -13,13 +15,15 @@ import contextlib
 from typing import TYPE_CHECKING
 
 from rollout.control.errors import ControlError
-from rollout.workflows.client import failure_reason
+from rollout.workflows.client import failure_reason, worker_polls
 from rollout.workflows.episode_types import EnvironmentInfo
 from rollout.workflows.names import RUNNER_QUEUE, preflight_workflow_id
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
 
 if TYPE_CHECKING:
     from temporalio.client import Client
+
+    from rollout.workflows.training_types import TrainingSpec
 
 # A runner just (re)started by the stack needs a few seconds to poll; one killed during the check is noticed
 # within its heartbeat timeout (30 s) and the check is tried again.
@@ -68,3 +72,15 @@ async def confirm_runner_loads(
             f"there yourself with `rollout worker runner`. `rollout env check {environment}` shows what is "
             "wrong with the environment itself. No run was started."
         ) from None
+
+
+async def confirm_trainers_poll(client: Client, training: TrainingSpec) -> None:
+    """Each policy with a trainer of its own (`PolicyModel.task_queue`) has one polling that queue: otherwise
+    its training would wait for a worker that never comes."""
+    for policy, own in training.models.items():
+        if own.task_queue and not await worker_polls(client, own.task_queue):
+            raise PreflightFailed(
+                f"policies.{policy}.trainer_queue={own.task_queue}: no trainer worker polls that queue. Start one "
+                f"(`rollout worker trainer --task-queue {own.task_queue}`; on a cluster, a policyModels entry "
+                "with a trainer), or leave the setting unset to train the policy on the stack's trainer."
+            )

@@ -207,7 +207,7 @@ async def begin_training(settings: Settings, given: RunInput) -> None:
     from temporalio.exceptions import WorkflowAlreadyStartedError
     from temporalio.service import RPCError
 
-    from rollout.control.preflight import confirm_runner_loads
+    from rollout.control.preflight import confirm_runner_loads, confirm_trainers_poll
 
     run, environment = given.run, given.environment
     # The stack was just started: a service that dies now is being restarted by the supervisor, so each step
@@ -215,6 +215,8 @@ async def begin_training(settings: Settings, given: RunInput) -> None:
     client = await connect_temporal(settings, patience_s=TEMPORAL_OUTAGE_S)
     try:
         await outlasting(lambda: confirm_runner_loads(client, run, environment), TEMPORAL_OUTAGE_S)
+        if given.training is not None:
+            await confirm_trainers_poll(client, given.training)
     except RPCError as error:
         raise ControlError(
             f"Temporal stopped answering while a runner checked {environment} ({error.message}): {LOOK}"

@@ -80,7 +80,7 @@ async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
     state = description.status.name if description.status is not None else "UNKNOWN"
     if state != "RUNNING":
         return state, None
-    if not await _polled(client, description.task_queue):
+    if not await worker_polls(client, description.task_queue):
         return "NO_WORKER", None
     try:
         return state, await handle.query(RunWorkflow.status, rpc_timeout=STATUS_QUERY_TIMEOUT)
@@ -92,7 +92,7 @@ async def run_state(client: Client, run: str) -> tuple[str, RunStatus | None]:
         return "UNANSWERED", None
 
 
-async def _polled(client: Client, task_queue: str) -> bool:
+async def worker_polls(client: Client, task_queue: str) -> bool:
     """Whether a worker polled `task_queue` for workflow tasks in the last minutes (Temporal lists a poller
     for 5 minutes after its last poll); where the server will not say, assume one did (the query decides)."""
     request = DescribeTaskQueueRequest(

@@ -12,16 +12,16 @@ Contract:
   the gateway answers their seats with that model.
 - With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
   neither pinned to a checkpoint nor answered by an external model; command agents train), on the trainer
-  queue. When every one has trained its steps the supply stops and the run ends once the groups in flight
-  finish. max_lag bounds the supply too: it may have started `(steps trained + max_lag + 1) ×
-  groups_per_batch` groups (the fewest steps of any trained policy), so no episode starts that would be
-  trained on by a policy more than max_lag checkpoints newer; max_lag 0 is a synchronous loop. Each training
-  workflow reports its steps (`training_progress`). A training step that cannot be published (a non-finite
-  loss) pauses the run with the reason (`training_paused`); `resume` lets training go on. So does a supply
-  whose recent episodes fail more than `max_failure_rate` of the time (`episodes_failing`): the run pauses
-  with the count and the latest failure, and `resume` (once the environment is fixed: restarted runners load
-  the new code) plays on. So does an eval gate that tripped with action `pause` (`eval_gate_pause`, once per
-  gate: suite version and checkpoint).
+  queue (a policy's own, `PolicyModel.task_queue`, where it names one). When every one has trained its steps
+  the supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may
+  have started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained
+  policy), so no episode starts that would be trained on by a policy more than max_lag checkpoints newer;
+  max_lag 0 is a synchronous loop. Each training workflow reports its steps (`training_progress`). A training
+  step that cannot be published (a non-finite loss) pauses the run with the reason (`training_paused`);
+  `resume` lets training go on. So does a supply whose recent episodes fail more than `max_failure_rate` of
+  the time (`episodes_failing`): the run pauses with the count and the latest failure, and `resume` (once the
+  environment is fixed: restarted runners load the new code) plays on. So does an eval gate that tripped with
+  action `pause` (`eval_gate_pause`, once per gate: suite version and checkpoint).
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status. The status counts the supply's groups and
   episodes (`SupplyCounts`) once the supply has ended: 0 until then.
@@ -146,8 +146,10 @@ class RunWorkflow:
                 parent=spec.warm_start,
                 eval_queue=workflow.info().task_queue,
             )
+            own = spec.models.get(policy)
+            queue = (own.task_queue if own else None) or spec.task_queue  # a trainer of its own, or the run's
             handle = await workflow.start_child_workflow(
-                TrainingWorkflow.run, given, id=training_workflow_id(run, policy), task_queue=spec.task_queue
+                TrainingWorkflow.run, given, id=training_workflow_id(run, policy), task_queue=queue
             )
             handles.append(handle)
         results = await asyncio.gather(*handles)

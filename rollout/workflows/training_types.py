@@ -30,6 +30,8 @@ class PolicyModel:
     model: str  # the model's spec: smollm2, tiny-qwen3, a catalog model, an HF id or a local path
     lora_rank: int | None = None  # None: trainer.lora_rank
     learning_rate: float | None = None  # None: trainer.learning_rate
+    # Where its training runs: a trainer worker of its own polls this queue (None: `TrainingSpec.task_queue`).
+    task_queue: str | None = None
 
 
 @dataclass
