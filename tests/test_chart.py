@@ -22,6 +22,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from typer.exceptions import TyperException
 
 from rollout.config import Settings, load
 from rollout.net import free_port
@@ -156,10 +157,27 @@ def help_of(subcommand: tuple[str, ...]) -> str | None:
     return helped.output if helped.exit_code == 0 else None
 
 
-@pytest.mark.parametrize("name", VALUES)
-def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(name: str) -> None:
+def parsed(subcommand: tuple[str, ...], args: list[str]) -> dict[str, Any]:
+    """The parameters `rollout SUBCOMMAND ARGS...` parses ARGS into, by the CLI's own parser (nothing is run);
+    it raises typer's UsageError where the CLI would refuse them."""
+    from typer.core import TyperGroup
+    from typer.main import get_command
+
+    from rollout.cli.app import app
+
+    command = get_command(app)
+    for name in subcommand:
+        assert isinstance(command, TyperGroup), f"`rollout {' '.join(subcommand)}`: no {name}"
+        command = command.commands[name]
+    with command.make_context(" ".join(subcommand), list(args)) as context:
+        return dict(context.params)
+
+
+def check_commands(objects: Iterable[dict[str, Any]]) -> int:
+    """Check that every command a rollout container of `objects` runs exists in the CLI, parses, and takes
+    the settings the chart gives it; return how many were checked."""
     seen = 0
-    for owner, container in containers(rendered(name)):
+    for owner, container in containers(tuple(objects)):
         if (
             not container["image"].split(":")[0].endswith(("/rollout", "/rollout-gpu"))
             or "args" not in container
@@ -172,11 +190,22 @@ def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(nam
         assert helped is not None, f"{owner}: `rollout {' '.join(subcommand)}` is not a command"
         for option in (a for a in args if a.startswith("--")):
             assert option in helped, f"{owner}: `rollout {' '.join(subcommand)}` has no {option}"
+        assert args[: len(subcommand)] == subcommand, f"{owner}: {args}"
+        try:
+            parsed(tuple(subcommand), args[len(subcommand) :])
+        except TyperException as error:  # a UsageError: an unknown option, a missing or bad value
+            raise AssertionError(f"{owner}: `rollout {' '.join(args)}` is refused: {error}") from error
         # The settings compose (secrets arrive as $(VAR), which Kubernetes expands from the environment).
         overrides = [re.sub(r"\$\((\w+)\)", "secret", a) for a in args if "=" in a and not a.startswith("-")]
         settings = load(overrides)
         assert settings.services.temporal.address
         seen += 1
+    return seen
+
+
+@pytest.mark.parametrize("name", VALUES)
+def test_every_command_a_container_runs_exists_and_takes_the_charts_settings(name: str) -> None:
+    seen = check_commands(rendered(name))
     assert seen >= 8, "gateway, runner, engine, trainer, monitor, and their migrations and model pulls"
 
 

@@ -49,6 +49,13 @@ Written into .into (a template returns no dict). */}}
 {{- range $key, $value := deepCopy (default (dict) .entry.engine) }}{{ $_ := set $.into $key $value }}{{ end -}}
 {{- end -}}
 
+{{/* A policyModels entry's trainer settings (.entry): the trainer section, each key the entry's trainer gives
+replacing the section's whole (placement, gpus, rayGroup, device, resources, preset). Written into .into. */}}
+{{- define "rollout.policyTrainer" -}}
+{{- range $key, $value := deepCopy .root.Values.trainer }}{{ $_ := set $.into $key $value }}{{ end -}}
+{{- range $key, $value := deepCopy (default (dict) .entry.trainer) }}{{ $_ := set $.into $key $value }}{{ end -}}
+{{- end -}}
+
 {{- define "rollout.image" -}}{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
 {{- define "rollout.gpuImage" -}}{{ .Values.image.gpuRepository }}:{{ .Values.image.tag | default .Chart.AppVersion }}{{- end -}}
 
