@@ -12,7 +12,7 @@ import base64
 import json
 import re
 import subprocess
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,8 +41,13 @@ def values_of(name: str) -> dict[str, Any]:
 @cache
 def rendered(name: str) -> tuple[dict[str, Any], ...]:
     with helm.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(values_of(name), name="demo", namespace="rollout")
-    return tuple(doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc)
+        return objects_of(chart.render(values_of(name), name="demo", namespace="rollout"))
+
+
+def objects_of(manifests: Mapping[str, str]) -> tuple[dict[str, Any], ...]:
+    """The objects of a render's manifests, by file (NOTES.txt, text for people, holds none)."""
+    texts = [text for path, text in manifests.items() if not path.endswith("NOTES.txt")]
+    return tuple(doc for text in texts for doc in yaml.safe_load_all(text) if doc)
 
 
 def pod_templates(objects: tuple[dict[str, Any], ...]) -> list[tuple[str, dict[str, Any]]]:

@@ -15,7 +15,6 @@ from urllib.parse import urlsplit
 import helm_python as helm
 import psycopg
 import pytest
-import yaml
 
 from rollout.config import load
 from rollout.ledger import migrate
@@ -25,6 +24,7 @@ from tests.test_chart import (
     CHART,
     VALUES,
     containers,
+    objects_of,
     pod_templates,
     rendered,
     secret_refs,
@@ -137,7 +137,7 @@ def test_an_external_servers_roles_are_its_url_as_each_role_unless_given() -> No
             name="demo",
             namespace="rollout",
         )
-    objects = tuple(doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc)
+    objects = objects_of(manifests)
     assert not any(o["kind"] == "StatefulSet" for o in objects), "no dev Postgres"
     told: dict[str, set[str]] = {}
     for _, container in containers(objects):

@@ -15,7 +15,7 @@ import helm_python as helm
 import pytest
 import yaml
 
-from tests.test_chart import CHART, check_commands, help_of, rendered, validate_strictly
+from tests.test_chart import CHART, check_commands, help_of, objects_of, rendered, validate_strictly
 
 DEFAULTS = yaml.safe_load((CHART / "values.yaml").read_text())
 ENGINE = "demo-rollout-engine"
@@ -68,9 +68,7 @@ def manifests_of(values: dict[str, Any]) -> dict[str, str]:
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     """The rendered objects (NOTES.txt, text for people, is none)."""
-    manifests = manifests_of(values)
-    texts = [text for path, text in manifests.items() if not path.endswith("NOTES.txt")]
-    return [doc for text in texts for doc in yaml.safe_load_all(text) if doc]
+    return list(objects_of(manifests_of(values)))
 
 
 def by_name(objects: list[dict[str, Any]], kind: str) -> dict[str, dict[str, Any]]:

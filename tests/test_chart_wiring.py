@@ -31,7 +31,6 @@ import helm_python as helm
 import httpx
 import psycopg
 import pytest
-import yaml
 from moto.server import ThreadedMotoServer
 from psycopg import sql
 
@@ -42,6 +41,7 @@ from rollout.stack.embedded import Stack
 from rollout.stack.postgres import binaries_dir
 from rollout.stack.processes import terminate
 from rollout_testing.stacks import isolated_settings
+from tests.test_chart import objects_of
 
 pytestmark = pytest.mark.slow
 
@@ -72,8 +72,7 @@ def services(tmp_path: Path) -> Iterator[tuple[Settings, str]]:
 
 def render(values: dict[str, Any]) -> list[dict[str, Any]]:
     with helm.Chart.load(str(CHART)) as chart:
-        manifests = chart.render(values, name=RELEASE, namespace="rollout")
-    return [doc for text in manifests.values() for doc in yaml.safe_load_all(text) if doc]
+        return list(objects_of(chart.render(values, name=RELEASE, namespace="rollout")))
 
 
 class Pod:

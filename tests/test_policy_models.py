@@ -209,6 +209,7 @@ async def test_a_policy_trains_on_the_trainer_polling_its_own_queue(
                 dataclasses.replace(
                     given.training, models={"default": PolicyModel(tiny_qwen3, task_queue=nobody)}
                 ),
+                patience_s=1,
             )
         given.training = dataclasses.replace(given.training, task_queue=nobody, models=own)
         await confirm_trainers_poll(loop.client, given.training)

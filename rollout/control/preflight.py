@@ -74,13 +74,23 @@ async def confirm_runner_loads(
         ) from None
 
 
-async def confirm_trainers_poll(client: Client, training: TrainingSpec) -> None:
+async def confirm_trainers_poll(client: Client, training: TrainingSpec, *, patience_s: float = 15.0) -> None:
     """Each policy with a trainer of its own (`PolicyModel.task_queue`) has one polling that queue: otherwise
-    its training would wait for a worker that never comes."""
+    its training would wait for a worker that never comes. A worker just started polls within a second or
+    two: each queue is looked at again for `patience_s` before the run is refused."""
     for policy, own in training.models.items():
-        if own.task_queue and not await worker_polls(client, own.task_queue):
+        if own.task_queue and not await _polled_within(client, own.task_queue, patience_s):
             raise PreflightFailed(
                 f"policies.{policy}.trainer_queue={own.task_queue}: no trainer worker polls that queue. Start one "
                 f"(`rollout worker trainer --task-queue {own.task_queue}`; on a cluster, a policyModels entry "
                 "with a trainer), or leave the setting unset to train the policy on the stack's trainer."
             )
+
+
+async def _polled_within(client: Client, task_queue: str, patience_s: float) -> bool:
+    deadline = asyncio.get_running_loop().time() + patience_s
+    while not await worker_polls(client, task_queue):
+        if asyncio.get_running_loop().time() >= deadline:
+            return False
+        await asyncio.sleep(0.5)
+    return True
