@@ -390,6 +390,10 @@ def test_two_policies_on_two_base_models_train_each_on_its_own_model(
     status = json.loads(rollout("status", "--json", *overrides, cwd=user_stack.elsewhere, check=False).stdout)
     engine = next(s for s in status["services"] if s["name"] == "engine-smollm2")
     assert engine["healthy"] and engine["detail"].startswith("smollm2 for its policies")
+    # Each policy's curves, side by side: a line each in `run status`.
+    said = rollout("run", "status", "duo", *overrides, cwd=user_stack.elsewhere).stdout
+    lines = {line.split()[0]: line for line in said.splitlines() if line.startswith("  ")}
+    assert "2 steps · reward" in lines["asker"] and "2 steps · reward" in lines["teller"], said
 
 
 def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattached(

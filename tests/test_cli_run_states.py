@@ -127,3 +127,44 @@ def test_a_run_of_several_policies_shows_each_side_by_side() -> None:
         "speaker: step 3 · reward 0.250 · staleness 0.00 · KL 0.0010 · served 0/1 | listener: waiting for its "
         "first batch · 24 episodes · 2 batches skipped (no signal)"
     )
+
+
+def test_run_status_draws_each_policys_curves_and_run_list_counts_each_ones_steps() -> None:
+    from datetime import UTC, datetime
+
+    from rollout.cli.run import policy_lines, steps_said
+    from rollout.cli.sparkline import sparkline
+    from rollout.control.runs import policy_curves
+    from rollout.ledger.views import StepRow
+
+    assert sparkline([0.0, 0.5, 1.0]) == "▁▅█" and sparkline([2.0, None, 2.0]) == "▄ ▄"
+    assert sparkline([]) == "" and len(sparkline(range(100), width=30)) == 30
+    now = datetime.now(UTC)
+    steps = [
+        StepRow(f"r/{policy}", version, f"r/{policy}-step{version:06d}", None, metrics, now)
+        for version, (policy, metrics) in enumerate(
+            [
+                ("speaker", {"reward_mean": 0.1, "loss": 2.0}),
+                ("listener", {"reward_mean": 0.3}),
+                ("speaker", {"reward_mean": 0.4, "loss": 1.0}),
+            ],
+            start=1,
+        )
+    ]
+    curves = policy_curves("r", steps)
+    assert curves == {
+        "speaker": {"step": [1, 3], "reward": [0.1, 0.4], "loss": [2.0, 1.0]},
+        "listener": {"step": [2], "reward": [0.3], "loss": [None]},
+    }
+    assert policy_lines(curves) == [
+        "  speaker   2 steps · reward ▁█ 0.4 · loss █▁ 1",
+        "  listener  1 step · reward ▄ 0.3",
+    ]
+    one = {"run": "r", "steps": 3, "policies": {"r/default": {"checkpoints": 3}}}
+    assert steps_said(one) == "3"
+    two = {
+        "run": "r",
+        "steps": 5,
+        "policies": {"r/speaker": {"checkpoints": 3}, "r/listener": {"checkpoints": 2}},
+    }
+    assert steps_said(two) == "speaker 3 · listener 2"

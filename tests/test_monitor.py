@@ -244,3 +244,31 @@ def test_a_dashboard_with_a_token_shows_nothing_before_it_is_given(monkeypatch: 
         timeout=60,
     )
     assert refused.returncode == 2 and "ROLLOUT_MONITOR_TOKEN" in refused.stderr, refused.stderr
+
+
+def test_each_trained_policys_curves_are_drawn_side_by_side() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from rollout.ledger.views import StepRow
+    from rollout.monitor.runs import step_curves
+
+    start = datetime.now(UTC)
+    steps = [
+        StepRow(f"r/{policy}", version, f"r/{policy}-step{version:06d}", None, {"reward_mean": 0.5}, at)
+        for policy, version, at in [
+            ("speaker", 1, start),
+            ("listener", 1, start + timedelta(seconds=1)),
+            ("speaker", 2, start + timedelta(seconds=10)),
+        ]
+    ]
+    points, chart = step_curves("r", steps)
+    assert chart["facet"]["column"] == {
+        "field": "policy",
+        "type": "nominal",
+        "title": None,
+        "sort": ["listener", "speaker"],
+    }
+    times = [(p["policy"], p["step"], p["value"]) for p in points if p["curve"] == "step time (s)"]
+    assert times == [("speaker", 2, 10.0)], "each policy's step time, from its own step before"
+    _, alone = step_curves("r", steps[:1])
+    assert "column" not in alone["facet"], "one policy: one column, as before"

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
@@ -26,6 +26,34 @@ if TYPE_CHECKING:
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
 
 RunArgument = Annotated[str, typer.Argument(help="The run's id (`rollout run list` shows them).")]
+
+
+def steps_said(row: dict[str, Any]) -> str:
+    """A run's steps for `run list`: their number, or with several trained policies each one's."""
+    policies: dict[str, dict[str, Any]] = row["policies"]
+    if len(policies) < 2:
+        return str(row["steps"])
+    return " · ".join(
+        f"{name.removeprefix(row['run'] + '/')} {p['checkpoints']}" for name, p in policies.items()
+    )
+
+
+def policy_lines(curves: dict[str, dict[str, list[float | None]]]) -> list[str]:
+    """A line per trained policy for `run status`, side by side: its steps, and each curve drawn with its
+    newest value (`rollout.control.runs.policy_curves`)."""
+    from rollout.cli.sparkline import sparkline
+
+    width = max((len(name) for name in curves), default=0)
+    lines = []
+    for name, curve in curves.items():
+        count = len(curve["step"])
+        parts = [f"  {name:<{width}}  {count} step{'' if count == 1 else 's'}"]
+        for label, values in curve.items():
+            newest = next((v for v in reversed(values) if v is not None), None)
+            if label != "step" and newest is not None:
+                parts.append(f"{label} {sparkline(values)} {newest:.3g}")
+        lines.append(" · ".join(parts))
+    return lines
 
 
 def _print_status(status: dict[str, object], as_json: bool) -> None:
@@ -113,7 +141,7 @@ def list_(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: Js
             row["created_at"],
             row["state"],
             f"{row['episodes_finished']}{failed}",
-            str(row["steps"]),
+            steps_said(row),
         )
     out.print(table)
 
@@ -149,6 +177,8 @@ def status(
                     ),
                     highlight=False,
                 )
+                for line in policy_lines(row["curves"]):
+                    out.print(line, highlight=False, markup=False)
                 for failed in row["failures"]:
                     out.print(
                         f"  {failed['count']} failed · {failed['kind'] or 'failed'}: {failed['summary']} (e.g. "

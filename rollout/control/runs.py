@@ -3,7 +3,8 @@
 Contract:
 - Numbers come from the ledger (what is durable: episodes, groups, batches, checkpoints); the run's workflow
   adds what only it knows (paused, stopped, max_lag, whether it still plays). A row is a JSON-ready dict (the
-  shape `rollout run list --json` prints).
+  shape `rollout run list --json` prints). One run's row also has each trained policy's curves (`curves`:
+  its steps, and per step its mean reward and loss), so its policies read side by side.
 - `start_run` first has a runner confirm it can load the environment (`PreflightFailed` otherwise: nothing
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
 - `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
@@ -30,6 +31,7 @@ if TYPE_CHECKING:
     from rollout.config import Settings
     from rollout.launches import RunLaunch
     from rollout.ledger.queries import RunProgress, RunRow
+    from rollout.ledger.views import StepRow
     from rollout.workflows.client import RunUpdate
     from rollout.workflows.run_types import RunStatus
 
@@ -112,6 +114,7 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
     also with why its episodes failed (`failures`: kind, place in the environment's code, count, the first
     reason and episode)."""
     from rollout.ledger.queries import failure_counts, find_run, list_runs, run_progress
+    from rollout.ledger.views import run_steps
     from rollout.workflows.client import run_state
 
     client = await connect_temporal(settings)
@@ -131,8 +134,26 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
                 row["failures"] = [
                     asdict(f) | {"summary": f.summary} for f in await failure_counts(ledger, run.run)
                 ]
+                row["curves"] = policy_curves(run.run, await run_steps(ledger, run.run))
             rows.append(row)
         return rows
+
+
+CURVES = {"reward": "reward_mean", "loss": "loss"}  # what `run status` draws per policy, by metric
+
+
+def policy_curves(run: str, steps: list[StepRow]) -> dict[str, dict[str, list[float | None]]]:
+    """Each trained policy's curves, by its name in the environment: `step` (each checkpoint's version) and,
+    per step, each of `CURVES` (None where the step did not record it)."""
+    curves: dict[str, dict[str, list[float | None]]] = {}
+    for step in steps:
+        policy = curves.setdefault(
+            step.policy.removeprefix(f"{run}/"), {"step": [], **{k: [] for k in CURVES}}
+        )
+        policy["step"].append(step.version)
+        for label, key in CURVES.items():
+            policy[label].append(step.metrics.get(key))
+    return curves
 
 
 async def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:

@@ -3,8 +3,9 @@ episodes/s and steps (a page of 100, newest first); one run's per-step curves, i
 episodes failed (each way with its count, what to change and a link to a failing episode's transcript).
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
-sample size, clipped fraction, mismatch KL) and step time. Pause, resume and max_lag go through the run's
-workflow updates, as `rollout run pause|resume|set` do, so each change is recorded in the ledger by the run.
+sample size, clipped fraction, mismatch KL) and step time, each trained policy's side by side. Pause, resume
+and max_lag go through the run's workflow updates, as `rollout run pause|resume|set` do, so each change is
+recorded in the ledger by the run.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from rollout.ledger.queries import (
     list_runs,
     run_progress,
 )
-from rollout.ledger.views import EpisodeRate, episode_rate, run_activity, run_steps
+from rollout.ledger.views import EpisodeRate, StepRow, episode_rate, run_activity, run_steps
 from rollout.monitor.plain import plain
 
 if TYPE_CHECKING:
@@ -132,46 +133,7 @@ def show_run(monitor: Monitor, run: str) -> None:
         st.caption("No step trained yet.")
         return
     st.subheader("Per step")
-    points: list[dict[str, Any]] = []
-    for previous, step in zip([None, *steps], steps, strict=False):
-        point: dict[str, Any] = {"step": step.version, "policy": step.policy}
-        for label, key in CURVES.items():
-            point[label] = step.metrics.get(key)
-        point["step time (s)"] = (
-            (step.recorded_at - previous.recorded_at).total_seconds() if previous is not None else None
-        )
-        points.append(point)
-    long = [
-        {"step": p["step"], "curve": label, "value": p[label]}
-        for label in [*CURVES, "step time (s)"]
-        for p in points
-        if p[label] is not None
-    ]
-    # One faceted chart, one row per curve with its own scale: a chart per curve costs a chart's set-up each.
-    st.vega_lite_chart(
-        long,
-        {
-            "facet": {
-                "row": {
-                    "field": "curve",
-                    "type": "nominal",
-                    "title": None,
-                    "sort": [*CURVES, "step time (s)"],
-                }
-            },
-            "spec": {
-                "mark": {"type": "line", "point": True},
-                "width": 700,
-                "height": 110,
-                "encoding": {
-                    "x": {"field": "step", "type": "quantitative"},
-                    "y": {"field": "value", "type": "quantitative", "title": None},
-                    "color": {"field": "curve", "type": "nominal", "legend": None},
-                },
-            },
-            "resolve": {"scale": {"y": "independent"}},
-        },
-    )
+    st.vega_lite_chart(*step_curves(run, steps))
 
 
 def _failures(failures: list[FailureCount], run: str) -> None:
@@ -250,3 +212,45 @@ def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) 
             st.rerun()
     except (RunNotPlaying, RunUpdateRefused) as error:
         st.error(plain(error))
+
+
+def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """The per-step curves' data and chart: a row per curve, and with several trained policies a column per
+    policy, side by side (each chart its own scale)."""
+    points: list[dict[str, Any]] = []
+    previous: dict[str, StepRow] = {}  # each policy's step before, for its step time
+    for step in steps:
+        policy = step.policy.removeprefix(f"{run}/")
+        values = {label: step.metrics.get(key) for label, key in CURVES.items()}
+        before = previous.get(policy)
+        values["step time (s)"] = (
+            (step.recorded_at - before.recorded_at).total_seconds() if before is not None else None
+        )
+        previous[policy] = step
+        points += [
+            {"step": step.version, "policy": policy, "curve": label, "value": value}
+            for label, value in values.items()
+            if value is not None
+        ]
+    policies = sorted({point["policy"] for point in points})
+    facet: dict[str, Any] = {
+        "row": {"field": "curve", "type": "nominal", "title": None, "sort": [*CURVES, "step time (s)"]}
+    }
+    if len(policies) > 1:
+        facet["column"] = {"field": "policy", "type": "nominal", "title": None, "sort": policies}
+    # One faceted chart: a chart per curve costs a chart's set-up each.
+    chart = {
+        "facet": facet,
+        "spec": {
+            "mark": {"type": "line", "point": True},
+            "width": 700 // len(policies) if policies else 700,
+            "height": 110,
+            "encoding": {
+                "x": {"field": "step", "type": "quantitative"},
+                "y": {"field": "value", "type": "quantitative", "title": None},
+                "color": {"field": "curve", "type": "nominal", "legend": None},
+            },
+        },
+        "resolve": {"scale": {"y": "independent"}},
+    }
+    return points, chart
