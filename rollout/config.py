@@ -3,8 +3,8 @@
 Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending key
   and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
-  value a service would refuse at start, rollout.config_checks: `services.engine.vllm_max_lora_rank` outside
-  vLLM's choices, a negative `run.max_lag`).
+  value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
+  negative `run.max_lag`).
 - The schema (`Settings`, each `policies.NAME` a rollout.policy_settings.PolicySettings) is the single place a
   key and its type are declared; YAML only sets values. `policies.NAME.KEY=VALUE` needs no `+`.
 - `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
@@ -26,7 +26,6 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
-from rollout.config_checks import BadSettingValue, check_values
 from rollout.isolation import SandboxIsolation
 from rollout.keyfiles import known_ledger_password
 from rollout.policy_settings import (
@@ -37,6 +36,7 @@ from rollout.policy_settings import (
     set_policies,
 )
 from rollout.rl.advantages import AdvantageKind
+from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 
 
 class LogLevel(StrEnum):
@@ -148,6 +148,10 @@ def vllm_default_max_num_seqs(device_gib: float) -> int:
     """vLLM 0.33's default --max-num-seqs for `vllm serve`: 1024 on a GPU of 70 GiB or more (an H100, H200),
     256 below (it keeps 256 on an A100 of 80 GiB too, which this errs above)."""
     return 1024 if device_gib >= 70 else 256
+
+
+# vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class GpuMode(StrEnum):
@@ -406,11 +410,58 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
     except BadPolicySetting as error:
         raise ConfigError(str(error)) from None
     assert isinstance(settings, Settings)
-    try:
-        check_values(settings)
-    except BadSettingValue as error:
-        raise ConfigError(str(error)) from None
+    _check_values(settings)
     return settings
+
+
+def _check_values(settings: Settings) -> None:
+    """What the schema's types cannot say: values a service would refuse only once it starts."""
+    try:
+        max_lag_of(settings.run.max_lag, "run.max_lag")
+        failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
+    except BadRunSetting as error:
+        raise ConfigError(str(error)) from None
+    gateway = settings.services.gateway
+    if gateway.default_max_tokens < 1:
+        raise ConfigError(
+            f"bad value for 'services.gateway.default_max_tokens': {gateway.default_max_tokens} leaves a turn "
+            "no tokens to sample; set it to 1 or more"
+        )
+    if gateway.max_turns_in_flight_per_seat < 1:
+        raise ConfigError(
+            "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
+            f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
+        )
+    gate = settings.eval.gate
+    if gate.max_drop is not None and (gate.max_drop < 0 or gate.max_drop != gate.max_drop):
+        raise ConfigError(
+            f"bad value for 'eval.gate.max_drop': {gate.max_drop} is not a drop in score; set 0 or more (0.05: a "
+            "drop of more than 0.05 in any environment's score trips the gate)"
+        )
+    if gate.max_drop is not None and (settings.eval.suite is None or settings.eval.every < 1):
+        raise ConfigError(
+            "bad value for 'eval.gate.max_drop': it gates a suite the run does not evaluate; set eval.suite=SUITE "
+            "and eval.every=N too, or leave eval.gate.max_drop unset"
+        )
+    pool = settings.sandbox.command_pool
+    if pool and not re.fullmatch(r"command(#[A-Za-z0-9_-]{1,64})?", pool):
+        raise ConfigError(
+            f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
+            "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
+        )
+    if settings.services.engine.opponent_adapters < 0:
+        raise ConfigError(
+            "bad value for 'services.engine.opponent_adapters': "
+            f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
+            "opponent is unloaded as soon as its last episode ends)"
+        )
+    rank = settings.services.engine.vllm_max_lora_rank
+    if rank not in VLLM_LORA_RANKS:
+        choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)
+        raise ConfigError(
+            f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
+            f"choose one of {choices} (at least trainer.lora_rank)"
+        )
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:
