@@ -220,19 +220,22 @@ def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], d
     points: list[dict[str, Any]] = []
     previous: dict[str, StepRow] = {}  # each policy's step before, for its step time
     for step in steps:
-        policy = step.policy.removeprefix(f"{run}/")
-        values = {label: step.metrics.get(key) for label, key in CURVES.items()}
-        before = previous.get(policy)
-        values["step time (s)"] = (
+        point: dict[str, Any] = {"step": step.version, "policy": step.policy.removeprefix(f"{run}/")}
+        for label, key in CURVES.items():
+            point[label] = step.metrics.get(key)
+        before = previous.get(step.policy)
+        point["step time (s)"] = (
             (step.recorded_at - before.recorded_at).total_seconds() if before is not None else None
         )
-        previous[policy] = step
-        points += [
-            {"step": step.version, "policy": policy, "curve": label, "value": value}
-            for label, value in values.items()
-            if value is not None
-        ]
-    policies = sorted({point["policy"] for point in points})
+        previous[step.policy] = step
+        points.append(point)
+    long = [
+        {"step": p["step"], "curve": label, "value": p[label], "policy": p["policy"]}
+        for label in [*CURVES, "step time (s)"]
+        for p in points
+        if p[label] is not None
+    ]
+    policies = sorted({p["policy"] for p in points})
     facet: dict[str, Any] = {
         "row": {"field": "curve", "type": "nominal", "title": None, "sort": [*CURVES, "step time (s)"]}
     }
@@ -243,7 +246,7 @@ def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], d
         "facet": facet,
         "spec": {
             "mark": {"type": "line", "point": True},
-            "width": 700 // len(policies) if policies else 700,
+            "width": 700 // max(1, len(policies)),
             "height": 110,
             "encoding": {
                 "x": {"field": "step", "type": "quantitative"},
@@ -253,4 +256,4 @@ def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], d
         },
         "resolve": {"scale": {"y": "independent"}},
     }
-    return points, chart
+    return long, chart
