@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.budget import Budget, ModelShape, one_gpu_budget
-from rollout.config import EngineKind, Settings, vllm_default_max_num_seqs
+from rollout.config import EngineKind, Settings
+from rollout.vllm_facts import vllm_default_max_num_seqs
 
 
 @dataclass(frozen=True)

@@ -37,6 +37,7 @@ from rollout.policy_settings import (
 )
 from rollout.rl.advantages import AdvantageKind
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
+from rollout.vllm_facts import VLLM_LORA_RANKS
 
 
 class LogLevel(StrEnum):
@@ -142,16 +143,6 @@ class EngineSettings:
     # profiling samples that many at once, so it also sets the sampler's memory peak the budget counts.
     vllm_max_num_seqs: int | None = None
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
-
-
-def vllm_default_max_num_seqs(device_gib: float) -> int:
-    """vLLM 0.33's default --max-num-seqs for `vllm serve`: 1024 on a GPU of 70 GiB or more (an H100, H200),
-    256 below (it keeps 256 on an A100 of 80 GiB too, which this errs above)."""
-    return 1024 if device_gib >= 70 else 256
-
-
-# vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
-VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class GpuMode(StrEnum):
