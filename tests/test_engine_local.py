@@ -267,6 +267,23 @@ async def test_a_stream_closed_early_stops_its_row_of_the_batch(engine: LocalEng
     ).completion_ids  # still serves
 
 
+async def test_sampling_builds_no_autograd_graph(engine: LocalEngine) -> None:
+    """Sampled with autograd on, every step's graph stays alive through the KV cache: one smoke eval grew the
+    engine to 22 GB and starved Temporal of memory (issue 48)."""
+    from rollout.engines.sampling import sample_batch
+
+    graphs: list[bool] = []  # per forward pass: whether its logits carry an autograd graph
+    hook = engine.model.register_forward_hook(
+        lambda _, args, output: graphs.append(output.logits.requires_grad)
+    )
+    try:
+        request = SampleRequest(prompt(engine, "count to ten"), max_tokens=6, temperature=1.0, seed=5)
+        await asyncio.to_thread(sample_batch, engine.model, [request], engine.pad_id, set())
+    finally:
+        hook.remove()
+    assert len(graphs) == 6 and not any(graphs)
+
+
 async def test_a_finished_row_leaves_its_batch_and_its_caller_is_answered_then(engine: LocalEngine) -> None:
     from rollout.engines.sampling import sample_batch
 

@@ -47,7 +47,6 @@ def _pick(logits_V: torch.Tensor, temperature: float, top_p: float, generator: t
     return int(torch.multinomial(probs_V, 1, generator=generator).item())
 
 
-@torch.inference_mode()
 def _rows_can_leave(past: Any) -> bool:
     """Whether rows can be dropped from this KV cache: only when every layer is a plain key/value one. A
     linear-attention layer (Qwen3.5's) keeps a recurrent state per row that `batch_select_indices` would not
@@ -62,6 +61,7 @@ def _rows_can_leave(past: Any) -> bool:
     )
 
 
+@torch.inference_mode()
 def sample_batch(
     model: Any,
     requests: list[SampleRequest],
