@@ -157,3 +157,37 @@ def test_ledger_tail_prints_a_stream_as_json_lines(stack_settings: Settings, str
 def test_config_show_prints_the_composed_settings_as_json() -> None:
     done = rollout("config", "show", "--json", "services.temporal.ui_port=8300", check=True)
     assert json.loads(done.stdout)["services"]["temporal"]["ui_port"] == 8300
+
+
+STUBBORN = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); print('up', flush=True); time.sleep(600)"
+
+
+def test_down_returns_within_30_s_and_names_the_services_it_had_to_kill(tmp_path: Path) -> None:
+    from rollout.stack.processes import write_pid_file
+
+    overrides = isolated_overrides(tmp_path / "data", gateway=True)
+    run = tmp_path / "data" / "run"
+    run.mkdir(parents=True)
+    started: dict[str, subprocess.Popen[str]] = {}
+    for name, code in [
+        ("gateway", STUBBORN),  # ignores SIGTERM, as a service stuck in a blocking call does
+        ("temporal", STUBBORN),
+        ("runner", "import time; print('up', flush=True); time.sleep(600)"),  # stops when asked
+    ]:
+        started[name] = subprocess.Popen(
+            [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
+        )
+        assert started[name].stdout is not None and started[name].stdout.readline() == "up\n"
+        write_pid_file(run / f"{name}.pid", started[name].pid)
+    began = time.monotonic()
+    done = rollout("down", *overrides, check=True)
+    took = time.monotonic() - began
+    assert took <= 30, f"down took {took:.0f} s"
+    assert "stopped: runner, gateway, temporal" in done.stdout, done.stdout
+    killed = next(line for line in done.stdout.splitlines() if line.startswith("killed"))
+    assert "gateway" in killed and "temporal" in killed and "runner" not in killed
+    for process in started.values():
+        assert process.wait(timeout=5) is not None
+    assert started["runner"].returncode == -signal.SIGTERM
+    assert started["gateway"].returncode == started["temporal"].returncode == -signal.SIGKILL
+    assert not any(run.glob("*.pid")), "no pid file names a process that is gone"

@@ -77,11 +77,22 @@ def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: J
 
 
 def down(overrides: Overrides = None) -> None:
-    """Stop what `rollout up` started. External services are left alone; state stays in the data directory."""
+    """Stop what `rollout up` started, within 30 s: each service is asked to stop and killed if it has not by
+    its deadline (the output names those). External services are left alone; state stays in the data
+    directory."""
     from rollout.stack.embedded import Stack
 
-    stopped = stack_action(Stack(load_settings(overrides)).down)
-    out.print(f"stopped: {', '.join(stopped)}" if stopped else "nothing was running")
+    with err.status("stopping the stack…") as spinner:
+        done = stack_action(lambda: Stack(load_settings(overrides)).down(report=spinner.update))
+    out.print(
+        f"stopped: {', '.join(done.stopped)}" if done.stopped else "nothing was running", highlight=False
+    )
+    if done.killed:
+        out.print(
+            f"killed (they had not stopped when asked, by their deadline): {', '.join(done.killed)}; "
+            "their logs are in the data directory's logs/ folder",
+            highlight=False,
+        )
 
 
 def register(app: typer.Typer) -> None:

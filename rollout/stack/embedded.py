@@ -7,7 +7,10 @@ Contract:
   out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`), and gives the
   embedded server's worker role its password (kept in the data directory, as the owner's is).
 - `down` stops only what `up` started (embedded services, and the sandboxes and policies' engines `rollout
-  train` asked for: `keep_sandboxes`, `keep_policy_engines`), and is a no-op when nothing runs.
+  train` asked for: `keep_sandboxes`, `keep_policy_engines`), and is a no-op when nothing runs. It returns
+  within `DOWN_S` whatever the services are doing: each is asked to stop (SIGTERM; Postgres's fast shutdown),
+  and killed once its step's deadline has passed; it says which had to be killed (`StackStopped`). Waiting
+  for the stack's lock is bounded too: a command that holds it longer does not hold `down` back.
 - `status` never changes anything; every service reports its address, health and a one-line detail.
 """
 
@@ -18,7 +21,7 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rollout.blobs import open_store
@@ -37,9 +40,11 @@ from rollout.stack.policy_engines import (
     policy_engine_status,
 )
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
+from rollout.stack.processes import stop_together
 from rollout.stack.roles import ROLES, TRAINER, Role
 from rollout.stack.sandboxes import is_sandboxes, sandboxes_role, sandboxes_status
 from rollout.stack.supervisor import (
+    FOUNDATIONS,
     ServiceSpec,
     failed_since,
     process_of,
@@ -55,6 +60,22 @@ from rollout.stack.supervisor import (
 from rollout.stack.temporal import EmbeddedTemporal
 
 LEDGER_OUTAGE_S = 120.0  # the supervisor restarts Postgres within seconds; its backoff tops out at 30 s
+# `down`'s deadlines, one per step, asked to stop then killed: the services (and their supervisor) together,
+# then Temporal, then Postgres (fast shutdown, then immediate, then SIGKILL). Within DOWN_S in all.
+DOWN_LOCK_WAIT_S = 2.0
+DOWN_SERVICES_S = 10.0
+DOWN_TEMPORAL_S = 5.0
+DOWN_POSTGRES_S = 6.0
+DOWN_S = 30.0
+
+
+@dataclass(frozen=True)
+class StackStopped:
+    """What `down` stopped: the services that were running (lower-case names), and which of them had to be
+    killed because they had not stopped by their deadline."""
+
+    stopped: list[str]
+    killed: list[str]
 
 
 class Stack:
@@ -95,11 +116,23 @@ class Stack:
             )
 
     @contextmanager
-    def _lock(self) -> Iterator[None]:
+    def _lock(
+        self, wait_s: float | None = None, report: Callable[[str], None] = lambda _: None
+    ) -> Iterator[None]:
+        """The stack's lock; with `wait_s`, held by another command for longer than that, go on without it."""
         lock_path = self.data_dir / "run" / "stack.lock"
         lock_path.parent.mkdir(parents=True, exist_ok=True)
         with lock_path.open("w") as handle:
-            fcntl.flock(handle, fcntl.LOCK_EX)
+            deadline = None if wait_s is None else time.monotonic() + wait_s
+            while True:
+                try:
+                    fcntl.flock(handle, fcntl.LOCK_EX | (fcntl.LOCK_NB if deadline is not None else 0))
+                    break
+                except BlockingIOError:
+                    if deadline is not None and time.monotonic() >= deadline:
+                        report(f"another command holds the stack's lock ({lock_path}): going on without it")
+                        break
+                    time.sleep(0.1)
             try:
                 yield
             finally:
@@ -278,37 +311,42 @@ class Stack:
                 return status
             time.sleep(0.5)
 
-    def down(self, report: Callable[[str], None] = lambda _: None) -> list[str]:
-        """Stop the supervisor, then the embedded services; return the names of those that were running."""
-        stopped: list[str] = []
+    def down(self, report: Callable[[str], None] = lambda _: None) -> StackStopped:
+        """Stop the supervisor and every embedded service, within `DOWN_S` whatever they are doing (see
+        `StackStopped`)."""
         if not self.data_dir.is_dir():
-            return stopped
-        with self._lock():
+            return StackStopped([], [])
+        with self._lock(wait_s=DOWN_LOCK_WAIT_S, report=report):
             supervisor = supervisor_process(self.data_dir)
-            if supervisor.pid() is not None:
-                report("supervisor: stopping")
-                supervisor.stop()
-            sandboxes = [
-                process_of(self.data_dir, s)
-                for s in wanted(self.data_dir)
-                if is_sandboxes(s.name) or is_policy_engine(s.name)
-            ]
-            unwant_all(self.data_dir)
+            wanted_now = wanted(self.data_dir)
+            unwant_all(self.data_dir)  # first: a supervisor between two ticks starts nothing more
+            services = {
+                p.name: p
+                for p in (
+                    supervisor,
+                    *(process_of(self.data_dir, s) for s in wanted_now if s.name not in FOUNDATIONS),
+                    *reversed(self.processes.values()),
+                )
+            }
+            running = {name: pid for name, p in services.items() if (pid := p.pid()) is not None}
+            if running:
+                report(f"stopping {', '.join(n for n in running if n != supervisor.name)}")
+            killed = stop_together(running, DOWN_SERVICES_S)
+            for process in services.values():
+                process.pid_path.unlink(missing_ok=True)
             state_path(self.data_dir).unlink(missing_ok=True)
-            for process in (*sandboxes, *reversed(self.processes.values())):
-                if process.pid() is not None:
-                    report(f"{process.name}: stopping")
-                    process.stop()
-                    stopped.append(process.name.lower())
-            if self.temporal is not None and self.temporal.pid() is not None:
+            stopped = [name.lower() for name in running if name != supervisor.name]
+            if self.temporal is not None and (pid := self.temporal.pid()) is not None:
                 report("Temporal: stopping")
-                self.temporal.stop()
+                killed += stop_together({"Temporal": pid}, DOWN_TEMPORAL_S)
+                self.temporal.process.pid_path.unlink(missing_ok=True)
                 stopped.append("temporal")
             if self.postgres is not None and self.postgres.pid() is not None:
                 report("Postgres: stopping")
-                self.postgres.stop()
+                if self.postgres.halt(DOWN_POSTGRES_S):
+                    killed.append("Postgres")
                 stopped.append("postgres")
-        return stopped
+        return StackStopped(stopped, [name.lower() for name in killed])
 
     def supervised(self) -> bool:
         """Whether the stack's supervisor runs: without it, nothing brings back a service that stops (the

@@ -10,11 +10,13 @@ Contract:
   Postgres refuses to run as root, so when we are root it runs as a dedicated system user that owns the
   cluster directory.
 - `start` is idempotent: a running server is left alone; a stale `postmaster.pid` (after a SIGKILL) is
-  handled by pg_ctl itself. `stop` uses fast shutdown and is a no-op when nothing runs.
+  handled by pg_ctl itself. `stop` uses fast shutdown and is a no-op when nothing runs; `halt` kills what a
+  fast shutdown did not stop in time.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import pwd
@@ -29,7 +31,7 @@ import psutil
 from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.net import port_is_free
-from rollout.stack.processes import PortTakenError
+from rollout.stack.processes import PortTakenError, stop_together
 
 SERVICE_USER = "rollout-pg"
 
@@ -218,12 +220,35 @@ class EmbeddedPostgres:
         self.restart()  # a reload takes effect some time later; a restart before anyone else connects
 
     def stop(self, timeout_s: float = 60) -> bool:
-        """Stop the server (fast shutdown); False when it was not running."""
+        """Stop the server (`halt`); False when it was not running."""
         if self.pid() is None:
             return False
-        self._run(
-            "pg_ctl", "-D", str(self.cluster_dir), "-m", "fast", "-w", "-t", str(int(timeout_s)), "stop"
-        )
+        self.halt(timeout_s)
+        return True
+
+    def halt(self, timeout_s: float) -> bool:
+        """Stop the server within about `timeout_s` (plus a few seconds): a fast shutdown, and when that has
+        not ended it in time, SIGKILL to the postmaster and its processes (Postgres replays its WAL at the
+        next start: nothing committed is lost). Whether it had to be killed."""
+        pid = self.pid()
+        if pid is None:
+            return False
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self._run(
+                "pg_ctl",
+                "-D",
+                str(self.cluster_dir),
+                "-m",
+                "fast",
+                "-w",
+                "-t",
+                str(max(1, int(timeout_s))),
+                "stop",
+                timeout=timeout_s + 5,
+            )
+        if self.pid() is None:
+            return False
+        stop_together({"Postgres": pid}, grace_s=0.0)
         return True
 
     def restart(self, timeout_s: float = 60) -> None:

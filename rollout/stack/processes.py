@@ -5,7 +5,8 @@ Contract:
   jump of the wall clock does not make a live process look like another); a pid whose start time differs is a
   stale file (the pid was reused), and is treated exactly like a dead process.
 - `start_detached` starts a process in its own session, so it outlives the CLI and a Ctrl-C in the terminal.
-- `terminate` sends SIGTERM, waits, then SIGKILLs the whole process group.
+- `terminate` sends SIGTERM, waits, then SIGKILLs the whole process group; `stop_together` does the same to
+  several processes at once, under one deadline, and names those it had to kill.
 """
 
 from __future__ import annotations
@@ -127,6 +128,30 @@ def terminate(pid: int, timeout_s: float = 10.0) -> bool:
     with contextlib.suppress(psutil.NoSuchProcess):
         process.kill()
     return _ended(process, timeout_s)
+
+
+def stop_together(pids: dict[str, int], grace_s: float) -> list[str]:
+    """Stop the processes `pids` (name → pid) together: SIGTERM to each at once, up to `grace_s` for all of
+    them to end, then SIGKILL to the process group (and the process) of each still running. The names of those
+    that had to be killed, in the order given. Never raises."""
+    running: dict[str, psutil.Process] = {}
+    for name, pid in pids.items():
+        with contextlib.suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            process = psutil.Process(pid)
+            process.send_signal(signal.SIGTERM)
+            running[name] = process
+    deadline = time.monotonic() + grace_s
+    for name, process in list(running.items()):
+        if _ended(process, max(0.0, deadline - time.monotonic())):
+            del running[name]
+    for process in running.values():
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signal.SIGKILL)
+        with contextlib.suppress(psutil.NoSuchProcess):
+            process.kill()
+    for process in running.values():
+        _ended(process, 5.0)
+    return list(running)
 
 
 def _ended(process: psutil.Process, timeout_s: float) -> bool:
