@@ -266,6 +266,9 @@ class EvalSettings:
 
     suite: str | None = None
     every: int = 0
+    # At most this many of an eval's episodes play at once, across its environments (every eval: `rollout eval
+    # run`, schedules, and a training run's): each is a workflow and an activity on the runners' Temporal.
+    episodes_in_flight: int = defaults.EVAL_EPISODES_IN_FLIGHT
     gate: EvalGateSettings = field(default_factory=EvalGateSettings)
 
 
@@ -422,6 +425,11 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
             f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
+        )
+    if settings.eval.episodes_in_flight < 1:
+        raise ConfigError(
+            f"bad value for 'eval.episodes_in_flight': {settings.eval.episodes_in_flight} would play no episode; "
+            "set it to 1 or more"
         )
     gate = settings.eval.gate
     if gate.max_drop is not None and (gate.max_drop < 0 or gate.max_drop != gate.max_drop):

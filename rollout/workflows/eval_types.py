@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from rollout import defaults
 from rollout.workflows.names import TRAINER_QUEUE
 
 
@@ -75,7 +76,8 @@ class EvalInput:
     suite_hash: str
     environments: list[EvalTarget]
     checkpoint: str
-    groups_in_flight: int = 4
+    # At most this many of the eval's episodes play at once, across all its environments (`eval_lanes`).
+    episodes_in_flight: int = defaults.EVAL_EPISODES_IN_FLIGHT
     served_wait_s: float = 600.0
     default_max_tokens: int | None = None  # for environments whose suite sets no max_tokens (run.max_tokens)
     # A checkpoint with no serving target yet (an SFT adapter) is bridged to these formats on this queue

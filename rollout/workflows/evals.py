@@ -16,7 +16,10 @@ Contract:
 - One `EvalResult` per (suite@version, checkpoint, environment). An environment already scored is not played
   again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
   episodes (the same seats: the gateway answers from the recorded turns), never a different score.
-- Environments play concurrently; it returns every environment's score (`EvalOutcome`).
+- At most `episodes_in_flight` of its episodes play at once, across all its environments: environments play
+  concurrently in lanes (`eval_lanes`: one per environment up to the bound, the bound split among them), each
+  lane taking the next environment once its own is scored. It returns every environment's score in the suite's
+  order (`EvalOutcome`).
 - With a `gate` (a training run's eval), once the scores are recorded it has the gate decided
   (`decide_eval_gate`, once per suite version and checkpoint) and, when it tripped and this eval recorded the
   decision, acts: `pause` signals the run (`eval_gate_pause`, which pauses it with the reason), `rollback`
@@ -74,6 +77,18 @@ FOR_GOOD = [
 
 
 FOR_GOOD_RETRY = RetryPolicy(maximum_interval=timedelta(seconds=10), non_retryable_error_types=FOR_GOOD)
+# Evals started before their episodes in flight were bounded replay their old commands: every environment at
+# once, each with the whole bound.
+EVAL_LANES = "eval-lanes"
+
+
+def eval_lanes(episodes_in_flight: int, environments: int) -> list[int]:
+    """How many episodes each lane of an eval keeps in flight: one lane per environment up to the bound, the
+    bound split evenly among them (the first lanes take what does not divide); together never more than
+    `episodes_in_flight`, unless that is below one (one lane of one)."""
+    lanes = max(1, min(episodes_in_flight, environments))
+    share, extra = divmod(max(episodes_in_flight, 1), lanes)
+    return [share + (1 if lane < extra else 0) for lane in range(lanes)]
 
 
 def eval_seats(agents: list[AgentSeatSpec], checkpoint: str) -> list[AgentSeatSpec]:
@@ -110,9 +125,12 @@ class EvalWorkflow:
                     hold,
                     **heartbeating(timedelta(seconds=given.served_wait_s + 120), FOR_GOOD_RETRY),
                 )
-            scores = await asyncio.gather(
-                *(self._score(given, chosen, target) for target in given.environments)
-            )
+            if workflow.patched(EVAL_LANES):
+                scores = await self._score_in_lanes(given, chosen)
+            else:
+                scores = await asyncio.gather(
+                    *(self._score(given, chosen, t, given.episodes_in_flight) for t in given.environments)
+                )
         finally:
             if chosen.policy is not None:
                 await workflow.execute_activity(runner_stubs.release_serving, hold, **QUICK)
@@ -143,7 +161,23 @@ class EvalWorkflow:
         except ApplicationError as error:  # the run (or its training) has ended: nothing is left to act on
             workflow.logger.warning("the eval gate could not %s %s: %s", gate.action, gate.run, error)
 
-    async def _score(self, given: EvalInput, chosen: CheckpointChoice, target: EvalTarget) -> EvalScore:
+    async def _score_in_lanes(self, given: EvalInput, chosen: CheckpointChoice) -> list[EvalScore]:
+        """Every environment's score, its episodes played in lanes (`eval_lanes`): each lane scores the next
+        environment not yet taken, in the suite's order, until none is left."""
+        waiting = list(given.environments)
+        scores: dict[str, EvalScore] = {}
+
+        async def lane(in_flight: int) -> None:
+            while waiting:
+                target = waiting.pop(0)
+                scores[target.name] = await self._score(given, chosen, target, in_flight)
+
+        await asyncio.gather(*(lane(n) for n in eval_lanes(given.episodes_in_flight, len(waiting))))
+        return [scores[target.name] for target in given.environments]
+
+    async def _score(
+        self, given: EvalInput, chosen: CheckpointChoice, target: EvalTarget, in_flight: int
+    ) -> EvalScore:
         lookup = EvalLookup(given.suite, given.version, chosen.name, target.name)
         found = await workflow.execute_activity(runner_stubs.find_eval_result, lookup, **QUICK)
         if found is not None:
@@ -174,7 +208,7 @@ class EvalWorkflow:
             SupplyInput(
                 run=run,
                 environment=playing,
-                groups_in_flight=given.groups_in_flight,
+                groups_in_flight=in_flight,
                 max_groups=target.first + target.episodes,
                 next_group=target.first,
             ),
