@@ -2,8 +2,9 @@
 shared by this module's tests in order; the last one stops it):
 
 - `up` starts a local engine and the gateway agents use; a seat made with `seat new` samples through it.
-- Evals: bad input is refused with nothing recorded, `rollout train … eval.every=1` scores every checkpoint, a
-  runner SIGKILLed mid-eval changes no score and doubles no turn, and a Temporal Schedule fires, pauses,
+- Evals: bad input is refused with nothing recorded, the smoke suite and `rollout train … eval.every=1`
+  (which scores every checkpoint) play side by side and both end, a runner SIGKILLed and then Temporal stopped
+  (SIGSTOP) for seconds mid-eval change no score and double no turn, and a Temporal Schedule fires, pauses,
   survives a restart of the Temporal dev server and resumes.
 - Runs: an environment in the user's own folder (its episodes claiming shell sandboxes, which `rollout train`
   serves) trains on the stack started elsewhere; a runner that cannot import an environment stops `train`
@@ -107,7 +108,7 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     overrides, settings = user_stack.overrides, user_stack.settings
     (tmp_path / "quick.yaml").write_text(SUITE.format(episodes=4))
     (tmp_path / "changed.yaml").write_text(SUITE.format(episodes=5))
-    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=10).replace("version: 1", "version: 2"))
+    (tmp_path / "long.yaml").write_text(SUITE.format(episodes=20).replace("version: 1", "version: 2"))
     # Bad input: one paragraph each, exit 1, nothing recorded.
     for args, said in [
         (("eval", "run", "nosuch"), "no suite 'nosuch'"),
@@ -121,7 +122,14 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     changed = rollout("eval", "register", "changed.yaml", *overrides, cwd=tmp_path, check=False)
     assert changed.returncode == 1 and "bump its version" in changed.stderr
 
-    # Training scores every checkpoint.
+    # The smoke suite on the base model plays beside a training run that scores every checkpoint: both end.
+    smoke = subprocess.Popen(
+        [ROLLOUT, "eval", "run", "smoke", "--checkpoint", "base", "--json", *overrides],
+        cwd=tmp_path,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     trained = rollout(
         "train",
         "arithmetic.environment:environment",
@@ -142,6 +150,11 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
         "trained/default-step000001",
         "trained/default-step000002",
     ], "the run waits for its evals and says their scores"
+    out, errors = smoke.communicate(timeout=600)
+    assert smoke.returncode == 0, errors[-3000:]
+    smoked = json.loads(out.strip().splitlines()[-1])
+    assert [s["environment"] for s in smoked["scores"]] == ["arithmetic", "gridworld", "math"]
+    assert all(s["failed"] == 0 for s in smoked["scores"])
     scored = json.loads(rollout("eval", "results", "quick", "--json", *overrides, cwd=tmp_path).stdout)
     assert sorted(r["checkpoint"] for r in scored) == [
         "trained/default-step000001",
@@ -161,7 +174,8 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     )
     assert "arithmetic" in gate.stdout
 
-    # A runner SIGKILLed mid-eval: the eval finishes, each episode and its turn recorded once.
+    # A runner SIGKILLed mid-eval, and Temporal stopped for seconds: the eval finishes, each episode and its
+    # turn recorded once.
     evaluating = subprocess.Popen(
         [ROLLOUT, "eval", "run", "long.yaml", "--checkpoint", "base", "--json", *overrides],
         cwd=tmp_path,
@@ -181,14 +195,23 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     runner = read_pid_file(user_stack.data / "run" / "runner.pid")
     assert runner is not None
     os.kill(runner.pid, signal.SIGKILL)
+    # And Temporal stops answering for longer than a wait's read may take: the wait says so and rides it out.
+    temporal = read_pid_file(user_stack.data / "run" / "temporal.pid")
+    assert temporal is not None
+    os.kill(temporal.pid, signal.SIGSTOP)
+    try:
+        time.sleep(12)
+    finally:
+        os.kill(temporal.pid, signal.SIGCONT)
     out, errors = evaluating.communicate(timeout=600)
     assert evaluating.returncode == 0, errors[-3000:]
+    assert "waiting for Temporal (the eval's result)" in errors and "Traceback" not in errors
     (score,) = json.loads(out.strip().splitlines()[-1])["scores"]
-    assert (score["episodes"], score["failed"]) == (10, 0)
+    assert (score["episodes"], score["failed"]) == (20, 0)
     played = eval_run
-    assert played is not None and finished_episodes(settings, played) == 10
+    assert played is not None and finished_episodes(settings, played) == 20
     turns = ledger_read(settings, lambda ledger: run_turns(ledger, played))
-    assert len(turns) == 10 and len({t.payload["seat"] for t in turns}) == 10, "one turn per episode"
+    assert len(turns) == 20 and len({t.payload["seat"] for t in turns}) == 20, "one turn per episode"
     results = json.loads(rollout("eval", "results", "quick@2", "--json", *overrides, cwd=tmp_path).stdout)
     assert [r["score"] for r in results] == [score["score"]], "one result, the one printed"
 

@@ -28,6 +28,7 @@ from rollout.cli import (
     worker,
 )
 from rollout.control.errors import ControlError
+from rollout.control.waits import stray_paragraph
 from rollout.redaction import scrub_process_output
 
 app = typer.Typer(
@@ -62,7 +63,8 @@ def main() -> None:
     crash CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
     temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's. Everything a
     command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new` exists to
-    print. A `ControlError` from the application layer is its one paragraph, never a traceback."""
+    print. A `ControlError` from the application layer is its one paragraph, never a traceback; so is a
+    Temporal error that no wait caught (`rollout.control.waits.stray_paragraph`)."""
     scrub_process_output()
     try:
         app(prog_name="rollout")
@@ -70,6 +72,12 @@ def main() -> None:
     except ControlError as error:
         common.err.print(f"[bold red]error:[/] {error}", highlight=False)
         code = 2 if error.usage else 1
+    except Exception as error:
+        said = stray_paragraph(error)
+        if said is None:
+            raise
+        common.err.print(f"[bold red]error:[/] {said}", highlight=False)
+        code = 1
     except SystemExit as done:
         if isinstance(done.code, int) or done.code is None:
             code = done.code or 0

@@ -1,7 +1,8 @@
 """What every command shares: the consoles, the one-paragraph error, settings from overrides, and running a
 command's ledger work.
 
-Contract: a command that cannot go on calls `fail(message)` or lets the control layer's `ControlError` reach
+Contract: long work says how it goes through `progress` (a spinner on a terminal, plain lines elsewhere). A
+command that cannot go on calls `fail(message)` or lets the control layer's `ControlError` reach
 `rollout.cli.app.main`; either prints one paragraph saying what to do next and exits non-zero (2 for a
 configuration error or a wrong request, 1 for anything else); no command lets a traceback reach the user for
 an error they can fix.
@@ -9,7 +10,9 @@ an error they can fix.
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
+import re
+from collections.abc import Callable, Coroutine, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -31,6 +34,26 @@ Overrides = Annotated[
     ),
 ]
 JsonFlag = Annotated[bool, typer.Option("--json", help="Print machine-readable JSON instead of a table.")]
+
+
+@contextmanager
+def progress(first: str) -> Iterator[Callable[[str], None]]:
+    """A line saying how long work goes, for the block's `report(line)`: a spinner on a terminal; elsewhere
+    (CI logs, a pipe) a plain line each time what it says changes, its running seconds aside."""
+    if err.is_terminal:
+        with err.status(first) as spinner:
+            yield spinner.update
+        return
+    said = [re.sub(r"\(\d+ s\)", "", first)]
+    err.print(first, highlight=False, markup=False)
+
+    def plain(line: str) -> None:
+        gist = re.sub(r"\(\d+ s\)", "", line)
+        if line and gist != said[0]:
+            said[0] = gist
+            err.print(line, highlight=False, markup=False)
+
+    yield plain
 
 
 def fail(message: str, code: int = 1) -> NoReturn:

@@ -17,7 +17,7 @@ import typer
 from rich.table import Table
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides
-from rollout.cli.common import JsonFlag, Overrides, err, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, err, load_settings, out, progress
 
 if TYPE_CHECKING:
     from rollout.evals import EvalResult
@@ -81,10 +81,8 @@ def run_(
     if stack is not None:
         with err.status("starting the stack…") as spinner:
             stack_action(lambda: stack.up(report=lambda line: spinner.update(line)))
-    with err.status(f"{suite} on {checkpoint}: playing…") as spinner:
-        chosen_suite, outcome = asyncio.run(
-            run_eval(settings, stack, suite, checkpoint, report=lambda line: spinner.update(line))
-        )
+    with progress(f"{suite} on {checkpoint}: playing…") as report:
+        chosen_suite, outcome = asyncio.run(run_eval(settings, stack, suite, checkpoint, report=report))
     rows = [asdict(s) for s in outcome.scores]
     if as_json:
         print(json.dumps({"suite": chosen_suite.ref, "checkpoint": outcome.checkpoint, "scores": rows}))

@@ -46,6 +46,8 @@ class TemporalRunControl:
             return self._client
 
     async def _update(self, run: str, update: RunUpdate, value: int | None = None) -> Mapping[str, Any]:
+        from temporalio.service import RPCError
+
         from rollout.gateway.operator import RunControlError
         from rollout.workflows.client import RunNotPlaying, RunUpdateRefused, update_run
 
@@ -60,6 +62,10 @@ class TemporalRunControl:
         except TimeoutError as error:
             raise RunControlError(
                 503, f"run {run} did not take {update} within {UPDATE_TIMEOUT_S:.0f}s: is a runner up?"
+            ) from error
+        except RPCError as error:  # Temporal away or overloaded: the operator may send it again
+            raise RunControlError(
+                503, f"Temporal did not answer ({error.status.name.lower()}: {error.message}); try again"
             ) from error
 
     async def pause(self, run: str) -> Mapping[str, Any]:

@@ -109,11 +109,19 @@ def start(
     from rollout.control.runs import start_run
 
     settings = load_settings(cluster_overrides(cluster, overrides))
-    status = asyncio.run(
-        start_run(
-            settings, environment, run=run, groups=groups, in_flight=in_flight, max_lag=max_lag, wait=wait
+    with err.status(f"starting a run of {environment}…") as spinner:
+        status = asyncio.run(
+            start_run(
+                settings,
+                environment,
+                run=run,
+                groups=groups,
+                in_flight=in_flight,
+                max_lag=max_lag,
+                wait=wait,
+                report=lambda line: spinner.update(line or "waiting for the run to end…"),
+            )
         )
-    )
     _print_status(status, as_json)
 
 
@@ -221,7 +229,17 @@ def attach(
 def update_run(overrides: list[str] | None, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
     from rollout.control.runs import update_run as send
 
-    return asyncio.run(send(load_settings(overrides), run, update, *args))
+    settings = load_settings(overrides)
+    with err.status(f"run {run}: {update}…") as spinner:
+        return asyncio.run(
+            send(
+                settings,
+                run,
+                update,
+                *args,
+                report=lambda line: spinner.update(line or f"run {run}: {update}…"),
+            )
+        )
 
 
 def _simple_update(update: RunUpdate, help_text: str) -> None:

@@ -93,16 +93,18 @@ async def ledger_session(
 
 
 async def outlasting[T](call: Callable[[], Awaitable[T]], window_s: float = 600.0) -> T:
-    """`call()`, repeated while Temporal or the ledger is away, for at most `window_s`."""
-    from temporalio.service import RPCError
-
+    """`call()`, repeated while the ledger is away or Temporal's errors are transient
+    (`rollout.control.waits.transient`), for at most `window_s`."""
+    from rollout.control.waits import transient
     from rollout.ledger.errors import LedgerUnreachableError
 
     deadline = time.monotonic() + window_s
     while True:
         try:
             return await call()
-        except (LedgerUnreachableError, RPCError):
+        except Exception as error:
+            if not (isinstance(error, LedgerUnreachableError) or transient(error)):
+                raise
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(1.0)

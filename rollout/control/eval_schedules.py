@@ -57,7 +57,12 @@ async def create_schedule(
             Schedule(
                 action=ScheduleActionStartWorkflow(
                     EvalWorkflow.run,
-                    eval_input(chosen, checkpoint, max_tokens=settings.run.max_tokens),
+                    eval_input(
+                        chosen,
+                        checkpoint,
+                        max_tokens=settings.run.max_tokens,
+                        in_flight=settings.eval.episodes_in_flight,
+                    ),
                     id=eval_workflow_id(chosen.name, chosen.version, checkpoint),
                     task_queue=RUNNER_QUEUE,
                 ),

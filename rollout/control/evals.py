@@ -23,6 +23,8 @@ from typing import TYPE_CHECKING
 
 from rollout.control.connections import connect_temporal, ledger_session, stack_action
 from rollout.control.errors import ControlError, NotFound
+from rollout.control.waits import patiently, workflow_result
+from rollout.defaults import EVAL_EPISODES_IN_FLIGHT
 
 if TYPE_CHECKING:
     from rollout.config import Settings
@@ -39,11 +41,13 @@ def eval_input(
     *,
     max_tokens: int | None = None,
     bridge_formats: list[str] | None = None,
+    in_flight: int = EVAL_EPISODES_IN_FLIGHT,
     served_wait_s: float = 600.0,
 ) -> EvalInput:
     """The `EvalWorkflow` input that scores `suite` on `checkpoint` (a reference, resolved when it runs);
     `max_tokens` caps the turns of environments whose suite sets none (`run.max_tokens`); a checkpoint with no
-    serving target is bridged to `bridge_formats` (default: lora)."""
+    serving target is bridged to `bridge_formats` (default: lora); at most `in_flight` of its episodes play at
+    once (`eval.episodes_in_flight`)."""
     from rollout.workflows.eval_types import EvalInput, EvalTarget
 
     targets = [
@@ -67,6 +71,7 @@ def eval_input(
         environments=targets,
         checkpoint=checkpoint,
         served_wait_s=served_wait_s,
+        episodes_in_flight=in_flight,
         default_max_tokens=max_tokens,
         bridge_formats=bridge_formats or ["lora"],
     )
@@ -158,33 +163,51 @@ async def run_eval(
             # trainer runs already).
             report("trainer: starting (to make the checkpoint servable)")
             await asyncio.to_thread(stack_action, lambda: stack.start_trainer(restart=False))
-        client = await connect_temporal(settings)
-        handle = await client.start_workflow(
-            EvalWorkflow.run,
-            eval_input(
-                suite,
-                checkpoint,
-                max_tokens=settings.run.max_tokens,
-                bridge_formats=["lora"] if settings.trainer.lora_rank else ["merged"],
+        client = await connect_temporal(settings, patience_s=30)
+        given = eval_input(
+            suite,
+            checkpoint,
+            max_tokens=settings.run.max_tokens,
+            bridge_formats=["lora"] if settings.trainer.lora_rank else ["merged"],
+            in_flight=settings.eval.episodes_in_flight,
+        )
+        then = f"The eval goes on: `rollout eval run {source} --checkpoint {checkpoint}` again waits for it."
+        handle = await patiently(
+            lambda: client.start_workflow(
+                EvalWorkflow.run,
+                given,
+                id=eval_workflow_id(suite.name, suite.version, checkpoint),
+                task_queue=RUNNER_QUEUE,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one under way: wait for it
             ),
-            id=eval_workflow_id(suite.name, suite.version, checkpoint),
-            task_queue=RUNNER_QUEUE,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,  # one already under way: wait for it
+            "the eval to start",
+            settings,
+            then=then,
+        )
+        trouble = [""]  # what the wait is held up by, shown on the progress line until Temporal answers
+        waiting = asyncio.ensure_future(
+            workflow_result(
+                handle,
+                "the eval's result",
+                settings,
+                report=lambda line: trouble.__setitem__(0, line),
+                then=then,
+            )
         )
         try:
-            waiting = asyncio.ensure_future(handle.result())
             started = time.monotonic()
             while not waiting.done():
                 done = await _episodes_done(ledger, suite, checkpoint)
-                report(
-                    f"{suite.ref} on {checkpoint}: {done} episodes played ({time.monotonic() - started:.0f} s)"
-                )
+                line = f"{suite.ref} on {checkpoint}: {done} episodes played ({time.monotonic() - started:.0f} s)"
+                report(f"{line} · {trouble[0]}" if trouble[0] else line)
                 await asyncio.wait([waiting], timeout=1.0)
             return suite, waiting.result()
         except WorkflowFailureError as error:
             raise ControlError(
                 f"the eval of {suite.ref} on {checkpoint} failed: {failure_reason(error)}"
             ) from None
+        finally:
+            waiting.cancel()
 
 
 async def _episodes_done(ledger: Ledger, suite: Suite, checkpoint: str) -> int:

@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 from rollout.control.connections import connect_temporal, ledger_session
 from rollout.control.errors import ControlError, NotFound
+from rollout.control.waits import OUTAGE_S, patiently, workflow_result
 
 if TYPE_CHECKING:
     from rollout.config import Settings
@@ -47,9 +48,10 @@ async def start_run(
     in_flight: int | None = None,
     max_lag: int | None = None,
     wait: bool = False,
+    report: Callable[[str], None] = lambda line: None,
 ) -> dict[str, object]:
     """Start a run of `environment` (played by runner workers, training nothing); its status once it ends with
-    `wait`, else its id and workflow id."""
+    `wait` (`report` hears what holds the wait up), else its id and workflow id."""
     from rollout.control.preflight import confirm_runner_loads
     from rollout.run_settings import BadRunSetting, max_lag_of
     from rollout.workflows.client import start_run as start_workflow
@@ -71,11 +73,22 @@ async def start_run(
         settings={"max_tokens": settings.run.max_tokens},
     )
     client = await connect_temporal(settings)
-    await confirm_runner_loads(client, run_id, environment)
+    await patiently(
+        lambda: confirm_runner_loads(client, run_id, environment),
+        f"a runner to check {environment}",
+        settings,
+    )
     handle = await start_workflow(client, given)
     if not wait:
         return {"run": run_id, "workflow": handle.id}
-    return asdict(await handle.result())
+    status = await workflow_result(
+        handle,
+        f"run {run_id} to end",
+        settings,
+        report=report,
+        then=f"The run goes on: `rollout run status {run_id}` shows it.",
+    )
+    return asdict(status)
 
 
 def state_word(state: str, status: RunStatus | None) -> str:
@@ -156,14 +169,29 @@ def policy_curves(run: str, steps: list[StepRow]) -> dict[str, dict[str, list[fl
     return curves
 
 
-async def update_run(settings: Settings, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
-    """Send `update` to run `run`'s workflow; its status after the update, as a dict."""
+async def update_run(
+    settings: Settings,
+    run: str,
+    update: RunUpdate,
+    *args: int,
+    report: Callable[[str], None] = lambda line: None,
+) -> dict[str, object]:
+    """Send `update` to run `run`'s workflow (once, however often Temporal's bad moments make it try again);
+    its status after the update, as a dict."""
     from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
     from rollout.workflows.client import update_run as send_update
 
-    client = await connect_temporal(settings)
+    client = await connect_temporal(settings, patience_s=30)
+    update_id = f"{update}-{uuid.uuid4().hex}"  # a retried update with this id is applied once
     try:
-        status = await send_update(client, run, update, *args)
+        status = await patiently(
+            lambda: send_update(client, run, update, *args, update_id=update_id),
+            f"run {run} to take {update}",
+            settings,
+            report=report,
+            then=f"`rollout run status {run}` shows whether it took it; sending it again is harmless.",
+            window_s=OUTAGE_S,
+        )
     except RunUpdateRefused as error:
         raise ControlError(f"run {run} refused {update}: {error}") from None
     except RunNotPlaying as error:

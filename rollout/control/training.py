@@ -26,9 +26,10 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rollout.control.connections import connect_temporal, ledger_session, local_model, outlasting
+from rollout.control.connections import connect_temporal, ledger_session, local_model
 from rollout.control.errors import ControlError
 from rollout.control.policy_models import base_models, check_policy_models, own_models, policy_model_settings
+from rollout.control.waits import OUTAGE_S, patiently
 
 if TYPE_CHECKING:
     from temporalio.client import Client
@@ -42,7 +43,6 @@ if TYPE_CHECKING:
 # `rollout train` starts (or restarts) the stack itself, so a service that dies before the run exists is being
 # brought back by the supervisor: starting the run waits for it this long (the supervisor's backoff tops at 30
 # s).
-TEMPORAL_OUTAGE_S = 120.0
 LOOK = "`rollout status` shows what runs, and the data directory's logs/ folder why a service stopped."
 
 
@@ -195,7 +195,9 @@ async def evaluation(settings: Settings) -> EvalInput | None:
         return None
     async with ledger_session(settings) as ledger:
         suite = await suite_named(ledger, settings.eval.suite)
-    given = eval_input(suite, checkpoint="", max_tokens=settings.run.max_tokens)
+    given = eval_input(
+        suite, checkpoint="", max_tokens=settings.run.max_tokens, in_flight=settings.eval.episodes_in_flight
+    )
     gate = settings.eval.gate
     if gate.max_drop is not None:
         given.gate = EvalGate(max_drop=gate.max_drop, action=gate.action.value)
@@ -211,10 +213,15 @@ async def begin_training(settings: Settings, given: RunInput) -> None:
 
     run, environment = given.run, given.environment
     # The stack was just started: a service that dies now is being restarted by the supervisor, so each step
-    # waits it out (`outlasting`) rather than stopping before the run exists.
-    client = await connect_temporal(settings, patience_s=TEMPORAL_OUTAGE_S)
+    # waits it out (`patiently`) rather than stopping before the run exists.
+    client = await connect_temporal(settings, patience_s=OUTAGE_S)
     try:
-        await outlasting(lambda: confirm_runner_loads(client, run, environment), TEMPORAL_OUTAGE_S)
+        await patiently(
+            lambda: confirm_runner_loads(client, run, environment),
+            f"a runner to check {environment}",
+            settings,
+            window_s=OUTAGE_S,
+        )
         if given.training is not None:
             await confirm_trainers_poll(client, given.training)
     except RPCError as error:
@@ -234,7 +241,7 @@ async def begin_training(settings: Settings, given: RunInput) -> None:
 
 
 async def _start_riding_outages(client: Client, given: RunInput) -> None:
-    """Start the run's workflow, trying again while Temporal is away (for `TEMPORAL_OUTAGE_S`). A retry that
+    """Start the run's workflow, trying again while Temporal is away (for `OUTAGE_S`). A retry that
     finds the run already playing found the start whose reply was lost; a run id already playing at the first
     try is refused (`WorkflowAlreadyStartedError`)."""
     from temporalio.exceptions import WorkflowAlreadyStartedError
@@ -242,7 +249,7 @@ async def _start_riding_outages(client: Client, given: RunInput) -> None:
 
     from rollout.workflows.client import start_run
 
-    deadline = time.monotonic() + TEMPORAL_OUTAGE_S
+    deadline = time.monotonic() + OUTAGE_S
     retried = False
     while True:
         try:

@@ -199,6 +199,8 @@ def _workflow_states(monitor: Monitor) -> dict[str, str]:
 def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) -> None:
     if state != "running":
         return
+    from temporalio.service import RPCError
+
     from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
 
     left, middle, right = st.columns(3)
@@ -212,6 +214,10 @@ def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) 
             st.rerun()
     except (RunNotPlaying, RunUpdateRefused) as error:
         st.error(plain(error))
+    except RPCError as error:  # Temporal away or overloaded: nothing was changed that a retry would repeat
+        st.error(
+            f"Temporal did not answer ({error.status.name.lower()}: {error.message}); try again in a moment"
+        )
 
 
 def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], dict[str, Any]]:

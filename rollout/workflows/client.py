@@ -9,7 +9,8 @@ Contract:
   `stop`, and `set_max_lag` with the new lag); each update returns the run's `RunStatus` after it.
 - `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
   gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
-  `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason.
+  `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason;
+  Temporal's own trouble is its `RPCError`, and an update sent again under the same `update_id` applies once.
 - `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there
   is none; NO_WORKER when it runs but no worker executes it, e.g. the stack is down; UNANSWERED when a worker
   polls its queue but did not answer the status query in time, e.g. busy) and, while it runs and answers, its
@@ -117,19 +118,25 @@ class RunUpdateRefused(ValueError):
     """The run's workflow refused the update (its validator said why)."""
 
 
-async def update_run(client: Client, run: str, update: RunUpdate, value: int | None = None) -> RunStatus:
-    """Apply `update` to run `run` (`set_max_lag` takes `value`) and return the run's status after it."""
+async def update_run(
+    client: Client, run: str, update: RunUpdate, value: int | None = None, *, update_id: str | None = None
+) -> RunStatus:
+    """Apply `update` to run `run` (`set_max_lag` takes `value`) and return the run's status after it. Sent
+    again with the same `update_id`, an update the run has taken already is not applied twice. Temporal's own
+    trouble (`RPCError`s other than NOT_FOUND) is raised as it is, for the caller to wait out."""
     handle = run_handle(client, run)
     try:
         if update == "set_max_lag":
             if value is None:
                 raise RunUpdateRefused("set_max_lag needs the new max_lag")
-            return await handle.execute_update(RunWorkflow.set_max_lag, value)
+            return await handle.execute_update(RunWorkflow.set_max_lag, value, id=update_id)
         plain = {"pause": RunWorkflow.pause, "resume": RunWorkflow.resume, "stop": RunWorkflow.stop}
-        return await handle.execute_update(plain[update])
+        return await handle.execute_update(plain[update], id=update_id)
     except WorkflowUpdateFailedError as error:
         raise RunUpdateRefused(str(error.cause)) from error
     except RPCError as error:
+        if error.status not in (RPCStatusCode.NOT_FOUND, RPCStatusCode.FAILED_PRECONDITION):
+            raise
         raise RunNotPlaying(f"no run {run!r} is playing ({error.message})") from error
 
 
