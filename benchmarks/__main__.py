@@ -22,6 +22,7 @@ BENCHMARKS = {
     "startup": "benchmarks.startup",
     "quickstart": "benchmarks.quickstart",
     "multipolicy": "benchmarks.multipolicy",
+    "temporal": "benchmarks.temporal_load",
 }
 
 

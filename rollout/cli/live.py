@@ -23,6 +23,7 @@ from temporalio.service import RPCError
 from rollout.cli.common import err, fail, out
 from rollout.control.connections import outlasting
 from rollout.control.progress import TrainingProgress, run_line
+from rollout.control.waits import READ_TIMEOUT
 from rollout.failures import one_line
 from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerUnreachableError
@@ -57,10 +58,11 @@ async def follow_training(
         try:
             for progress in progresses:
                 await progress.refresh(ledger)
-            description = await handle.describe()
+            # Bounded reads: a Temporal that stopped answering shows on the line within seconds.
+            description = await handle.describe(rpc_timeout=READ_TIMEOUT)
             if description.status is not None and description.status.name != "RUNNING":
                 return False
-            status = await handle.query(RunWorkflow.status)
+            status = await handle.query(RunWorkflow.status, rpc_timeout=READ_TIMEOUT)
         except (LedgerUnreachableError, RPCError) as error:
             if stack_stopped():
                 fail(
@@ -72,7 +74,7 @@ async def follow_training(
                 outage[:] = ["waiting for Postgres to come back (the stack's supervisor restarts it)"]
             else:
                 outage[:] = [
-                    f"waiting for Temporal to come back ({error.status.name.lower()}; the supervisor restarts it)"
+                    f"waiting for Temporal to answer ({error.status.name.lower()}; the supervisor restarts it if it died)"
                 ]
             return True
         outage.clear()

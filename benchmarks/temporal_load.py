@@ -1,0 +1,205 @@
+"""`uv run python -m benchmarks temporal`: how many episodes can play at once before the embedded Temporal
+falls behind on this machine.
+
+Everything is real and local, as in `benchmarks episodes`: Postgres and the Temporal dev server of the
+embedded stack (its SQLite file, its dispatch settings), a scripted engine that thinks `THINK_MS` per turn
+(the pace of a small model on a CPU), `rollout gateway`, and two `rollout worker runner` processes. Each level
+plays 10-turn gridworld episodes (groups of one) with `in_flight` episode workflows at once, two waves of
+them, while a probe asks Temporal to describe the run's workflow twice a second (a read through its frontend,
+history service and SQLite, as every wait of the CLI makes).
+
+Per level: episodes per second; each turn's overhead beyond the engine's think time (from the episodes' start
+and close times); the probe's p50/p95/max; the dev server's CPU share; errors in its log ("context deadline
+exceeded": its persistence timing out). Baseline (same run): the lowest level, `in_flight` 2.
+
+Temporal has fallen behind at a level when the probe's p95 passes `PROBE_P95_LIMIT_MS`, its log shows an
+error, or the overhead per turn is more than `OVERHEAD_FACTOR` times the baseline's. The last line's
+`healthy_up_to` is the highest level before the first that fell behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+LEVELS = (2, 8, 16, 32, 64, 128, 192)
+QUICK_LEVELS = (2, 8)
+THINK_MS = 2000
+TURNS = 10
+PROBE_EVERY_S = 0.5
+PROBE_P95_LIMIT_MS = 1000.0
+OVERHEAD_FACTOR = 4.0
+ENVIRONMENT = "benchmarks.episodes:gridworld_single"
+
+
+async def _probe(client: Any, workflow_id: str, until: asyncio.Event, latencies: list[float]) -> None:
+    handle = client.get_workflow_handle(workflow_id)
+    while not until.is_set():
+        started = time.perf_counter()
+        with contextlib.suppress(Exception):  # a probe that fails counts by its time, like a slow one
+            await handle.describe(rpc_timeout=timedelta(seconds=30))
+        latencies.append((time.perf_counter() - started) * 1000)
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(until.wait(), PROBE_EVERY_S)
+
+
+async def _turn_overheads_ms(client: Any, run: str, episodes: int) -> list[float]:
+    from rollout.workflows.names import episode_id, episode_workflow_id
+
+    overheads = []
+    for group in range(episodes):
+        described = await client.get_workflow_handle(
+            episode_workflow_id(run, episode_id(group, 0))
+        ).describe()
+        if described.close_time is None or described.start_time is None:
+            continue
+        took_ms = (described.close_time - described.start_time).total_seconds() * 1000
+        overheads.append((took_ms - TURNS * THINK_MS) / TURNS)
+    return overheads
+
+
+def _errors_since(log: Path, offset: int) -> tuple[int, list[str]]:
+    with log.open("rb") as file:
+        file.seek(offset)
+        lines = file.read().decode(errors="replace").splitlines()
+    errors = [line for line in lines if "level=ERROR" in line]
+    return len(errors), errors[:3]
+
+
+async def level(
+    client: Any, queue: str, in_flight: int, temporal: psutil.Process, log: Path
+) -> dict[str, Any]:
+    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.run import RunWorkflow
+    from rollout.workflows.run_types import RunInput
+
+    run = f"load-{in_flight}-{uuid.uuid4().hex[:6]}"
+    episodes = 2 * in_flight
+    offset = await asyncio.to_thread(lambda: log.stat().st_size)
+    cpu_before, wall_before = temporal.cpu_times(), time.perf_counter()
+    handle = await client.start_workflow(
+        RunWorkflow.run,
+        RunInput(run, ENVIRONMENT, groups_in_flight=in_flight, max_groups=episodes),
+        id=run_workflow_id(run),
+        task_queue=queue,
+    )
+    done, probes = asyncio.Event(), []
+    probing = asyncio.create_task(_probe(client, handle.id, done, probes))
+    status = await handle.result()
+    wall_s = time.perf_counter() - wall_before
+    cpu_after = temporal.cpu_times()
+    done.set()
+    await probing
+    overheads = await _turn_overheads_ms(client, run, episodes)
+    errors, said = _errors_since(log, offset)
+    probes.sort()
+    return {
+        "in_flight": in_flight,
+        "episodes": status.episodes_finished,
+        "failed": status.episodes_failed,
+        "episodes_per_s": round(status.episodes_finished / wall_s, 2),
+        "turn_overhead_p50_ms": round(statistics.median(overheads), 1) if overheads else None,
+        "turn_overhead_p95_ms": round(_p95(sorted(overheads)), 1) if overheads else None,
+        "probe_p50_ms": round(statistics.median(probes), 1),
+        "probe_p95_ms": round(_p95(probes), 1),
+        "probe_max_ms": round(probes[-1], 1),
+        "temporal_cpu_pct": round(
+            100 * (cpu_after.user + cpu_after.system - cpu_before.user - cpu_before.system) / wall_s, 1
+        ),
+        "temporal_errors": errors,
+        "temporal_said": said,
+    }
+
+
+def _p95(values: list[float]) -> float:
+    return values[min(len(values) - 1, int(0.95 * len(values)))]
+
+
+def fell_behind(row: dict[str, Any], baseline: dict[str, Any]) -> str | None:
+    """Why Temporal fell behind at this level, or None."""
+    if row["temporal_errors"]:
+        return f"{row['temporal_errors']} errors in its log"
+    if row["probe_p95_ms"] > PROBE_P95_LIMIT_MS:
+        return f"probe p95 {row['probe_p95_ms']} ms"
+    base, now = baseline["turn_overhead_p50_ms"], row["turn_overhead_p50_ms"]
+    if base is not None and now is not None and now > OVERHEAD_FACTOR * max(base, 10.0):
+        return f"turn overhead {now} ms, {OVERHEAD_FACTOR:g}× the baseline's {base} ms"
+    if row["failed"]:
+        return f"{row['failed']} episodes failed"
+    return None
+
+
+async def measure(
+    settings: Any, queue: str, levels: tuple[int, ...], temporal_pid: int
+) -> list[dict[str, Any]]:
+    from temporalio.client import Client
+
+    client = await Client.connect(settings.temporal_address)
+    temporal = psutil.Process(temporal_pid)
+    log = settings.data_path / "logs" / "temporal.log"
+    rows = []
+    for in_flight in levels:
+        row = await level(client, queue, in_flight, temporal, log)
+        row["fell_behind"] = fell_behind(row, rows[0] if rows else row)
+        print(json.dumps(row), file=sys.stderr, flush=True)
+        rows.append(row)
+    return rows
+
+
+def main(quick: bool = False) -> int:
+    from rollout import config
+    from rollout.engines.models import TINY_QWEN3, resolve
+    from rollout.stack.embedded import Stack
+    from rollout_testing.cluster import Cluster
+    from rollout_testing.stacks import isolated_overrides
+
+    levels = QUICK_LEVELS if quick else LEVELS
+    models_dir = Path(
+        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
+    )
+    resolve(TINY_QWEN3, models_dir)
+    with tempfile.TemporaryDirectory(prefix="rollout-bench-temporal-") as scratch:
+        settings = config.load(isolated_overrides(Path(scratch) / "data"))
+        stack = Stack(settings)
+        cluster = Cluster(
+            settings=settings, root=Path(scratch) / "cluster", models_dir=models_dir, task_queue="bench-load"
+        )
+        try:
+            stack.up()
+            assert stack.temporal is not None
+            temporal_pid = stack.temporal.pid()
+            assert temporal_pid is not None
+            gateway = cluster.gateway(cluster.engine(think_ms=THINK_MS))
+            per_runner = max(levels) // 2 + 8
+            cluster.runner("runner-1", gateway, max_activities=per_runner)
+            cluster.runner("runner-2", gateway, max_activities=per_runner)
+            rows = asyncio.run(measure(settings, cluster.task_queue, levels, temporal_pid))
+        finally:
+            cluster.close()
+            stack.down()
+    behind = [row for row in rows if row["fell_behind"]]
+    healthy = [row["in_flight"] for row in rows if not behind or row["in_flight"] < behind[0]["in_flight"]]
+    summary = {
+        "benchmark": "temporal",
+        "machine": f"{os.uname().machine} {os.cpu_count()} cpus",
+        "think_ms": THINK_MS,
+        "turns": TURNS,
+        "levels": [{k: row[k] for k in row if k not in ("temporal_said",)} for row in rows],
+        "healthy_up_to": max(healthy) if healthy else None,
+        "first_behind": behind[0]["in_flight"] if behind else None,
+        "why": behind[0]["fell_behind"] if behind else None,
+    }
+    print(json.dumps(summary))
+    return 0
