@@ -3,18 +3,19 @@ falls behind on this machine.
 
 Everything is real and local, as in `benchmarks episodes`: Postgres and the Temporal dev server of the
 embedded stack (its SQLite file, its dispatch settings), a scripted engine that thinks `THINK_MS` per turn
-(the pace of a small model on a CPU), `rollout gateway`, and two `rollout worker runner` processes. Each level
-plays 10-turn gridworld episodes (groups of one) with `in_flight` episode workflows at once, two waves of
-them, while a probe asks Temporal to describe the run's workflow twice a second (a read through its frontend,
-history service and SQLite, as every wait of the CLI makes).
+(the pace of a small model on a CPU), `rollout gateway`, and two `rollout worker runner` processes. Each
+level plays 10-turn gridworld episodes (groups of one) with `in_flight` episode workflows at once (several
+runs of at most `PER_RUN` each), two waves of them, while a probe asks Temporal to describe a run's workflow
+twice a second (a read through its frontend, history service and SQLite, as every wait of the CLI makes).
 
-Per level: episodes per second; each turn's overhead beyond the engine's think time (from the episodes' start
-and close times); the probe's p50/p95/max; the dev server's CPU share; errors in its log ("context deadline
-exceeded": its persistence timing out). Baseline (same run): the lowest level, `in_flight` 2.
+Per level: how many episodes played at once (mean and peak, from their start and close times); episodes per
+second; each turn's overhead beyond the engine's think time; the probe's p50/p95/max; the dev server's CPU
+share; errors in its log ("context deadline exceeded": its persistence timing out). Baseline (same run): the
+lowest level, `in_flight` 2.
 
 Temporal has fallen behind at a level when the probe's p95 passes `PROBE_P95_LIMIT_MS`, its log shows an
 error, or the overhead per turn is more than `OVERHEAD_FACTOR` times the baseline's. The last line's
-`healthy_up_to` is the highest level before the first that fell behind.
+`healthy_up_to` is the highest level before the first that fell behind (the levels stop there).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from typing import Any
 
 import psutil
 
-LEVELS = (2, 8, 16, 32, 64, 128, 192)
+LEVELS = (2, 8, 16, 32, 64, 128, 256, 384)
 QUICK_LEVELS = (2, 8)
 THINK_MS = 2000
 TURNS = 10
@@ -42,6 +43,9 @@ PROBE_EVERY_S = 0.5
 PROBE_P95_LIMIT_MS = 1000.0
 OVERHEAD_FACTOR = 4.0
 ENVIRONMENT = "benchmarks.episodes:gridworld_single"
+# Episodes in flight per run: a run's supply starts a fresh history every 100 groups, once those in flight
+# have ended (`GROUPS_PER_HISTORY`), so one run's two waves of more would not keep the level in flight.
+PER_RUN = 48
 
 
 async def _probe(client: Any, workflow_id: str, until: asyncio.Event, latencies: list[float]) -> None:
@@ -55,19 +59,28 @@ async def _probe(client: Any, workflow_id: str, until: asyncio.Event, latencies:
             await asyncio.wait_for(until.wait(), PROBE_EVERY_S)
 
 
-async def _turn_overheads_ms(client: Any, run: str, episodes: int) -> list[float]:
+async def _episode_spans(client: Any, run: str, episodes: int) -> list[tuple[float, float]]:
+    """Each finished episode's (start, close), in seconds since the epoch, from Temporal."""
     from rollout.workflows.names import episode_id, episode_workflow_id
 
-    overheads = []
+    spans = []
     for group in range(episodes):
-        described = await client.get_workflow_handle(
-            episode_workflow_id(run, episode_id(group, 0))
-        ).describe()
-        if described.close_time is None or described.start_time is None:
-            continue
-        took_ms = (described.close_time - described.start_time).total_seconds() * 1000
-        overheads.append((took_ms - TURNS * THINK_MS) / TURNS)
-    return overheads
+        handle = client.get_workflow_handle(episode_workflow_id(run, episode_id(group, 0)))
+        described = await handle.describe()
+        if described.close_time is not None and described.start_time is not None:
+            spans.append((described.start_time.timestamp(), described.close_time.timestamp()))
+    return spans
+
+
+def _concurrency(spans: list[tuple[float, float]]) -> tuple[float, int]:
+    """The mean number of episodes playing over the spans' whole extent, and the most at any moment."""
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    mean = sum(e - s for s, e in spans) / max(last - first, 1e-9)
+    playing = peak = 0
+    for _, change in sorted([(s, 1) for s, _ in spans] + [(e, -1) for _, e in spans]):
+        playing += change
+        peak = max(peak, playing)
+    return mean, peak
 
 
 def _errors_since(log: Path, offset: int) -> tuple[int, list[str]]:
@@ -81,37 +94,49 @@ def _errors_since(log: Path, offset: int) -> tuple[int, list[str]]:
 async def level(
     client: Any, queue: str, in_flight: int, temporal: psutil.Process, log: Path
 ) -> dict[str, Any]:
+    """`in_flight` episodes at once, as runs of at most `PER_RUN` each (several runs on one Temporal, as
+    several runs and evals are), each run two waves of its share."""
     from rollout.workflows.names import run_workflow_id
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.run_types import RunInput
 
-    run = f"load-{in_flight}-{uuid.uuid4().hex[:6]}"
-    episodes = 2 * in_flight
+    shares = [in_flight // -(-in_flight // PER_RUN)] * -(-in_flight // PER_RUN)
+    shares[0] += in_flight - sum(shares)
+    runs = [(f"load-{in_flight}-{uuid.uuid4().hex[:6]}-{i}", share) for i, share in enumerate(shares)]
     offset = await asyncio.to_thread(lambda: log.stat().st_size)
     cpu_before, wall_before = temporal.cpu_times(), time.perf_counter()
-    handle = await client.start_workflow(
-        RunWorkflow.run,
-        RunInput(run, ENVIRONMENT, groups_in_flight=in_flight, max_groups=episodes),
-        id=run_workflow_id(run),
-        task_queue=queue,
-    )
+    handles = [
+        await client.start_workflow(
+            RunWorkflow.run,
+            RunInput(run, ENVIRONMENT, groups_in_flight=share, max_groups=2 * share),
+            id=run_workflow_id(run),
+            task_queue=queue,
+        )
+        for run, share in runs
+    ]
     done, probes = asyncio.Event(), []
-    probing = asyncio.create_task(_probe(client, handle.id, done, probes))
-    status = await handle.result()
+    probing = asyncio.create_task(_probe(client, handles[0].id, done, probes))
+    statuses = await asyncio.gather(*(handle.result() for handle in handles))
     wall_s = time.perf_counter() - wall_before
     cpu_after = temporal.cpu_times()
     done.set()
     await probing
-    overheads = await _turn_overheads_ms(client, run, episodes)
+    spans = [span for run, share in runs for span in await _episode_spans(client, run, 2 * share)]
+    overheads = [((end - start) * 1000 - TURNS * THINK_MS) / TURNS for start, end in spans]
+    mean, peak = _concurrency(spans)
     errors, said = _errors_since(log, offset)
     probes.sort()
+    finished = sum(status.episodes_finished for status in statuses)
     return {
         "in_flight": in_flight,
-        "episodes": status.episodes_finished,
-        "failed": status.episodes_failed,
-        "episodes_per_s": round(status.episodes_finished / wall_s, 2),
-        "turn_overhead_p50_ms": round(statistics.median(overheads), 1) if overheads else None,
-        "turn_overhead_p95_ms": round(_p95(sorted(overheads)), 1) if overheads else None,
+        "runs": len(runs),
+        "episodes": finished,
+        "failed": sum(status.episodes_failed for status in statuses),
+        "playing_mean": round(mean, 1),
+        "playing_peak": peak,
+        "episodes_per_s": round(finished / wall_s, 2),
+        "turn_overhead_p50_ms": round(statistics.median(overheads), 1),
+        "turn_overhead_p95_ms": round(_p95(sorted(overheads)), 1),
         "probe_p50_ms": round(statistics.median(probes), 1),
         "probe_p95_ms": round(_p95(probes), 1),
         "probe_max_ms": round(probes[-1], 1),
@@ -155,6 +180,8 @@ async def measure(
         row["fell_behind"] = fell_behind(row, rows[0] if rows else row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
+        if row["fell_behind"]:
+            break  # the levels above would only pile on
     return rows
 
 
