@@ -174,10 +174,11 @@ def test_down_returns_within_30_s_and_names_the_services_it_had_to_kill(tmp_path
         ("temporal", STUBBORN),
         ("runner", "import time; print('up', flush=True); time.sleep(600)"),  # stops when asked
     ]:
-        started[name] = subprocess.Popen(
+        process = subprocess.Popen(
             [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True
         )
-        assert started[name].stdout is not None and started[name].stdout.readline() == "up\n"
+        assert process.stdout is not None and process.stdout.readline() == "up\n"
+        started[name] = process
         write_pid_file(run / f"{name}.pid", started[name].pid)
     began = time.monotonic()
     done = rollout("down", *overrides, check=True)
