@@ -134,6 +134,9 @@ class EngineSettings:
     # Self-play opponents (and evals' checkpoints) an engine keeps loaded beyond each policy's newest, once
     # released: the least recently requested is evicted first (a still-requested one is always held).
     opponent_adapters: int = 4
+    # local: MiB of key/value states kept across requests, so a conversation's next turn prefills only its new
+    # tokens (least recently used evicted first; 0: none). vLLM sizes its own prefix cache inside its budget.
+    prefix_cache_mb: int = 1024
     vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
     vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
@@ -453,6 +456,11 @@ def _check_values(settings: Settings) -> None:
             "bad value for 'services.engine.opponent_adapters': "
             f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
             "opponent is unloaded as soon as its last episode ends)"
+        )
+    if settings.services.engine.prefix_cache_mb < 0:
+        raise ConfigError(
+            "bad value for 'services.engine.prefix_cache_mb': "
+            f"{settings.services.engine.prefix_cache_mb} is not a size; set 0 or more MiB (0: no prefix cache)"
         )
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:

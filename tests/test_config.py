@@ -94,6 +94,12 @@ def test_a_lora_rank_vllm_does_not_serve_is_refused_when_the_settings_are_loaded
     assert config.load(["services.engine.vllm_max_lora_rank=320"]).services.engine.vllm_max_lora_rank == 320
 
 
+def test_a_negative_prefix_cache_budget_is_refused_naming_the_setting() -> None:
+    with pytest.raises(config.ConfigError, match=r"'services\.engine\.prefix_cache_mb': -1 is not a size"):
+        config.load(["services.engine.prefix_cache_mb=-1"])
+    assert config.load(["services.engine.prefix_cache_mb=0"]).services.engine.prefix_cache_mb == 0
+
+
 def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> None:
     """A negative max_lag admits no turn (each waits out its budget, then 503): refused at the config, at a
     run's input, and when a run's recorded settings are read back from the ledger."""

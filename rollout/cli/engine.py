@@ -175,6 +175,7 @@ def serve(
         model_path=model_path,
         served_name=served_name,
         device=device,
+        prefix_cache_mb=settings.services.engine.prefix_cache_mb,
         script=script,
         think_s=think_ms / 1000,
         tinker_base_model=tinker_base_model,
@@ -186,6 +187,8 @@ def serve(
     except EngineSetupError as error:
         fail(str(error), code=2)
     err.print(f"{spec.describe()} as '{served_name}' on http://{host}:{port}")
+    if (no_cache := getattr(engine, "prefix_cache_off", None)) is not None:
+        err.print(f"no prefix cache: {no_cache}")
     asyncio.run(
         serve_engine(
             engine,

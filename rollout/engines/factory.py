@@ -52,6 +52,7 @@ class EngineSpec:
     model_path: str
     served_name: str = "base"
     device: str | None = None  # local
+    prefix_cache_mb: int = 1024  # local: services.engine.prefix_cache_mb
     script: str | None = None  # scripted: package.module:function
     think_s: float = 0.0  # scripted
     tinker_base_model: str | None = None  # tinker (default: model)
@@ -109,7 +110,12 @@ def build_engine(spec: EngineSpec) -> ServedEngine:
         return ScriptedEngine(renderer, reply, served_name=spec.served_name, think_s=spec.think_s)
     from rollout.engines.local import LocalEngine
 
-    return LocalEngine(spec.model_path, device=spec.device, served_name=spec.served_name)
+    return LocalEngine(
+        spec.model_path,
+        device=spec.device,
+        served_name=spec.served_name,
+        prefix_cache_mb=spec.prefix_cache_mb,
+    )
 
 
 async def serve_engine(

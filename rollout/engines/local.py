@@ -16,6 +16,12 @@ Contract:
   sampled while asleep.
 - Callers may be on several event loops (an HTTP server's thread and the caller's own): each request is handed
   to the batcher's loop, and its result, tokens or error back to the caller's loop, thread-safely.
+- Key/value states are kept across requests in a prefix cache of `prefix_cache_mb` (0: none; least recently
+  used evicted first: rollout.engines.prefix_cache), keyed by the served name and the load that made it, so a
+  conversation's next turn prefills only its new tokens and an unloaded (or reloaded) checkpoint's states are
+  never reused. Each result's `cached_tokens` says how many prompt tokens came from it. A model whose cache
+  cannot be shared by a shorter prefix (sliding-window or linear-attention layers: Qwen3.5) samples without
+  it; `prefix_cache_off` says why. Asleep, the cache is emptied.
 - `stream` hands out each token as its batch draws it (the batch runs on a worker thread, which passes tokens
   to the event loop); its ids and logprobs are those `sample` would return, from the same batched loop. A
   stream closed early, or a `sample` whose caller was cancelled, stops its row of the batch after the next
@@ -25,6 +31,7 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import threading
 import time
@@ -32,6 +39,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.engines.prefix_cache import PrefixCache
 from rollout.engines.protocol import (
     CheckpointRef,
     EngineUnavailable,
@@ -40,6 +48,7 @@ from rollout.engines.protocol import (
     SampleRequest,
     SampleResult,
 )
+from rollout.engines.sampling import Reuse, Sampled, reuse_refused, sample_batch
 
 log = logging.getLogger(__name__)
 
@@ -86,6 +95,7 @@ class LocalEngine:
         max_batch: int = 32,
         batch_window_s: float = 0.005,
         max_queued: int = 256,
+        prefix_cache_mb: int = 1024,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -119,6 +129,20 @@ class LocalEngine:
         self._batcher: asyncio.Task[None] | None = None
         self.batches_run = 0
         self.largest_batch = 0
+        self.prefix_cache: PrefixCache | None = None
+        self.prefix_cache_off: str | None = None  # why there is no prefix cache, when there is none
+        if prefix_cache_mb < 0:
+            raise ValueError(
+                f"prefix_cache_mb is a size in MiB ≥ 0 (0: no prefix cache), not {prefix_cache_mb}"
+            )
+        if prefix_cache_mb == 0:
+            self.prefix_cache_off = "services.engine.prefix_cache_mb=0"
+        elif (refused := reuse_refused(self.model)) is not None:
+            self.prefix_cache_off = f"{model_path}: {refused}"
+        else:
+            self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
+        self._loads = itertools.count(1)
+        self._cache_keys: dict[str, str | None] = {served_name: f"{served_name}#0"}  # None: not cacheable
 
     @property
     def models(self) -> list[str]:
@@ -193,37 +217,32 @@ class LocalEngine:
             for model_name, group in by_model.items():
                 await self._run_group(model_name, group)
 
-    async def _run_group(self, model_name: str, group: list[_Pending]) -> None:
-        from rollout.engines.sampling import Sampled, sample_batch
+    def _reuse(self, model_name: str) -> Reuse | None:
+        key = self._cache_keys.get(model_name)
+        if self.prefix_cache is None or key is None:
+            return None
+        return Reuse(self.prefix_cache, key)
 
+    async def _run_group(self, model_name: str, group: list[_Pending]) -> None:
         started = time.perf_counter()
+        answered: set[int] = set()  # rows whose caller has its result (or its stream its last chunk)
 
         def on_token(row: int, token: int, logprob: float, finish: FinishReason | None) -> bool:
             # Runs on the sampling thread: hand the token to its caller's loop, never touch its queue from
-            # here.
+            # here. A stream's last token goes with its finish, from on_finished.
             item = group[row]
-            if item.chunks is not None:
-                item.hand(
-                    SampleChunk(
-                        ids=(token,),
-                        logprobs=(logprob,),
-                        finish_reason=finish,
-                        model=model_name if finish else None,
-                        timings={
-                            "queued_s": started - item.queued_at,
-                            "compute_s": time.perf_counter() - started,
-                        }
-                        if finish
-                        else {},
-                    )
-                )
+            if item.chunks is not None and finish is None:
+                item.hand(SampleChunk(ids=(token,), logprobs=(logprob,)))
             return item.wanted()
 
         def on_finished(row: int, sampled: Sampled) -> None:
-            # Runs on the sampling thread: a `sample` gets its result the step its row finishes.
+            # Runs on the sampling thread: a caller gets its result the step its row finishes.
+            if row in answered:
+                return
+            answered.add(row)
             item = group[row]
+            timings = {"queued_s": started - item.queued_at, "compute_s": time.perf_counter() - started}
             if item.future is not None:
-                timings = {"queued_s": started - item.queued_at, "compute_s": time.perf_counter() - started}
                 item.settle(
                     SampleResult(
                         completion_ids=sampled.ids,
@@ -231,6 +250,18 @@ class LocalEngine:
                         finish_reason=sampled.finish_reason,
                         model=model_name,
                         timings=timings,
+                        cached_tokens=sampled.cached_tokens,
+                    )
+                )
+            else:
+                item.hand(
+                    SampleChunk(
+                        ids=sampled.ids[-1:],
+                        logprobs=sampled.logprobs[-1:],
+                        finish_reason=sampled.finish_reason,
+                        model=model_name,
+                        timings=timings,
+                        cached_tokens=sampled.cached_tokens,
                     )
                 )
 
@@ -250,15 +281,17 @@ class LocalEngine:
                     self.eos_ids,
                     on_token,
                     on_finished,
+                    self._reuse(model_name),
                 )
         except Exception as error:  # a failed batch fails its requests, never the batcher
-            for item in group:
-                item.settle(error)
+            for row, item in enumerate(group):
+                if row not in answered:
+                    item.settle(error)
             return
         self.batches_run += 1
         self.largest_batch = max(self.largest_batch, len(group))
-        # A row that drew nothing (no budget) never finished: settle it now; a no-op for the `sample`s
-        # settled as they finished.
+        # A row that drew nothing (no budget) never finished: answer it now; a no-op for the rows answered
+        # as they finished.
         for row, result in enumerate(results):
             on_finished(row, result)
 
@@ -295,6 +328,7 @@ class LocalEngine:
         dtype = torch.bfloat16 if self.device.startswith("cuda") else torch.float32
         model: Any = AutoModelForCausalLM.from_pretrained(checkpoint.path, dtype=dtype)
         self.full[checkpoint.name] = model.to("cpu" if self.sleeping else self.device).eval()
+        self._cache_keys[checkpoint.name] = self._new_cache_key(checkpoint.name, model)
 
     def _load_adapter(self, checkpoint: CheckpointRef) -> None:
         from peft import PeftModel
@@ -310,17 +344,32 @@ class LocalEngine:
         self.model.eval()
         self.adapters[checkpoint.name] = checkpoint.path
         self._adapter_ids[checkpoint.name] = adapter_id
+        self._cache_keys[checkpoint.name] = self._new_cache_key(checkpoint.name, None)
+
+    def _new_cache_key(self, name: str, model: Any) -> str | None:
+        """The key the states `name` computes are kept under: new for each load, so a checkpoint unloaded
+        and loaded again never meets its old states. None: its own model's cache cannot be shared."""
+        if model is not None and reuse_refused(model) is not None:
+            return None
+        return f"{name}#{next(self._loads)}"
+
+    def _forget_states(self, name: str) -> None:
+        key = self._cache_keys.pop(name, None)
+        if self.prefix_cache is not None and key is not None:
+            self.prefix_cache.drop(key)
 
     async def unload(self, name: str) -> None:
         if name in self.full:
             async with self._model_lock:
                 del self.full[name]
+                self._forget_states(name)
             return
         if name not in self.adapters:
             raise KeyError(f"no checkpoint named {name!r}")
         async with self._model_lock:
             adapter_id = self._adapter_ids.pop(name)
             del self.adapters[name]
+            self._forget_states(name)
             if self.adapters:
                 self.model.delete_adapter(adapter_id)
             else:  # the last one: back to the plain model (a peft wrapper with no adapter cannot run)
@@ -331,6 +380,8 @@ class LocalEngine:
             return
         self.sleeping = True  # from now on new requests are refused
         async with self._model_lock:  # the batch in flight finishes first; then the weights leave the device
+            if self.prefix_cache is not None:
+                self.prefix_cache.clear()
             await asyncio.to_thread(self._place, "cpu")
 
     async def wake(self) -> None:

@@ -3,7 +3,10 @@
 Contract:
 - `sample` takes exact prompt token ids and returns exact completion token ids with one behaviour logprob per
   completion token (the log-probability under the engine's model at temperature 1, as vLLM reports it), the
-  finish reason, and the name of the checkpoint that produced them. The engine never re-tokenises.
+  finish reason, and the name of the checkpoint that produced them, and how many of the prompt's tokens it
+  took from its prefix cache instead of computing them (`cached_tokens`: OpenAI's
+  `usage.prompt_tokens_details.cached_tokens`; 0 from an engine that keeps none). The engine never
+  re-tokenises.
 - Sampling parameters other than the ids (temperature, top_p, stop token ids, seed) shape which tokens are
   drawn, not how their logprobs are reported.
 - `stream` (optional: `StreamingEngine`) yields the same completion as `SampleChunk`s while it is sampled:
@@ -64,6 +67,7 @@ class SampleResult:
     finish_reason: FinishReason
     model: str
     timings: dict[str, float] = field(default_factory=dict[str, float])
+    cached_tokens: int = 0  # prompt tokens taken from the engine's prefix cache
 
     def __post_init__(self) -> None:
         if len(self.completion_ids) != len(self.logprobs):
@@ -72,14 +76,15 @@ class SampleResult:
 
 @dataclass(frozen=True)
 class SampleChunk:
-    """Ids sampled since the previous chunk, one logprob each; the last chunk has `finish_reason` and
-    `model`."""
+    """Ids sampled since the previous chunk, one logprob each; the last chunk has `finish_reason`, `model`
+    and `cached_tokens`."""
 
     ids: tuple[int, ...]
     logprobs: tuple[float, ...]
     finish_reason: FinishReason | None = None
     model: str | None = None
     timings: dict[str, float] = field(default_factory=dict[str, float])
+    cached_tokens: int = 0
 
     def __post_init__(self) -> None:
         if len(self.ids) != len(self.logprobs):
@@ -119,6 +124,7 @@ async def _one_chunk(engine: Engine, request: SampleRequest) -> AsyncGenerator[S
         finish_reason=result.finish_reason,
         model=result.model,
         timings=result.timings,
+        cached_tokens=result.cached_tokens,
     )
 
 
@@ -138,4 +144,5 @@ def collected(chunks: list[SampleChunk], model: str) -> SampleResult:
         finish_reason=(last.finish_reason if last else None) or "length",
         model=(last.model if last else None) or model,
         timings=last.timings if last else {},
+        cached_tokens=last.cached_tokens if last else 0,
     )

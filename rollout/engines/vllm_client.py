@@ -17,6 +17,8 @@ as they arrive (ids from `token_ids`, or from `token_id:N` tokens when the serve
 raises them, an error event as `EngineError` (or `EngineUnavailable` when it is vLLM's retryable 503, as for a
 request refused while paused) and an abort mid-stream as `EngineUnavailable` (the gateway then records the
 turn aborted). Closing the stream early closes its connection, which is how vLLM learns to stop generating.
+A result's `cached_tokens` is the answer's `usage.prompt_tokens_details.cached_tokens` (a stream asks for its
+usage chunk), 0 where the engine reports none, never more than the prompt.
 
 Every request carries `api_key` as `Authorization: Bearer <key>` (the engine API key,
 rollout.serving.engine_api_key, which vLLM and rollout's engine server both demand); `api_key=None` sends
@@ -34,6 +36,7 @@ import asyncio
 import contextlib
 import json
 from collections.abc import AsyncGenerator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -163,10 +166,11 @@ class VLLMEngine:
             logprobs=tuple(float(x) for x in choice["logprobs"]["token_logprobs"]),
             finish_reason=_finish(choice, self.base_url),
             model=body.get("model", request.model),
+            cached_tokens=_cached_tokens(body.get("usage"), request),
         )
 
     async def stream(self, request: SampleRequest) -> AsyncGenerator[SampleChunk]:
-        payload = {**self._payload(request), "stream": True}
+        payload = {**self._payload(request), "stream": True, "stream_options": {"include_usage": True}}
         try:
             async with self._client().post("/v1/completions", json=payload) as response:
                 if response.status != 200:
@@ -183,6 +187,8 @@ class VLLMEngine:
                     event = json.loads(data)
                     if "error" in event:
                         raise _stream_error(event["error"], self.base_url)
+                    if last is not None and event.get("usage"):  # after the last choice, before [DONE]
+                        last = replace(last, cached_tokens=_cached_tokens(event["usage"], request))
                     for choice in event.get("choices") or []:  # the usage chunk has none
                         ids = _token_ids(choice)
                         logprobs = tuple(
@@ -293,6 +299,17 @@ def _stream_error(error: Any, base_url: str) -> EngineError | EngineUnavailable:
     if details.get("code") == 503 or details.get("type") == "ServiceUnavailableError":
         return EngineUnavailable(f"engine at {base_url} refused the request: {message}")
     return EngineError(f"engine at {base_url} failed mid-stream: {message}")
+
+
+def _cached_tokens(usage: Any, request: SampleRequest) -> int:
+    """The prompt tokens the engine says came from its prefix cache (`usage.prompt_tokens_details
+    .cached_tokens`; vLLM sends it with `--enable-prompt-tokens-details`), 0 when it says nothing, never
+    more than the prompt."""
+    details = usage.get("prompt_tokens_details") if isinstance(usage, dict) else None
+    cached = details.get("cached_tokens") if isinstance(details, dict) else None
+    if not isinstance(cached, int) or isinstance(cached, bool):
+        return 0
+    return max(0, min(cached, len(request.prompt_ids)))
 
 
 def _finish(choice: dict[str, Any], base_url: str) -> FinishReason:

@@ -6,6 +6,8 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   `stream: true` it answers with server-sent events as vLLM does: one `text_completion` chunk per batch of
   tokens the engine hands out (`token_ids`, `logprobs` and `text` of those tokens; `prompt_token_ids` on the
   first; `finish_reason` on the last), a usage chunk when `stream_options.include_usage`, then `data: [DONE]`.
+  Usage carries `prompt_tokens_details.cached_tokens` (the prompt tokens the engine's prefix cache held), as
+  vLLM's does with `--enable-prompt-tokens-details`.
   An error before the first token is an ordinary error response; one after it is a `data: {"error": ...}`
   event. A client that disconnects stops the generation.
 - `POST /v1/load_lora_adapter` `{lora_name, lora_path}`, `POST /v1/unload_lora_adapter` `{lora_name}`.
@@ -188,6 +190,7 @@ async def _streamed(
         sent_text = ""
         chunk: SampleChunk | None = first
         model = request.model
+        cached_tokens = 0
         try:
             while chunk is not None:
                 sent_ids += chunk.ids
@@ -199,6 +202,7 @@ async def _streamed(
                 delta = text[len(sent_text) :] if text.startswith(sent_text) else ""
                 sent_text = text if text.startswith(sent_text) else sent_text
                 model = chunk.model or model
+                cached_tokens = chunk.cached_tokens or cached_tokens
                 choice: dict[str, Any] = {
                     "index": 0,
                     "text": delta,
@@ -234,11 +238,7 @@ async def _streamed(
                         "created": created,
                         "model": model,
                         "choices": [],
-                        "usage": {
-                            "prompt_tokens": len(request.prompt_ids),
-                            "completion_tokens": len(sent_ids),
-                            "total_tokens": len(request.prompt_ids) + len(sent_ids),
-                        },
+                        "usage": _usage(request, len(sent_ids), cached_tokens),
                     }
                 )
         except Exception as error:  # mid-stream, as vLLM reports it: an error event, then the end
@@ -248,6 +248,17 @@ async def _streamed(
         yield b"data: [DONE]\n\n"
 
     return StreamingResponse(events(), media_type="text/event-stream")
+
+
+def _usage(request: SampleRequest, completion_tokens: int, cached_tokens: int) -> dict[str, Any]:
+    """A completion's usage, as vLLM reports it with `--enable-prompt-tokens-details`."""
+    prompt_tokens = len(request.prompt_ids)
+    return {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+        "prompt_tokens_details": {"cached_tokens": cached_tokens},
+    }
 
 
 def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") -> Starlette:
@@ -297,11 +308,7 @@ def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") ->
                 "created": int(time.time()),
                 "model": result.model,
                 "choices": [choice],
-                "usage": {
-                    "prompt_tokens": len(sample_request.prompt_ids),
-                    "completion_tokens": len(result.completion_ids),
-                    "total_tokens": len(sample_request.prompt_ids) + len(result.completion_ids),
-                },
+                "usage": _usage(sample_request, len(result.completion_ids), result.cached_tokens),
             }
         )
 
