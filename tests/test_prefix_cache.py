@@ -1,5 +1,6 @@
 """The local engine's prefix cache: a turn sampled on a cached prefix draws what the same turn computed fresh
-draws, never reuses another checkpoint's states, and holds to its budget."""
+draws, never reuses another checkpoint's states, and holds to its budget; the gateway's answers and records
+say how many prompt tokens it held."""
 
 from __future__ import annotations
 
@@ -22,7 +23,10 @@ from rollout.engines.protocol import CheckpointRef, SampleRequest, collected
 from rollout.engines.sampling import Reuse, reuse_refused, sample_batch
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
+from rollout.ledger import Ledger
 from rollout.net import free_port
+from rollout.rendering import ModelRenderer
+from tests.gatewayutil import serve_gateway, turns
 
 API_KEY = "prefix-cache-test-key"
 LOGPROB_TOLERANCE = 1e-4  # float32 on CPU: the cached and fresh paths sum the same terms in other orders
@@ -277,3 +281,46 @@ async def test_models_whose_cache_a_prefix_cannot_share_sample_without_it(
     first = await engine.sample(SampleRequest(prompt, max_tokens=6, seed=1))
     again = await engine.sample(SampleRequest(prompt, max_tokens=6, seed=1))
     assert first.cached_tokens == again.cached_tokens == 0 and first.completion_ids == again.completion_ids
+
+
+async def test_a_conversation_through_the_gateway_reports_and_records_its_cached_tokens(
+    ledger: Ledger, renderer: ModelRenderer, seat: tuple[str, str], tiny_qwen3: str
+) -> None:
+    import anthropic
+    import openai
+
+    seat_id, token = seat
+    engine = LocalEngine(tiny_qwen3, device="cpu")
+    async with serve_gateway(ledger, renderer, engine) as running:
+        chat = openai.AsyncOpenAI(base_url=f"{running.url}/s/{token}/v1", api_key="unused", max_retries=0)
+        messages: list[Any] = [{"role": "user", "content": "the first turn of a conversation"}]
+        first = await chat.chat.completions.create(model="base", messages=messages, max_tokens=8)
+        messages += [
+            {"role": "assistant", "content": first.choices[0].message.content or ""},
+            {"role": "user", "content": "the second"},
+        ]
+        second = await chat.chat.completions.create(model="base", messages=messages, max_tokens=8)
+        assert first.usage is not None and second.usage is not None
+        assert (
+            first.usage.prompt_tokens_details is not None and second.usage.prompt_tokens_details is not None
+        )
+        assert first.usage.prompt_tokens_details.cached_tokens == 0
+        cached = second.usage.prompt_tokens_details.cached_tokens or 0
+        assert first.usage.prompt_tokens <= cached < second.usage.prompt_tokens
+        # Anthropic's dialect counts what its cache read apart from the input it computed.
+        claude = anthropic.AsyncAnthropic(
+            base_url=f"{running.url}/s/{token}", api_key="unused", max_retries=0
+        )
+        third = await claude.messages.create(
+            model="base",
+            max_tokens=8,
+            messages=[
+                *messages,
+                {"role": "assistant", "content": "x"},
+                {"role": "user", "content": "the third"},
+            ],
+        )
+        assert (third.usage.cache_read_input_tokens or 0) >= cached
+        assert third.usage.input_tokens > 0
+    records = await turns(ledger, seat_id)
+    assert [r.get("cached_tokens", 0) for r in records] == [0, cached, third.usage.cache_read_input_tokens]

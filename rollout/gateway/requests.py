@@ -130,3 +130,4 @@ class Turn:
     model: str
     stop_sequence: str | None = None
     replayed: bool = False
+    cached_tokens: int = 0  # prompt tokens the engine did not compute again (its prefix cache)

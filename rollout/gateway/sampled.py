@@ -9,7 +9,7 @@ cut where a stop string completes (engines stop on ids, clients on text), parsed
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from rollout.engines.protocol import SampleResult
 from rollout.gateway.admission import Admitted, EngineSlot
@@ -56,6 +56,7 @@ def sampled_turn(
         turn_index=request.turn_index,
         model=slot.checkpoint,
         stop_sequence=stop_sequence,
+        cached_tokens=result.cached_tokens,
     )
     done = time.perf_counter()
     record = SampledTurn(
@@ -89,6 +90,7 @@ def sampled_turn(
             **result.timings,
         },
         opening=rendered.opening,
+        cached_tokens=result.cached_tokens,
     )
     head = Head(
         segment_id=segment_id,
@@ -112,10 +114,6 @@ def _cut_at_stop_strings(
     if cut is None:
         return result, None
     k, hit = cut
-    return SampleResult(
-        completion_ids=result.completion_ids[:k],
-        logprobs=result.logprobs[:k],
-        finish_reason="stop",
-        model=result.model,
-        timings=result.timings,
+    return replace(
+        result, completion_ids=result.completion_ids[:k], logprobs=result.logprobs[:k], finish_reason="stop"
     ), hit

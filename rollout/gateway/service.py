@@ -367,6 +367,7 @@ class Gateway:
             model=record.checkpoint,
             stop_sequence=record.stop_sequence,
             replayed=True,
+            cached_tokens=record.cached_tokens,
         )
 
     async def heads(self, seat: Seat) -> list[Head]:

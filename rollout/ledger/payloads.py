@@ -28,7 +28,7 @@ from rollout.records import Payload
 class SampledTurn(Payload):
     """A turn sampled on one of the platform's engines, recorded before its response completed."""
 
-    OMITTED_AT_DEFAULT = ("aborted", "opening")
+    OMITTED_AT_DEFAULT = ("aborted", "opening", "cached_tokens")
 
     seat: str = ""
     run: str | None = None
@@ -61,8 +61,11 @@ class SampledTurn(Payload):
     # A new segment's first turn: the conversation's opening (model asked for, tools, start of its system
     # prompt and first user message; rollout.gateway.segments.conversation_opening). None on later turns.
     opening: dict[str, Any] | None = None
+    cached_tokens: int = 0  # prompt tokens the engine took from its prefix cache instead of computing them
 
     def __post_init__(self) -> None:
+        if not 0 <= self.cached_tokens <= self.prompt_prefix_len + len(self.prompt_ids_delta):
+            raise ValueError(f"cached_tokens {self.cached_tokens} is not a count of the prompt's tokens")
         if len(self.completion_logprobs) != len(self.completion_ids):
             raise ValueError(
                 f"{len(self.completion_ids)} completion ids but {len(self.completion_logprobs)} logprobs: every "

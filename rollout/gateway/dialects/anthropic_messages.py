@@ -155,12 +155,13 @@ class AnthropicMessages:
     def stop_reason(self, turn: Turn) -> str:
         return "stop_sequence" if turn.stop_sequence else STOP_REASONS[turn.finish_reason]
 
-    def _usage(self, turn: Turn) -> dict[str, int]:
+    def usage(self, turn: Turn) -> dict[str, int]:
+        # Anthropic counts input read from its cache apart from `input_tokens` (their sum is the prompt).
         return {
-            "input_tokens": turn.prompt_tokens,
+            "input_tokens": turn.prompt_tokens - turn.cached_tokens,
             "output_tokens": turn.completion_tokens,
             "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": 0,
+            "cache_read_input_tokens": turn.cached_tokens,
         }
 
     def response(self, turn: Turn) -> dict[str, Any]:
@@ -172,7 +173,7 @@ class AnthropicMessages:
             "content": self._content(turn),
             "stop_reason": self.stop_reason(turn),
             "stop_sequence": turn.stop_sequence,
-            "usage": self._usage(turn),
+            "usage": self.usage(turn),
         }
 
     def writer(self) -> MessagesStream:
@@ -284,7 +285,8 @@ class MessagesStream:
                         "stop_reason": self.dialect.stop_reason(turn),
                         "stop_sequence": turn.stop_sequence,
                     },
-                    "usage": {"output_tokens": turn.completion_tokens},
+                    # Cumulative, as Anthropic's are: now that the engine has said what its cache held.
+                    "usage": self.dialect.usage(turn),
                 },
                 "message_delta",
             )

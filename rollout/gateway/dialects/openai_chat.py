@@ -116,11 +116,12 @@ class OpenAIChat:
             ]
         return message
 
-    def usage(self, turn: Turn) -> dict[str, int]:
+    def usage(self, turn: Turn) -> dict[str, Any]:
         return {
             "prompt_tokens": turn.prompt_tokens,
             "completion_tokens": turn.completion_tokens,
             "total_tokens": turn.prompt_tokens + turn.completion_tokens,
+            "prompt_tokens_details": {"cached_tokens": turn.cached_tokens},
         }
 
     def response(self, turn: Turn) -> dict[str, Any]:

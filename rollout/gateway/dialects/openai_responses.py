@@ -180,7 +180,7 @@ class OpenAIResponses:
             if turn is None
             else {
                 "input_tokens": turn.prompt_tokens,
-                "input_tokens_details": {"cached_tokens": 0},
+                "input_tokens_details": {"cached_tokens": turn.cached_tokens},
                 "output_tokens": turn.completion_tokens,
                 "output_tokens_details": {"reasoning_tokens": 0},
                 "total_tokens": turn.prompt_tokens + turn.completion_tokens,
