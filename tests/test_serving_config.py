@@ -62,7 +62,18 @@ def test_the_minecraft_one_gpu_preset_composes_and_fits_sixteen_gigabytes() -> N
     )
     carried = told(extra, ENGINE.name)
     assert carried.services.engine == extra.services.engine, "the engine process reads services.engine.* back"
-    assert carried.services.gateway == extra.services.gateway and carried.trainer == extra.trainer
+    assert carried.services.gateway == extra.services.gateway
+    assert (carried.engine_kind, carried.gpu_lease) == (extra.engine_kind, extra.gpu_lease)
+    # Only the trainer's settings the engine reads: a run of more steps leaves the engine's process alone.
+    more_steps = load_settings(["preset=minecraft-one-gpu", "trainer.steps=99", "trainer.learning_rate=0.5"])
+    from rollout.stack.embedded import Stack
+
+    engine_process, again = Stack(settings).process(ENGINE.name), Stack(more_steps).process(ENGINE.name)
+    assert engine_process is not None and again is not None and again.command == engine_process.command
+    tinker = load_settings(
+        ["preset=minecraft-one-gpu", "trainer.provider=tinker", "trainer.tinker_url=http://t"]
+    )
+    assert told(tinker, ENGINE.name).trainer.tinker_url == "http://t"
     assert told(extra, TRAINER.name).trainer == extra.trainer, "the trainer trains what was asked"
 
     budget = settings_budget(settings)

@@ -9,7 +9,8 @@ Contract:
   runner`, `worker trainer` and `monitor` default each option to its setting), so a role's command line is
   its command and `service_overrides(settings, …)`, the typed settings written out one `key=value` per
   field (`rollout.overrides`), which the process loads back as they were: nothing here spells a
-  command's flag.
+  command's flag. A role is told only the sections (or single settings) it reads: a change to any other
+  leaves its command line, so its running process, as it was.
 - Every role is given the stack's addresses (`STACK_SECTIONS`): data and model directories, log level,
   Temporal, the gateway and engine, the sandbox isolation, and the ledger as the worker role
   (`services.postgres.worker_url`); never the owner's URL. The worker URL's password is not on the command
@@ -175,7 +176,16 @@ ENGINE = Role(
     name="Engine",
     command=("engine", "serve"),
     status=_engine_status,
-    reads=("services.engine", "trainer", "gpu"),  # its kind, Tinker's model, the GPU lease it gives way to
+    # Its kind (auto follows the trainer's provider), Tinker's model, the GPU lease it gives way to: only the
+    # trainer's settings it reads, so a run that trains other steps or rates does not restart (and reload) it.
+    reads=(
+        "services.engine",
+        "trainer.provider",
+        "trainer.tinker_base_model",
+        "trainer.tinker_url",
+        "trainer.gpu_lease",
+        "gpu",
+    ),
     listens=("services.gateway.engine_host", "services.gateway.engine_port"),
     ready_s=lambda settings: 1800.0 if settings.engine_kind == EngineKind.vllm else 600.0,
 )
