@@ -80,8 +80,10 @@ class ChaosStack:
             [ROLLOUT, *args, *self.overrides], cwd=self.cwd, capture_output=True, text=True, timeout=timeout
         )
 
-    def up(self) -> None:
-        done = self.rollout("up", "preset=cpu-micro", "--json")
+    def up(self, steps: int) -> None:
+        # The trainer worker is told the trainer's settings: with the steps the runs train, the first
+        # `rollout train` finds it as it wants it, rather than restarting it (a model load) mid warm-up.
+        done = self.rollout("up", "preset=cpu-micro", f"trainer.steps={steps}", "--json")
         if done.returncode != 0:
             raise RuntimeError(f"rollout up failed:\n{done.stderr[-3000:]}{done.stdout[-2000:]}")
 
@@ -358,7 +360,7 @@ def run_matrix(
     stack = ChaosStack(data_dir=scratch / "data", models_dir=models_dir, cwd=scratch)
     lines: list[dict[str, Any]] = []
     try:
-        stack.up()
+        stack.up(steps)
         # A first run warms what only a first run pays for (the trainer's start, the model's first load), so
         # the baseline's duration is that of a run like the cases' own: kills are drawn within it.
         warm = play(stack, Case(name="warm-up", steps=steps), base_s=0.0, baseline=None, scratch=scratch)

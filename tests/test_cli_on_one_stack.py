@@ -76,6 +76,10 @@ def user_stack(
         *isolated_overrides(root / "data", gateway=True),
         f"models_dir={models_dir}",
         "preset=cpu-micro",
+        # The steps most of this module's runs train. The trainer worker is started with the trainer's
+        # settings, and every command that starts what is missing (`train`, `eval run`) restarts it when its
+        # own differ: with one value for all, only the run of 3 steps (which gives its own last) does.
+        "trainer.steps=2",
     ]
     try:
         started = services(rollout("up", "--json", *overrides, cwd=elsewhere))
@@ -427,7 +431,7 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     (project / "my_env.py").write_text(MY_ENV)
     (project / "runner_cannot_import.py").write_text(RUNNER_CANNOT_IMPORT)
     overrides = user_stack.overrides
-    micro = ["--preset", "cpu-micro", "trainer.steps=3", *overrides]
+    micro = ["--preset", "cpu-micro", *overrides, "trainer.steps=3"]  # the last value given wins
     settings = user_stack.settings
     # A runner that cannot import the environment: one paragraph, no traceback, and no run left behind.
     refused = rollout(

@@ -60,6 +60,9 @@ from rollout.stack.supervisor import (
 from rollout.stack.temporal import EmbeddedTemporal
 
 LEDGER_OUTAGE_S = 120.0  # the supervisor restarts Postgres within seconds; its backoff tops out at 30 s
+# A service with no port (a runner, the trainer, sandboxes) is taken to have started once it has run this long
+# since the supervisor started it without dying (a bad setting or an unreachable service ends it sooner).
+SETTLE_S = 5.0
 # `down`'s deadlines, one per step, asked to stop then killed: the services (and their supervisor) together,
 # then Temporal, then Postgres (fast shutdown, then immediate, then SIGKILL). Within DOWN_S in all.
 DOWN_LOCK_WAIT_S = 2.0
@@ -237,9 +240,11 @@ class Stack:
                 if spec.ports or was_running:
                     return
                 # A process with no port is ready when it has not died on start (a bad setting, an unreachable
-                # service): watch it a few seconds.
-                settled_at = settled_at or time.monotonic() + 5.0
-                if time.monotonic() > settled_at:
+                # service): it has run `SETTLE_S` since the supervisor started it (while the services started
+                # with it came up, say), or, at the latest, it is watched that long from here.
+                settled_at = settled_at or time.monotonic() + SETTLE_S
+                started_at = state.started_at if state is not None and state.started_at else time.time()
+                if time.monotonic() > settled_at or time.time() - started_at >= SETTLE_S:
                     return
             if supervisor_process(self.data_dir).pid() is None:
                 raise RuntimeError(
