@@ -137,6 +137,9 @@ class EngineSettings:
     # local: MiB of key/value states kept across requests, so a conversation's next turn prefills only its new
     # tokens (least recently used evicted first; 0: none). vLLM sizes its own prefix cache inside its budget.
     prefix_cache_mb: int = 1024
+    # Engines serving the stack's model on this machine, each on its own port (engine_port, then the next
+    # ones), each with its follower: the gateway spreads conversations over them (routing.*).
+    replicas: int = 1
     vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
     vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
@@ -146,6 +149,24 @@ class EngineSettings:
     # profiling samples that many at once, so it also sets the sampler's memory peak the budget counts.
     vllm_max_num_seqs: int | None = None
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
+
+
+class RoutingMode(StrEnum):
+    affine = "affine"  # a conversation's next turn to the engine and checkpoint of its last, load allowing
+    rotate = "rotate"  # the freshest checkpoint first, rotating among the engines serving it
+
+
+@dataclass
+class RoutingSettings:
+    """How the gateway picks the engine for a turn (rollout.gateway.affinity, docs/serving.md#routing)."""
+
+    mode: RoutingMode = RoutingMode.affine
+    # A conversation keeps its checkpoint across turns while max_lag allows (its segment then has one
+    # behaviour policy more often, and its cached prefix stays valid); off: each turn the freshest.
+    sticky: bool = True
+    # Turns in flight an engine may have beyond the least-loaded eligible one and still take a conversation's
+    # next turn: a few more rows cost a decode step little, a move costs a prefill of the whole conversation.
+    affinity_slack: int = 4
 
 
 class GpuMode(StrEnum):
@@ -286,6 +307,7 @@ class Settings:
     eval: EvalSettings = field(default_factory=EvalSettings)
     gpu: GpuSettings = field(default_factory=GpuSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
+    routing: RoutingSettings = field(default_factory=RoutingSettings)
     # A policy's own base model and trainer settings, by policy name (`policies.listener.model=tiny-qwen3`).
     policies: dict[str, PolicySettings] = field(default_factory=dict[str, PolicySettings])
 
@@ -456,6 +478,16 @@ def _check_values(settings: Settings) -> None:
             "bad value for 'services.engine.opponent_adapters': "
             f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
             "opponent is unloaded as soon as its last episode ends)"
+        )
+    if settings.routing.affinity_slack < 1:
+        raise ConfigError(
+            f"bad value for 'routing.affinity_slack': {settings.routing.affinity_slack} would never keep a "
+            "conversation on its engine; set 1 or more (or routing.mode=rotate for no affinity)"
+        )
+    if settings.services.engine.replicas < 1:
+        raise ConfigError(
+            f"bad value for 'services.engine.replicas': {settings.services.engine.replicas} would start no "
+            "engine; set 1 or more"
         )
     if settings.services.engine.prefix_cache_mb < 0:
         raise ConfigError(

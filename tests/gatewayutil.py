@@ -8,6 +8,7 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from rollout.config import RoutingSettings
 from rollout.contracts import Message, ToolCall
 from rollout.engines.external import ExternalModel
 from rollout.engines.protocol import Engine
@@ -75,8 +76,12 @@ async def serve_gateway(
     max_request_bytes: int = MAX_REQUEST_BYTES,
     operator: Operator | None = None,
     host: str = "127.0.0.1",
+    replicas: Sequence[Engine] = (),
+    routing: RoutingSettings | None = None,
 ) -> AsyncIterator[RunningGateway]:
-    admission = Admission(ledger, [EngineSlot(engine)], wait_s=wait_s, poll_s=0.05)
+    """A gateway routing to `engine` (and `replicas`, engines of the same model beside it)."""
+    slots = [EngineSlot(engine), *(EngineSlot(replica) for replica in replicas)]
+    admission = Admission(ledger, slots, wait_s=wait_s, poll_s=0.05, routing=routing)
     gateway = Gateway(
         ledger,
         renderer,

@@ -183,6 +183,7 @@ def gateway(
                 max_request_bytes=settings.services.gateway.max_request_bytes,
                 default_max_tokens=settings.services.gateway.default_max_tokens,
                 max_turns_in_flight_per_seat=settings.services.gateway.max_turns_in_flight_per_seat,
+                routing=settings.routing,
                 operator_key=operator_key,
                 seat_secret=seat_secret,
                 runs=TemporalRunControl(settings.temporal_address, settings.services.temporal.namespace),

@@ -5,8 +5,13 @@ Contract:
   max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection, read as a
   checked `rollout.run_settings.RunSettings`) and `newest(P)` is P's newest checkpoint version. The base model
   is version 0 of every policy, so a policy with no checkpoint yet (or within max_lag of version 0) is served
-  by the base. Among eligible engines the freshest checkpoint is tried first. Settings are re-read for every
-  turn (a mid-run change takes effect on the next turn); nothing here talks to Temporal.
+  by the base. Settings are re-read for every turn (a mid-run change takes effect on the next turn); nothing
+  here talks to Temporal.
+- Among eligible engines the order follows `routing` (rollout.config.RoutingSettings): `affine` tries first
+  the engine and checkpoint that served the turn's conversation last while that engine's load allows, then
+  the least loaded, freshest first (rollout.gateway.affinity); `rotate`, the freshest checkpoint first,
+  rotating among the engines serving it. `begin(slot)` counts a turn in flight on its engine until the
+  returned callable ends it; `served(conversation, slot)` records where a conversation's turn began.
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not
   limited.
 - A seat whose run names its policy's base model (`policy_model/POLICY`) goes only to engines serving that
@@ -27,10 +32,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
+from rollout.config import RoutingMode, RoutingSettings
 from rollout.engines.protocol import EngineUnavailable
+from rollout.gateway.affinity import Affinities, Conversation, Loads, ordered, rotate
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
 from rollout.ledger import Ledger
@@ -88,11 +95,24 @@ class Admission:
         *,
         wait_s: float = 30.0,
         poll_s: float = 0.2,
+        routing: RoutingSettings | None = None,
     ) -> None:
         self.ledger = ledger
         self.routes = routes if isinstance(routes, Routes) else Routes(ledger, routes)
         self.wait_s, self.poll_s = wait_s, poll_s
+        self.routing = routing or RoutingSettings()
+        self.loads = Loads()
+        self.affinities = Affinities()
         self._turn = itertools.count()
+
+    def begin(self, slot: EngineSlot) -> Callable[[], None]:
+        """Count a turn in flight on the slot's engine; the callable returned ends it."""
+        return self.loads.begin(slot.engine)
+
+    def served(self, conversation: Conversation | None, slot: EngineSlot) -> None:
+        """Remember that `conversation`'s turn began on `slot` (its next turn goes there, load allowing)."""
+        if conversation is not None:
+            self.affinities.remember(conversation, slot)
 
     async def run_settings(self, run: str | None) -> RunSettings:
         if run is None:
@@ -103,10 +123,17 @@ class Admission:
     async def newest_version(self, policy: str) -> int:
         return await newest_checkpoint_version(self.ledger, policy)
 
-    async def candidates(self, seat: Seat, *, fresh: bool = False, deadline: float | None = None) -> Admitted:
-        """Eligible engines in the order to try them: the freshest checkpoint first, rotating among engines
-        that serve it (so load spreads). Waits while the run is paused or nothing qualifies, up to the
-        deadline."""
+    async def candidates(
+        self,
+        seat: Seat,
+        *,
+        fresh: bool = False,
+        deadline: float | None = None,
+        conversation: Conversation | None = None,
+    ) -> Admitted:
+        """Eligible engines in the order to try them (`routing`: the conversation's engine first, load
+        allowing, else the least loaded, freshest first; or rotating). Waits while the run is paused or
+        nothing qualifies, up to the deadline."""
         deadline = time.monotonic() + self.wait_s if deadline is None else deadline
         while True:
             settings = await self.run_settings(seat.run)
@@ -124,11 +151,21 @@ class Admission:
                     model = self.routes.model or None
                 found = eligible(await self.routes.slots(fresh=fresh), seat, settings, newest, model)
                 if found:
-                    top = [s for s in found if s.version == found[0].version]
-                    start = next(self._turn) % len(top)
-                    ordered = top[start:] + top[:start] + found[len(top) :]
+                    turn = next(self._turn)
+                    if self.routing.mode == RoutingMode.rotate:
+                        slots = rotate(found, turn)
+                    else:
+                        last = self.affinities.last(conversation) if conversation is not None else None
+                        slots = ordered(
+                            found,
+                            last,
+                            self.loads,
+                            sticky=self.routing.sticky,
+                            slack=self.routing.affinity_slack,
+                            turn=turn,
+                        )
                     return Admitted(
-                        slots=ordered,
+                        slots=slots,
                         newest=newest,
                         max_lag=settings.max_lag,
                         max_tokens=settings.max_tokens,

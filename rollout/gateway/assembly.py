@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 from collections.abc import Callable, Sequence
 
+from rollout.config import RoutingSettings
 from rollout.engines.external import ExternalModel
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.gateway.admission import Admission, EngineSlot
@@ -65,6 +66,7 @@ async def serve_gateway(
     max_request_bytes: int = MAX_REQUEST_BYTES,
     default_max_tokens: int = DEFAULT_MAX_TOKENS,
     max_turns_in_flight_per_seat: int = MAX_TURNS_IN_FLIGHT_PER_SEAT,
+    routing: RoutingSettings | None = None,
 ) -> None:
     import uvicorn
 
@@ -84,7 +86,7 @@ async def serve_gateway(
     core = Gateway(
         ledger,
         renderer,
-        Admission(ledger, routes),
+        Admission(ledger, routes, routing=routing),
         model=model,
         renderers=renderers,
         max_context=max_context,

@@ -48,6 +48,7 @@ from rollout.engines.protocol import (
     stream_sample,
 )
 from rollout.gateway.admission import Admission, Admitted, EngineSlot
+from rollout.gateway.affinity import Conversation
 from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
 from rollout.gateway.prompts import Prepared, Prompt, rendered_off_the_loop
@@ -153,9 +154,10 @@ class Gateway:
             if external is not None:
                 return await self._sample_external(seat, request, external)
             prompt = await self._prompt(seat, request, prepared)
-            result, slot, admitted = await self._on_admitted_engine(
+            result, slot, admitted, ended = await self._on_admitted_engine(
                 seat, request, prompt, lambda engine, sample_request: engine.sample(sample_request)
             )
+            ended()
             return sampled_turn(seat, request, prompt, result, slot, admitted)
         finally:
             release()
@@ -201,7 +203,14 @@ class Gateway:
                 await chunks.aclose()
                 raise
 
-        (first, chunks), slot, admitted = await self._on_admitted_engine(seat, request, prompt, first_token)
+        (first, chunks), slot, admitted, ended = await self._on_admitted_engine(
+            seat, request, prompt, first_token
+        )
+
+        def on_end() -> None:
+            ended()  # the engine's turn in flight, for routing
+            release()  # the seat's
+
         return LiveTurn(
             first=first,
             chunks=chunks,
@@ -209,7 +218,7 @@ class Gateway:
             model=slot.checkpoint,
             prompt_tokens=len(prompt.ids),
             build=lambda result: sampled_turn(seat, request, prompt, result, slot, admitted),
-            on_end=release,
+            on_end=on_end,
         )
 
     async def _replayed(
@@ -276,10 +285,12 @@ class Gateway:
         request: ChatRequest,
         prompt: Prompt,
         call: Callable[[Engine, SampleRequest], Awaitable[T]],
-    ) -> tuple[T, EngineSlot, Admitted]:
-        """`call` (a sample, or a stream's first token) on the first admitted engine that answers. While none
-        answers (an engine restarting, a checkpoint being reloaded) the turn is held and admission is asked
-        again, up to its wait."""
+    ) -> tuple[T, EngineSlot, Admitted, Callable[[], None]]:
+        """`call` (a sample, or a stream's first token) on the first admitted engine that answers, and what
+        ends the turn's count on that engine (the caller calls it when the turn is over). While none answers
+        (an engine restarting, a checkpoint being reloaded) the turn is held and admission is asked again, up
+        to its wait."""
+        conversation = Conversation(segment=prompt.segment_id, seat=seat.seat_id)
         deadline = time.monotonic() + self.admission.wait_s
         # top_p 0 keeps only the likeliest token: that is greedy, which every engine takes (vLLM refuses top_p
         # 0).
@@ -289,7 +300,9 @@ class Gateway:
         last_error: EngineUnavailable | None = None
         fresh = False
         while True:
-            admitted = await self.admission.candidates(seat, fresh=fresh, deadline=deadline)
+            admitted = await self.admission.candidates(
+                seat, fresh=fresh, deadline=deadline, conversation=conversation
+            )
             cap = min(prompt.max_tokens, admitted.max_tokens or prompt.max_tokens)
             if request.params.max_tokens is None and admitted.max_tokens is None:
                 cap = min(cap, self.default_max_tokens)  # else one request could sample to the context's end
@@ -303,10 +316,18 @@ class Gateway:
                     stop_token_ids=prompt.renderer.stop_token_ids,
                     seed=request.params.seed,
                 )
+                ended = self.admission.begin(slot)
                 try:
-                    return await call(slot.engine, sample_request), slot, admitted
+                    answer = await call(slot.engine, sample_request)
                 except EngineUnavailable as error:
+                    ended()
                     last_error = error
+                    continue
+                except BaseException:
+                    ended()
+                    raise
+                self.admission.served(conversation, slot)
+                return answer, slot, admitted, ended
             if time.monotonic() >= deadline:
                 raise last_error or EngineUnavailable("no engine could take the turn")
             fresh = True
