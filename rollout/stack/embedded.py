@@ -5,7 +5,8 @@ Contract:
 - `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
   shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
   out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`), and gives the
-  embedded server's worker role its password (kept in the data directory, as the owner's is).
+  embedded server's worker role its password (kept in the data directory, as the owner's is). It runs
+  `services.engine.replicas` engines (rollout.stack.replicas), stopping any replica beyond that number.
 - `down` stops only what `up` started (embedded services, and the sandboxes and policies' engines `rollout
   train` asked for: `keep_sandboxes`, `keep_policy_engines`), and is a no-op when nothing runs. It returns
   within `DOWN_S` whatever the services are doing: each is asked to stop (SIGTERM; Postgres's fast shutdown),
@@ -41,7 +42,8 @@ from rollout.stack.policy_engines import (
 )
 from rollout.stack.postgres import CorruptDataDirError, EmbeddedPostgres
 from rollout.stack.processes import stop_together
-from rollout.stack.roles import ROLES, TRAINER, Role
+from rollout.stack.replicas import is_replica, replica_roles
+from rollout.stack.roles import ENGINE, ROLES, TRAINER, Role
 from rollout.stack.sandboxes import is_sandboxes, sandboxes_role, sandboxes_status
 from rollout.stack.supervisor import (
     FOUNDATIONS,
@@ -97,8 +99,18 @@ class Stack:
         )
         # Where the runner, and the sandboxes, import environments from.
         self.import_path = _runner_import_path(self.data_dir, import_path) if services.gateway.enabled else []
-        self.roles = {role.name: role for role in ROLES if role.enabled(settings)}
-        self.processes = {name: role.process(settings, self.import_path) for name, role in self.roles.items()}
+        self.roles: dict[str, Role] = {}
+        self.told: dict[str, Settings] = {}  # the settings each role runs with (a replica: its own port)
+        for role in ROLES:
+            if not role.enabled(settings):
+                continue
+            self.roles[role.name], self.told[role.name] = role, settings
+            if role.name == ENGINE.name:
+                for replica, told in replica_roles(settings):
+                    self.roles[replica.name], self.told[replica.name] = replica, told
+        self.processes = {
+            name: role.process(self.told[name], self.import_path) for name, role in self.roles.items()
+        }
         self.temporal = (
             None
             if services.temporal.address
@@ -179,6 +191,13 @@ class Stack:
             if not role.on_demand or any(spec.name == role.name for spec in asked)
         ]
         together += [spec for spec in asked if is_sandboxes(spec.name) or is_policy_engine(spec.name)]
+        for stale in [spec for spec in asked if is_replica(spec.name) and spec.name not in self.roles]:
+            # Fewer replicas than before: the ones beyond stop (their acks go with them, and so their routes).
+            report(
+                f"{stale.name.lower()}: stopping (services.engine.replicas={self.settings.services.engine.replicas})"
+            )
+            unwant(self.data_dir, stale.name)
+            process_of(self.data_dir, stale).stop()
         self._keep(report, *together)
         open_store(
             self.settings.blob_url,
@@ -257,7 +276,8 @@ class Stack:
             time.sleep(0.2)
 
     def _spec(self, role: Role) -> ServiceSpec:
-        return ServiceSpec.of(role.process(self.settings, self.import_path), role.ready_s(self.settings))
+        told = self.told.get(role.name, self.settings)
+        return ServiceSpec.of(role.process(told, self.import_path), role.ready_s(told))
 
     def process(self, name: str) -> ManagedProcess | None:
         """The process of role `name` (`Engine`, `Gateway`, `Runner`, `Monitor`, `Trainer`) as this stack
@@ -398,7 +418,7 @@ class Stack:
                 continue  # a trainer no `rollout train` asked for
             # What it runs with: as the supervisor was asked to run it (a trainer: for a run's settings).
             command = asked[name].command if name in asked else self.processes[name].command
-            services.append(role.status(self.settings, pid, command))
+            services.append(role.status(self.told[name], pid, command))
         services += [
             policy_engine_status(self.settings, process_of(self.data_dir, spec).pid(), spec.command)
             for spec in asked.values()

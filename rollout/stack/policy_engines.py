@@ -8,7 +8,8 @@ Contract:
   it, renders them with its tokenizer, and it loads only that model's checkpoints.
 - `policy_engine_settings(settings, model, port)` are the settings it runs with: the stack's, with
   `services.gateway.model` and `engine_port` its own; `policy_engine_port` picks that port: the one it already
-  runs on, else the first free one above `services.gateway.engine_port` that no other such engine was given.
+  runs on, else the first free one above the stack's engine replicas' (rollout.stack.replicas) that no other
+  such engine was given.
 - `is_policy_engine(name)` tells these services among the supervised ones: `up` keeps those `rollout train`
   asked for, `down` stops them, `status` shows each (`policy_engine_status`: its model, its address, what it
   serves).
@@ -25,6 +26,7 @@ from rollout.net import port_is_free
 from rollout.overrides import setting_given
 from rollout.serving import known_engine_api_key
 from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, http_status
+from rollout.stack.replicas import replica_ports
 from rollout.stack.roles import ENGINE, Role
 
 PREFIX = "Engine-"
@@ -51,7 +53,7 @@ def policy_engine_settings(settings: Settings, model: str, port: int) -> Setting
 
 def policy_engine_port(settings: Settings, model: str, running: Iterable[tuple[str, tuple[str, ...]]]) -> int:
     """The port `model`'s engine listens on: the one it was given (`running`: each supervised service's name
-    and command), else the first free one above the stack's engine's that no other was given."""
+    and command), else the first free one above the stack's engines' that no other was given."""
     taken: set[int] = set()
     for name, command in running:
         port = setting_given(command, PORT)
@@ -61,7 +63,7 @@ def policy_engine_port(settings: Settings, model: str, running: Iterable[tuple[s
             return int(port)
         taken.add(int(port))
     gateway = settings.services.gateway
-    port = gateway.engine_port + 1
+    port = replica_ports(settings)[-1] + 1
     while port in taken or not port_is_free(gateway.engine_host, port):
         port += 1
     return port

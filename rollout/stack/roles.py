@@ -193,6 +193,7 @@ GATEWAY = Role(
     name="Gateway",
     command=("gateway",),
     status=_gateway_status,
+    reads=("routing",),
     listens=("services.gateway.host", "services.gateway.port"),
     ready_s=lambda _: 120.0,
 )
