@@ -32,6 +32,7 @@ from rollout.engines.protocol import (
     EngineError,
     EngineUnavailable,
     SampleRequest,
+    collected,
 )
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_launcher import VLLMLaunch, command, launch_for
@@ -254,6 +255,19 @@ async def test_vllm_samples_with_what_the_request_says_and_none_of_the_checkpoin
         assert verdict == {"ok": True, "undeclared": []}, f"{name}: {verdict}"
 
 
+async def test_vllm_says_how_many_prompt_tokens_its_prefix_cache_held(standin: StandIn) -> None:
+    """With the launcher's flags, vLLM's own app reports what its prefix cache held (in whole 16-token blocks,
+    never a prompt's last token) as `usage.prompt_tokens_details.cached_tokens`, streamed or not, and the
+    client reads it: what each turn records."""
+    opening = tuple(range(2000, 2040))
+    first = await standin.engine.sample(SampleRequest(opening, max_tokens=3))
+    assert first.cached_tokens == 0
+    follow = opening + first.completion_ids + tuple(range(3000, 3010))
+    assert (await standin.engine.sample(SampleRequest(follow, max_tokens=3))).cached_tokens == 32  # of 40
+    chunks = [chunk async for chunk in standin.engine.stream(SampleRequest((*follow, 7), max_tokens=3))]
+    assert collected(chunks, "base").cached_tokens == 48  # of the 53 just sent
+
+
 async def test_vllm_takes_its_key_from_the_launchers_environment_and_checks_it_on_every_route(
     standin: StandIn,
 ) -> None:
@@ -389,7 +403,9 @@ async def test_vllms_parser_accepts_the_launchers_command_line_for_every_preset(
         if name.startswith("refused"):
             assert not verdict["ok"], f"the judge accepted {name}"
         else:
-            assert verdict == {"ok": True}, f"vLLM refuses preset {name}'s command line: {verdict}"
+            assert verdict.pop("ok"), f"vLLM refuses preset {name}'s command line: {verdict}"
+            # Prefix caching on, and answers that say what it held: as vLLM's parser reads the command line.
+            assert verdict == {"prefix_caching": True, "prompt_tokens_details": True}, name
 
 
 async def test_the_local_engine_server_answers_in_vllms_own_response_classes(

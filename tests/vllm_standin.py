@@ -15,8 +15,11 @@ aborts, LoRA and sleep bookkeeping), with only the engine core replaced by `Stan
   `pause_generation`) in what the tests rely on: `/sleep` in mode `abort` ends everything, running or waiting,
   with `abort`; `wait` lets the running requests finish and leaves the waiting ones queued; `keep` freezes
   all; a request that arrives asleep is queued until the wake; a `/pause` in mode `abort` or `wait` refuses
-  new requests (retryable, which the app answers 503) from the moment it begins until resumed. Not modelled:
-  KV preemption, prefix caching, and the tensors themselves;
+  new requests (retryable, which the app answers 503) from the moment it begins until resumed;
+- with `--enable-prefix-caching`, a request's first output reports, as vLLM's scheduler does
+  (`PrefillStats`), the prompt tokens held by a request of the same adapter before it: the longest shared
+  prefix, in whole blocks (`--block-size`), never the prompt's last token. Not modelled: KV preemption,
+  eviction from the prefix cache, and the tensors themselves;
 - adding a LoRA adapter makes vLLM's worker's checks on its files (`adapter_config.json` within
   `--max-lora-rank`, and a tensors file), without reading the tensors.
 With `ROLLOUT_VLLM_STANDIN_RECORD=PATH`, each request the engine core receives is appended to PATH as a JSON
@@ -66,6 +69,7 @@ from vllm.outputs import RequestError  # noqa: E402
 from vllm.utils.argparse_utils import FlexibleArgumentParser  # noqa: E402
 from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason  # noqa: E402
 from vllm.v1.engine.core_client import EngineCoreClient  # noqa: E402
+from vllm.v1.metrics.stats import PrefillStats  # noqa: E402
 from vllm.v1.outputs import LogprobsLists  # noqa: E402
 
 TOKENS = (1000, 1001, 1002, 1003, 1004)
@@ -106,6 +110,11 @@ class StandInCore(EngineCoreClient):
         self.reject_new = False  # a user pause (abort, wait) refuses new requests until resumed
         self.asleep: set[str] = set()  # the executor's sleeping tags
         self.loras: dict[int, Any] = {}
+        self.prefix_caching = bool(vllm_config.cache_config.enable_prefix_caching)
+        self.block_size = int(vllm_config.cache_config.block_size or 16)
+        self.computed: list[
+            tuple[int, list[int]]
+        ] = []  # (adapter id, token ids) of requests seen, newest last
         self.outputs: asyncio.Queue[EngineCoreOutputs] = asyncio.Queue()
         self.drained = asyncio.Event()
         self.stepper: asyncio.Task[None] | None = None
@@ -178,8 +187,33 @@ class StandInCore(EngineCoreClient):
         elif drawn >= params.max_tokens or len(request.prompt_token_ids or ()) + drawn >= self.max_model_len:
             reason = FinishReason.LENGTH
         return EngineCoreOutput(
-            request_id, [token], new_logprobs=logprobs, finish_reason=reason, stop_reason=stop_reason
+            request_id,
+            [token],
+            new_logprobs=logprobs,
+            finish_reason=reason,
+            stop_reason=stop_reason,
+            prefill_stats=self._prefilled(request) if drawn == 1 else None,
         )
+
+    def _prefilled(self, request: Any) -> PrefillStats:
+        """What the prefill of `request` took from the prefix cache: whole blocks of the longest prefix a
+        request of the same adapter had before it, never the prompt's last token."""
+        prompt: list[int] = [int(token) for token in request.prompt_token_ids or ()]
+        adapter = request.lora_request.lora_int_id if request.lora_request is not None else 0
+        held = 0
+        if self.prefix_caching:
+            for other_adapter, ids in self.computed:
+                if other_adapter == adapter:
+                    shared = next(
+                        (i for i, (a, b) in enumerate(zip(prompt, ids, strict=False)) if a != b),
+                        min(len(prompt), len(ids)),
+                    )
+                    held = max(held, shared)
+            held = min(held, len(prompt) - 1) // self.block_size * self.block_size
+            self.computed = [*self.computed[-255:], (adapter, prompt)]
+        stats = PrefillStats()
+        stats.set(num_prompt_tokens=len(prompt), num_local_cached_tokens=held, num_external_cached_tokens=0)
+        return stats
 
     async def sleep_async(self, level: int = 1, mode: str = "abort") -> None:
         if mode not in ("abort", "wait", "keep"):
@@ -334,8 +368,15 @@ def judge(request: dict[str, Any]) -> dict[str, Any]:
     for argv in request.get("argvs", []):
         try:
             assert argv[:2] == ["vllm", "serve"], f"not a vllm serve command: {argv[:2]}"
-            engine_config(parse_serve_args(argv[2:]))
-            argvs.append({"ok": True})
+            args = parse_serve_args(argv[2:])
+            config = engine_config(args)
+            argvs.append(
+                {
+                    "ok": True,
+                    "prefix_caching": bool(config.cache_config.enable_prefix_caching),
+                    "prompt_tokens_details": bool(args.enable_prompt_tokens_details),
+                }
+            )
         except BaseException as error:  # argparse exits; validation raises
             argvs.append({"ok": False, "error": f"{type(error).__name__}: {error}"})
     declared = {name for name, field in CompletionRequest.model_fields.items()} | {

@@ -5,8 +5,9 @@ Contract: `launch_for(settings, ...)` is the `VLLMLaunch` the settings (`service
 checkpoint's `generation_config.json` sets no sampling default (`--generation-config vllm`: a top_k, min_p or
 penalty the request does not send is neutral), and logprobs are the model's raw ones (`--logprobs-mode
 raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its language model only
-(`--language-model-only`); LoRA slots are reserved for the modules rollout's adapters train
-(`--lora-target-modules`, `rollout.defaults.LORA_TARGET_MODULES`).
+(`--language-model-only`); prefix caching is on, and answers report the prompt tokens it held
+(`--enable-prefix-caching`, `--enable-prompt-tokens-details`); LoRA slots are reserved for the modules
+rollout's adapters train (`--lora-target-modules`, `rollout.defaults.LORA_TARGET_MODULES`).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
 The engine API key (`VLLMLaunch.api_key`, rollout.serving.engine_api_key) is given in the environment, as
@@ -96,6 +97,11 @@ def command(launch: VLLMLaunch) -> tuple[list[str], dict[str, str]]:
         # rollout's turns are text: a multimodal checkpoint's vision tower is neither loaded nor profiled, and
         # no encoder cache is reserved (a text-only model ignores the flag).
         "--language-model-only",
+        # Every turn re-sends its conversation: the prefix cache (vLLM's default for most models, named so no
+        # default can move it) makes a turn prefill only its new tokens, and each answer says how many of its
+        # prompt's tokens the cache held (usage.prompt_tokens_details.cached_tokens), which each turn records.
+        "--enable-prefix-caching",
+        "--enable-prompt-tokens-details",
     ]
     if not launch.api_key:
         raise ValueError("vllm serve needs the engine API key: without one, anyone who reaches it drives it")
