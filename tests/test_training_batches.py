@@ -66,6 +66,37 @@ def test_a_recorded_turn_has_one_logprob_per_sampled_token() -> None:
         SampledTurn.from_payload({**good.to_payload(), "completion_logprobs": [-0.1, -0.2, -0.3]})
 
 
+def test_a_batch_says_what_share_of_its_prompts_the_engines_prefix_caches_held() -> None:
+    """Each step's metrics carry the batch's hit rate (the live line of `rollout train` shows it); a cached
+    count that is no count of the prompt's tokens is refused where the turn is read."""
+    from rollout.activities.training import prefix_cache_metrics
+    from rollout.control.progress import Step, TrainingProgress
+    from rollout.rl.batches import Batch, WeightedSegment
+
+    turns = [
+        turn("one", 0, [1, 2, 3, 4], [5, 6], version=0),  # 4 prompt tokens, none cached
+        replace(turn("one", 6, [7, 8], [9], version=0), cached_tokens=5),  # 8 prompt tokens, 5 cached
+    ]
+    (one,) = segments_from_turns(turns)
+    assert (one.prompt_tokens, one.cached_tokens) == (12, 5)
+    batch = Batch(
+        policy="default",
+        segments=(WeightedSegment("e", "a", 1.0, one),),
+        episodes=("e",),
+        skipped_groups=0,
+        reward_mean=1.0,
+        reward_std=0.0,
+        sampled_tokens=3,
+    )
+    assert prefix_cache_metrics(batch) == {"prefix_cache_hit_rate": pytest.approx(5 / 12)}
+    progress = TrainingProgress(
+        run="r", policy="default", steps=[Step(1, "r/default-step000001", {"prefix_cache_hit_rate": 0.875})]
+    )
+    assert " · cache 88% · " in progress.line()
+    with pytest.raises(ValueError, match="cached_tokens 9 is not a count of the prompt's tokens"):
+        replace(turns[1], cached_tokens=9)
+
+
 def test_turns_chain_into_segments_with_masks_logprobs_and_versions() -> None:
     turns = [
         turn("one", 0, [1, 2, 3], [4, 5], version=0),

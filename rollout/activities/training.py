@@ -125,8 +125,8 @@ async def publish_step(
     directory: Path,
     metrics: dict[str, float],
 ) -> CheckpointRecord:
-    """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward and
-    staleness."""
+    """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward,
+    staleness and prefix-cache hit rate."""
     metrics = metrics | {
         "reward_mean": given.batch.reward_mean,
         "reward_std": given.batch.reward_std,
@@ -134,6 +134,7 @@ async def publish_step(
         # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
         # skipped for no signal publishes nothing), or the newest after a rollback to an older parent.
         **staleness_metrics(lineage_version(given.policy, given.newest or given.parent), batch),
+        **prefix_cache_metrics(batch),
     }
     return await publish_checkpoint(
         ledger,
@@ -155,6 +156,14 @@ def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:
     counts = {f"staleness_{lag}": float(n) for lag, n in histogram.items()}
     mean = sum(lag * n for lag, n in histogram.items()) / max(1, len(versions))
     return {"staleness_mean": mean, "staleness_max": float(max(histogram, default=0)), **counts}
+
+
+def prefix_cache_metrics(batch: Batch) -> dict[str, float]:
+    """The share of the batch's prompt tokens its engines took from their prefix caches (absent when no turn
+    said)."""
+    prompt = sum(weighted.segment.prompt_tokens for weighted in batch.segments)
+    cached = sum(weighted.segment.cached_tokens for weighted in batch.segments)
+    return {"prefix_cache_hit_rate": cached / prompt} if prompt else {}
 
 
 def checkpoint_info(record: CheckpointRecord) -> CheckpointInfo:

@@ -95,21 +95,23 @@ class TrainingProgress:
         return self.steps[-1] if self.steps else None
 
     def line(self) -> str:
-        """One line for the live display: step, reward, staleness, KL, served, skipped batches."""
+        """One line for the live display: step, reward, staleness, KL, cache hits, served, skipped batches."""
         skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
         if self.newest is None:
             return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.failed()}"
         return f"{self.policy_line()} · {self.episodes} episodes{skipped}{self.failed()}"
 
     def policy_line(self) -> str:
-        """This policy's part of the line: its step, reward, staleness, KL and what was served of it."""
+        """This policy's part of the line: its step, reward, staleness, KL, the share of prompt tokens the
+        engines' prefix caches held, and what was served of it."""
         newest = self.newest
         if newest is None:
             return "waiting for its first batch"
         m = newest.metrics
+        cache = f" · cache {m['prefix_cache_hit_rate']:.0%}" if "prefix_cache_hit_rate" in m else ""
         return (
             f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
-            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
+            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f}{cache} · served "
             f"{len(self.served)}/{len(self.steps)}"
         )
 

@@ -39,6 +39,7 @@ CURVES = {
     "effective sample size": "effective_sample_size",
     "clipped fraction": "clipped_fraction",
     "mismatch KL (k3)": "kl_k3",
+    "prefix cache hits": "prefix_cache_hit_rate",
 }
 
 

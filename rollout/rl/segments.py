@@ -12,6 +12,8 @@ Contract:
 - Every token of a segment has its own behaviour logprob and sampling version, so the loss corrects each
   token against the checkpoint that sampled it, including early turns that waited through training steps.
 - Non-sampled positions hold logprob 0.0 and version -1.
+- A segment counts its turns' prompt tokens and how many of them the engine took from its prefix cache
+  (`prompt_tokens`, `cached_tokens`: every turn applied, kept later or not), for the batch's hit rate.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ class TrainingSegment:
     mask_T: tuple[int, ...]
     behaviour_logprobs_T: tuple[float, ...]
     versions_T: tuple[int, ...]
+    prompt_tokens: int = 0  # over its turns: the prompts the engine was sent
+    cached_tokens: int = 0  # of those, the ones its prefix cache held
 
     @property
     def sampled_tokens(self) -> int:
@@ -47,6 +51,7 @@ class _Building:
         self.mask: list[int] = []
         self.logprobs: list[float] = []
         self.versions: list[int] = []
+        self.prompt_tokens = self.cached_tokens = 0
 
     def apply(self, turn: SampledTurn) -> None:
         keep = turn.prompt_prefix_len
@@ -65,6 +70,8 @@ class _Building:
                 f"segment {self.segment_id}: a turn has {len(completion)} ids but {len(logprobs)} logprobs"
             )
         version = turn.checkpoint_version
+        self.prompt_tokens += keep + len(delta)
+        self.cached_tokens += turn.cached_tokens
         self.tokens += delta + completion
         self.mask += [0] * len(delta) + [1] * len(completion)
         self.logprobs += [0.0] * len(delta) + logprobs
@@ -78,6 +85,8 @@ class _Building:
             mask_T=tuple(self.mask),
             behaviour_logprobs_T=tuple(self.logprobs),
             versions_T=tuple(self.versions),
+            prompt_tokens=self.prompt_tokens,
+            cached_tokens=self.cached_tokens,
         )
 
 
