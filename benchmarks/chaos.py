@@ -9,8 +9,10 @@ subprocess (which starts the trainer). Arithmetic is replayable.
 Cases, each on the same stack, each its own run:
 - `baseline`: no kill; its counts are what every other case must match.
 - one per service (gateway, engine, runner, trainer, postgres, temporal) and seed: the service's process is
-  SIGKILLed once, at a moment drawn uniformly from the first 80% of the baseline's duration (a run that ends
-  before its kill, on a machine less loaded than during the baseline, is played again with the window halved).
+  SIGKILLed once, at a moment drawn uniformly from the first 80% of the baseline's duration, or when the run
+  reports its last step if that comes first (a run shorter than the baseline, on a machine less loaded than
+  during it, is still running then: it serves that step's checkpoint and sums up); a run that ends before its
+  kill all the same is played again with the window halved.
 - `everything`: the supervisor and every service SIGKILLed at once, then `rollout up` (the `rollout train`
   that follows the run is left running and must ride it out).
 - `monkey`: a longer run; a random service SIGKILLed every 20-40 s until the run ends.
@@ -251,22 +253,34 @@ def play(
             time.sleep(0.2)
         killed.append({"service": service, "pid": pid, "at_s": round(time.monotonic() - started, 1)})
 
-    def sleep_while_training(seconds: float) -> bool:
+    last_step = f"] step {case.steps} ·"
+
+    def sleep_while_training(seconds: float, *, at_the_latest_on_the_last_step: bool = False) -> bool:
+        """Sleep `seconds` while the run goes on (False once it has ended); with
+        `at_the_latest_on_the_last_step`, wake early when the run reports its last step: it is still running
+        then (serving that step's checkpoint and summing up), so a kill drawn later than this run lasts
+        lands there rather than after the run."""
         end = time.monotonic() + seconds
         while time.monotonic() < end:
             if train.poll() is not None:
                 return False
+            if at_the_latest_on_the_last_step and last_step in log.read_text(errors="replace"):
+                return True
             time.sleep(0.2)
         return True
 
-    if case.service is not None and sleep_while_training(rng.uniform(1.0, max(2.0, 0.8 * base_s))):
+    if case.service is not None and sleep_while_training(
+        rng.uniform(1.0, max(2.0, 0.8 * base_s)), at_the_latest_on_the_last_step=True
+    ):
         kill(case.service)
     # Everything dies once the run exists (while `rollout train` is still starting the stack, it would stop
     # with "run `rollout up`": nothing to recover yet).
     while case.everything and f"run {run}: training" not in log.read_text(errors="replace"):
         if not sleep_while_training(0.2):
             break
-    if case.everything and sleep_while_training(rng.uniform(0.1 * base_s, 0.5 * base_s)):
+    if case.everything and sleep_while_training(
+        rng.uniform(0.1 * base_s, 0.5 * base_s), at_the_latest_on_the_last_step=True
+    ):
         kill_all(stack, killed, started)
         up = stack.rollout("up", "preset=cpu-micro", "--json")
         killed.append(
