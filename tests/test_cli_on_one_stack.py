@@ -105,6 +105,10 @@ def test_up_starts_a_local_engine_and_the_gateway_that_agents_use(user_stack: Us
     assert reply.usage is not None and reply.usage.completion_tokens > 0
     again = services(rollout("up", "--json", *overrides, cwd=here))
     assert again["gateway"]["pid"] == up["gateway"]["pid"], "up on a running stack starts nothing anew"
+    # The engine's prefix cache and load, as its /metrics says them: in the status line and in --json.
+    engine = again["engine"]
+    assert "prefix cache" in engine["detail"] and "in flight" in engine["detail"], engine["detail"]
+    assert engine["in_flight"] == 0 and 0 <= engine["prefix_cache_hit_rate"] < 1
 
 
 @pytest.mark.timeout(1200)

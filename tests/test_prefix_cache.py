@@ -324,3 +324,36 @@ async def test_a_conversation_through_the_gateway_reports_and_records_its_cached
         assert third.usage.input_tokens > 0
     records = await turns(ledger, seat_id)
     assert [r.get("cached_tokens", 0) for r in records] == [0, cached, third.usage.cache_read_input_tokens]
+
+
+async def test_the_engine_says_its_hit_rate_and_load_as_vllm_names_them(
+    cached_engine: LocalEngine, cached_url: str, tiny_qwen3: str, tmp_path: Path
+) -> None:
+    """`/metrics` under vLLM's names, read by the same reader that reads vLLM's (`rollout status`, the
+    dashboard): prompt tokens looked up and found, requests in flight; and why there is no cache."""
+    import httpx
+
+    from rollout.engine_load import fetch_engine_load, parse_metrics
+
+    assert (await asyncio.to_thread(httpx.get, f"{cached_url}/metrics")).status_code == 401  # the key first
+    load = await asyncio.to_thread(fetch_engine_load, cached_url, API_KEY)
+    assert load is not None and load.cache_off is None
+    cache = cached_engine.prefix_cache
+    assert cache is not None and (load.queried, load.hits) == (cache.queried, cache.reused)
+    assert load.hit_rate is not None and 0 < load.hit_rate < 1 and load.in_flight == 0
+    assert "prefix cache" in load.describe() and "% of" in load.describe()
+    # vLLM's own exposition: summed over label sets; an engine keeping no cache says why.
+    vllm_text = (
+        "# TYPE vllm:prefix_cache_queries_total counter\n"
+        'vllm:prefix_cache_queries_total{engine="0",model_name="m"} 300.0\n'
+        'vllm:prefix_cache_hits_total{engine="0",model_name="m"} 240.0\n'
+        'vllm:num_requests_running{engine="0",model_name="m"} 3.0\n'
+        'vllm:num_requests_waiting{engine="0",model_name="m"} 1.0\n'
+        'vllm:num_requests_waiting_by_reason{reason="capacity"} 9.0\n'
+    )
+    parsed = parse_metrics(vllm_text)
+    assert (parsed.hit_rate, parsed.in_flight) == (0.8, 4)
+    off = parse_metrics(
+        'rollout:prefix_cache_off{model_name="base",reason="its cache has \\"linear\\" layers"} 1.0'
+    )
+    assert off.cache_off == 'its cache has "linear" layers' and "no prefix cache" in off.describe()

@@ -129,6 +129,7 @@ class LocalEngine:
         self._batcher: asyncio.Task[None] | None = None
         self.batches_run = 0
         self.largest_batch = 0
+        self.running = 0  # requests taken into the batches being sampled
         self.prefix_cache: PrefixCache | None = None
         self.prefix_cache_off: str | None = None  # why there is no prefix cache, when there is none
         if prefix_cache_mb < 0:
@@ -143,6 +144,11 @@ class LocalEngine:
             self.prefix_cache = PrefixCache(prefix_cache_mb << 20)
         self._loads = itertools.count(1)
         self._cache_keys: dict[str, str | None] = {served_name: f"{served_name}#0"}  # None: not cacheable
+
+    @property
+    def waiting(self) -> int:
+        """Requests submitted and not yet taken into a batch."""
+        return self._queued
 
     @property
     def models(self) -> list[str]:
@@ -214,8 +220,12 @@ class LocalEngine:
             by_model: dict[str, list[_Pending]] = {}
             for item in pending:
                 by_model.setdefault(item.request.model, []).append(item)
-            for model_name, group in by_model.items():
-                await self._run_group(model_name, group)
+            self.running = len(pending)
+            try:
+                for model_name, group in by_model.items():
+                    await self._run_group(model_name, group)
+            finally:
+                self.running = 0
 
     def _reuse(self, model_name: str) -> Reuse | None:
         key = self._cache_keys.get(model_name)

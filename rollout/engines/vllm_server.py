@@ -15,6 +15,10 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   until `POST /resume` or `POST /wake_up`; `GET /is_paused`.
 - `POST /sleep?level=1` (any `mode`: the engine always lets its batch in flight finish), `POST /wake_up`,
   `GET /is_sleeping`, `GET /health`, `GET /v1/models`.
+- `GET /metrics`: Prometheus text under vLLM's own names, so one reader serves both engines:
+  `vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total` (prompt tokens looked up in the prefix
+  cache, and found), `vllm:num_requests_running` and `vllm:num_requests_waiting`; an engine keeping no prefix
+  cache says why in `rollout:prefix_cache_off{reason=...}`.
 
 Before any route: a request whose `Host` the server does not answer to (`Hosts.bound_to(host)`,
 rollout.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is refused;
@@ -261,6 +265,29 @@ def _usage(request: SampleRequest, completion_tokens: int, cached_tokens: int) -
     }
 
 
+def prometheus_text(engine: object) -> str:
+    """The engine's load and prefix-cache counters in Prometheus's text format, under vLLM's names."""
+    labels = f'model_name="{_label(str(getattr(engine, "served_name", "")))}"'
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, value: float, exported: str | None = None, extra: str = "") -> None:
+        lines.extend((f"# TYPE {name} {kind}", f"{exported or name}{{{labels}{extra}}} {float(value)}"))
+
+    metric("vllm:num_requests_running", "gauge", getattr(engine, "running", 0))
+    metric("vllm:num_requests_waiting", "gauge", getattr(engine, "waiting", 0))
+    cache = getattr(engine, "prefix_cache", None)
+    if cache is not None:
+        metric("vllm:prefix_cache_queries", "counter", cache.queried, "vllm:prefix_cache_queries_total")
+        metric("vllm:prefix_cache_hits", "counter", cache.reused, "vllm:prefix_cache_hits_total")
+    if (off := getattr(engine, "prefix_cache_off", None)) is not None:
+        metric("rollout:prefix_cache_off", "gauge", 1, extra=f',reason="{_label(str(off))}"')
+    return "\n".join(lines) + "\n"
+
+
+def _label(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
 def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") -> Starlette:
     """The server of `engine`; every route but `/health` needs `api_key` (rollout.serving.engine_api_key).
     `host` is the address it listens on: it decides the Host names it answers to."""
@@ -369,6 +396,9 @@ def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") ->
     async def health(request: Request) -> Response:
         return Response(status_code=200 if await engine.health() else 503)
 
+    async def metrics(request: Request) -> Response:
+        return Response(prometheus_text(engine), media_type="text/plain; version=0.0.4; charset=utf-8")
+
     async def models(request: Request) -> Response:
         data = [
             {
@@ -397,6 +427,7 @@ def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") ->
             Route("/is_sleeping", is_sleeping, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/v1/models", models, methods=["GET"]),
+            Route("/metrics", metrics, methods=["GET"]),
         ],
         middleware=[
             Middleware(HostGuard, hosts=Hosts.bound_to(host), error=_refused),

@@ -1,6 +1,7 @@
-"""The Machines view: the services and their health, the engines (what each serves, awake or asleep), the
-Temporal workers polling each queue, sandboxes and their claims, leases and their holders, and each run's
-workflows (the run, its supply, episodes, agents, training) with links into the Temporal web UI."""
+"""The Machines view: the services and their health, the engines (what each serves, awake or asleep, its
+prefix cache's hit rate and its requests in flight), the Temporal workers polling each queue, sandboxes and
+their claims, leases and their holders, and each run's workflows (the run, its supply, episodes, agents,
+training) with links into the Temporal web UI."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.engine_load import EngineLoad, fetch_engine_load
 from rollout.ledger.queries import list_runs
 from rollout.ledger.streams import sandbox_host_leases_prefix, sandbox_leases_prefix
 from rollout.ledger.views import engines, leases
@@ -33,12 +35,15 @@ def render(monitor: Monitor) -> None:
     _workflows(monitor, [r.run for r in runs])
     st.subheader("Engines")
     if engine_rows:
+        loads = _loads(monitor, [e.url for e in engine_rows])
         st.dataframe(
             [
                 {
                     "engine": e.engine,
                     "url": e.url,
                     "state": "asleep" if e.sleeping else "awake",
+                    "prefix cache hits": _hits(loads.get(e.url)),
+                    "in flight": _in_flight(loads.get(e.url)),
                     "serves": ", ".join(e.serving) or "the base model",
                     "opponents held": f"{', '.join(e.opponents) or 'none'} (budget {e.opponent_budget})",
                     "last failed load": (e.failed or {}).get("error", ""),
@@ -94,6 +99,30 @@ def render(monitor: Monitor) -> None:
         hide_index=True,
         width="stretch",
     )
+
+
+def _loads(monitor: Monitor, urls: list[str]) -> dict[str, EngineLoad | None]:
+    """Each engine's prefix cache and load, as its /metrics says (asked with the stack's engine key)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rollout.serving import known_engine_api_key
+
+    key = known_engine_api_key(monitor.settings.data_path)
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        found = pool.map(lambda url: fetch_engine_load(url, key, timeout_s=1.0), urls)
+    return dict(zip(urls, found, strict=True))
+
+
+def _in_flight(load: EngineLoad | None) -> int | None:
+    return None if load is None else load.in_flight
+
+
+def _hits(load: EngineLoad | None) -> str:
+    if load is None:
+        return "not answering /metrics"
+    if load.cache_off is not None:
+        return f"off: {load.cache_off}"
+    return "no prompt yet" if load.hit_rate is None else f"{load.hit_rate:.0%} of {load.queried:,} tokens"
 
 
 def _services(monitor: Monitor) -> list[dict[str, Any]]:

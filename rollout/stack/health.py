@@ -16,6 +16,7 @@ import httpx
 
 from rollout.blobs import open_store
 from rollout.config import Settings
+from rollout.engine_load import fetch_engine_load
 from rollout.ledger.errors import redact
 
 Mode = Literal["embedded", "external"]
@@ -32,6 +33,10 @@ class ServiceStatus:
     ui_url: str | None = None
     restarts: int = 0  # times the supervisor started it again after it died
     last_exit: str | None = None  # how it last ended, e.g. "killed by SIGKILL"
+    # An engine's: the share of prompt tokens its prefix cache held since it started, and its requests in
+    # flight (running and waiting), as its /metrics says (rollout.engine_load).
+    prefix_cache_hit_rate: float | None = None
+    in_flight: int | None = None
 
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -120,6 +125,20 @@ def engine_serves(url: str, api_key: str | None) -> str:
     loaded = [str(m["id"]) for m in models if m.get("parent") is not None]
     more = f" + {len(loaded)} checkpoint(s): {', '.join(loaded[:3])}{' …' if len(loaded) > 3 else ''}"
     return f"serving {', '.join(bases) or '?'}{more if loaded else ''}"
+
+
+def engine_status(name: str, pid: int | None, url: str, detail: str, api_key: str | None) -> ServiceStatus:
+    """An engine's status: its health, `detail`, and what its /metrics says of its prefix cache and load."""
+    status = http_status(name, pid, url, detail)
+    load = fetch_engine_load(url, api_key) if status.healthy else None
+    if load is None:
+        return status
+    return replace(
+        status,
+        detail=f"{detail} · {load.describe()}",
+        prefix_cache_hit_rate=load.hit_rate,
+        in_flight=load.in_flight,
+    )
 
 
 def engine_opponents(settings: Settings, url: str) -> str:

@@ -25,7 +25,7 @@ from rollout.config import Settings
 from rollout.net import port_is_free
 from rollout.overrides import setting_given
 from rollout.serving import known_engine_api_key
-from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, http_status
+from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, engine_status
 from rollout.stack.replicas import replica_ports
 from rollout.stack.roles import ENGINE, Role
 
@@ -73,6 +73,6 @@ def policy_engine_status(settings: Settings, pid: int | None, command: tuple[str
     model = setting_given(command, MODEL) or "?"
     host = setting_given(command, "services.gateway.engine_host") or settings.services.gateway.engine_host
     url = f"http://{host}:{setting_given(command, PORT)}"
-    serves = engine_serves(url, known_engine_api_key(settings.data_path))
-    detail = f"{model} for its policies; {serves}{engine_opponents(settings, url)}"
-    return http_status(_service_name(model).lower(), pid, url, detail)
+    key = known_engine_api_key(settings.data_path)
+    detail = f"{model} for its policies; {engine_serves(url, key)}{engine_opponents(settings, url)}"
+    return engine_status(_service_name(model).lower(), pid, url, detail, key)

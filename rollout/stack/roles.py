@@ -31,7 +31,7 @@ from rollout.config import EngineKind, Settings
 from rollout.isolation import said
 from rollout.overrides import overrides_for, setting_at, setting_given
 from rollout.serving import known_engine_api_key
-from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, http_status
+from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, engine_status, http_status
 from rollout.stack.ledger_password import passfile_for, password_out_of
 from rollout.stack.managed import ManagedProcess
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
@@ -124,8 +124,14 @@ def _engine_url(settings: Settings) -> str:
 
 def _engine_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:
     url = _engine_url(settings)
-    serves = engine_serves(url, known_engine_api_key(settings.data_path))
-    return http_status("engine", pid, url, serves + engine_opponents(settings, url))
+    key = known_engine_api_key(settings.data_path)
+    # Replicas (rollout.stack.replicas) are told apart by their ports.
+    name = (
+        "engine"
+        if settings.services.engine.replicas == 1
+        else f"engine:{settings.services.gateway.engine_port}"
+    )
+    return engine_status(name, pid, url, engine_serves(url, key) + engine_opponents(settings, url), key)
 
 
 def _gateway_status(settings: Settings, pid: int | None, _: tuple[str, ...]) -> ServiceStatus:
