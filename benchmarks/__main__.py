@@ -23,6 +23,7 @@ BENCHMARKS = {
     "quickstart": "benchmarks.quickstart",
     "multipolicy": "benchmarks.multipolicy",
     "temporal": "benchmarks.temporal_load",
+    "multiturn": "benchmarks.multiturn",
 }
 
 
