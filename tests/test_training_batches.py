@@ -67,10 +67,11 @@ def test_a_recorded_turn_has_one_logprob_per_sampled_token() -> None:
 
 
 def test_a_batch_says_what_share_of_its_prompts_the_engines_prefix_caches_held() -> None:
-    """Each step's metrics carry the batch's hit rate (the live line of `rollout train` shows it); a cached
-    count that is no count of the prompt's tokens is refused where the turn is read."""
+    """Each step's metrics carry the batch's hit rate, and the live line of `rollout train` the run's (over
+    every batch, skipped or trained); a cached count that is no count of the prompt's tokens is refused where
+    the turn is read."""
     from rollout.activities.training import prefix_cache_metrics
-    from rollout.control.progress import Step, TrainingProgress
+    from rollout.control.progress import TrainingProgress
     from rollout.rl.batches import Batch, WeightedSegment
 
     turns = [
@@ -89,10 +90,10 @@ def test_a_batch_says_what_share_of_its_prompts_the_engines_prefix_caches_held()
         sampled_tokens=3,
     )
     assert prefix_cache_metrics(batch) == {"prefix_cache_hit_rate": pytest.approx(5 / 12)}
-    progress = TrainingProgress(
-        run="r", policy="default", steps=[Step(1, "r/default-step000001", {"prefix_cache_hit_rate": 0.875})]
-    )
-    assert " · cache 88% · " in progress.line()
+    progress = TrainingProgress(run="r", policy="default", episodes=8, prompt_tokens=1000, cached_tokens=875)
+    assert (
+        progress.line() == "waiting for the first batch · 8 episodes played · cache 88%"
+    )  # skipped batches too
     with pytest.raises(ValueError, match="cached_tokens 9 is not a count of the prompt's tokens"):
         replace(turns[1], cached_tokens=9)
 

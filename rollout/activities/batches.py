@@ -82,7 +82,9 @@ async def record_batch(ledger: Ledger, given: AssembleInput) -> BatchInfo | None
     if not groups:
         return None
     taken = [r for r in records.values() if r.group in groups]
-    batch = assemble_batch(await _agent_episodes(ledger, taken), given.policy, given.advantage)
+    played = await _agent_episodes(ledger, taken)
+    batch = assemble_batch(played, given.policy, given.advantage)
+    segments = [s for agent in played if agent.policy == given.policy for s in agent.segments]
     info = BatchInfo(
         run=given.run,
         policy=given.policy,
@@ -94,6 +96,8 @@ async def record_batch(ledger: Ledger, given: AssembleInput) -> BatchInfo | None
         sampled_tokens=batch.sampled_tokens,
         reward_mean=batch.reward_mean,
         reward_std=batch.reward_std,
+        prompt_tokens=sum(s.prompt_tokens for s in segments),
+        cached_tokens=sum(s.cached_tokens for s in segments),
     )
     try:
         await ledger.append_one(stream, NewEvent(key, Kind.BATCH_ASSEMBLED, info.to_payload()))

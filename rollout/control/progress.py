@@ -3,7 +3,8 @@ attach`, and the summary they end with.
 
 Contract:
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
-  assembled (and which were skipped: every group's rewards equal, so no signal), episodes finished, and why
+  assembled (and which were skipped: every group's rewards equal, so no signal; and the share of their prompt
+  tokens the engines' prefix caches held, skipped or not), episodes finished, and why
   episodes failed (the top reasons, with where in the environment's code). It
   shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
   One reads one policy's lineage; `run_line` puts a run's policies side by side.
@@ -46,6 +47,8 @@ class TrainingProgress:
     batches: int = 0
     batches_skipped: int = 0  # every group of the batch had equal rewards: nothing to learn from, no step
     groups_skipped: int = 0  # groups without signal, in skipped and trained batches alike
+    prompt_tokens: int = 0  # sent to the engines over the batches' turns
+    cached_tokens: int = 0  # of those, held by the engines' prefix caches
     failures: list[FailureCount] = field(
         default_factory=list[FailureCount]
     )  # why episodes failed, most first
@@ -73,6 +76,8 @@ class TrainingProgress:
         ]
         self.batches = len(batches)
         self.batches_skipped = sum(1 for b in batches if int(b["sampled_tokens"]) == 0)
+        self.prompt_tokens = sum(int(b.get("prompt_tokens", 0)) for b in batches)
+        self.cached_tokens = sum(int(b.get("cached_tokens", 0)) for b in batches)
         self.groups_skipped = sum(int(b["skipped_groups"]) for b in batches)
         while events := await ledger.read(SERVING_ACKS, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
@@ -94,24 +99,28 @@ class TrainingProgress:
     def newest(self) -> Step | None:
         return self.steps[-1] if self.steps else None
 
+    def cache(self) -> str:
+        """` · cache N%`: the share of the batches' prompt tokens the engines' prefix caches held ("" before
+        any batch)."""
+        return f" · cache {self.cached_tokens / self.prompt_tokens:.0%}" if self.prompt_tokens else ""
+
     def line(self) -> str:
-        """One line for the live display: step, reward, staleness, KL, cache hits, served, skipped batches."""
+        """One line for the live display: step, reward, staleness, KL, served, episodes, skipped batches, the
+        prefix caches' hit rate."""
         skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
         if self.newest is None:
-            return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.failed()}"
-        return f"{self.policy_line()} · {self.episodes} episodes{skipped}{self.failed()}"
+            return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.cache()}{self.failed()}"
+        return f"{self.policy_line()} · {self.episodes} episodes{skipped}{self.cache()}{self.failed()}"
 
     def policy_line(self) -> str:
-        """This policy's part of the line: its step, reward, staleness, KL, the share of prompt tokens the
-        engines' prefix caches held, and what was served of it."""
+        """This policy's part of the line: its step, reward, staleness, KL and what was served of it."""
         newest = self.newest
         if newest is None:
             return "waiting for its first batch"
         m = newest.metrics
-        cache = f" · cache {m['prefix_cache_hit_rate']:.0%}" if "prefix_cache_hit_rate" in m else ""
         return (
             f"step {newest.version} · reward {m.get('reward_mean', float('nan')):.3f} · staleness "
-            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f}{cache} · served "
+            f"{m.get('staleness_mean', 0.0):.2f} · KL {m.get('kl_k3', 0.0):.4f} · served "
             f"{len(self.served)}/{len(self.steps)}"
         )
 
@@ -186,4 +195,6 @@ def run_line(progresses: Sequence[TrainingProgress]) -> str:
     skipped = sum(p.batches_skipped for p in progresses)
     said = f" · {skipped} batches skipped (no signal)" if skipped else ""
     each = " | ".join(f"{p.policy}: {p.policy_line()}" for p in progresses)
-    return f"{each} · {first.episodes} episodes{said}{first.failed()}"
+    prompt, cached = sum(p.prompt_tokens for p in progresses), sum(p.cached_tokens for p in progresses)
+    cache = f" · cache {cached / prompt:.0%}" if prompt else ""
+    return f"{each} · {first.episodes} episodes{said}{cache}{first.failed()}"

@@ -105,6 +105,10 @@ class BatchInfo(Payload):
     sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
     reward_mean: float
     reward_std: float
+    # Over every turn of the batch's episodes, trained or skipped: the prompt tokens sent to the engines, and
+    # how many of them the engines' prefix caches held.
+    prompt_tokens: int = 0
+    cached_tokens: int = 0
 
 
 @dataclass
