@@ -136,7 +136,7 @@ class EngineSettings:
     opponent_adapters: int = 4
     # local: MiB of key/value states kept across requests, so a conversation's next turn prefills only its new
     # tokens (least recently used evicted first; 0: none). vLLM sizes its own prefix cache inside its budget.
-    prefix_cache_mb: int = 1024
+    prefix_cache_mb: int = defaults.PREFIX_CACHE_MB
     # Engines serving the stack's model on this machine, each on its own port (engine_port, then the next
     # ones), each with its follower: the gateway spreads conversations over them (routing.*).
     replicas: int = 1

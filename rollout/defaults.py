@@ -13,6 +13,9 @@ MAX_FAILURE_RATE = 0.9
 FAILURE_WINDOW = 20
 MAX_TOKENS = 256  # sampled tokens per turn, at most
 EVAL_EPISODES_IN_FLIGHT = 4  # episodes an eval plays at once, across all its environments
+PREFIX_CACHE_MB = (
+    1024  # the local engine's key/value states kept across requests (services.engine.prefix_cache_mb)
+)
 
 # The modules a checkpoint's LoRA adapter trains, in Hugging Face's names: the local trainer's default
 # targets, and what vLLM reserves LoRA slots for (--lora-target-modules; without it, every module it

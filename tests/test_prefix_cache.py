@@ -6,15 +6,12 @@ from __future__ import annotations
 
 import asyncio
 import os
-import threading
-import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import uvicorn
 
 from rollout.engines.local import LocalEngine
 from rollout.engines.models import SMOLLM2, resolve
@@ -24,7 +21,7 @@ from rollout.engines.sampling import Reuse, reuse_refused, sample_batch
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
 from rollout.ledger import Ledger
-from rollout.net import free_port
+from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from tests.gatewayutil import serve_gateway, turns
 
@@ -45,22 +42,9 @@ def fresh_engine(tiny_qwen3: str) -> LocalEngine:
 
 
 @pytest.fixture(scope="module")
-def cached_url(cached_engine: LocalEngine) -> Iterator[str]:
-    port = free_port()
-    server = uvicorn.Server(
-        uvicorn.Config(
-            build_app(cached_engine, api_key=API_KEY), host="127.0.0.1", port=port, log_level="warning"
-        )
-    )
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
-    deadline = time.monotonic() + 30
-    while not server.started:
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{port}"
-    server.should_exit = True
-    thread.join(10)
+async def cached_url(cached_engine: LocalEngine) -> AsyncIterator[str]:
+    async with serving(build_app(cached_engine, api_key=API_KEY)) as url:
+        yield url
 
 
 @pytest.fixture
@@ -357,3 +341,10 @@ async def test_the_engine_says_its_hit_rate_and_load_as_vllm_names_them(
         'rollout:prefix_cache_off{model_name="base",reason="its cache has \\"linear\\" layers"} 1.0'
     )
     assert off.cache_off == 'its cache has "linear" layers' and "no prefix cache" in off.describe()
+    # An engine kind with no prefix cache (Tinker's, a scripted one) says so, not "no prompt yet".
+    from types import SimpleNamespace
+
+    from rollout.engines.vllm_server import prometheus_text
+
+    kept_none = parse_metrics(prometheus_text(SimpleNamespace(name="tinker", served_name="base")))
+    assert kept_none.cache_off == "the tinker engine keeps none"

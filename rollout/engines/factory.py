@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.blobs import BlobStore
+from rollout.defaults import PREFIX_CACHE_MB
 from rollout.engines.follower import FollowedEngine, FollowerConfig, ServingFollower
 from rollout.engines.vllm_server import ServedEngine, build_app
 from rollout.ledger import Ledger
@@ -52,7 +53,7 @@ class EngineSpec:
     model_path: str
     served_name: str = "base"
     device: str | None = None  # local
-    prefix_cache_mb: int = 1024  # local: services.engine.prefix_cache_mb
+    prefix_cache_mb: int = PREFIX_CACHE_MB  # local: services.engine.prefix_cache_mb
     script: str | None = None  # scripted: package.module:function
     think_s: float = 0.0  # scripted
     tinker_base_model: str | None = None  # tinker (default: model)

@@ -39,6 +39,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
+from rollout.defaults import PREFIX_CACHE_MB
 from rollout.engines.prefix_cache import PrefixCache
 from rollout.engines.protocol import (
     CheckpointRef,
@@ -95,7 +96,7 @@ class LocalEngine:
         max_batch: int = 32,
         batch_window_s: float = 0.005,
         max_queued: int = 256,
-        prefix_cache_mb: int = 1024,
+        prefix_cache_mb: int = PREFIX_CACHE_MB,
     ) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -132,10 +133,6 @@ class LocalEngine:
         self.running = 0  # requests taken into the batches being sampled
         self.prefix_cache: PrefixCache | None = None
         self.prefix_cache_off: str | None = None  # why there is no prefix cache, when there is none
-        if prefix_cache_mb < 0:
-            raise ValueError(
-                f"prefix_cache_mb is a size in MiB ≥ 0 (0: no prefix cache), not {prefix_cache_mb}"
-            )
         if prefix_cache_mb == 0:
             self.prefix_cache_off = "services.engine.prefix_cache_mb=0"
         elif (refused := reuse_refused(self.model)) is not None:

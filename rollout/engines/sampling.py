@@ -177,15 +177,23 @@ def _share_prefixes(
             continue  # held already (or by a longer prefix prefilled a moment ago)
         hit = (found, min(length, len(prefix) - 1))
         input_BT, mask_BT, position_BT, past = _start([prefix], [hit], pad_id, device)
-        out = model(
-            input_ids=input_BT,
-            attention_mask=mask_BT,
-            position_ids=position_BT,
-            past_key_values=past,
-            use_cache=True,
-            logits_to_keep=1,
-        )
+        out = _forward(model, input_BT, mask_BT, position_BT, past)
         reuse.cache.put(entry(reuse.key, prefix, _kept(out.past_key_values, 0, mask_BT[0])))
+
+
+def _forward(
+    model: Any, input_BT: torch.Tensor, mask_BT: torch.Tensor, position_BT: torch.Tensor, past: Any
+) -> Any:
+    """One forward pass extending `past`, with only the last position's logits (a whole prompt's would cost
+    GBs with a big vocabulary)."""
+    return model(
+        input_ids=input_BT,
+        attention_mask=mask_BT,
+        position_ids=position_BT,
+        past_key_values=past,
+        use_cache=True,
+        logits_to_keep=1,
+    )
 
 
 @torch.inference_mode()
@@ -223,14 +231,7 @@ def sample_batch(
     stops = [set(r.stop_token_ids) | eos_ids for r in requests]
     active = list(range(batch))  # the request of each row of the tensors: a finished one leaves them
     for _ in range(max(r.max_tokens for r in requests)):
-        out = model(
-            input_ids=step_input_BT,
-            attention_mask=mask_BT,
-            position_ids=position_BT,
-            past_key_values=past,
-            use_cache=True,
-            logits_to_keep=1,  # only the last position samples: a whole prompt's logits cost GBs with a big vocab
-        )
+        out = _forward(model, step_input_BT, mask_BT, position_BT, past)
         past = out.past_key_values
         logits_BV = out.logits[:, -1, :].float().cpu()
         logprobs_BV = torch.log_softmax(logits_BV, dim=-1)

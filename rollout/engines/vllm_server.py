@@ -18,7 +18,8 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
 - `GET /metrics`: Prometheus text under vLLM's own names, so one reader serves both engines:
   `vllm:prefix_cache_queries_total` and `vllm:prefix_cache_hits_total` (prompt tokens looked up in the prefix
   cache, and found), `vllm:num_requests_running` and `vllm:num_requests_waiting`; an engine keeping no prefix
-  cache says why in `rollout:prefix_cache_off{reason=...}`.
+  cache (turned off, a model none can share, an engine kind that has none) says why in
+  `rollout:prefix_cache_off{reason=...}`.
 
 Before any route: a request whose `Host` the server does not answer to (`Hosts.bound_to(host)`,
 rollout.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is refused;
@@ -279,7 +280,10 @@ def prometheus_text(engine: object) -> str:
     if cache is not None:
         metric("vllm:prefix_cache_queries", "counter", cache.queried, "vllm:prefix_cache_queries_total")
         metric("vllm:prefix_cache_hits", "counter", cache.reused, "vllm:prefix_cache_hits_total")
-    if (off := getattr(engine, "prefix_cache_off", None)) is not None:
+    off = getattr(engine, "prefix_cache_off", None)
+    if not hasattr(engine, "prefix_cache"):  # Tinker's, a scripted one: nothing to say but that
+        off = f"the {getattr(engine, 'name', 'served')} engine keeps none"
+    if off is not None:
         metric("rollout:prefix_cache_off", "gauge", 1, extra=f',reason="{_label(str(off))}"')
     return "\n".join(lines) + "\n"
 
