@@ -15,7 +15,7 @@ from rollout.rl.losses import LossConfig
 from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
-from rollout.training.logprobs import Rows, micro_batches, sampled_logprobs
+from rollout.training.logprobs import Layout, Rows, micro_batches, sampled_logprobs
 
 LOSS = LossConfig("truncated_is", is_cap=2.0)
 CONFIG = LocalTrainerConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, max_grad_norm=100.0)
@@ -37,7 +37,7 @@ def segment(first: int, length: int = 12, sampled: int = 5) -> TrainingSegment:
 def logprobs_by_segment(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> list[list[float]]:
     """The trainer's logprob of each sampled token (after the first position), segment by segment."""
     with torch.no_grad():
-        flat = sampled_logprobs(trainer.model, Rows.build(weighted, packed=trainer.packed)).tolist()
+        flat = sampled_logprobs(trainer.model, Rows.build(weighted, layout=trainer.layout)).tolist()
     by_segment, start = [], 0
     for w in weighted:
         count = sum(w.segment.mask_T[1:])
@@ -195,12 +195,12 @@ def full_forward_logprobs(trainer: LocalTrainer, weighted: list[WeightedSegment]
     return torch.cat(expected)
 
 
-@pytest.mark.parametrize("path", ["packed", "padded", "chunked", "model's own head"])
+@pytest.mark.parametrize("path", ["tree", "packed", "padded", "chunked", "model's own head"])
 def test_sampled_logprobs_and_their_gradients_match_each_segment_alone_through_the_full_forward(
     tiny_qwen3: str, path: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSS)
-    assert trainer.packed, "Qwen3 is packed: attention is its only mixing across positions"
+    assert trainer.layout is Layout.tree, "Qwen3 shares prefixes: full attention is its only mixing"
     if path == "chunked":
         monkeypatch.setattr(logprobs, "CHUNK", 3)  # recomputed in backward, chunk by chunk
     if path == "model's own head":  # as for a soft-capped head: the model's forward, logits_to_keep
@@ -212,9 +212,10 @@ def test_sampled_logprobs_and_their_gradients_match_each_segment_alone_through_t
             episode="g", agent="solver", advantage=1.0, segment=segment(700, length=20, sampled=11)
         ),
     ]
-    rows = Rows.build(weighted, packed=path != "padded")
+    layout = Layout.packed if path == "packed" else Layout.padded if path == "padded" else Layout.tree
+    rows = Rows.build(weighted, layout=layout)
     assert rows.input_ids_RL.shape == ((1, 41) if path != "padded" else (3, 20)), (
-        "packed: one row, no padding"
+        "packed or a tree of segments sharing nothing: one row, no padding"
     )
     got = sampled_logprobs(trainer.model, rows)
     got.sum().backward()
@@ -235,11 +236,11 @@ def test_packed_micro_batches_fill_rows_up_to_the_budget() -> None:
         WeightedSegment(episode=str(n), agent="x", advantage=1.0, segment=segment(10 * n, length))
         for n, length in enumerate([10, 10, 30, 5, 50])
     ]
-    lengths = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, packed=True)]
+    lengths = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, layout=Layout.packed)]
     assert lengths == [[10, 10], [30], [5], [50]], "a segment longer than the budget gets a row of its own"
-    padded = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, packed=False)]
+    padded = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, layout=Layout.padded)]
     assert padded == [[10, 10], [30], [5], [50]]
-    assert micro_batches(weighted[:2] + weighted[3:4], 25, packed=True) == [weighted[:2] + weighted[3:4]]
+    assert micro_batches(weighted[:2] + weighted[3:4], 25, layout=Layout.packed) == [weighted[:2] + weighted[3:4]]
 
 
 @pytest.mark.parametrize(

@@ -10,8 +10,12 @@ Contract:
   raises `NonFiniteLoss` before its update changes any weight: the step is not published (earlier updates of
   the step have changed this trainer in memory: its caller drops it and resumes from the parent checkpoint).
 - Each segment trains as one sequence: position t predicts token t+1; the loss mask, behaviour logprobs and
-  advantages are those of the predicted tokens. Segments are packed end to end where the model allows, and the
-  LM head runs only where a sampled token is predicted (rollout.training.logprobs).
+  advantages are those of the predicted tokens. Within a micro-batch, a token prefix several segments share is
+  computed once (a prefix tree) where the model's layers allow, else segments are packed end to end or padded;
+  a model that cannot share says so once in the log. `micro_batch_tokens` counts the tokens computed. The LM
+  head runs only where a sampled token is predicted (rollout.training.logprobs). Each step reports
+  `computed_tokens` (what its forward passes computed, per update) and `segment_tokens` (what its segments
+  hold): their ratio is what sharing saved.
 - LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
@@ -28,6 +32,7 @@ Contract:
 from __future__ import annotations
 
 import json
+import logging
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -38,7 +43,9 @@ import torch
 from rollout import defaults
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
-from rollout.training.logprobs import Rows, micro_batches, packable, sampled_logprobs
+from rollout.training.logprobs import Rows, layout_for, micro_batches, sampled_logprobs
+
+log = logging.getLogger(__name__)
 
 TRAINER_STATE = "trainer.json"
 OPTIMIZER_STATE = "optimizer.pt"
@@ -130,7 +137,9 @@ class LocalTrainer:
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
         )
         self.steps = 0
-        self.packed = packable(self.model.config)
+        self.layout, unshared = layout_for(self.model.config)
+        if unshared is not None:
+            log.warning("training without shared prefixes: %s", unshared)
 
     def step(self, batch: Batch, *, shard: tuple[int, int] | None = None) -> dict[str, float]:
         """One AdamW step over `batch`. With `shard=(rank, world)` (data parallel, torch.distributed
@@ -160,9 +169,11 @@ class LocalTrainer:
         self.optimizer.zero_grad(set_to_none=True)
         parts: list[tuple[float, LossMetrics]] = []
         total, finite = 0.0, True
-        micros = micro_batches(segments, self.config.micro_batch_tokens, packed=self.packed)
+        computed = 0
+        micros = micro_batches(segments, self.config.micro_batch_tokens, layout=self.layout)
         for index, micro in enumerate(micros):
-            rows = Rows.build(micro, packed=self.packed).to(self.device)
+            rows = Rows.build(micro, layout=self.layout).to(self.device)
+            computed += rows.computed_tokens
             logprobs_N = sampled_logprobs(self.model, rows)
             if first:
                 olds.append(logprobs_N.detach())
@@ -195,8 +206,14 @@ class LocalTrainer:
                 f"step {self.steps + 1}: the gradient norm is {grad_norm}; no weights were changed"
             )
         self.optimizer.step()
-        tokens = float(batch.sampled_tokens)
-        return {"loss": total, "grad_norm": grad_norm, "tokens": tokens, **_combine(parts)}
+        return {
+            "loss": total,
+            "grad_norm": grad_norm,
+            "tokens": float(batch.sampled_tokens),
+            "computed_tokens": float(computed),
+            "segment_tokens": float(sum(len(w.segment.tokens_T) for w in segments)),
+            **_combine(parts),
+        }
 
     def offload(self) -> None:
         """Move the weights and optimiser state to CPU memory and free the device (one-GPU mode, between
