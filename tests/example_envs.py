@@ -226,3 +226,37 @@ coin_selfplay = Environment(
     max_turns=1,
     eval_source=Dataset([{}]),
 )
+
+
+def _group(run: RunContext) -> int:
+    return int(run.episode[1:].partition("-")[0])  # episode ids are g{group:06d}-{member}
+
+
+class OddGroupsTie(Task):
+    """Even groups: members 0 and 2 win (a signal). Odd groups: every member gets 0.5 (a tie, no signal)."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        if _group(run) % 2:
+            return End(reward=0.5)
+        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+
+
+class Tie(Task):
+    """Every episode gets 0.5: no group carries a signal."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        return End(reward=0.5)
+
+
+odd_groups_tie = Environment(
+    "odd-groups-tie", lambda parameters, agent: OddGroupsTie(), Dataset([{}]), group_size=4, max_turns=1
+)
+every_group_ties = Environment(
+    "every-group-ties", lambda parameters, agent: Tie(), Dataset([{}]), group_size=4, max_turns=1
+)

@@ -7,19 +7,22 @@ import asyncio
 import re
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio import activity
 from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailedError
 from temporalio.testing import ActivityEnvironment
-from temporalio.worker import Worker
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from rollout import defaults
-from rollout.activities.batches import load_batch, record_batch
+from rollout.activities.batches import load_batch, look_for_batch, record_batch
 from rollout.activities.runner import RunnerActivities
 from rollout.config import Settings
 from rollout.contracts import Message
+from rollout.control.progress import TrainingProgress
 from rollout.engines.scripted import ScriptedEngine
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import find_lease, find_run, live_lease_holder
@@ -33,14 +36,23 @@ from rollout.ledger.streams import (
 from rollout.rendering import ModelRenderer
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.workers.runner import runner_worker
-from rollout.workflows import runner_stubs
+from rollout.workflows import runner_stubs, trainer_stubs
+from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.client import run_handle, start_run
 from rollout.workflows.episode_types import AgentAttempt
 from rollout.workflows.episodes import EpisodeWorkflow
 from rollout.workflows.names import episode_id, episode_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput, RunStatus
-from rollout.workflows.training_types import AssembleInput
+from rollout.workflows.training import TrainingWorkflow
+from rollout.workflows.training_types import (
+    AssembleInput,
+    BatchInfo,
+    BatchLookup,
+    CheckpointInfo,
+    TrainingSpec,
+    TrainStepInput,
+)
 from tests.gatewayutil import serve_gateway
 from tests.sandboxutil import SANDBOX_KEY
 
@@ -353,3 +365,117 @@ async def test_each_training_step_consumes_whole_groups_once(
         if e.kind == Kind.BATCH_ASSEMBLED
     ]
     assert [e.key for e in recorded] == ["step/1", "step/2"]
+
+
+@asynccontextmanager
+async def fake_trainer(client: Client, ledger: Ledger) -> AsyncIterator[str]:
+    """A trainer worker on a queue of its own whose batches are the real ones (`look_for_batch`) and whose
+    steps train nothing: each returns a checkpoint name without publishing one (so admission never waits for
+    an engine to serve it). Yields its queue."""
+    queue = f"trainer-{uuid.uuid4().hex[:8]}"
+
+    @activity.defn(name=trainer_stubs.assemble_batch.__name__)
+    async def assemble(given: AssembleInput) -> BatchLookup:
+        return await look_for_batch(ledger, given)
+
+    @activity.defn(name=trainer_stubs.train_step.__name__)
+    async def train(given: TrainStepInput) -> CheckpointInfo:
+        return CheckpointInfo(
+            name=f"{given.policy}/step-{given.step}", version=given.step, parent=given.parent
+        )
+
+    worker = Worker(
+        client,
+        task_queue=queue,
+        workflows=[TrainingWorkflow, BridgeWorkflow],
+        activities=[assemble, train],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+    async with worker:
+        yield queue
+
+
+def trains(steps: int, queue: str, *, groups_per_batch: int = 2, refill_max: int | None = 2) -> TrainingSpec:
+    return TrainingSpec(
+        steps,
+        groups_per_batch=groups_per_batch,
+        refill=refill_max is not None,
+        refill_max=refill_max,
+        serve_formats=[],
+        wait_s=0.2,
+        served_wait_s=0,
+        task_queue=queue,
+    )
+
+
+async def batches_of(ledger: Ledger, run: str) -> list[BatchInfo]:
+    recorded = await ledger.read(run_batches_stream(run, run_policy(run, "default")))
+    return [BatchInfo.from_payload(e.payload) for e in recorded if e.kind == Kind.BATCH_ASSEMBLED]
+
+
+async def test_refill_trains_full_batches_of_groups_with_signal_within_its_bound(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    """Odd groups always tie: each step replaces them by fresh groups and trains two even groups, also with
+    max_lag 0 (the supply starts the replacements: the allowance grows by the groups replaced)."""
+    client, queue = runner
+    run = f"refill-{uuid.uuid4().hex[:6]}"
+    async with fake_trainer(client, ledger) as trainer_queue:
+        await client.execute_workflow(
+            RunWorkflow.run,
+            RunInput(
+                run,
+                "tests.example_envs:odd_groups_tie",
+                groups_in_flight=2,
+                max_lag=0,
+                training=trains(3, trainer_queue, refill_max=2),
+            ),
+            id=run_workflow_id(run),
+            task_queue=queue,
+        )
+    batches = await batches_of(ledger, run)
+    assert [b.step for b in batches] == [1, 2, 3]
+    for batch in batches:
+        assert len(batch.groups) == 2 and all(g % 2 == 0 for g in batch.groups), batch
+        assert all(g % 2 == 1 for g in batch.replaced_groups) and batch.groups_replaced <= 2, batch
+        assert batch.skipped_groups == 0 and batch.sampled_tokens > 0
+        assert (batch.groups_drawn, batch.groups_kept) == (len(batch.groups) + batch.groups_replaced, 2)
+    consumed = sorted(g for b in batches for g in (*b.groups, *b.replaced_groups))
+    assert consumed == list(range(len(consumed))), "every group drawn once, oldest first"
+    assert batches[0].reward_mean == pytest.approx((4 * 0.5 + 2 * 4 * 0.5) / 12), "over replaced groups too"
+    progress = TrainingProgress(run=run, policy="default")
+    await progress.refresh(ledger)
+    replaced = sum(b.groups_replaced for b in batches)
+    assert progress.groups_replaced == replaced > 0
+    assert f"refilled {replaced}" in progress.line()
+
+
+async def test_refill_where_every_group_ties_draws_its_bound_then_skips_the_step_saying_why(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    client, queue = runner
+    run = f"ties-{uuid.uuid4().hex[:6]}"
+    async with fake_trainer(client, ledger) as trainer_queue:
+        status = await client.execute_workflow(
+            RunWorkflow.run,
+            RunInput(
+                run,
+                "tests.example_envs:every_group_ties",
+                groups_in_flight=2,
+                max_lag=0,
+                training=trains(2, trainer_queue, refill_max=2),
+            ),
+            id=run_workflow_id(run),
+            task_queue=queue,
+        )
+    assert status.trained == {"default": None}, "no step trained: no checkpoint"
+    batches = await batches_of(ledger, run)
+    assert [(b.groups_drawn, b.groups_replaced, b.sampled_tokens) for b in batches] == [
+        (4, 2, 0),
+        (4, 2, 0),
+    ], "each step drew groups_per_batch + refill_max groups, then was skipped for no signal as without refill"
+    progress = TrainingProgress(run=run, policy="default")
+    await progress.refresh(ledger)
+    said = progress.skipped_reason()
+    assert said is not None and "2 of 2 batches were skipped" in said and "no signal" in said
+    assert "replaced 4 tied groups" in said

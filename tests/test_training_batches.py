@@ -21,7 +21,7 @@ from rollout.rendering import ModelRenderer
 from rollout.rl.advantages import AdvantageKind
 from rollout.rl.batches import AgentEpisode, assemble_batch
 from rollout.rl.segments import TrainingSegment, segments_from_turns
-from rollout.rl.selection import EpisodeRecordView, ready_groups, supply_allowance
+from rollout.rl.selection import EpisodeRecordView, Selection, ready_groups, select_groups, supply_allowance
 from tests.gatewayutil import serve_gateway
 
 
@@ -218,3 +218,60 @@ def test_the_supply_allowance_is_max_lag_plus_one_batches_ahead_of_training() ->
     assert supply_allowance(0, 0, 2) == 2, "max_lag 0: one batch, then wait for its step"
     assert supply_allowance(3, 0, 2) == 8
     assert supply_allowance(3, 4, 2) == 16
+
+
+def _tied_or_not(groups: dict[int, bool], *, size: int = 4, agent: str = "A") -> list[EpisodeRecordView]:
+    """Whole groups of `size` finished episodes: True, rewards that differ (signal); False, all equal."""
+    return [
+        EpisodeRecordView(f"g{g}-{m}", g, True, {agent: float(m % 2) if signal else 0.5})
+        for g, signal in groups.items()
+        for m in range(size)
+    ]
+
+
+def test_refill_replaces_tied_groups_by_fresh_ones_within_its_bound() -> None:
+    """DAPO's dynamic sampling: a step keeps `groups_per_batch` groups that carry signal, consuming the tied
+    groups it meets as replaced, at most `refill_max` of them; past the bound a tied group is kept (and
+    skipped for no signal, as without refill)."""
+    odd_tie = _tied_or_not({g: g % 2 == 0 for g in range(8)})
+
+    def select(
+        consumed: set[int], refill_max: int | None, views: list[EpisodeRecordView] = odd_tie
+    ) -> Selection:
+        return select_groups(
+            views, group_size=4, consumed=consumed, groups_per_batch=2, refill_max=refill_max
+        )
+
+    assert select(set(), 2) == Selection([0, 2], [1]), (
+        "the even groups train, the odd one between is replaced"
+    )
+    assert select({0, 1, 2}, 2) == Selection([4, 6], [3, 5])
+    assert select(set(), None) == Selection([0, 1]), "refill off: the oldest groups, tied or not, as before"
+    assert select(set(), 0) == Selection([0, 1]), "a bound of 0 replaces nothing"
+    all_tied = _tied_or_not(dict.fromkeys(range(8), False))
+    assert select(set(), 3, all_tied) == Selection([3, 4], [0, 1, 2]), (
+        "every group ties: the bound is drawn, then the batch is whole of tied groups (skipped for no signal)"
+    )
+    assert select(set(), 3, all_tied[:16]) == Selection([], [0, 1, 2]), (
+        "not whole yet: the step waits, and says how many tied groups it set aside (their replacements may start)"
+    )
+    assert select(set(), 3, all_tied[:16]).set_aside == 3
+    assert select({0, 1, 2}, 2, odd_tie[:20]) == Selection([], [3]), "one signal group of two: wait"
+    # Again, the same records: the same selection (a retried step agrees).
+    assert select({0, 1, 2}, 2) == select({0, 1, 2}, 2)
+
+
+def test_a_groups_signal_is_its_trained_agents_rewards_of_finished_episodes() -> None:
+    """Another agent's rewards (a pinned rival's: not in the records' rewards, by `agents`) do not count; an
+    abandoned episode's reward does not either; one agent with signal is enough."""
+    one_finished = [
+        EpisodeRecordView("g0-0", 0, True, {"A": 1.0}),
+        *(EpisodeRecordView(f"g0-{m}", 0, False) for m in (1, 2, 3)),
+    ]
+    two_agents = [EpisodeRecordView(f"g0-{m}", 0, True, {"A": 0.5, "B": float(m)}) for m in range(4)]
+    assert select_groups(one_finished, group_size=4, consumed=set(), groups_per_batch=1, refill_max=1) == (
+        Selection([], [0])
+    ), "a single finished episode has no signal"
+    assert select_groups(two_agents, group_size=4, consumed=set(), groups_per_batch=1, refill_max=1) == (
+        Selection([0])
+    )

@@ -3,12 +3,14 @@ trains.
 
 Contract:
 - `assemble_batch` (the stub `trainer_stubs.assemble_batch`, for `TrainingWorkflow`) records a step's batch
-  once (rollout.activities.batches) and wraps it in a `BatchLookup`.
+  once (rollout.activities.batches) and answers with a `BatchLookup`: the batch, and the groups refill has
+  replaced so far.
 - `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
   holds the policy's trainer lease (rollout.activities.trainer_lease), loads the recorded batch, and has the
   provider train it from `parent` and publish the checkpoint through the `Publish` it is given: fenced by the
-  lease, so an attempt that lost the lease (a zombie) cannot publish, and with the batch's reward and
-  staleness beside the provider's metrics, the same record whichever provider trained it.
+  lease, so an attempt that lost the lease (a zombie) cannot publish, and with the batch's reward, staleness
+  and groups drawn, kept and replaced beside the provider's metrics, the same record whichever provider
+  trained it.
 - A provider's `NonFiniteLoss` fails the step for good (the activity error's type names it): nothing is
   published. A step that fails otherwise, or is cancelled, or a lease taken at a new epoch, has the provider
   `forget` the policy (what it holds in memory may be stale): the retry starts again from the parent
@@ -27,7 +29,7 @@ from typing import Protocol
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from rollout.activities.batches import load_batch, record_batch
+from rollout.activities.batches import load_batch, look_for_batch
 from rollout.activities.heartbeat import heartbeating
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
@@ -79,7 +81,7 @@ class TrainingActivities:
     @activity.defn(name=trainer_stubs.assemble_batch.__name__)
     async def assemble_batch(self, given: AssembleInput) -> BatchLookup:
         async with heartbeating():
-            return BatchLookup(await record_batch(self.ledger, given))
+            return await look_for_batch(self.ledger, given)
 
     @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
@@ -131,6 +133,10 @@ async def publish_step(
         "reward_mean": given.batch.reward_mean,
         "reward_std": given.batch.reward_std,
         "skipped_groups": float(given.batch.skipped_groups),
+        # Refill: the groups the step drew, kept and replaced (tied groups swapped for fresh ones).
+        "groups_drawn": float(given.batch.groups_drawn or len(given.batch.groups)),
+        "groups_kept": float(given.batch.groups_kept or len(given.batch.groups)),
+        "groups_replaced": float(given.batch.groups_replaced),
         # Staleness is against the newest checkpoint when this step started: its parent (not step - 1: a step
         # skipped for no signal publishes nothing), or the newest after a rollback to an older parent.
         **staleness_metrics(lineage_version(given.policy, given.newest or given.parent), batch),

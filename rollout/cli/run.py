@@ -162,8 +162,8 @@ def status(
     cluster: ClusterFlag = False,
     as_json: JsonFlag = False,
 ) -> None:
-    """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones),
-    steps; and from its workflow while it plays: paused, max_lag."""
+    """Where a run is, from the ledger: episodes finished and failed, groups, batches (and skipped ones, and
+    the tied groups refill replaced), steps; and from its workflow while it plays: paused, max_lag."""
     from rollout.control.runs import run_rows
 
     settings = load_settings(cluster_overrides(cluster, overrides))
@@ -182,7 +182,8 @@ def status(
                         f" · {row['batches_skipped']} batches skipped (no signal)"
                         if row["batches_skipped"]
                         else ""
-                    ),
+                    )
+                    + (f" · refilled {row['groups_replaced']}" if row["groups_replaced"] else ""),
                     highlight=False,
                 )
                 for line in policy_lines(row["curves"]):

@@ -3,8 +3,9 @@ attach`, and the summary they end with.
 
 Contract:
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
-  assembled (and which were skipped: every group's rewards equal, so no signal; and the share of their prompt
-  tokens the engines' prefix caches held, skipped or not), episodes finished, and why
+  assembled (and which were skipped: every group's rewards equal, so no signal; how many tied groups refill
+  replaced by fresh ones; and the share of their prompt tokens the engines' prefix caches held, skipped or
+  not), episodes finished, and why
   episodes failed (the top reasons, with where in the environment's code). It
   shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
   One reads one policy's lineage; `run_line` puts a run's policies side by side.
@@ -47,6 +48,7 @@ class TrainingProgress:
     batches: int = 0
     batches_skipped: int = 0  # every group of the batch had equal rewards: nothing to learn from, no step
     groups_skipped: int = 0  # groups without signal, in skipped and trained batches alike
+    groups_replaced: int = 0  # tied groups refill consumed without training, each replaced by a fresh group
     prompt_tokens: int = 0  # sent to the engines over the batches' turns
     cached_tokens: int = 0  # of those, held by the engines' prefix caches
     failures: list[FailureCount] = field(
@@ -79,6 +81,7 @@ class TrainingProgress:
         self.prompt_tokens = sum(int(b.get("prompt_tokens", 0)) for b in batches)
         self.cached_tokens = sum(int(b.get("cached_tokens", 0)) for b in batches)
         self.groups_skipped = sum(int(b["skipped_groups"]) for b in batches)
+        self.groups_replaced = sum(int(b.get("groups_replaced", 0)) for b in batches)
         while events := await ledger.read(SERVING_ACKS, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
             for event in events:
@@ -104,10 +107,15 @@ class TrainingProgress:
         any batch)."""
         return f" · cache {self.cached_tokens / self.prompt_tokens:.0%}" if self.prompt_tokens else ""
 
+    def refilled(self) -> str:
+        """` · refilled N`: the tied groups refill replaced by fresh ones ("" when none)."""
+        return f" · refilled {self.groups_replaced}" if self.groups_replaced else ""
+
     def line(self) -> str:
-        """One line for the live display: step, reward, staleness, KL, served, episodes, skipped batches, the
-        prefix caches' hit rate."""
+        """One line for the live display: step, reward, staleness, KL, served, episodes, skipped batches,
+        groups refilled, the prefix caches' hit rate."""
         skipped = f" · {self.batches_skipped} batches skipped (no signal)" if self.batches_skipped else ""
+        skipped += self.refilled()
         if self.newest is None:
             return f"waiting for the first batch · {self.episodes} episodes played{skipped}{self.cache()}{self.failed()}"
         return f"{self.policy_line()} · {self.episodes} episodes{skipped}{self.cache()}{self.failed()}"
@@ -128,10 +136,16 @@ class TrainingProgress:
         """Why batches were skipped, in a sentence; None when none were."""
         if not self.batches_skipped:
             return None
+        refill = (
+            f" (refill replaced {self.groups_replaced} tied groups by fresh ones, up to trainer.refill_max per "
+            "step, and found no signal in those either)"
+            if self.groups_replaced
+            else ""
+        )
         return (
             f"{self.batches_skipped} of {self.batches} batches were skipped: in each, every group's episodes got "
-            "the same reward, so there was no signal to learn from. Make the task easier (or the reward less "
-            "sparse: partial credit), sample more diversely (a higher temperature), or use larger groups."
+            f"the same reward, so there was no signal to learn from{refill}. Make the task easier (or the reward "
+            "less sparse: partial credit), sample more diversely (a higher temperature), or use larger groups."
         )
 
     def reward_change(self) -> tuple[int, float, float] | None:
@@ -177,6 +191,7 @@ class TrainingProgress:
             "batches": self.batches,
             "batches_skipped": self.batches_skipped,
             "groups_skipped": self.groups_skipped,
+            "groups_replaced": self.groups_replaced,
             "skipped_reason": self.skipped_reason(),
             "reward_by_step": [round(s.metrics.get("reward_mean", float("nan")), 4) for s in self.steps],
             "reward_first": None if change is None else round(change[1], 4),
@@ -188,12 +203,14 @@ class TrainingProgress:
 
 def run_line(progresses: Sequence[TrainingProgress]) -> str:
     """The live line of a run: its one policy's `line()`, or each policy's part side by side, then the run's
-    episodes, skipped batches and failures."""
+    episodes, skipped batches, groups refilled and failures."""
     if len(progresses) == 1:
         return progresses[0].line()
     first = progresses[0]
     skipped = sum(p.batches_skipped for p in progresses)
     said = f" · {skipped} batches skipped (no signal)" if skipped else ""
+    refilled = sum(p.groups_replaced for p in progresses)
+    said += f" · refilled {refilled}" if refilled else ""
     each = " | ".join(f"{p.policy}: {p.policy_line()}" for p in progresses)
     prompt, cached = sum(p.prompt_tokens for p in progresses), sum(p.cached_tokens for p in progresses)
     cache = f" · cache {cached / prompt:.0%}" if prompt else ""

@@ -118,6 +118,7 @@ def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | Non
         "groups_recorded": progress.groups_recorded,
         "steps": sum(p.checkpoints for p in progress.policies.values()),
         "batches_skipped": sum(p.batches_skipped for p in progress.policies.values()),
+        "groups_replaced": sum(p.groups_replaced for p in progress.policies.values()),
         "policies": {name: asdict(p) for name, p in progress.policies.items()},
     }
 

@@ -7,9 +7,9 @@ Contract:
   `ControlError` naming the setting.
 - `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
   flight, max_lag, max_tokens, recorded as the run's settings, with each policy's base model when they are on
-  several), `trainer.*` (steps, groups per batch, advantages, each policy's own model and settings, given the
-  `loaded` environment) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the engines
-  serve, and where environments are imported from), so a stack can be brought back to the run.
+  several), `trainer.*` (steps, groups per batch, refill, advantages, each policy's own model and settings,
+  given the `loaded` environment) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the
+  engines serve, and where environments are imported from), so a stack can be brought back to the run.
 - `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner, an
   engine per other base model its policies are on, trainer, the sandboxes its episodes claim, a command host
   per command seat in flight with `sandbox.command_pool`) and refuses an engine already serving another model.
@@ -157,6 +157,8 @@ def run_input(
         steps=trainer.steps,
         groups_per_batch=trainer.groups_per_batch,
         advantage=trainer.advantage,
+        refill=trainer.refill,
+        refill_max=trainer.refill_max,
         serve_formats=serve_formats(settings),
         warm_start=trainer.warm_start,
         evaluation=evaluation,

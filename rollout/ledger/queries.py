@@ -78,6 +78,7 @@ class PolicyProgress:
 
     batches_assembled: int = 0  # `BatchAssembled`: one per step that found its whole groups
     batches_skipped: int = 0  # of those, batches without a sampled token (every group had no signal): no step
+    groups_replaced: int = 0  # tied groups refill consumed without training, each replaced by a fresh one
     checkpoints: int = 0  # `CheckpointCreated`
     newest_version: int = 0  # the newest checkpoint's version (0: the base model)
 
@@ -121,7 +122,8 @@ SELECT count(*) FILTER (WHERE ended >= %(size)s) AS ended,
 _BATCH_COUNTS = """
 SELECT s.stream_id,
        count(e.seq) AS assembled,
-       count(e.seq) FILTER (WHERE (e.payload->>'sampled_tokens')::bigint = 0) AS skipped
+       count(e.seq) FILTER (WHERE (e.payload->>'sampled_tokens')::bigint = 0) AS skipped,
+       coalesce(sum((e.payload->>'groups_replaced')::bigint), 0) AS replaced
   FROM stream s LEFT JOIN event e ON e.stream_id = s.stream_id AND e.kind = %(kind)s
  WHERE starts_with(s.stream_id, %(prefix)s)
  GROUP BY s.stream_id
@@ -138,7 +140,8 @@ async def run_progress(ledger: Ledger, run: str, *, group_size: int | None = Non
     """Episodes, groups, and per trained policy batches and checkpoints (three or four round trips).
 
     The ledger does not record a run's group size (its environment has it): pass `group_size` to count whole
-    groups. A batch skipped for having no signal is a `BatchAssembled` with no sampled token.
+    groups. A batch skipped for having no signal is a `BatchAssembled` with no sampled token; the groups
+    refill replaced are its `groups_replaced`.
     """
     kinds = {"finished": Kind.EPISODE_FINISHED.value, "abandoned": Kind.EPISODE_ABANDONED.value}
     stream = run_episodes_stream(run)
@@ -159,6 +162,7 @@ async def run_progress(ledger: Ledger, run: str, *, group_size: int | None = Non
         policy: PolicyProgress(
             batches_assembled=int(row["assembled"]),
             batches_skipped=int(row["skipped"]),
+            groups_replaced=int(row["replaced"]),
             checkpoints=int(checkpoints.get(policy, {}).get("checkpoints", 0)),
             newest_version=int(checkpoints.get(policy, {}).get("newest") or 0),
         )

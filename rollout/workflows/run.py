@@ -16,7 +16,9 @@ Contract:
   the supply stops and the run ends once the groups in flight finish. max_lag bounds the supply too: it may
   have started `(steps trained + max_lag + 1) × groups_per_batch` groups (the fewest steps of any trained
   policy), so no episode starts that would be trained on by a policy more than max_lag checkpoints newer;
-  max_lag 0 is a synchronous loop. Each training workflow reports its steps (`training_progress`). A training
+  max_lag 0 is a synchronous loop. Refill raises that bound by the groups it replaced (the most any trained
+  policy has, a waiting step's set-aside ones included), so a tied group's replacement can start. Each
+  training workflow reports its steps and groups replaced (`training_progress`). A training
   step that cannot be published (a non-finite loss) pauses the run with the reason (`training_paused`);
   `resume` lets training go on. So does a supply whose recent episodes fail more than `max_failure_rate` of
   the time (`episodes_failing`): the run pauses with the count and the latest failure, and `resume` (once the
@@ -74,6 +76,7 @@ class _RunState:
     training_policies: list[str] | None = None
     groups_per_batch: int = 0
     steps_trained: dict[str, int] | None = None
+    groups_replaced: dict[str, int] = field(default_factory=dict[str, int])  # by policy: refill's, so far
     gates_acted: list[str] = field(default_factory=list[str])  # the eval gates that paused it (each once)
 
 
@@ -143,6 +146,7 @@ class RunWorkflow:
                 policy=policy,
                 group_size=environment.group_size,
                 spec=spec,
+                agents=[a.name for a in environment.agents if a.trainable and a.policy == policy],
                 parent=spec.warm_start,
                 eval_queue=workflow.info().task_queue,
             )
@@ -160,7 +164,10 @@ class RunWorkflow:
         if not self.state.steps_trained:
             return None
         fewest = min(self.state.steps_trained.values())
-        return supply_allowance(fewest, self.state.max_lag, self.state.groups_per_batch)
+        # The most groups any policy's refill replaced: the policy with the fewest steps always gets its
+        # batch's replacements, so every policy moves on.
+        replaced = max(self.state.groups_replaced.values(), default=0)
+        return supply_allowance(fewest, self.state.max_lag, self.state.groups_per_batch, replaced)
 
     async def _send_allowance(self) -> None:
         allowance = self._allowance()
@@ -168,14 +175,22 @@ class RunWorkflow:
             await self._tell_supply(EpisodeSupplyWorkflow.set_allowance, allowance)
 
     @workflow.signal(name=TRAINING_PROGRESS)
-    async def training_progress(self, policy: str, steps: int) -> None:
-        """A training workflow has finished `steps` steps (trained, or skipped) of `policy`."""
+    async def training_progress(self, policy: str, steps: int, replaced: int = 0) -> None:
+        """A training workflow has finished `steps` steps (trained, or skipped) of `policy`, and refill has
+        replaced `replaced` tied groups of it (a waiting step's set-aside ones included)."""
         # Under the lock, so allowances reach the supply in the order they were computed (never a stale one
         # last).
         async with self.lock:
             trained = self.state.steps_trained
-            if trained is not None and steps > trained.get(policy, 0):
+            if trained is None:
+                return
+            more_steps = steps > trained.get(policy, 0)
+            more_replaced = replaced > self.state.groups_replaced.get(policy, 0)
+            if more_steps:
                 trained[policy] = steps
+            if more_replaced:
+                self.state.groups_replaced[policy] = replaced
+            if more_steps or more_replaced:
                 await self._send_allowance()
 
     @workflow.signal(name=TRAINING_PAUSED)

@@ -6,10 +6,13 @@ Deterministic workflow code only; activities are called through their typed stub
 Contract:
 - `TrainingWorkflow` (`run/{run}/train/{policy}`) trains the run's lineage of a policy (`{run}/{policy}` in
   the ledger) for steps `next_step..steps`. Each step assembles its batch (`assemble_batch`, idempotent by
-  (run, policy, step)); while no whole group is ready it waits `wait_s` and looks again. A batch without a
-  sampled token (every group skipped for having no signal) is counted and the step number moves on without a
-  checkpoint. Otherwise `train_step` trains from the previous checkpoint (`parent`) and publishes exactly one
-  `CheckpointCreated` for the step (fenced by the trainer's lease).
+  (run, policy, step)); while no whole batch is ready it waits `wait_s` and looks again. With `refill` a tied
+  group is replaced by a fresh one (at most `refill_max` per step: rollout.rl.selection), judged by the
+  rewards of the agents that train the policy. A batch without a sampled token (every group skipped for
+  having no signal: with refill, once a step has replaced `refill_max` and still found only ties) is counted
+  and the step number moves on without a checkpoint. Otherwise `train_step` trains from the previous
+  checkpoint (`parent`) and publishes exactly one `CheckpointCreated` for the step (fenced by the trainer's
+  lease).
 - Each checkpoint then goes through one `BridgeWorkflow` per serving format
   (`bridge/{policy}/{version}/{format}`, idempotent): converted for the engines and published as a
   `ServingTarget`. Training does not wait for engines to load it: admission (max_lag) is what holds sampling
@@ -21,7 +24,9 @@ Contract:
   workflow started with an older `parent` branches the tree, and so does an eval gate's rollback
   (`eval_gate_rollback` signal: the next step trains from that checkpoint).
 - Each time the step number moves on (a step trained, skipped for no signal, or not published) it tells the
-  run (`training_progress` signal with the steps done), which lets the episode supply start more groups.
+  run (`training_progress` signal with the steps done and the groups refill has replaced), which lets the
+  episode supply start more groups; so does a waiting step that has set more tied groups aside, so their
+  replacements can start (else refill would wait on a supply held back by max_lag).
 - With `evaluation` and `eval_every` N, every checkpoint whose version is a multiple of N, once served as a
   target, is scored by an `EvalWorkflow` child on the run's runner queue
   (`eval/{suite}@{version}/{checkpoint}`), started and not waited for: evals never hold a step back. Their
@@ -88,6 +93,7 @@ class TrainingWorkflow:
         self.rollback_to: str | None = None
         self.step = 0
         self.newest: str | None = None
+        self.replaced = 0
         self.evals: list[workflow.ChildWorkflowHandle[EvalWorkflow, EvalOutcome]] = []
 
     @workflow.signal
@@ -111,6 +117,11 @@ class TrainingWorkflow:
         policy = run_policy(given.run, given.policy)
         own = given.spec.models.get(given.policy)  # its own base model and settings, if it has them
         trained_here = 0
+        spec = given.spec
+        refill_max = (
+            (spec.groups_per_batch if spec.refill_max is None else spec.refill_max) if spec.refill else None
+        )
+        self.replaced = 0  # groups refill has replaced (or a waiting step set aside), as last told to the run
         while step <= given.spec.steps:
             self.step = step
             if self.rollback_to is not None:  # a branch: the next checkpoint's parent is the rollback's
@@ -126,13 +137,19 @@ class TrainingWorkflow:
                     group_size=given.group_size,
                     groups_per_batch=given.spec.groups_per_batch,
                     advantage=given.spec.advantage,
+                    refill_max=refill_max,
+                    agents=given.agents,
                 ),
                 **heartbeating(timedelta(minutes=5)),
             )
             batch = lookup.batch
             if batch is None:
+                if lookup.replaced > self.replaced:  # tied groups set aside: let their replacements start
+                    self.replaced = lookup.replaced
+                    await self._report(given, step - 1)
                 await workflow.sleep(timedelta(seconds=given.spec.wait_s))
                 continue
+            self.replaced = max(self.replaced, lookup.replaced)
             if batch.sampled_tokens == 0:
                 skipped += 1
                 step += 1
@@ -229,7 +246,7 @@ class TrainingWorkflow:
         parent = workflow.info().parent
         if parent is not None:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
-                TRAINING_PROGRESS, args=[given.policy, steps]
+                TRAINING_PROGRESS, args=[given.policy, steps, self.replaced]
             )
 
     async def _pause_run(self, run: str, reason: str) -> None:

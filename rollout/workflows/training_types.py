@@ -42,6 +42,11 @@ class TrainingSpec:
     steps: int
     groups_per_batch: int = 2
     advantage: AdvantageKind = AdvantageKind.group_norm
+    # Refill (DAPO's dynamic sampling): a group whose rewards tie is replaced by a fresh one, at most
+    # `refill_max` per step (None: groups_per_batch), so each step trains `groups_per_batch` groups with
+    # signal.
+    refill: bool = True
+    refill_max: int | None = None
     serve_formats: list[str] = field(default_factory=lambda: ["lora"])
     wait_s: float = 1.0
     served_wait_s: float = 300.0  # how long the last step waits for an engine to serve its checkpoint
@@ -64,6 +69,9 @@ class TrainingInput:
     policy: str
     group_size: int
     spec: TrainingSpec
+    # The agents whose seats train this policy (neither pinned nor answered by a model): refill judges a
+    # group's signal by their rewards. None: every agent's.
+    agents: list[str] | None = None
     next_step: int = 1
     parent: str | None = None  # the checkpoint the next step trains from (at first, the spec's warm start)
     skipped_steps: int = 0
@@ -89,11 +97,14 @@ class AssembleInput:
     group_size: int
     groups_per_batch: int = 2
     advantage: AdvantageKind = AdvantageKind.group_norm
+    refill_max: int | None = None  # tied groups a step may replace by fresh ones (None: refill off)
+    agents: list[str] | None = None  # whose rewards say a group's signal (None: every agent's)
 
 
 @dataclass
 class BatchInfo(Payload):
-    """A `BatchAssembled` record: exactly the episodes (of whole groups) a step consumes."""
+    """A `BatchAssembled` record: exactly the episodes (of whole groups) a step trains on, and the tied groups
+    it consumed without training (refill replaced them by fresh ones)."""
 
     run: str
     policy: str
@@ -103,19 +114,27 @@ class BatchInfo(Payload):
     trained_episodes: list[str]
     skipped_groups: int
     sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
-    reward_mean: float
+    reward_mean: float  # over every group drawn, replaced ones included
     reward_std: float
     # Over every turn of the batch's episodes, trained or skipped: the prompt tokens sent to the engines, and
     # how many of them the engines' prefix caches held.
     prompt_tokens: int = 0
     cached_tokens: int = 0
+    # Refill: the tied groups consumed without training (each replaced by a fresh group), and the groups the
+    # step drew (kept + replaced), kept (`groups`) and replaced. 0 in a batch recorded before refill.
+    replaced_groups: list[int] = field(default_factory=list[int])
+    groups_drawn: int = 0
+    groups_kept: int = 0
+    groups_replaced: int = 0
 
 
 @dataclass
 class BatchLookup:
-    """What `assemble_batch` found for a step: its batch, or None while no whole group is ready."""
+    """What `assemble_batch` found for a step: its batch, or None while no whole batch is ready; and the
+    groups this policy's steps have replaced so far (refill), a waiting step's set-aside ones included."""
 
     batch: BatchInfo | None = None
+    replaced: int = 0
 
 
 @dataclass
