@@ -11,6 +11,12 @@ GROUPS_IN_FLIGHT = 4  # episode groups the supply keeps playing at once
 # A run pauses itself when more than this share of its last FAILURE_WINDOW episodes failed (1: never).
 MAX_FAILURE_RATE = 0.9
 FAILURE_WINDOW = 20
+# A group running longer than this, or than STRAGGLER_FACTOR times the median time of the run's finished
+# groups if that is longer (once STRAGGLER_AFTER groups finished), is a straggler: it plays on to its own
+# bound but no longer holds one of groups_in_flight's slots (at most groups_in_flight stragglers at once).
+STRAGGLER_FLOOR_S = 30.0
+STRAGGLER_FACTOR = 4.0
+STRAGGLER_AFTER = 3
 MAX_TOKENS = 256  # sampled tokens per turn, at most
 EVAL_EPISODES_IN_FLIGHT = 4  # episodes an eval plays at once, across all its environments
 PREFIX_CACHE_MB = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import sys
 from dataclasses import replace
@@ -254,9 +255,30 @@ class Tie(Task):
         return End(reward=0.5)
 
 
+class HangsInGroups3And4(Task):
+    """A coin (members 0 and 2 win), except in groups 3 and 4, whose `respond` never returns (a buggy
+    environment's hang: each ends at `turn_timeout_s`)."""
+
+    async def start(self, run: RunContext) -> Observation:
+        return Observation("What is 1 + 1?")
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        if _group(run) in (3, 4):
+            await asyncio.sleep(3600)
+        return End(reward=1.0 if run.episode[-1] in "02" else 0.0)
+
+
 odd_groups_tie = Environment(
     "odd-groups-tie", lambda parameters, agent: OddGroupsTie(), Dataset([{}]), group_size=4, max_turns=1
 )
 every_group_ties = Environment(
     "every-group-ties", lambda parameters, agent: Tie(), Dataset([{}]), group_size=4, max_turns=1
+)
+hangs_in_groups_3_and_4 = Environment(
+    "hangs-in-groups-3-and-4",
+    lambda parameters, agent: HangsInGroups3And4(),
+    Dataset([{}]),
+    group_size=2,
+    max_turns=1,
+    turn_timeout_s=30,
 )

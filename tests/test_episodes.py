@@ -479,3 +479,41 @@ async def test_refill_where_every_group_ties_draws_its_bound_then_skips_the_step
     said = progress.skipped_reason()
     assert said is not None and "2 of 2 batches were skipped" in said and "no signal" in said
     assert "replaced 4 tied groups" in said
+
+
+async def test_two_hung_groups_stop_holding_the_supplys_slots_and_training_goes_on(
+    runner: tuple[Client, str], ledger: Ledger
+) -> None:
+    """Groups 3 and 4 hang in `respond` (to its 30 s bound) with two slots: once they run far past the run's
+    typical group time they are stragglers, other groups play beside them and train, and each hung episode
+    ends at its bound, recorded with its reason."""
+    client, queue = runner
+    run = f"hang-{uuid.uuid4().hex[:6]}"
+    async with fake_trainer(client, ledger) as trainer_queue:
+        await client.execute_workflow(
+            RunWorkflow.run,
+            RunInput(
+                run,
+                "tests.example_envs:hangs_in_groups_3_and_4",
+                groups_in_flight=2,
+                max_lag=1,
+                max_failure_rate=1.0,
+                straggler_floor_s=1.0,
+                training=trains(5, trainer_queue, groups_per_batch=1, refill_max=None),
+            ),
+            id=run_workflow_id(run),
+            task_queue=queue,
+        )
+    events = await ledger.read(run_episodes_stream(run))
+    hung = [e for e in events if e.kind == Kind.EPISODE_ABANDONED]
+    assert sorted(e.payload["group"] for e in hung) == [3, 3, 4, 4]
+    assert all("respond did not return within 30 s" in e.payload["error"] for e in hung)
+    recorded = [
+        e
+        for e in await ledger.read(run_batches_stream(run, run_policy(run, "default")))
+        if e.kind == Kind.BATCH_ASSEMBLED
+    ]
+    assert [BatchInfo.from_payload(e.payload).groups for e in recorded] == [[0], [1], [2], [5], [6]]
+    assert recorded[-1].recorded_at < min(e.recorded_at for e in hung), (
+        "the last step trained while the hung groups still played"
+    )

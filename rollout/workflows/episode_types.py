@@ -191,12 +191,15 @@ class SupplyCounts:
     episodes_failed: int = 0
     groups_in_flight: int = 0  # groups started and not yet finished (0 in its result: it waits for them)
     groups_failed: int = 0  # groups every episode of which failed: nothing to train on, beyond the allowance
+    groups_straggling: int = (
+        0  # of those in flight, stragglers: they no longer hold a slot of groups_in_flight
+    )
 
 
 @dataclass
 class SupplyInput:
-    """An `EpisodeSupplyWorkflow`'s start; when it continues as new, `next_group`, `paused`, `allowance` and
-    `played` carry its state over."""
+    """An `EpisodeSupplyWorkflow`'s start; when it continues as new, `next_group`, `paused`, `allowance`,
+    `played`, `recent_failed` and `group_seconds` carry its state over."""
 
     run: str
     environment: EnvironmentInfo
@@ -210,3 +213,9 @@ class SupplyInput:
     max_failure_rate: float = 1.0  # it pauses the run when more than this share of recent episodes failed
     failure_window: int = defaults.FAILURE_WINDOW
     recent_failed: list[bool] = field(default_factory=list[bool])  # the last episodes: failed or not
+    # A group in flight longer than max(straggler_floor_s, straggler_factor × the median of `group_seconds`),
+    # once `straggler_after` groups have finished, is a straggler: it plays on but holds no slot.
+    straggler_floor_s: float = defaults.STRAGGLER_FLOOR_S
+    straggler_factor: float = defaults.STRAGGLER_FACTOR
+    straggler_after: int = defaults.STRAGGLER_AFTER
+    group_seconds: list[float] = field(default_factory=list[float])  # how long the last groups took, in s

@@ -35,14 +35,23 @@ Contract:
   carrying its counts. When more than `max_failure_rate` of its last `failure_window` episodes failed, it
   pauses itself and tells its run (`EPISODES_FAILING`, with the count and the latest failure), which pauses
   with that reason; resuming counts afresh. Episodes that end after `stop` are not counted.
+- Stragglers: a group in flight longer than `straggler_floor_s`, or `straggler_factor` × the median time of
+  the run's last finished groups if that is longer (once `straggler_after` have finished), stops counting
+  against `groups_in_flight` and against the allowance, so a hung environment call does not starve the
+  supply: other groups start beside it. It plays on and ends by its own bound (`Environment.turn_timeout_s`),
+  recorded with its reason as any other (should it finish after all, a later step trains it, further behind
+  than max_lag: its staleness is measured as every step's is). At most `groups_in_flight` stragglers are let
+  off at once. Time is the workflow's
+  (`workflow.now()`, a timer to the next group's deadline), so a replay decides the same.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import statistics
 from dataclasses import replace
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, cast
 
 from temporalio import workflow
@@ -82,6 +91,9 @@ PIN_SERVED_WAIT_S = 300.0
 BASE = "base"  # the base model: every engine serves it, nothing to hold
 # Workflows started before one-seat episodes played and recorded in one activity replay the old commands.
 PLAY_AND_RECORD = "play-and-record"
+# Supplies started before stragglers were let off their slot replay without the timer that notices them.
+STRAGGLERS = "stragglers"
+GROUP_SECONDS_KEPT = 100  # the finished groups' times a supply keeps for its median
 
 
 def _cause(error: BaseException) -> BaseException:
@@ -323,6 +335,10 @@ class EpisodeSupplyWorkflow:
         self.groups_failed = 0
         self.allowance: int | None = None
         self.recent_failed: list[bool] = []
+        self.given: SupplyInput | None = None
+        self.started_at: dict[int, datetime] = {}
+        self.group_seconds: list[float] = []
+        self.watch_stragglers = False
 
     @workflow.signal
     def set_paused(self, paused: bool) -> None:
@@ -346,7 +362,34 @@ class EpisodeSupplyWorkflow:
             episodes_failed=self.episodes_failed,
             groups_in_flight=len(self.in_flight),
             groups_failed=self.groups_failed,
+            groups_straggling=len(self._straggling()),
         )
+
+    def _straggler_after_s(self) -> float | None:
+        """How long a group may play before it is a straggler; None until enough groups finished to say."""
+        given = self.given
+        if not self.watch_stragglers or given is None or len(self.group_seconds) < given.straggler_after:
+            return None
+        return max(given.straggler_floor_s, given.straggler_factor * statistics.median(self.group_seconds))
+
+    def _straggling(self) -> set[int]:
+        """The groups in flight past the straggler bound, oldest first up to `groups_in_flight`."""
+        limit = self._straggler_after_s()
+        if limit is None or self.given is None:
+            return set()
+        now = workflow.now()
+        late = sorted(g for g in self.in_flight if (now - self.started_at[g]).total_seconds() > limit)
+        return set(late[: self.given.groups_in_flight])
+
+    def _next_straggler_s(self) -> float | None:
+        """Seconds until the next group in flight becomes a straggler (the supply's timer), if any will."""
+        limit = self._straggler_after_s()
+        if limit is None:
+            return None
+        now = workflow.now()
+        ages = [(now - self.started_at[g]).total_seconds() for g in self.in_flight]
+        waits = [limit - age for age in ages if age <= limit]  # those not late yet
+        return min(waits) + 0.01 if waits else None
 
     @workflow.run
     async def run(self, given: SupplyInput) -> SupplyCounts:
@@ -358,6 +401,8 @@ class EpisodeSupplyWorkflow:
         self.episodes_failed = given.played.episodes_failed
         self.groups_failed = given.played.groups_failed
         self.recent_failed = list(given.recent_failed)
+        self.given, self.group_seconds = given, list(given.group_seconds)
+        self.watch_stragglers = workflow.patched(STRAGGLERS)
         next_group = given.next_group
         started_here = 0
 
@@ -370,21 +415,39 @@ class EpisodeSupplyWorkflow:
         def may_start() -> bool:
             # A group whose every episode failed trains nothing (no step takes it): it does not use up the
             # allowance, or a broken environment would starve training of good groups.
-            allowed = self.allowance is None or next_group < self.allowance + self.groups_failed
+            # Stragglers hold no slot, nor any of the allowance (at most groups_in_flight of them are let off:
+            # `_straggling`): two hung groups would otherwise stop the supply until their bound.
+            straggling = len(self._straggling())
+            allowed = self.allowance is None or next_group < self.allowance + self.groups_failed + straggling
+            playing = len(self.in_flight) - straggling
             return (
                 not self.paused
                 and allowed
-                and len(self.in_flight) < given.groups_in_flight
+                and playing < given.groups_in_flight
                 and not exhausted()
                 and not history_full()
             )
 
+        finished = self.groups_finished
+
+        def moved() -> bool:
+            """A group ended: the straggler bound moved, and with it the next deadline."""
+            return self.watch_stragglers and self.groups_finished != finished
+
         while True:
-            await workflow.wait_condition(
-                lambda: (
-                    self.stopping or may_start() or (not self.in_flight and (exhausted() or history_full()))
+            finished = self.groups_finished
+            try:
+                await workflow.wait_condition(
+                    lambda: (
+                        self.stopping
+                        or may_start()
+                        or (not self.in_flight and (exhausted() or history_full()))
+                        or moved()
+                    ),
+                    timeout=self._next_straggler_s(),
                 )
-            )
+            except TimeoutError:
+                continue  # a group became a straggler: look again
             if self.stopping or (exhausted() and not self.in_flight):
                 break
             if history_full() and not self.in_flight:
@@ -396,9 +459,13 @@ class EpisodeSupplyWorkflow:
                         allowance=self.allowance,
                         played=self.counts(),
                         recent_failed=self.recent_failed,
+                        group_seconds=self.group_seconds,
                     )
                 )
+            if not may_start():
+                continue
             self.in_flight.add(next_group)
+            self.started_at[next_group] = workflow.now()
             group_task = asyncio.create_task(self._play_group(given, next_group))
             self._groups.add(group_task)
             group_task.add_done_callback(self._groups.discard)
@@ -432,6 +499,10 @@ class EpisodeSupplyWorkflow:
             self.groups_failed += 1
         self.groups_finished += 1
         self.in_flight.discard(group)
+        started = self.started_at.pop(group, None)
+        if started is not None:
+            seconds = (workflow.now() - started).total_seconds()
+            self.group_seconds = [*self.group_seconds, seconds][-GROUP_SECONDS_KEPT:]
 
     async def _count_failure(self, given: SupplyInput, result: EpisodeResult) -> None:
         """Pause (the run, through its workflow, and this supply at once) when more than

@@ -123,6 +123,7 @@ class RunWorkflow:
                 allowance=self._allowance(),
                 max_failure_rate=given.max_failure_rate,
                 failure_window=given.failure_window,
+                straggler_floor_s=given.straggler_floor_s,
             ),
             id=supply_workflow_id(given.run),
         )

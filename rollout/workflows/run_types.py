@@ -34,6 +34,9 @@ class RunInput:
     max_failure_rate: float = defaults.MAX_FAILURE_RATE
     failure_window: int = defaults.FAILURE_WINDOW
     launch: RunLaunch | None = None  # how `rollout train` launched it, recorded as an event of its own
+    # A group running this long, or 4× the run's median group time if longer, stops counting against
+    # groups_in_flight (rollout.workflows.episodes: a straggler).
+    straggler_floor_s: float = defaults.STRAGGLER_FLOOR_S
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts
