@@ -4,7 +4,8 @@ Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending key
   and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
   value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
-  negative `run.max_lag`).
+  negative `run.max_lag`, a `trainer.*` setting out of its range such as `trainer.groups_per_batch=0`, which
+  would play episodes forever and never train). One line, before anything starts.
 - The schema (`Settings`, each `policies.NAME` a rollout.policy_settings.PolicySettings) is the single place a
   key and its type are declared; YAML only sets values. `policies.NAME.KEY=VALUE` needs no `+`.
 - `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
@@ -12,8 +13,10 @@ Contract:
 
 from __future__ import annotations
 
+import math
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -446,6 +449,7 @@ def _check_values(settings: Settings) -> None:
         failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
     except BadRunSetting as error:
         raise ConfigError(str(error)) from None
+    _check_trainer(settings.trainer)
     gateway = settings.services.gateway
     if gateway.default_max_tokens < 1:
         raise ConfigError(
@@ -507,6 +511,46 @@ def _check_values(settings: Settings) -> None:
             f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
             f"choose one of {choices} (at least trainer.lora_rank)"
         )
+
+
+def _positive(value: float) -> bool:
+    return value > 0 and math.isfinite(value)
+
+
+# The trainer's settings a range bounds: (key, is it in range, what it means and what to set).
+_TRAINER_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
+    ("steps", lambda v: v >= 1, "would train no step; set 1 or more"),
+    (
+        "groups_per_batch",
+        lambda v: v >= 1,
+        "would play episodes forever and never train; set 1 or more groups per step",
+    ),
+    (
+        "refill_max",
+        lambda v: v is None or v >= 0,
+        "is not a number of groups; set 0 or more tied groups a step may replace (or trainer.refill=false)",
+    ),
+    ("lora_rank", lambda v: v >= 0, "is not a rank; set 1 or more (0: train the full weights)"),
+    (
+        "lora_alpha",
+        lambda v: v >= 1,
+        "would scale the adapter to nothing; set 1 or more (often twice the rank)",
+    ),
+    ("learning_rate", _positive, "would never move the weights; set a positive number (1e-5)"),
+    ("max_grad_norm", _positive, "would clip every gradient to nothing; set a positive number (1.0)"),
+    ("micro_batch_tokens", lambda v: v >= 1, "would fit no token; set 1 or more"),
+    ("updates_per_batch", lambda v: v >= 1, "is how many optimiser steps each batch takes; set 1 or more"),
+    ("is_cap", _positive, "would weigh every token to nothing; set a positive number (2.0)"),
+    ("lease_ttl_s", _positive, "would lose the trainer's lease at once; set a positive number of seconds"),
+    ("data_parallel_workers", lambda v: v >= 1, "is how many workers train each step; set 1 or more"),
+)
+
+
+def _check_trainer(trainer: TrainerSettings) -> None:
+    for key, in_range, said in _TRAINER_RANGES:
+        value = getattr(trainer, key)
+        if not in_range(value):
+            raise ConfigError(f"bad value for 'trainer.{key}': {value} {said}")
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:

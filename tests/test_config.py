@@ -100,6 +100,39 @@ def test_a_negative_prefix_cache_budget_is_refused_naming_the_setting() -> None:
     assert config.load(["services.engine.prefix_cache_mb=0"]).services.engine.prefix_cache_mb == 0
 
 
+def test_a_trainer_setting_out_of_range_is_refused_naming_it_in_one_line() -> None:
+    """`trainer.groups_per_batch=0` played episodes forever and never trained; each trainer setting out of its
+    range is refused when the settings load, before anything starts."""
+    with pytest.raises(config.ConfigError) as raised:
+        config.load(["trainer.groups_per_batch=0"])
+    assert str(raised.value) == (
+        "bad value for 'trainer.groups_per_batch': 0 would play episodes forever and never train; set 1 or more "
+        "groups per step"
+    )
+    with pytest.raises(
+        config.ConfigError, match=r"^bad value for 'trainer\.refill_max': -1 is not a number"
+    ) as raised:
+        config.load(["trainer.refill_max=-1"])
+    assert "\n" not in str(raised.value)
+    for bad in (
+        "steps=0",
+        "learning_rate=0",
+        "learning_rate=-1e-5",
+        "max_grad_norm=0",
+        "micro_batch_tokens=0",
+        "updates_per_batch=0",
+        "lora_rank=-1",
+        "is_cap=0",
+        "data_parallel_workers=0",
+    ):
+        key = bad.partition("=")[0]
+        with pytest.raises(config.ConfigError, match=rf"^bad value for 'trainer\.{key}'"):
+            config.load([f"trainer.{bad}"])
+    loaded = config.load(["trainer.refill_max=0", "trainer.lora_rank=0"])
+    assert (loaded.trainer.refill, loaded.trainer.refill_max) == (True, 0), "refill is on by default"
+    assert config.load().trainer.refill_max is None, "None: as many as groups_per_batch"
+
+
 def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> None:
     """A negative max_lag admits no turn (each waits out its budget, then 503): refused at the config, at a
     run's input, and when a run's recorded settings are read back from the ledger."""

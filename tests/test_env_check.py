@@ -60,6 +60,21 @@ def test_run_start_refuses_a_max_lag_that_would_admit_no_turn_in_one_line() -> N
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
 
 
+def test_train_refuses_a_trainer_setting_out_of_range_in_one_line_before_anything_starts() -> None:
+    """`trainer.groups_per_batch=0` played episodes forever and never trained: refused at load, as a negative
+    `trainer.refill_max` is, one line each and no traceback (no stack starts: it would take minutes)."""
+    for bad, says in (
+        (
+            "trainer.groups_per_batch=0",
+            "bad value for 'trainer.groups_per_batch': 0 would play episodes forever",
+        ),
+        ("trainer.refill_max=-1", "bad value for 'trainer.refill_max': -1 is not a number of groups"),
+    ):
+        refused = rollout("train", "arithmetic.environment:environment", bad)
+        assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+        assert says in refused.stderr and len(refused.stderr.strip().splitlines()) == 1, refused.stderr
+
+
 def test_run_set_takes_max_lag_only() -> None:
     refused = rollout("run", "set", "some-run", "max_lag=-1")
     assert refused.returncode == 2 and "max_lag=N" in refused.stderr
