@@ -18,7 +18,7 @@ from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import LossConfig
 from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
-from rollout.training.local import LocalTrainer, LocalTrainerConfig
+from rollout.training.local import LocalTrainer, LocalTrainerConfig, _shard
 from rollout.training.logprobs import Layout, Rows, layout_for, micro_batches
 from rollout.training.prefix_tree import PrefixForest
 
@@ -191,3 +191,12 @@ def test_a_trainer_that_cannot_share_says_so_once(
         trainer.step(batch_of(two_seats(random.Random(6))))
     said = [r.getMessage() for r in caplog.records if "without shared prefixes" in r.getMessage()]
     assert trainer.layout is Layout.padded and len(said) == 1 and "linear attention" in said[0]
+
+
+def test_data_parallel_shards_keep_a_groups_answers_together() -> None:
+    rng = random.Random(9)
+    segments = tuple(group_of_eight(rng) + group_of_eight(rng))  # two prompts, 16 answers
+    shards = [_shard(segments, rank, 2) for rank in range(2)]
+    assert sorted(id(w) for shard in shards for w in shard) == sorted(id(w) for w in segments)
+    assert [len({w.segment.tokens_T[:40] for w in shard}) for shard in shards] == [1, 1], "a prompt per shard"
+    assert all(_shard(segments[:1], rank, 2) == (segments[:1] if rank == 0 else ()) for rank in range(2))

@@ -6,10 +6,10 @@ Contract:
   `LocalTrainer.resume` do; the trainer worker's activities take either (`trainer.data_parallel_workers`).
 - A `ShardedTrainer` is `workers` Ray actors (`TrainerShard`), each asking Ray for one CPU and
   `gpus_per_worker` GPUs, joined in one torch.distributed group (gloo on CPU, NCCL on CUDA) and each holding a
-  `LocalTrainer` built alike. `step(batch)` gives every shard the batch; shard r trains segments r, r +
-  workers, ... with the gradients summed across shards before clipping (`LocalTrainer.step(shard=...)`), so
-  every shard makes the update one process would make on the whole batch, and the shards stay identical. It
-  returns shard 0's metrics.
+  `LocalTrainer` built alike. `step(batch)` gives every shard the batch; shard r trains the r-th run of its
+  segments sorted by their ids, with the gradients summed across shards before clipping
+  (`LocalTrainer.step(shard=...)`), so every shard makes the update one process would make on the whole
+  batch, and the shards stay identical. It returns shard 0's metrics.
 - `save(directory)` writes what `LocalTrainer.save` writes, from shard 0 (its files travel through Ray, so the
   shards need no filesystem in common with the caller); `resume` sends a checkpoint's files to every shard.
   The model is loaded by each shard from `model_path`: every node must have it there (a shared volume).

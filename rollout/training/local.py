@@ -23,8 +23,10 @@ Contract:
   checkpointing; asked for where it cannot run (CPU, full weights), the constructor raises `ValueError` saying
   so.
 - Data parallel: `step(batch, shard=(rank, world))` in each of `world` processes (torch.distributed
-  initialised, e.g. by Ray Train) trains on every world-th segment and sums the gradients: the update equals
-  `step(batch)` in one process. A non-finite loss on any process fails the step on all of them.
+  initialised, e.g. by Ray Train) trains on the rank-th of `world` shards and sums the gradients: the update
+  equals `step(batch)` in one process. Shards are runs of the segments sorted by their ids, of about equal
+  tokens, so segments that share a prefix (a group's answers) mostly share a shard and its prefix tree. A
+  non-finite loss on any process fails the step on all of them.
 - `offload()` moves the weights and optimiser state to CPU memory and frees the device; `onload()` brings them
   back (one-GPU mode, between steps). On CPU both do nothing.
 """
@@ -148,7 +150,7 @@ class LocalTrainer:
         batch."""
         if not batch.segments or batch.sampled_tokens == 0:
             raise ValueError("a batch with no sampled tokens has nothing to train on")
-        segments = batch.segments if shard is None else batch.segments[shard[0] :: shard[1]]
+        segments = batch.segments if shard is None else _shard(batch.segments, *shard)
         olds: list[torch.Tensor] = []  # π_old's logprobs per micro-batch, from the first update's pass
         updates: list[dict[str, float]] = []
         for update in range(self.config.updates_per_batch):
@@ -280,6 +282,24 @@ class OneProcess:
 
     def resume(self, directory: Path, config: LocalTrainerConfig, loss: LossConfig) -> Trainer:
         return LocalTrainer.resume(directory, config, loss)
+
+
+def _shard(segments: tuple[Any, ...], rank: int, world: int) -> tuple[Any, ...]:
+    """The rank-th of `world` runs of the segments sorted by their ids, cut at about equal token counts (each
+    shard gets one segment at least, where there are as many)."""
+    ordered = sorted(segments, key=lambda weighted: weighted.segment.tokens_T)
+    starts, total, before = [], sum(len(w.segment.tokens_T) for w in ordered), 0
+    for weighted in ordered:
+        starts.append(before)  # tokens before this segment
+        before += len(weighted.segment.tokens_T)
+    cuts = [0]
+    for r in range(1, world):
+        cut = next((i for i, b in enumerate(starts) if b * world >= r * total), len(ordered))
+        # Each shard gets a segment at least while there are as many (the earlier shards first).
+        latest = max(len(ordered) - (world - r), cuts[-1] + 1)
+        cuts.append(min(max(cut, cuts[-1] + 1), latest, len(ordered)))
+    cuts.append(len(ordered))
+    return tuple(ordered[cuts[rank] : cuts[rank + 1]])
 
 
 def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: float) -> tuple[bool, float]:
