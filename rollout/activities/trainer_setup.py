@@ -111,6 +111,7 @@ def trainer_activities(
         updates_per_batch=spec.updates_per_batch,
         device=spec.device,
         quantization=spec.quantization,
+        seed=spec.seed,
     )
     provider = LocalProvider(
         ledger,
