@@ -158,6 +158,7 @@ def follow_to_the_end(
         async with ledger:
             return await follow_training(ledger, handle, progresses, stopped)
 
+    followed_at = time.monotonic()
     try:
         status = asyncio.run(follow())
     except WorkflowFailureError as error:
@@ -179,7 +180,11 @@ def follow_to_the_end(
         with contextlib.suppress(ControlError):
             evals = asyncio.run(run_eval_scores(settings, run))
     if as_json:
-        summary = progresses[0].summary() | {"episodes_failed": status.episodes_failed, "evals": evals}
+        summary = progresses[0].summary() | {
+            "episodes_failed": status.episodes_failed,
+            "evals": evals,
+            "run_s": round(time.monotonic() - followed_at, 1),  # the run itself: the stack's start excluded
+        }
         if len(progresses) > 1:
             summary["policies"] = [progress.summary() for progress in progresses]
         print(json.dumps(summary))
