@@ -43,7 +43,7 @@ class TrainingSpec:
     groups_per_batch: int = 2
     advantage: AdvantageKind = AdvantageKind.group_norm
     # Refill (DAPO's dynamic sampling): a group whose rewards tie is replaced by a fresh one, at most
-    # `refill_max` per step (None: groups_per_batch), so each step trains `groups_per_batch` groups with
+    # `refill_max` per step (None: twice groups_per_batch), so each step trains `groups_per_batch` groups with
     # signal.
     refill: bool = True
     refill_max: int | None = None
