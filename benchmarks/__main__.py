@@ -24,6 +24,7 @@ BENCHMARKS = {
     "multipolicy": "benchmarks.multipolicy",
     "temporal": "benchmarks.temporal_load",
     "multiturn": "benchmarks.multiturn",
+    "treetrain": "benchmarks.treetrain",
 }
 
 
