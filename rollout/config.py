@@ -232,8 +232,8 @@ class TrainerSettings:
     groups_per_batch: int = 2
     # Refill (DAPO's dynamic sampling): a group whose rewards all tie (no signal) is replaced by a fresh
     # group, so each step trains groups_per_batch groups that carry signal; at most `refill_max` replaced per
-    # step (None: twice groups_per_batch). A step that still finds only ties is skipped for no signal, as without
-    # refill.
+    # step (None: twice groups_per_batch). A step that still finds only ties is skipped for no signal, as
+    # without refill.
     refill: bool = True
     refill_max: int | None = None
     seed: int = 0  # the local trainer's torch seed: the adapter's initial weights

@@ -236,11 +236,19 @@ def test_packed_micro_batches_fill_rows_up_to_the_budget() -> None:
         WeightedSegment(episode=str(n), agent="x", advantage=1.0, segment=segment(10 * n, length))
         for n, length in enumerate([10, 10, 30, 5, 50])
     ]
-    lengths = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, layout=Layout.packed)]
+    lengths = [
+        [len(w.segment.tokens_T) for w in micro]
+        for micro in micro_batches(weighted, 25, layout=Layout.packed)
+    ]
     assert lengths == [[10, 10], [30], [5], [50]], "a segment longer than the budget gets a row of its own"
-    padded = [[len(w.segment.tokens_T) for w in micro] for micro in micro_batches(weighted, 25, layout=Layout.padded)]
+    padded = [
+        [len(w.segment.tokens_T) for w in micro]
+        for micro in micro_batches(weighted, 25, layout=Layout.padded)
+    ]
     assert padded == [[10, 10], [30], [5], [50]]
-    assert micro_batches(weighted[:2] + weighted[3:4], 25, layout=Layout.packed) == [weighted[:2] + weighted[3:4]]
+    assert micro_batches(weighted[:2] + weighted[3:4], 25, layout=Layout.packed) == [
+        weighted[:2] + weighted[3:4]
+    ]
 
 
 @pytest.mark.parametrize(

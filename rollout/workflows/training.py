@@ -119,7 +119,9 @@ class TrainingWorkflow:
         trained_here = 0
         spec = given.spec
         refill_max = (
-            (2 * spec.groups_per_batch if spec.refill_max is None else spec.refill_max) if spec.refill else None
+            (2 * spec.groups_per_batch if spec.refill_max is None else spec.refill_max)
+            if spec.refill
+            else None
         )
         self.replaced = 0  # groups refill has replaced (or a waiting step set aside), as last told to the run
         while step <= given.spec.steps:
