@@ -280,5 +280,5 @@ hangs_in_groups_3_and_4 = Environment(
     Dataset([{}]),
     group_size=2,
     max_turns=1,
-    turn_timeout_s=30,
+    turn_timeout_s=12,
 )

@@ -484,7 +484,7 @@ async def test_refill_where_every_group_ties_draws_its_bound_then_skips_the_step
 async def test_two_hung_groups_stop_holding_the_supplys_slots_and_training_goes_on(
     runner: tuple[Client, str], ledger: Ledger
 ) -> None:
-    """Groups 3 and 4 hang in `respond` (to its 30 s bound) with two slots: once they run far past the run's
+    """Groups 3 and 4 hang in `respond` (to its 12 s bound) with two slots: once they run far past the run's
     typical group time they are stragglers, other groups play beside them and train, and each hung episode
     ends at its bound, recorded with its reason."""
     client, queue = runner
@@ -507,7 +507,7 @@ async def test_two_hung_groups_stop_holding_the_supplys_slots_and_training_goes_
     events = await ledger.read(run_episodes_stream(run))
     hung = [e for e in events if e.kind == Kind.EPISODE_ABANDONED]
     assert sorted(e.payload["group"] for e in hung) == [3, 3, 4, 4]
-    assert all("respond did not return within 30 s" in e.payload["error"] for e in hung)
+    assert all("respond did not return within 12 s" in e.payload["error"] for e in hung)
     recorded = [
         e
         for e in await ledger.read(run_batches_stream(run, run_policy(run, "default")))
