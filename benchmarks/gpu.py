@@ -57,15 +57,7 @@ def synthetic_batch(vocab: int, *, rows: int = ROWS, length: int = LENGTH) -> An
         segments.append(
             WeightedSegment(episode=f"e{row}", agent="a", advantage=1.0 if row % 2 else -1.0, segment=segment)
         )
-    return Batch(
-        policy="bench",
-        segments=tuple(segments),
-        episodes=tuple(w.episode for w in segments),
-        skipped_groups=0,
-        reward_mean=0.0,
-        reward_std=1.0,
-        sampled_tokens=sum(w.segment.sampled_tokens for w in segments),
-    )
+    return Batch.of("bench", segments)
 
 
 def run(steps: int = STEPS) -> dict[str, Any]:

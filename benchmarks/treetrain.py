@@ -121,15 +121,7 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
         if case == "group"
         else _coding_segments(AutoTokenizer.from_pretrained(model), quick)
     )
-    batch = Batch(
-        policy="default",
-        segments=tuple(segments),
-        episodes=tuple(sorted({w.episode for w in segments})),
-        skipped_groups=0,
-        reward_mean=0.0,
-        reward_std=0.0,
-        sampled_tokens=sum(w.segment.sampled_tokens for w in segments),
-    )
+    batch = Batch.of("default", segments)
     trainer = LocalTrainer(model, LocalTrainerConfig(lora_rank=8, lora_alpha=16), LossConfig("ppo"))
     if side == "unshared":
         trainer.layout = Layout.packed

@@ -69,16 +69,7 @@ def on_policy(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> Batch:
                 ),
             )
         )
-    tokens = sum(w.segment.sampled_tokens for w in rebuilt)
-    return Batch(
-        policy="default",
-        segments=tuple(rebuilt),
-        episodes=tuple(w.episode for w in rebuilt),
-        skipped_groups=0,
-        reward_mean=0.0,
-        reward_std=0.0,
-        sampled_tokens=tokens,
-    )
+    return Batch.of("default", rebuilt)
 
 
 def sampled_logprob(trainer: LocalTrainer, weighted: WeightedSegment) -> float:

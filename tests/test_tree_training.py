@@ -90,18 +90,6 @@ def two_seats(rng: random.Random) -> list[WeightedSegment]:
 CASES = {"group": group_of_eight, "rewrite": rewritten_conversation, "two seats": two_seats}
 
 
-def batch_of(segments: list[WeightedSegment]) -> Batch:
-    return Batch(
-        policy="default",
-        segments=tuple(segments),
-        episodes=tuple(sorted({w.episode for w in segments})),
-        skipped_groups=0,
-        reward_mean=0.0,
-        reward_std=0.0,
-        sampled_tokens=sum(w.segment.sampled_tokens for w in segments),
-    )
-
-
 def stepped(model: str, layout: Layout, loss: LossConfig, batch: Batch, config: LocalTrainerConfig) -> Any:
     trainer = LocalTrainer(model, config, loss)
     trainer.layout = layout
@@ -124,10 +112,14 @@ def assert_same_step(shared: Any, unshared: Any) -> None:
         assert torch.allclose(got, expected, rtol=1e-3, atol=1e-6), (got - expected).abs().max()
 
 
-@pytest.mark.parametrize("case", CASES)
+def all_cases(rng: random.Random) -> list[WeightedSegment]:
+    """The three cases in one batch: each shares within itself, never with another (their ids differ)."""
+    return [w for case in CASES.values() for w in case(rng)]
+
+
 @pytest.mark.parametrize("loss", LOSSES)
-def test_a_shared_step_equals_the_unshared_one_on_tiny_qwen3(tiny_qwen3: str, case: str, loss: str) -> None:
-    batch = batch_of(CASES[case](random.Random(7)))
+def test_a_shared_step_equals_the_unshared_one_on_tiny_qwen3(tiny_qwen3: str, loss: str) -> None:
+    batch = Batch.of("default", all_cases(random.Random(7)))
     config = replace(CONFIG, updates_per_batch=2)  # the second update reads π_old from the first's pass
     shared = stepped(tiny_qwen3, Layout.tree, LOSSES[loss], batch, config)
     assert_same_step(shared, stepped(tiny_qwen3, Layout.packed, LOSSES[loss], batch, config))
@@ -135,7 +127,7 @@ def test_a_shared_step_equals_the_unshared_one_on_tiny_qwen3(tiny_qwen3: str, ca
 
 def test_a_shared_step_equals_the_unshared_one_on_smollm2(smollm2: str) -> None:
     rng = random.Random(11)
-    batch = batch_of([w for case in CASES.values() for w in case(rng)])  # all three cases in one batch
+    batch = Batch.of("default", all_cases(rng))
     shared = stepped(smollm2, Layout.tree, LOSSES["ppo"], batch, CONFIG)
     assert_same_step(shared, stepped(smollm2, Layout.padded, LOSSES["ppo"], batch, CONFIG))
 
@@ -187,8 +179,8 @@ def test_a_trainer_that_cannot_share_says_so_once(
     monkeypatch.setattr(logprobs, "PACKABLE", logprobs.PACKABLE - {"qwen3"})  # as if it had linear attention
     with caplog.at_level("WARNING", logger="rollout.training.local"):
         trainer = LocalTrainer(tiny_qwen3, CONFIG, LOSSES["ppo"])
-        trainer.step(batch_of(two_seats(random.Random(5))))
-        trainer.step(batch_of(two_seats(random.Random(6))))
+        trainer.step(Batch.of("default", two_seats(random.Random(5))))
+        trainer.step(Batch.of("default", two_seats(random.Random(6))))
     said = [r.getMessage() for r in caplog.records if "without shared prefixes" in r.getMessage()]
     assert trainer.layout is Layout.padded and len(said) == 1 and "linear attention" in said[0]
 

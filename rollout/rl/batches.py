@@ -52,6 +52,20 @@ class Batch:
     sampled_tokens: int
     metrics: dict[str, float] = field(default_factory=dict[str, float])
 
+    @classmethod
+    def of(cls, policy: str, segments: Sequence[WeightedSegment]) -> Batch:
+        """A batch of segments already weighted (a benchmark's, a test's): the episodes they come from, no
+        group skipped, rewards not known (0)."""
+        return cls(
+            policy=policy,
+            segments=tuple(segments),
+            episodes=tuple(sorted({w.episode for w in segments})),
+            skipped_groups=0,
+            reward_mean=0.0,
+            reward_std=0.0,
+            sampled_tokens=sum(w.segment.sampled_tokens for w in segments),
+        )
+
 
 def assemble_batch(
     played: Sequence[AgentEpisode], policy: str, method: AdvantageKind = AdvantageKind.group_norm
