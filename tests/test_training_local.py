@@ -37,7 +37,9 @@ def segment(first: int, length: int = 12, sampled: int = 5) -> TrainingSegment:
 def logprobs_by_segment(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> list[list[float]]:
     """The trainer's logprob of each sampled token (after the first position), segment by segment."""
     with torch.no_grad():
-        flat = sampled_logprobs(trainer.model, Rows.build(weighted, layout=trainer.layout)).tolist()
+        flat = sampled_logprobs(
+            trainer.model, Rows.build(weighted, layout=trainer.layout)
+        ).logprobs_N.tolist()
     by_segment, start = [], 0
     for w in weighted:
         count = sum(w.segment.mask_T[1:])
@@ -175,15 +177,19 @@ def test_full_weights_train_too(tiny_qwen3: str, tmp_path: Path) -> None:
     )
 
 
-def full_forward_logprobs(trainer: LocalTrainer, weighted: list[WeightedSegment]) -> torch.Tensor:
-    """The reference: each segment alone through the model's own forward, log-softmax over every position."""
-    expected = []
+def full_forward_logprobs(
+    trainer: LocalTrainer, weighted: list[WeightedSegment]
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference: each segment alone through the model's own forward, log-softmax over every position;
+    the sampled tokens' logprobs, and the entropy of the distribution each was drawn from."""
+    expected, entropies = [], []
     for w in weighted:
         tokens = torch.tensor([w.segment.tokens_T])
-        full = trainer.model(input_ids=tokens).logits[0, :-1].float()
-        picked = torch.log_softmax(full, dim=-1).gather(-1, tokens[0, 1:, None]).squeeze(-1)
-        expected.append(picked[torch.tensor(w.segment.mask_T[1:]) > 0])
-    return torch.cat(expected)
+        full = torch.log_softmax(trainer.model(input_ids=tokens).logits[0, :-1].float(), dim=-1)
+        sampled = torch.tensor(w.segment.mask_T[1:]) > 0
+        expected.append(full.gather(-1, tokens[0, 1:, None]).squeeze(-1)[sampled])
+        entropies.append(-(full.exp() * full).sum(-1)[sampled].detach())
+    return torch.cat(expected), torch.cat(entropies)
 
 
 @pytest.mark.parametrize("path", ["tree", "packed", "padded", "chunked", "model's own head"])
@@ -208,13 +214,16 @@ def test_sampled_logprobs_and_their_gradients_match_each_segment_alone_through_t
     assert rows.input_ids_RL.shape == ((1, 41) if path != "padded" else (3, 20)), (
         "packed or a tree of segments sharing nothing: one row, no padding"
     )
-    got = sampled_logprobs(trainer.model, rows)
+    scores = sampled_logprobs(trainer.model, rows)
+    got = scores.logprobs_N
     got.sum().backward()
     got_grads = [p.grad.clone() for p in trainer.parameters if p.grad is not None]
     trainer.model.zero_grad()
-    expected = full_forward_logprobs(trainer, weighted)
+    expected, entropy = full_forward_logprobs(trainer, weighted)
     expected.sum().backward()
     assert len(got) == 5 + 5 + 11 and torch.allclose(got, expected, atol=1e-5)
+    assert not scores.entropy_N.requires_grad and torch.allclose(scores.entropy_N, entropy, atol=1e-4)
+    assert entropy.min() > 0
     expected_grads = [p.grad for p in trainer.parameters if p.grad is not None]
     assert len(got_grads) == len(expected_grads) > 0
     assert all(

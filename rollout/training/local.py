@@ -15,7 +15,9 @@ Contract:
   a model that cannot share says so once in the log. `micro_batch_tokens` counts the tokens computed. The LM
   head runs only where a sampled token is predicted (rollout.training.logprobs). Each step reports
   `computed_tokens` (what its forward passes computed, per update) and `segment_tokens` (what its segments
-  hold): their ratio is what sharing saved.
+  hold): their ratio is what sharing saved; `entropy`, π_θ's mean next-token entropy (nats) over the
+  sampled tokens at each update's start (averaged over the updates like the other means); `train_s`, the
+  step's wall time in the trainer. A data-parallel shard reports its own means over the tokens it trained.
 - LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
@@ -36,6 +38,7 @@ from __future__ import annotations
 import json
 import logging
 import math
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -153,10 +156,11 @@ class LocalTrainer:
         segments = batch.segments if shard is None else _shard(batch.segments, *shard)
         olds: list[torch.Tensor] = []  # π_old's logprobs per micro-batch, from the first update's pass
         updates: list[dict[str, float]] = []
+        started = time.monotonic()
         for update in range(self.config.updates_per_batch):
             updates.append(self._update(batch, segments, olds, shard=shard, first=update == 0))
         self.steps += 1
-        return {"step": float(self.steps), **_over_updates(updates)}
+        return {"step": float(self.steps), **_over_updates(updates), "train_s": time.monotonic() - started}
 
     def _update(
         self,
@@ -169,14 +173,15 @@ class LocalTrainer:
     ) -> dict[str, float]:
         """One AdamW step over the segments; the first update records π_old's logprobs into `olds`."""
         self.optimizer.zero_grad(set_to_none=True)
-        parts: list[tuple[float, LossMetrics]] = []
+        parts: list[tuple[float, LossMetrics, float]] = []
         total, finite = 0.0, True
         computed = 0
         micros = micro_batches(segments, self.config.micro_batch_tokens, layout=self.layout)
         for index, micro in enumerate(micros):
             rows = Rows.build(micro, layout=self.layout).to(self.device)
             computed += rows.computed_tokens
-            logprobs_N = sampled_logprobs(self.model, rows)
+            scores = sampled_logprobs(self.model, rows)
+            logprobs_N = scores.logprobs_N
             if first:
                 olds.append(logprobs_N.detach())
             # One flat row of the sampled tokens: the loss is token-level, so [1, N] is the batch's sum.
@@ -195,7 +200,7 @@ class LocalTrainer:
                 break
             scaled.backward()
             total += scaled.item()
-            parts.append((share, metrics))
+            parts.append((share, metrics, float(scores.entropy_N.mean()) if share else 0.0))
         if shard is not None:  # every process learns whether any failed, then they sum what they computed
             finite, total = _all_reduce_step(self.parameters, finite, total)
         if not finite:
@@ -331,8 +336,10 @@ def _over_updates(updates: list[dict[str, float]]) -> dict[str, float]:
     return combined
 
 
-def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:
-    """Micro-batch diagnostics, weighted by their share of the batch's sampled tokens (maxima stay maxima)."""
+def _combine(parts: list[tuple[float, LossMetrics, float]]) -> dict[str, float]:
+    """Micro-batch diagnostics (with each one's mean entropy), weighted by their share of the sampled tokens
+    this process trained (maxima stay maxima): a data-parallel shard's are its own means, not a fraction of
+    the batch's."""
     keys = (
         "ratio_mean",
         "clipped_fraction",
@@ -342,8 +349,12 @@ def _combine(parts: list[tuple[float, LossMetrics]]) -> dict[str, float]:
         "kl_k1",
         "kl_k3",
     )
+    whole = sum(share for share, _, _ in parts)
+    if not whole:
+        return {}  # nothing trained here (an empty data-parallel shard): no means to report
     combined: dict[str, float] = {
-        key: sum(share * float(getattr(m, key)) for share, m in parts) for key in keys
+        key: sum(share * float(getattr(m, key)) for share, m, _ in parts) / whole for key in keys
     }
-    combined["ratio_max"] = max(m.ratio_max for _, m in parts)
+    combined["entropy"] = sum(share * entropy for share, _, entropy in parts) / whole
+    combined["ratio_max"] = max(m.ratio_max for _, m, _ in parts)
     return combined

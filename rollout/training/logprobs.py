@@ -22,7 +22,8 @@ Contract:
 - `Rows.build(segments, layout)` is the forward pass's input; `computed_tokens` is what the pass computes.
 - Rows also carry the predictions the loss needs, flattened to [N] in segment order: at each position t whose
   next token t + 1 is sampled, that token, its behaviour logprob and its advantage.
-- `sampled_logprobs(model, rows)` returns π_θ's logprob of those N tokens, with gradient. The model's body
+- `sampled_logprobs(model, rows)` returns π_θ's logprob of those N tokens, with gradient, and the entropy of
+  π_θ's whole next-token distribution at each of those positions (no gradient: a diagnostic). The model's body
   runs once; the LM head is applied to the N hidden states only, in chunks of `CHUNK` positions with a
   logsumexp (no [B, T, V] logits, no full log-softmax). Past one chunk, each chunk is recomputed in backward,
   so the head's memory is CHUNK × V whatever N. A head that is more than a projection (soft-capped or scaled
@@ -237,8 +238,17 @@ class _Predictions:
         )
 
 
-def sampled_logprobs(model: Any, rows: Rows) -> torch.Tensor:
-    """π_θ's logprob [N] of each token `rows` predicts (see the module contract)."""
+@dataclass(frozen=True)
+class TokenScores:
+    """π_θ at each of the N predicted positions: the sampled token's logprob (with gradient) and the entropy
+    of the next-token distribution, in nats (detached)."""
+
+    logprobs_N: torch.Tensor
+    entropy_N: torch.Tensor
+
+
+def sampled_logprobs(model: Any, rows: Rows) -> TokenScores:
+    """π_θ's logprob [N] of each token `rows` predicts, and its entropy there (see the module contract)."""
     causal = model.get_base_model() if hasattr(model, "get_base_model") else model  # under a peft wrapper
     inputs: dict[str, Any] = {"input_ids": rows.input_ids_RL, "use_cache": False}
     if rows.position_ids_RL is not None:
@@ -253,11 +263,12 @@ def sampled_logprobs(model: Any, rows: Rows) -> torch.Tensor:
     ):
         hidden_RLH = causal.base_model(**inputs).last_hidden_state
         hidden_NH = hidden_RLH[rows.row_N, rows.position_N]
-        return _head_logprobs(head.weight, head.bias, hidden_NH, rows.target_N)
+        return _head_scores(head.weight, head.bias, hidden_NH, rows.target_N)
     kept = torch.unique(rows.position_N)  # sorted
     logits = model(**inputs, logits_to_keep=kept).logits.float()
     picked_NV = logits[rows.row_N, torch.searchsorted(kept, rows.position_N)]
-    return picked_NV.gather(-1, rows.target_N[:, None]).squeeze(-1) - torch.logsumexp(picked_NV, dim=-1)
+    logprobs_N = picked_NV.gather(-1, rows.target_N[:, None]).squeeze(-1) - torch.logsumexp(picked_NV, dim=-1)
+    return TokenScores(logprobs_N, torch.cat([_entropy(chunk) for chunk in picked_NV.split(CHUNK)]))
 
 
 def _additive(visible_LL: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
@@ -267,20 +278,30 @@ def _additive(visible_LL: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return blocked.masked_fill_(~visible_LL, torch.finfo(dtype).min)[None, None]
 
 
-def _head_logprobs(
+def _head_scores(
     weight: torch.Tensor, bias: torch.Tensor | None, hidden_NH: torch.Tensor, target_N: torch.Tensor
-) -> torch.Tensor:
+) -> TokenScores:
     if len(target_N) <= CHUNK:
-        return _chunk_logprobs(weight, bias, hidden_NH, target_N)
+        return TokenScores(*_chunk_scores(weight, bias, hidden_NH, target_N))
     parts = [
-        checkpoint(_chunk_logprobs, weight, bias, hidden, target, use_reentrant=False)
+        checkpoint(_chunk_scores, weight, bias, hidden, target, use_reentrant=False)
         for hidden, target in zip(hidden_NH.split(CHUNK), target_N.split(CHUNK), strict=True)
     ]
-    return torch.cat(parts)
+    return TokenScores(torch.cat([p[0] for p in parts]), torch.cat([p[1] for p in parts]))
 
 
-def _chunk_logprobs(
+def _chunk_scores(
     weight: torch.Tensor, bias: torch.Tensor | None, hidden_NH: torch.Tensor, target_N: torch.Tensor
-) -> torch.Tensor:
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The targets' logprobs (with gradient) and the entropies (without) of one chunk of positions."""
     logits_NV = torch.nn.functional.linear(hidden_NH, weight, bias).float()
-    return logits_NV.gather(-1, target_N[:, None]).squeeze(-1) - torch.logsumexp(logits_NV, dim=-1)
+    logprobs_N = logits_NV.gather(-1, target_N[:, None]).squeeze(-1) - torch.logsumexp(logits_NV, dim=-1)
+    return logprobs_N, _entropy(logits_NV)
+
+
+def _entropy(logits_NV: torch.Tensor) -> torch.Tensor:
+    """H = logsumexp(z) − Σ softmax(z)·z per row, without gradient and with one buffer of the logits' size (a
+    −inf logit's term is 0, not NaN)."""
+    with torch.no_grad():
+        weighted_NV = torch.softmax(logits_NV, dim=-1).mul_(logits_NV).nan_to_num_(nan=0.0)
+        return (torch.logsumexp(logits_NV, dim=-1) - weighted_NV.sum(-1)).clamp_min_(0.0)
