@@ -8,9 +8,9 @@ Contract:
 - `train_step` is idempotent by (policy, step): a step already published returns its checkpoint. Otherwise it
   holds the policy's trainer lease (rollout.activities.trainer_lease), loads the recorded batch, and has the
   provider train it from `parent` and publish the checkpoint through the `Publish` it is given: fenced by the
-  lease, so an attempt that lost the lease (a zombie) cannot publish, and with the batch's reward, staleness
-  and groups drawn, kept and replaced beside the provider's metrics, the same record whichever provider
-  trained it.
+  lease, so an attempt that lost the lease (a zombie) cannot publish, and with the batch's reward, staleness,
+  groups drawn, kept and replaced, prefix-cache hit rate, advantage spread and reply lengths beside the
+  provider's metrics, the same record whichever provider trained it.
 - A provider's `NonFiniteLoss` fails the step for good (the activity error's type names it): nothing is
   published. A step that fails otherwise, or is cancelled, or a lease taken at a new epoch, has the provider
   `forget` the policy (what it holds in memory may be stale): the retry starts again from the parent
@@ -22,6 +22,8 @@ Contract:
 
 from __future__ import annotations
 
+import itertools
+import statistics
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
@@ -128,7 +130,7 @@ async def publish_step(
     metrics: dict[str, float],
 ) -> CheckpointRecord:
     """Publish a trained step's checkpoint (fenced) with its training metrics plus the batch's reward,
-    staleness and prefix-cache hit rate."""
+    staleness, prefix-cache hit rate, advantage spread and reply lengths."""
     metrics = metrics | {
         "reward_mean": given.batch.reward_mean,
         "reward_std": given.batch.reward_std,
@@ -141,6 +143,7 @@ async def publish_step(
         # skipped for no signal publishes nothing), or the newest after a rollback to an older parent.
         **staleness_metrics(lineage_version(given.policy, given.newest or given.parent), batch),
         **prefix_cache_metrics(batch),
+        **batch_shape_metrics(batch),
     }
     return await publish_checkpoint(
         ledger,
@@ -162,6 +165,27 @@ def staleness_metrics(trained_version: int, batch: Batch) -> dict[str, float]:
     counts = {f"staleness_{lag}": float(n) for lag, n in histogram.items()}
     mean = sum(lag * n for lag, n in histogram.items()) / max(1, len(versions))
     return {"staleness_mean": mean, "staleness_max": float(max(histogram, default=0)), **counts}
+
+
+def batch_shape_metrics(batch: Batch) -> dict[str, float]:
+    """How the trained segments' advantages spread (`advantage_std`, `advantage_abs_mean`, over segments) and
+    how long their replies were (`response_tokens_mean`, `response_tokens_max`: a reply is a run of sampled
+    tokens, one turn's answer)."""
+    advantages = [weighted.advantage for weighted in batch.segments]
+    replies = [
+        len(list(run))
+        for weighted in batch.segments
+        for sampled, run in itertools.groupby(weighted.segment.mask_T)
+        if sampled
+    ]
+    if not advantages or not replies:
+        return {}
+    return {
+        "advantage_std": statistics.pstdev(advantages),
+        "advantage_abs_mean": statistics.fmean(abs(a) for a in advantages),
+        "response_tokens_mean": statistics.fmean(replies),
+        "response_tokens_max": float(max(replies)),
+    }
 
 
 def prefix_cache_metrics(batch: Batch) -> dict[str, float]:
