@@ -35,6 +35,7 @@ from typing import Any
 import pytest
 
 from rollout.config import load
+from rollout.control.step_metrics import StepMetrics, step_metrics
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all, run_turns
 from rollout.ledger.streams import (
@@ -293,6 +294,17 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
         raised
     )
     assert all(f["where"].startswith("buggy/environment.py:") for f in raised), raised
+    # The newest step's record (rollout.control.step_metrics): the numbers a tracker logs.
+    newest = status["newest_step"]["default"]
+    assert (
+        newest["trained"]
+        and newest["checkpoint"]
+        and newest["environment"] == "buggy.environment:environment"
+    ), newest
+    assert newest["entropy"] > 0 and newest["loss"] is not None and 0 <= newest["clipped_fraction"] <= 1
+    assert 1 <= newest["response_tokens_mean"] <= newest["response_tokens_max"], newest
+    assert newest["turns"] >= newest["episodes"] - newest["episodes_failed"] > 0, newest
+    assert newest["tokens_trained"] > 0 and newest["train_s"] > 0 and newest["tokens_trained_per_s"] > 0
 
     async def recorded() -> tuple[dict[str, int], list[int]]:
         from temporalio.client import Client
@@ -325,6 +337,19 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
 
     ended, attempts = asyncio.run(recorded())
     assert set(ended.values()) == {1}, "every episode is recorded once"
+
+    async def steps() -> list[StepMetrics]:
+        async with await Ledger.connect(user_stack.settings.ledger_url) as ledger:
+            return await step_metrics(ledger, "buggy", "default")
+
+    records = asyncio.run(steps())
+    assert [r.step for r in records] == list(range(1, len(records) + 1)), "each step once, in order"
+    assert sum(r.episodes for r in records) <= len(ended)
+    kinds = {f["kind"] for f in status["failures"]}
+    assert all(set(r.failures) <= kinds for r in records), "a step's failures are among the run's"
+    assert all(r.trained == (r.checkpoint is not None) for r in records)
+    assert [r.parent for r in records if r.trained][1:] == [r.checkpoint for r in records if r.trained][:-1]
+    assert records[-1].to_json() == newest
     assert attempts and set(attempts) == {1}, f"a refused request is not retried: attempts {attempts}"
 
     # The dashboard's run view says why, what to change, and links to a failing transcript.

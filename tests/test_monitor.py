@@ -4,12 +4,14 @@ each view, and the pages for a run that does not exist and for a ledger that is 
 
 from __future__ import annotations
 
+import asyncio
 import html
 import json
 import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -75,6 +77,18 @@ def test_runs_shows_the_run_its_steps_and_curves(monitor_settings: Settings, tra
     assert "reward" in spec and "mismatch KL" in spec and "effective sample size" in spec, (
         "the per-step curves"
     )
+    # Every curve named in the chart is drawn, so ask its data: the trainer's entropy and the reply lengths.
+    from rollout.ledger import Ledger
+    from rollout.ledger.views import run_steps
+    from rollout.monitor.runs import step_curves
+
+    async def steps() -> list[Any]:
+        async with await Ledger.connect(monitor_settings.ledger_url) as ledger:
+            return await run_steps(ledger, trained_run)
+
+    long, _ = step_curves(trained_run, asyncio.run(steps()))
+    drawn = {p["curve"] for p in long if p["value"] is not None}
+    assert {"entropy (nats)", "reply tokens (mean)"} <= drawn, drawn
 
 
 def test_transcripts_show_a_seats_turns_with_coloured_tokens(

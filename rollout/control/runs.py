@@ -4,7 +4,8 @@ Contract:
 - Numbers come from the ledger (what is durable: episodes, groups, batches, checkpoints); the run's workflow
   adds what only it knows (paused, stopped, max_lag, whether it still plays). A row is a JSON-ready dict (the
   shape `rollout run list --json` prints). One run's row also has each trained policy's curves (`curves`:
-  its steps, and per step its mean reward and loss), so its policies read side by side.
+  its steps, and per step its mean reward and loss), so its policies read side by side, and each policy's
+  newest step record (`newest_step`: rollout.control.step_metrics, the numbers a tracker logs).
 - `start_run` first has a runner confirm it can load the environment (`PreflightFailed` otherwise: nothing
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
 - `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
@@ -20,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
@@ -31,6 +32,7 @@ from rollout.control.waits import OUTAGE_S, patiently, workflow_result
 if TYPE_CHECKING:
     from rollout.config import Settings
     from rollout.launches import RunLaunch
+    from rollout.ledger import Ledger
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.ledger.views import StepRow
     from rollout.workflows.client import RunUpdate
@@ -149,8 +151,21 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
                     asdict(f) | {"summary": f.summary} for f in await failure_counts(ledger, run.run)
                 ]
                 row["curves"] = policy_curves(run.run, await run_steps(ledger, run.run))
+                row["newest_step"] = await newest_steps(ledger, run.run, row["policies"])
             rows.append(row)
         return rows
+
+
+async def newest_steps(ledger: Ledger, run: str, policies: Iterable[str]) -> dict[str, dict[str, Any]]:
+    """Each policy's newest step record (rollout.control.step_metrics), by its name in the environment."""
+    from rollout.control.step_metrics import newest_step_metrics
+
+    newest: dict[str, dict[str, Any]] = {}
+    for ledger_policy in policies:
+        name = ledger_policy.removeprefix(f"{run}/")
+        if (record := await newest_step_metrics(ledger, run, name)) is not None:
+            newest[name] = record.to_json()
+    return newest
 
 
 CURVES = {"reward": "reward_mean", "loss": "loss"}  # what `run status` draws per policy, by metric

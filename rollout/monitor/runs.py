@@ -3,7 +3,8 @@ episodes/s and steps (a page of 100, newest first); one run's per-step curves, i
 episodes failed (each way with its count, what to change and a link to a failing episode's transcript).
 
 Curves per step (from each checkpoint's metrics): reward, staleness, importance-weight diagnostics (effective
-sample size, clipped fraction, mismatch KL) and step time, each trained policy's side by side. Pause, resume
+sample size, clipped fraction, mismatch KL), prefix-cache hits, entropy, reply length and step time, each
+trained policy's side by side. Pause, resume
 and max_lag go through the run's workflow updates, as `rollout run pause|resume|set` do, so each change is
 recorded in the ledger by the run.
 """
@@ -40,6 +41,8 @@ CURVES = {
     "clipped fraction": "clipped_fraction",
     "mismatch KL (k3)": "kl_k3",
     "prefix cache hits": "prefix_cache_hit_rate",
+    "entropy (nats)": "entropy",
+    "reply tokens (mean)": "response_tokens_mean",
 }
 
 
