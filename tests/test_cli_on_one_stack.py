@@ -261,7 +261,7 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
 
 @pytest.mark.timeout(600)
 def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_failed(
-    user_stack: UserStack,
+    user_stack: UserStack, tmp_path: Path
 ) -> None:
     """tests/user_folder/buggy, from its folder: of every eight groups, one hangs (bounded at 2 s), one
     raises, one scores NaN, one shows an observation past the 2048-token context, and one's task source
@@ -350,6 +350,38 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     assert all(r.trained == (r.checkpoint is not None) for r in records)
     assert [r.parent for r in records if r.trained][1:] == [r.checkpoint for r in records if r.trained][:-1]
     assert records[-1].to_json() == newest
+
+    # `rollout run export`: the same records, and every episode recorded for good, in jsonl and parquet.
+    import pyarrow.parquet as pq
+
+    said = json.loads(
+        rollout(
+            "run", "export", "buggy", "--out", str(tmp_path / "j"), "--json", *overrides, cwd=tmp_path
+        ).stdout
+    )
+    lines = Path(said["steps"]).read_text().splitlines()
+    assert [json.loads(line) for line in lines] == [r.to_json() for r in records]
+    exported = [json.loads(line) for line in Path(said["episodes"]).read_text().splitlines()]
+    assert sorted(e["episode"] for e in exported) == sorted(ended), "each episode once"
+    assert set() < {e["failure_kind"] for e in exported if not e["finished"]} <= kinds
+    rollout(
+        "run",
+        "export",
+        "buggy",
+        "--format",
+        "parquet",
+        "--out",
+        str(tmp_path / "p"),
+        *overrides,
+        cwd=tmp_path,
+    )
+    table = pq.read_table(tmp_path / "p" / "steps.parquet").to_pylist()
+    assert [row["step"] for row in table] == [r.step for r in records]
+    assert [json.loads(row["failures"]) for row in table] == [r.failures for r in records]
+    assert pq.read_table(tmp_path / "p" / "episodes.parquet").num_rows == len(exported)
+    wrong = rollout("run", "export", "buggy", "--format", "csv", *overrides, cwd=tmp_path, check=False)
+    assert wrong.returncode == 2 and "choose one of jsonl, parquet" in wrong.stderr
+    assert "Traceback" not in wrong.stderr
     assert attempts and set(attempts) == {1}, f"a refused request is not retried: attempts {attempts}"
 
     # The dashboard's run view says why, what to change, and links to a failing transcript.

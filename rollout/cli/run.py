@@ -1,5 +1,5 @@
-"""`rollout run start|list|status|attach|pause|resume|stop|set`: runs, started, followed and changed while
-they play (rollout.control.runs does the work).
+"""`rollout run start|list|status|export|attach|pause|resume|stop|set`: runs, started, followed and changed
+while they play (rollout.control.runs does the work; rollout.control.export writes a run's files).
 
 Numbers come from the ledger (what is durable: episodes, groups, batches, checkpoints); the run's workflow
 adds what only it knows (paused, stopped, max_lag, whether it still plays). `attach` reattaches to a training
@@ -12,6 +12,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from dataclasses import asdict
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -200,6 +202,33 @@ def status(
             time.sleep(2.0)
     except KeyboardInterrupt:
         pass
+
+
+@app.command("export")
+def export(
+    run: RunArgument,
+    file_format: Annotated[
+        str, typer.Option("--format", help="jsonl (one JSON object a line) or parquet (needs pyarrow).")
+    ] = "jsonl",
+    directory: Annotated[
+        Path | None, typer.Option("--out", help="Where to write the files (default: ./RUN-export).")
+    ] = None,
+    overrides: Overrides = None,
+    cluster: ClusterFlag = False,
+    as_json: JsonFlag = False,
+) -> None:
+    """Write a run's steps (one record per step: reward, loss, KL, entropy, tokens, …) and its episodes
+    (rewards, turns, failures) to steps.FORMAT and episodes.FORMAT, for pandas, DuckDB or any other tool."""
+    from rollout.control.export import export_run
+
+    settings = load_settings(cluster_overrides(cluster, overrides))
+    target = directory if directory is not None else Path(f"{run}-export")
+    exported = export_run(settings, run, target, file_format)
+    if as_json:
+        print(json.dumps({k: str(v) if isinstance(v, Path) else v for k, v in asdict(exported).items()}))
+        return
+    out.print(f"{exported.step_rows} steps → {exported.steps}", highlight=False)
+    out.print(f"{exported.episode_rows} episodes → {exported.episodes}", highlight=False)
 
 
 @app.command("attach")
