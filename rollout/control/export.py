@@ -114,8 +114,8 @@ def _write_parquet(path: Path, rows: Sequence[dict[str, Any]]) -> None:
         import pyarrow.parquet as pq
     except ImportError as error:
         raise ControlError(
-            "parquet needs pyarrow, which this environment lacks: `uv add pyarrow` (or `pip install pyarrow`) "
-            "adds it; `--format jsonl` needs nothing more"
+            "parquet needs pyarrow, which this environment lacks: `pip install 'rollout[export]'` (or `uv add "
+            "pyarrow`) adds it; `--format jsonl` needs nothing more"
         ) from error
     flat = [{k: json.dumps(v) if isinstance(v, dict) else v for k, v in row.items()} for row in rows]
     pq.write_table(pa.Table.from_pylist(flat), path)
