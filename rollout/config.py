@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
@@ -306,6 +307,53 @@ class EvalSettings:
     gate: EvalGateSettings = field(default_factory=EvalGateSettings)
 
 
+class TrackingBackend(StrEnum):
+    wandb = "wandb"  # Weights & Biases (the tracking extra)
+    mlflow = "mlflow"  # MLflow: a tracking server, or a local store under the data directory
+
+
+class WandbMode(StrEnum):
+    online = "online"
+    offline = "offline"  # files only, under the runner's data directory; `wandb sync` them later
+
+
+@dataclass
+class WandbSettings:
+    """A run's W&B run. The API key is W&B's own: `WANDB_API_KEY` (or `wandb login`) where the stack's runners
+    start, never a setting."""
+
+    project: str = "rollout"
+    entity: str | None = None  # None: the key's default entity
+    mode: WandbMode = WandbMode.online
+    name: str | None = None  # the run's display name (None: the rollout run's id)
+    group: str | None = None
+    tags: list[str] = field(default_factory=list[str])
+
+
+@dataclass
+class MlflowSettings:
+    """A run's MLflow run. Credentials are MLflow's own (`MLFLOW_TRACKING_TOKEN`, or
+    `MLFLOW_TRACKING_USERNAME` and `MLFLOW_TRACKING_PASSWORD`) where the stack's runners start, never a
+    setting."""
+
+    tracking_uri: str | None = None  # None: a local store under the data directory (sqlite)
+    experiment: str = "rollout"
+    run_name: str | None = None  # None: the rollout run's id
+    tags: dict[str, str] = field(default_factory=dict[str, str])
+
+
+@dataclass
+class TrackingSettings:
+    """Where a training run's metrics go beside the ledger (rollout.tracking, docs/monitor.md)."""
+
+    backends: list[TrackingBackend] = field(default_factory=list[TrackingBackend])
+    # Every this many steps a table of sample transcripts goes to each backend (0: none).
+    samples_every: int = 10
+    samples: int = 4  # episodes in each table
+    wandb: WandbSettings = field(default_factory=WandbSettings)
+    mlflow: MlflowSettings = field(default_factory=MlflowSettings)
+
+
 @dataclass
 class Settings:
     data_dir: str = MISSING
@@ -318,6 +366,7 @@ class Settings:
     gpu: GpuSettings = field(default_factory=GpuSettings)
     sandbox: SandboxSettings = field(default_factory=SandboxSettings)
     routing: RoutingSettings = field(default_factory=RoutingSettings)
+    tracking: TrackingSettings = field(default_factory=TrackingSettings)
     # A policy's own base model and trainer settings, by policy name (`policies.listener.model=tiny-qwen3`).
     policies: dict[str, PolicySettings] = field(default_factory=dict[str, PolicySettings])
 
@@ -505,6 +554,7 @@ def _check_values(settings: Settings) -> None:
             "bad value for 'services.engine.prefix_cache_mb': "
             f"{settings.services.engine.prefix_cache_mb} is not a size; set 0 or more MiB (0: no prefix cache)"
         )
+    _check_tracking(settings.tracking)
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:
         choices = ", ".join(str(choice) for choice in VLLM_LORA_RANKS)
@@ -512,6 +562,30 @@ def _check_values(settings: Settings) -> None:
             f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
             f"choose one of {choices} (at least trainer.lora_rank)"
         )
+
+
+def _check_tracking(tracking: TrackingSettings) -> None:
+    if tracking.samples_every < 0 or tracking.samples < 0:
+        raise ConfigError(
+            f"bad value for 'tracking.samples_every' or 'tracking.samples': {tracking.samples_every}, "
+            f"{tracking.samples}; set how many steps between tables of sample transcripts and how many "
+            "episodes each holds, 0 or more (0: no tables)"
+        )
+    uri = tracking.mlflow.tracking_uri
+    if uri is not None:
+        parts = urlsplit(uri)
+        if parts.scheme not in ("http", "https", "sqlite", "postgresql", "mysql", "databricks"):
+            raise ConfigError(
+                f"bad value for 'tracking.mlflow.tracking_uri': {uri!r} is not an MLflow tracking URI; give a "
+                "server (http://HOST:PORT) or a database (sqlite:///PATH), or leave it unset for a local store "
+                "under the data directory"
+            )
+        if parts.password or (parts.username and parts.scheme in ("http", "https")):
+            raise ConfigError(
+                "bad value for 'tracking.mlflow.tracking_uri': it holds credentials, which would be recorded with "
+                "the run; give the URI without it and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
+                "(or MLFLOW_TRACKING_TOKEN) where the stack starts"
+            )
 
 
 def _positive(value: float) -> bool:

@@ -133,17 +133,61 @@ def monitor_settings(stack_settings: Settings, models_dir: Path, tiny_qwen3: str
 
 
 @pytest.fixture(scope="session")
-def trained_run(stack_settings: Settings, tiny_qwen3: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+def trained_run_tracking(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where `trained_run`'s runner wrote its tracking files: W&B's offline run under `wandb-files/`, the
+    MLflow local store under `mlflow/`."""
+    return tmp_path_factory.getbasetemp() / "trained-run" / "tracking"
+
+
+@pytest.fixture(scope="session")
+def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real `mlflow server` on loopback (its own sqlite store and artifacts): its tracking URI."""
+    import subprocess
+    import sys
+
+    from rollout.net import free_port
+    from rollout.stack.processes import wait_for_http
+
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = free_port()
+    with open(root / "server.log", "wb") as log:
+        server = subprocess.Popen(
+            [
+                *(sys.executable, "-m", "mlflow", "server", "--host", "127.0.0.1", "--port", str(port)),
+                *("--workers", "1", "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}"),
+                *("--artifacts-destination", str(root / "artifacts")),
+            ],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        wait_for_http(f"http://127.0.0.1:{port}/health", server, timeout_s=120)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        os.killpg(server.pid, 15)
+        server.wait(timeout=30)
+
+
+@pytest.fixture(scope="session")
+def trained_run(
+    stack_settings: Settings,
+    tiny_qwen3: str,
+    trained_run_tracking: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> str:
     """A finished two-step run on the session stack whose checkpoints were each scored by an eval (for the
-    dashboard's tests)."""
+    dashboard's tests), tracked to W&B (offline) and MLflow's local store (`trained_run_tracking`), a table of
+    samples every step; its tracking feed has ended."""
     import asyncio
     from dataclasses import replace
 
     from rollout.control.evals import eval_input
     from rollout.evals import EvalEnvironment, Suite
     from rollout.evals.records import register
-    from rollout.workflows.names import run_workflow_id
+    from rollout.workflows.names import run_workflow_id, tracking_workflow_id
     from rollout.workflows.run import RunWorkflow
+    from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
     from tests.test_training_loop import run_input, training_loop
 
     async def train() -> str:
@@ -154,14 +198,27 @@ def trained_run(stack_settings: Settings, tiny_qwen3: str, tmp_path_factory: pyt
                 (EvalEnvironment("tests.example_envs:coin", episodes=2, max_tokens=4),),
             )
             await register(ledger, suite)
-            scratch = tmp_path_factory.mktemp("trained-run")
+            scratch = trained_run_tracking.parent
+            scratch.mkdir(parents=True, exist_ok=True)
             async with training_loop(stack_settings, ledger, tiny_qwen3, scratch) as loop:
                 given = run_input(loop, 2)
                 assert given.training is not None
                 given.training = replace(given.training, evaluation=eval_input(suite, ""), eval_every=1)
+                given.tracking = TrackingInput(
+                    loop.run,
+                    policies=[],
+                    wandb=WandbSpec(project="rollout-tests", offline=True),
+                    mlflow=MlflowSpec(experiment="rollout-tests"),
+                    samples_every=1,
+                    samples=2,
+                    config={"trainer.steps": "2"},
+                    eval_every=1,
+                )
                 await loop.client.execute_workflow(
                     RunWorkflow.run, given, id=run_workflow_id(loop.run), task_queue=loop.queue
                 )
+                # The feed ends once it has logged what the run's end recorded, its last evals included.
+                await loop.client.get_workflow_handle(tracking_workflow_id(loop.run)).result()
                 return loop.run
 
     return asyncio.run(train())

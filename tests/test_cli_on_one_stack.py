@@ -35,7 +35,6 @@ from typing import Any
 import pytest
 
 from rollout.config import load
-from rollout.control.step_metrics import StepMetrics, step_metrics
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all, run_turns
 from rollout.ledger.streams import (
@@ -46,6 +45,7 @@ from rollout.ledger.streams import (
 )
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
+from rollout.tracking.step_metrics import StepMetrics, step_metrics
 from rollout.workflows.names import run_policy
 from rollout_testing.stacks import isolated_overrides
 from tests.cli_stack import (
@@ -294,7 +294,7 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
         raised
     )
     assert all(f["where"].startswith("buggy/environment.py:") for f in raised), raised
-    # The newest step's record (rollout.control.step_metrics): the numbers a tracker logs.
+    # The newest step's record (rollout.tracking.step_metrics): the numbers a tracker logs.
     newest = status["newest_step"]["default"]
     assert (
         newest["trained"]

@@ -24,6 +24,7 @@ from rollout.activities.evals import EvalActivities
 from rollout.activities.local_training import LocalProvider
 from rollout.activities.runner import RunnerActivities
 from rollout.activities.tinker_training import TinkerProvider, TinkerTrainerConfig
+from rollout.activities.tracking import TrackingActivities
 from rollout.activities.training import TrainingActivities, TrainingProvider
 from rollout.rl.losses import LossConfig
 from rollout.training.local import LocalTrainerConfig
@@ -78,7 +79,11 @@ def runner_registered() -> list[Callable[..., Any]]:
     runner = RunnerActivities(
         NO_LEDGER, gateway_url="http://runner.invalid", seat_secret=b"s" * 32, sandbox_key=b"k" * 32
     )
-    return [*runner.all(), *EvalActivities(NO_LEDGER).all()]
+    return [
+        *runner.all(),
+        *EvalActivities(NO_LEDGER).all(),
+        *TrackingActivities(NO_LEDGER, Path("unused")).all(),
+    ]
 
 
 def trainer_registered(provider: str, scratch: Path) -> list[Callable[..., Any]]:

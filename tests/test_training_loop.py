@@ -131,6 +131,7 @@ async def training_loop(
                     seat_secret=b"s" * 32,
                     sandbox_key=SANDBOX_KEY,
                     task_queue=queue,
+                    tracking_dir=scratch / "tracking",
                 )
                 async with runner, trainer_worker(client, training, bridges, task_queue=trainer_queue):
                     yield Loop(client, run, queue, trainer_queue, engine, follower)

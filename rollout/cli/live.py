@@ -6,7 +6,9 @@ the command with the pause reason and how to resume when the run pauses itself (
 progress from the ledger only, so following can stop and start again at any time (`rollout run attach`).
 A service that dies meanwhile (Postgres, Temporal: the supervisor restarts it) does not end the command: the
 line says what it waits for, and following resumes when the service is back. A stack stopped on purpose (its
-supervisor gone: nothing will bring the service back) ends it, saying how to continue.
+supervisor gone: nothing will bring the service back) ends it, saying how to continue. A tracking backend that
+refuses the run's records (rollout.control.tracking) shows on the line, with the setting to look at, until it
+takes them again; training goes on meanwhile.
 """
 
 from __future__ import annotations
@@ -29,12 +31,13 @@ from rollout.ledger import Ledger
 from rollout.ledger.errors import LedgerUnreachableError
 
 if TYPE_CHECKING:
-    from temporalio.client import WorkflowHandle
+    from temporalio.client import Client, WorkflowHandle
 
     from rollout.config import Settings
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.run_types import RunStatus
 
+TRACKING_EVERY_S = 5.0  # how often the line asks how the run's tracking backends stand
 PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (and whenever a step lands)
 
 
@@ -43,15 +46,19 @@ async def follow_training(
     handle: WorkflowHandle[RunWorkflow, RunStatus],
     progresses: Sequence[TrainingProgress],
     stack_stopped: Callable[[], bool] = lambda: False,
+    client: Client | None = None,
 ) -> RunStatus:
     from rich.live import Live
 
+    from rollout.control.tracking import tracking_line, tracking_state
     from rollout.workflows.run import RunWorkflow
 
     run = progresses[0].run
     started = time.monotonic()
 
     outage: list[str] = []  # what the last tick could not reach, shown on the line until it answers again
+    refusing: list[str] = []  # a tracking backend that refuses, shown until it takes the run's records again
+    tracking_read = [0.0]
 
     async def tick() -> bool:
         """Refresh; False once the run's workflow has ended."""
@@ -78,12 +85,17 @@ async def follow_training(
                 ]
             return True
         outage.clear()
+        if client is not None and time.monotonic() - tracking_read[0] >= TRACKING_EVERY_S:
+            tracking_read[0] = time.monotonic()
+            state = await tracking_state(client, run)
+            failing = state is not None and not all(b.ok for b in state.backends)
+            refusing[:] = [tracking_line(state)] if state is not None and failing else []
         if status.pause_reason:
             fail(f"run {run} paused: {status.pause_reason}\nFix the cause, then `rollout run resume {run}`.")
         return True
 
     def line() -> str:
-        return run_line(progresses) + (f" · {outage[0]}" if outage else "")
+        return run_line(progresses) + "".join(f" · {said}" for said in (*outage, *refusing))
 
     if err.is_terminal:
         with Live(console=err, refresh_per_second=2) as live:
@@ -156,7 +168,7 @@ def follow_to_the_end(
         # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
         ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
         async with ledger:
-            return await follow_training(ledger, handle, progresses, stopped)
+            return await follow_training(ledger, handle, progresses, stopped, client)
 
     followed_at = time.monotonic()
     try:

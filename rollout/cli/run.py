@@ -190,6 +190,8 @@ def status(
                 )
                 for line in policy_lines(row["curves"]):
                     out.print(line, highlight=False, markup=False)
+                if row["tracking"] is not None:
+                    out.print(f"  {row['tracking']['said']}", highlight=False, markup=False)
                 for failed in row["failures"]:
                     out.print(
                         f"  {failed['count']} failed · {failed['kind'] or 'failed'}: {failed['summary']} (e.g. "

@@ -88,6 +88,7 @@ def runner(
             outage_window_s=gateway.outage_window_s,
             isolation=settings.sandbox.isolation,
             command_pool=settings.sandbox.command_pool,
+            tracking_dir=settings.data_path / "tracking",
         )
         err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
         return worker

@@ -4,7 +4,7 @@ notebook, a tracker of one's own).
 Contract:
 - `export_run(settings, run, directory, file_format)` (blocking: it runs its own event loop) writes two
   files into `directory` (made if missing):
-  `steps.FORMAT`, one row per complete step of each trained policy (rollout.control.step_metrics'
+  `steps.FORMAT`, one row per complete step of each trained policy (rollout.tracking.step_metrics'
   `StepMetrics`, field for field), and `episodes.FORMAT`, one row per episode recorded for good (finished,
   or failed as a whole: run, episode, group, finished, environment, rewards and turns by agent, the failure's
   kind and reason). Rows are in step order, then in the order the ledger recorded the episodes.
@@ -66,10 +66,10 @@ def export_run(settings: Settings, run: str, directory: Path, file_format: str) 
 async def _read(settings: Settings, run: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """The run's step rows (in step order) and episode rows, from the ledger."""
     from rollout.control.runs import NO_SUCH_RUN
-    from rollout.control.step_metrics import step_metrics
     from rollout.ledger.payloads import episode_ended
     from rollout.ledger.queries import find_run, read_all, run_progress
     from rollout.ledger.streams import run_episodes_stream
+    from rollout.tracking.step_metrics import step_metrics
 
     async with ledger_session(settings) as ledger:
         if await find_run(ledger, run) is None:

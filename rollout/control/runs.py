@@ -5,7 +5,9 @@ Contract:
   adds what only it knows (paused, stopped, max_lag, whether it still plays). A row is a JSON-ready dict (the
   shape `rollout run list --json` prints). One run's row also has each trained policy's curves (`curves`:
   its steps, and per step its mean reward and loss), so its policies read side by side, and each policy's
-  newest step record (`newest_step`: rollout.control.step_metrics, the numbers a tracker logs).
+  newest step record (`newest_step`: rollout.tracking.step_metrics, the numbers a tracker logs), and how its
+  tracking backends stand (`tracking`: rollout.control.tracking's state, and `said`, it in a line; None
+  without any).
 - `start_run` first has a runner confirm it can load the environment (`PreflightFailed` otherwise: nothing
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
 - `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
@@ -129,6 +131,7 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
     """Every run the ledger holds, newest first (or only run `only`), with its state and progress; run `only`
     also with why its episodes failed (`failures`: kind, place in the environment's code, count, the first
     reason and episode)."""
+    from rollout.control.tracking import tracking_line, tracking_state
     from rollout.ledger.queries import failure_counts, find_run, list_runs, run_progress
     from rollout.ledger.views import run_steps
     from rollout.workflows.client import run_state
@@ -152,13 +155,17 @@ async def run_rows(settings: Settings, only: str | None = None) -> list[dict[str
                 ]
                 row["curves"] = policy_curves(run.run, await run_steps(ledger, run.run))
                 row["newest_step"] = await newest_steps(ledger, run.run, row["policies"])
+                tracking = await tracking_state(client, run.run)
+                row["tracking"] = (
+                    asdict(tracking) | {"said": tracking_line(tracking)} if tracking is not None else None
+                )
             rows.append(row)
         return rows
 
 
 async def newest_steps(ledger: Ledger, run: str, policies: Iterable[str]) -> dict[str, dict[str, Any]]:
-    """Each policy's newest step record (rollout.control.step_metrics), by its name in the environment."""
-    from rollout.control.step_metrics import newest_step_metrics
+    """Each policy's newest step record (rollout.tracking.step_metrics), by its name in the environment."""
+    from rollout.tracking.step_metrics import newest_step_metrics
 
     newest: dict[str, dict[str, Any]] = {}
     for ledger_policy in policies:

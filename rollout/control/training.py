@@ -147,6 +147,7 @@ def run_input(
     evaluation: EvalInput | None = None,
     loaded: Environment | None = None,
 ) -> RunInput:
+    from rollout.control.tracking import tracking_input
     from rollout.launches import LAUNCH_SECTIONS, RunLaunch
     from rollout.overrides import overrides_for
     from rollout.workflows.run_types import RunInput
@@ -184,6 +185,7 @@ def run_input(
         },
         training=training,
         launch=launch,
+        tracking=tracking_input(settings, run, environment),
     )
 
 

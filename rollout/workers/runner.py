@@ -1,10 +1,12 @@
 """The runner worker: plays episodes. Several may run, on several machines, all on one task queue.
 
-Contract: `runner_worker` registers the episode, run and eval workflows and the runner's activities (one
-implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()` and
-`EvalActivities.all()`) on the runner queue. Workflows run without Temporal's sandbox: their determinism rests
-on the rules in rollout.workflows.episodes (no I/O, no clocks, no randomness outside `workflow.*`, activities
-called through their stubs). Activities get the ledger, the gateway's base URL, the seat secret (the
+Contract: `runner_worker` registers the episode, run, eval and tracking workflows and the runner's activities
+(one implementation of each stub in rollout.workflows.runner_stubs: `RunnerActivities.all()`,
+`EvalActivities.all()` and `TrackingActivities.all()`) on the runner queue; the tracking feed writes its files
+(W&B's, MLflow's local store) under `tracking_dir` (the data directory's `tracking/`), or a temporary one
+when none is given. Workflows run without Temporal's sandbox: their determinism rests on the rules in
+rollout.workflows.episodes (no I/O, no clocks, no randomness outside `workflow.*`, activities called through
+their stubs). Activities get the ledger, the gateway's base URL, the seat secret (the
 gateway's, shared by file) and the sandbox key (shared with the sandbox hosts, rollout.sandbox.keys) from the
 caller; a runner holds no state of its own, so killing one loses nothing: its activities are retried elsewhere
 once their heartbeats stop.
@@ -12,11 +14,15 @@ once their heartbeats stop.
 
 from __future__ import annotations
 
+import tempfile
+from pathlib import Path
+
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 from rollout.activities.evals import EvalActivities
 from rollout.activities.runner import RunnerActivities
+from rollout.activities.tracking import TrackingActivities
 from rollout.config import SandboxIsolation
 from rollout.ledger import Ledger
 from rollout.workflows.episodes import AgentWorkflow, EpisodeSupplyWorkflow, EpisodeWorkflow
@@ -24,6 +30,7 @@ from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import RUNNER_QUEUE
 from rollout.workflows.preflight import EnvironmentCheckWorkflow
 from rollout.workflows.run import RunWorkflow
+from rollout.workflows.tracking import TrackingWorkflow
 
 WORKFLOWS = [
     RunWorkflow,
@@ -32,6 +39,7 @@ WORKFLOWS = [
     AgentWorkflow,
     EnvironmentCheckWorkflow,
     EvalWorkflow,
+    TrackingWorkflow,
 ]
 
 
@@ -47,6 +55,7 @@ def runner_worker(
     outage_window_s: float = 600.0,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
     command_pool: str = "",
+    tracking_dir: Path | None = None,
 ) -> Worker:
     activities = RunnerActivities(
         ledger,
@@ -61,7 +70,13 @@ def runner_worker(
         client,
         task_queue=task_queue,
         workflows=WORKFLOWS,
-        activities=[*activities.all(), *EvalActivities(ledger).all()],
+        activities=[
+            *activities.all(),
+            *EvalActivities(ledger).all(),
+            *TrackingActivities(
+                ledger, tracking_dir or Path(tempfile.mkdtemp(prefix="rollout-tracking-"))
+            ).all(),
+        ],
         max_concurrent_activities=max_concurrent_activities,
         # The workflow modules import only the standard library, temporalio, rollout.workflows and light core
         # records (rollout.environment, rollout.records, ...), and are deterministic by construction; the

@@ -73,6 +73,11 @@ def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
     return f"bridge/{policy}/{version}/{fmt}"
 
 
+def tracking_workflow_id(run: str) -> str:
+    """`TrackingWorkflow`: the run's metrics fed to its tracking backends."""
+    return f"tracking/{run}"
+
+
 def eval_workflow_id(suite: str, version: str, checkpoint: str) -> str:
     """`EvalWorkflow`: one suite version scored on one checkpoint (`latest:RUN/POLICY` as given)."""
     return f"eval/{suite}@{version}/{checkpoint}"

@@ -24,6 +24,8 @@ Contract:
   the time (`episodes_failing`): the run pauses with the count and the latest failure, and `resume` (once the
   environment is fixed: restarted runners load the new code) plays on. So does an eval gate that tripped with
   action `pause` (`eval_gate_pause`, once per gate: suite version and checkpoint).
+- With `training` and `tracking`, it starts the run's `TrackingWorkflow` (its trained policies filled in)
+  before training, abandoned when the run closes: the feed logs what the run's end recorded, then ends.
 - The run ends when the supply has played `max_groups` groups, or after `stop` once the groups in flight
   finish, or when training is done. It returns its final status. The status counts the supply's groups and
   episodes (`SupplyCounts`) once the supply has ended: 0 until then.
@@ -42,6 +44,7 @@ from typing import Any
 from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
+from temporalio.workflow import ParentClosePolicy
 
 from rollout.rl.selection import supply_allowance
 from rollout.run_settings import BadRunSetting, max_lag_of
@@ -54,10 +57,12 @@ from rollout.workflows.names import (
     TRAINING_PAUSED,
     TRAINING_PROGRESS,
     supply_workflow_id,
+    tracking_workflow_id,
     training_workflow_id,
 )
 from rollout.workflows.options import QUICK, heartbeating
 from rollout.workflows.run_types import RunInput, RunStatus, SettingsChange
+from rollout.workflows.tracking import TrackingWorkflow
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import TrainingInput, TrainingSpec
 
@@ -128,6 +133,13 @@ class RunWorkflow:
             id=supply_workflow_id(given.run),
         )
         self.started = True
+        if given.training is not None and given.tracking is not None:
+            await workflow.start_child_workflow(
+                TrackingWorkflow.run,
+                replace(given.tracking, policies=list(self.state.training_policies or [])),
+                id=tracking_workflow_id(given.run),
+                parent_close_policy=ParentClosePolicy.ABANDON,  # it logs what the run's end recorded
+            )
         if given.training is not None:
             training = asyncio.ensure_future(self._train(given.run, environment, given.training))
             done, _ = await workflow.wait([training, supply], return_when=asyncio.FIRST_COMPLETED)

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from rollout import defaults
 from rollout.launches import RunLaunch
 from rollout.run_settings import failure_bound_of, max_lag_of
+from rollout.workflows.tracking_types import TrackingInput
 from rollout.workflows.training_types import TrainingSpec
 
 
@@ -37,6 +38,9 @@ class RunInput:
     # A group running this long, or 4× the run's median group time if longer, stops counting against
     # groups_in_flight (rollout.workflows.episodes: a straggler).
     straggler_floor_s: float = defaults.STRAGGLER_FLOOR_S
+    # Where its metrics go beside the ledger (rollout.workflows.tracking): the run fills in its trained
+    # policies and starts the feed once it knows them.
+    tracking: TrackingInput | None = None
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts

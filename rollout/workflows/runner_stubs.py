@@ -39,6 +39,7 @@ from rollout.workflows.eval_types import (
     ServingHold,
 )
 from rollout.workflows.run_types import RunInput, SettingsChange
+from rollout.workflows.tracking_types import TrackingInput, TrackingState
 
 
 @activity.defn
@@ -161,4 +162,13 @@ async def decide_eval_gate(given: GateInput) -> GateOutcome:
     """Judge the checkpoint's recorded scores against the best earlier checkpoint of its lineage on the same
     suite version, and record the decision once (rollout.evals.gates.decide): `act` is true only for the eval
     that recorded it (this one, or an earlier attempt of it), never for a repeated eval of the checkpoint."""
+    raise NotImplementedError
+
+
+@activity.defn
+async def feed_tracking(given: TrackingInput) -> TrackingState:
+    """Log the run's step, eval and sample records to its tracking backends, each record once and in order,
+    from where each backend says it is, until the run has ended and all are logged (rollout.tracking.feed). A
+    backend that refuses is retried with a bound and reported in the heartbeat's `TrackingState`; it never
+    fails the activity. Returns the backends' last state."""
     raise NotImplementedError

@@ -1,0 +1,125 @@
+"""The runner's `feed_tracking` activity: a run's records, from the ledger to its W&B and MLflow runs.
+
+Contract (the stub's docstring in rollout.workflows.runner_stubs is the activity's contract):
+- It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries) and pushes them to each
+  backend (rollout.tracking.feed), heartbeating the feed's `TrackingState` as it goes (every poll, and while a
+  slow backend is being waited on, so a live runner is never taken for dead).
+- It returns once the run's workflow has closed (completed, failed, stopped, terminated: asked through the
+  activity's own Temporal client) and the backends hold every entry, or `QUIET_S` after the run closed with
+  some backend still refusing (its state says so). It closes each backend's run however it ends, a
+  cancellation included. A run with evals waits up to
+  `EVAL_GRACE_S` more while a checkpoint it evaluates has no score yet (`evals_pending`).
+- Files go under the runner's own directory (`tracking_dir`): W&B's under `wandb/`, MLflow's local store
+  under `mlflow/`; nothing in the input names a path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from pathlib import Path
+
+from temporalio import activity
+from temporalio.client import WorkflowExecutionStatus
+from temporalio.service import RPCError
+
+from rollout.ledger import Ledger
+from rollout.tracking.entries import Entry, run_entries
+from rollout.tracking.feed import Feed
+from rollout.tracking.mlflow_sink import MlflowSink
+from rollout.tracking.sinks import Sink
+from rollout.tracking.wandb_sink import WandbSink
+from rollout.workflows import runner_stubs
+from rollout.workflows.names import run_workflow_id
+from rollout.workflows.tracking_types import TrackingInput, TrackingState
+
+POLL_S = 2.0
+QUIET_S = 30.0  # after the run closed, how long a refusing backend is still tried
+EVAL_GRACE_S = 600.0  # after the run closed, how long evals of its last checkpoints are waited for
+
+
+class TrackingActivities:
+    def __init__(self, ledger: Ledger, tracking_dir: Path, *, poll_s: float = POLL_S) -> None:
+        self.ledger = ledger
+        self.tracking_dir = tracking_dir
+        self.poll_s = poll_s
+
+    def all(self) -> list[Callable[..., Awaitable[object]]]:
+        return [self.feed_tracking]
+
+    def sinks(self, given: TrackingInput) -> list[tuple[str, str, Callable[[], Sink]]]:
+        found: list[tuple[str, str, Callable[[], Sink]]] = []
+        if given.wandb is not None:
+            spec = given.wandb
+            found.append(
+                (
+                    "wandb",
+                    WandbSink.setting,
+                    lambda: WandbSink(given.run, spec, self.tracking_dir / "wandb-files", given.config),
+                )
+            )
+        if given.mlflow is not None:
+            mlflow = given.mlflow
+            found.append(
+                (
+                    "mlflow",
+                    MlflowSink.setting,
+                    lambda: MlflowSink(given.run, mlflow, self.tracking_dir / "mlflow", given.config),
+                )
+            )
+        return found
+
+    @activity.defn(name=runner_stubs.feed_tracking.__name__)
+    async def feed_tracking(self, given: TrackingInput) -> TrackingState:
+        feed = Feed(given.run, self.sinks(given))
+        closed_at: float | None = None
+        newest = 0
+        last_new = time.monotonic()
+        try:
+            while True:
+                entries = await run_entries(self.ledger, given, given.policies)
+                if len(entries) != newest:
+                    newest, last_new = len(entries), time.monotonic()
+                beating = asyncio.create_task(self._beat(feed))
+                try:
+                    await feed.push(entries)
+                finally:
+                    beating.cancel()
+                activity.heartbeat(feed.state())
+                if closed_at is None and await self._run_closed(given.run):
+                    closed_at = time.monotonic()
+                    continue  # one more read: what the run recorded as it closed
+                if closed_at is not None:
+                    caught_up = not feed.behind(entries)
+                    quiet = time.monotonic() - max(closed_at, last_new)
+                    evals_due = evals_pending(entries, given.eval_every) and quiet < EVAL_GRACE_S
+                    if (caught_up and not evals_due) or (not caught_up and quiet > QUIET_S):
+                        return feed.state()
+                await asyncio.sleep(self.poll_s)
+        finally:
+            # Also when cancelled (a retry may come to this same worker): W&B holds a run open in this
+            # process until it is finished, and would refuse the retry's.
+            await feed.close()
+
+    async def _beat(self, feed: Feed) -> None:
+        while True:
+            await asyncio.sleep(self.poll_s)
+            activity.heartbeat(feed.state())
+
+    async def _run_closed(self, run: str) -> bool:
+        try:
+            description = await activity.client().get_workflow_handle(run_workflow_id(run)).describe()
+        except RPCError:
+            return False  # Temporal away, or no such run yet: keep feeding
+        return description.status != WorkflowExecutionStatus.RUNNING
+
+
+def evals_pending(entries: Sequence[Entry], every: int) -> bool:
+    """Whether a checkpoint the run evaluates (every `every`-th, counted in training order) has no eval entry
+    yet."""
+    if every < 1:
+        return False
+    evaluated = {e.step for e in entries if e.stream.startswith("eval/")}
+    trained = [e.step for e in entries if e.stream.startswith("train") and e.values.get("trained")]
+    return any(step not in evaluated for n, step in enumerate(trained, 1) if n % every == 0)

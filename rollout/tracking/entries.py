@@ -1,0 +1,177 @@
+"""What a tracker is given: the run's records from the ledger as entries of named streams, each logged once.
+
+Contract:
+- An `Entry` is one point of one stream: `train` (a one-policy run; `train/POLICY` for each trained policy of
+  a run with several), `eval/SUITE/ENVIRONMENT` (the suite's score for a checkpoint of this run, at the
+  checkpoint's step; in each name, characters other than letters, digits, `-` and `_` become `_`) and
+  `samples` (`samples/POLICY`: a table of sample transcripts every `samples_every` steps). `step` is the
+  stream's own axis: a tracker holds at most one entry per (stream, step), and a stream's entries are
+  logged in increasing step, so a backend that holds step N of a stream holds every entry of it up to N
+  (`rollout.tracking.sinks`).
+- `run_entries(ledger, given, policies)` reads every entry the ledger holds now, ordered by when the ledger
+  recorded it: the same ledger gives the same list, and a later call only adds entries (the newest step is
+  left out until it publishes: rollout.tracking.step_metrics). An eval recorded for a checkpoint older than
+  one already logged in its stream comes after it in the list; a tracker skips it (its axis does not go
+  back).
+- Values are finite floats named as the step record names them (`reward_mean`, `loss`, `failures/KIND`, …);
+  a field the step did not record is left out, never 0.
+- A sample table's replies come from the turns' parsed replies; the prompts are not text in the ledger
+  (token ids only), so a table shows each episode's replies, reward, turns and the checkpoint that sampled.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from rollout.evals.records import EvalResult, registered_suites
+from rollout.ledger import Kind, Ledger
+from rollout.ledger.payloads import episode_ended, episode_ended_key, turn_recorded
+from rollout.ledger.queries import read_all
+from rollout.ledger.streams import eval_results_stream, run_batches_stream, run_episodes_stream, seat_stream
+from rollout.tracking.step_metrics import StepMetrics, step_metrics
+from rollout.workflows.names import run_policy
+from rollout.workflows.tracking_types import TrackingInput
+from rollout.workflows.training_types import BatchInfo
+
+SAMPLE_COLUMNS = ("step", "episode", "agent", "checkpoint", "reward", "turns", "replies")
+REPLY_CHARS = 4000  # of one episode's replies, shown in a table cell
+
+
+@dataclass(frozen=True)
+class SampleTable:
+    columns: tuple[str, ...]
+    rows: list[list[Any]]
+
+
+@dataclass(frozen=True)
+class Entry:
+    stream: str
+    step: int
+    at: str  # ISO 8601: when the ledger recorded what it shows
+    values: dict[str, float] = field(default_factory=dict[str, float])
+    table: SampleTable | None = None
+
+
+def stream_part(name: str) -> str:
+    """A suite's, environment's or policy's name as one part of a stream's name: W&B reads `.` in a name as
+    nesting, so anything but letters, digits, `-` and `_` becomes `_` (`tests.coin` -> `tests_coin`)."""
+    return re.sub(r"[^A-Za-z0-9_-]", "_", name)
+
+
+def train_stream(policy: str, policies: list[str]) -> str:
+    return "train" if len(policies) == 1 else f"train/{stream_part(policy)}"
+
+
+def samples_stream(policy: str, policies: list[str]) -> str:
+    return "samples" if len(policies) == 1 else f"samples/{stream_part(policy)}"
+
+
+def step_values(record: StepMetrics) -> dict[str, float]:
+    """The step record's numbers, flat: its fields, its failures as `failures/KIND` and its extra metrics."""
+    values: dict[str, float] = {}
+    for name, value in record.to_json().items():
+        if isinstance(value, int | float):  # bool is an int: trained -> 1.0
+            values[name] = float(value)
+    values.update({f"failures/{kind}": float(n) for kind, n in record.failures.items()})
+    values.update({name: float(v) for name, v in record.extra.items()})
+    return {name: v for name, v in values.items() if math.isfinite(v)}
+
+
+async def run_entries(ledger: Ledger, given: TrackingInput, policies: list[str]) -> list[Entry]:
+    entries: list[Entry] = []
+    steps_of: dict[str, int] = {}  # checkpoint name -> its step
+    for policy in policies:
+        records = await step_metrics(ledger, given.run, policy)
+        for record in records:
+            entries.append(
+                Entry(train_stream(policy, policies), record.step, record.recorded_at, step_values(record))
+            )
+            if record.checkpoint:
+                steps_of[record.checkpoint] = record.step
+            if given.samples_every and given.samples and record.step % given.samples_every == 0:
+                table = await sample_table(ledger, given.run, policy, record.step, given.samples)
+                entries.append(
+                    Entry(samples_stream(policy, policies), record.step, record.recorded_at, table=table)
+                )
+    entries.extend(await _eval_entries(ledger, steps_of))
+    # At one time, a step before its table of samples.
+    return sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
+
+
+async def _eval_entries(ledger: Ledger, steps_of: dict[str, int]) -> list[Entry]:
+    if not steps_of:
+        return []
+    found: list[Entry] = []
+    for name in sorted({suite.name for suite, _ in await registered_suites(ledger)}):
+        for event in await read_all(ledger, eval_results_stream(name)):
+            result = EvalResult.from_payload(dict(event.payload))
+            step = steps_of.get(result.checkpoint)
+            if step is None:
+                continue
+            values = {
+                "score": result.score,
+                "low": result.low,
+                "high": result.high,
+                "episodes": float(result.episodes),
+                "failed": float(result.failed),
+            }
+            found.append(
+                Entry(
+                    f"eval/{stream_part(result.suite)}/{stream_part(result.environment)}",
+                    step,
+                    event.recorded_at.isoformat(),
+                    {k: v for k, v in values.items() if math.isfinite(v)},
+                )
+            )
+    return found
+
+
+async def sample_table(ledger: Ledger, run: str, policy: str, step: int, n: int) -> SampleTable:
+    """Up to `n` of the episodes step `step` of `policy` trained on, one row per agent of the policy."""
+    batch_event = await ledger.find(run_batches_stream(run, run_policy(run, policy)), f"step/{step}")
+    rows: list[list[Any]] = []
+    if batch_event is None:
+        return SampleTable(SAMPLE_COLUMNS, rows)
+    batch = BatchInfo.from_payload(batch_event.payload)
+    for episode in (batch.trained_episodes or batch.episodes)[:n]:
+        event = await ledger.find(run_episodes_stream(run), episode_ended_key(episode, finished=True))
+        ended = episode_ended(event) if event is not None else None
+        if ended is None:
+            continue
+        for agent, seat in ended.seats.items():
+            replies: list[str] = []
+            checkpoint = ""
+            for turn_event in await read_all(ledger, seat_stream(seat)):
+                if turn_event.kind != Kind.TURN_RECORDED:
+                    continue
+                turn = turn_recorded(turn_event.payload)
+                if turn.policy not in ("", policy, run_policy(run, policy)):
+                    break  # an agent of another policy
+                checkpoint = getattr(turn, "checkpoint", "") or checkpoint
+                replies.append(_text(turn.reply))
+            reward = ended.rewards.get(agent)
+            rows.append(
+                [
+                    step,
+                    episode,
+                    agent,
+                    checkpoint,
+                    reward,
+                    ended.turns.get(agent, len(replies)),
+                    "\n---\n".join(replies)[:REPLY_CHARS],
+                ]
+            )
+    return SampleTable(SAMPLE_COLUMNS, rows)
+
+
+def _text(reply: dict[str, Any]) -> str:
+    """A reply (a `rollout.contracts.Message` as JSON) as text: what it said, then its tool calls."""
+    text = reply.get("text")
+    shown = text if isinstance(text, str) else ""
+    for call in reply.get("tool_calls") or ():
+        if isinstance(call, dict):
+            shown += f"\n[tool call {call.get('name', '?')}({str(call.get('arguments', ''))[:200]})]"
+    return shown
