@@ -2,7 +2,9 @@
 
 A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
 `ledger_url`, `stack_settings` (a real, session-wide embedded stack), `models_dir` (the built-in models'
-cache) and `minecraft_home` (the minecraft kind's packages, installed once) are in its namespace.
+cache), `minecraft_home` (the minecraft kind's packages, installed once), `trained_run` (a finished two-step run
+on that stack, tracked to W&B offline and MLflow's local store) and `trained_run_tracking` (where those went) are
+in its namespace.
 """
 
 from sybil import Sybil
@@ -13,5 +15,12 @@ pytest_plugins = ["tests.fixtures"]
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser()],
     patterns=["README.md", "docs/*.md"],
-    fixtures=["ledger_url", "stack_settings", "models_dir", "minecraft_home"],
+    fixtures=[
+        "ledger_url",
+        "stack_settings",
+        "models_dir",
+        "minecraft_home",
+        "trained_run",
+        "trained_run_tracking",
+    ],
 ).pytest()

@@ -17,7 +17,10 @@ shared by this module's tests in order; the last one stops it):
   with its own model's tokenizer, its checkpoints served only by the engine of its model, which `rollout
   train` started beside the stack's own; a policy naming an unknown model is refused in one line.
 - A user's environment with bugs trains on its good groups; each bad episode is recorded once with why, and
-  the live lines, the summary and `run status` say so.
+  the live lines, the summary and `run status` say so; its MLflow server refuses, which the live lines and
+  `run status` say too, naming the setting.
+- The reattached run is tracked to W&B (offline) and a real MLflow server: each of its steps lands once in
+  each, through `down`, `up` and `attach`.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from mlflow import MlflowClient
 
 from rollout.config import load
 from rollout.ledger import Kind, Ledger
@@ -43,9 +47,12 @@ from rollout.ledger.streams import (
     policy_checkpoints_stream,
     run_episodes_stream,
 )
+from rollout.net import free_port
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
 from rollout.tracking.step_metrics import StepMetrics, step_metrics
+from rollout.tracking.wandb_files import history
+from rollout.tracking.wandb_sink import wandb_run_id
 from rollout.workflows.names import run_policy
 from rollout_testing.stacks import isolated_overrides
 from tests.cli_stack import (
@@ -64,6 +71,10 @@ from tests.cli_stack import (
 from tests.user_envs import MY_ENV, RUNNER_CANNOT_IMPORT, SUITE, TWO_MODELS
 
 pytestmark = pytest.mark.slow
+
+
+def tracked_run_over(client: MlflowClient, run_id: str) -> bool:
+    return client.get_run(run_id).info.status == "FINISHED"
 
 
 @pytest.fixture(scope="module")
@@ -270,11 +281,19 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     overrides = user_stack.overrides
     folder = Path(__file__).parent / "user_folder"
     micro = ["--preset", "cpu-micro", "trainer.steps=2", "run.max_failure_rate=0.95", *overrides]
+    # Its MLflow server refuses (nothing listens there): the live lines say so, naming the setting, and the
+    # run trains on.
+    refusing = f"http://127.0.0.1:{free_port()}"
+    tracked = ["tracking.backends=[mlflow]", f"tracking.mlflow.tracking_uri={refusing}"]
     trained = rollout(
-        "train", "buggy.environment:environment", *micro, "--run", "buggy", cwd=folder, timeout=540
+        "train", "buggy.environment:environment", *micro, *tracked, "--run", "buggy", cwd=folder, timeout=540
     )
     printed = trained.stderr + trained.stdout
     assert "failed: " in trained.stderr, "the live lines name why episodes failed"
+    assert "tracking: mlflow refusing (tracking.mlflow.tracking_uri): " in trained.stderr, trained.stderr[
+        -3000:
+    ]
+    assert "Connection refused" in trained.stderr
     summary = " ".join(trained.stdout.split())  # as one line: the console wraps it
     assert "episode(s) failed: respond did not return within 2 s (Environment.turn_timeout_s)" in summary
     assert "Traceback" not in printed
@@ -305,6 +324,8 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     assert 1 <= newest["response_tokens_mean"] <= newest["response_tokens_max"], newest
     assert newest["turns"] >= newest["episodes"] - newest["episodes_failed"] > 0, newest
     assert newest["tokens_trained"] > 0 and newest["train_s"] > 0 and newest["tokens_trained_per_s"] > 0
+    [mlflow_state] = status["tracking"]["backends"]
+    assert not mlflow_state["ok"] and mlflow_state["logged"] == 0, status["tracking"]
 
     async def recorded() -> tuple[dict[str, int], list[int]]:
         from temporalio.client import Client
@@ -485,7 +506,7 @@ def test_two_policies_on_two_base_models_train_each_on_its_own_model(
 
 
 def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattached(
-    user_stack: UserStack, tmp_path: Path
+    user_stack: UserStack, tmp_path: Path, mlflow_server: str
 ) -> None:
     project, elsewhere = tmp_path / "project", user_stack.elsewhere
     project.mkdir()
@@ -493,6 +514,14 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     (project / "runner_cannot_import.py").write_text(RUNNER_CANNOT_IMPORT)
     overrides = user_stack.overrides
     micro = ["--preset", "cpu-micro", *overrides, "trainer.steps=3"]  # the last value given wins
+    # Tracked to W&B (offline) and a real MLflow server: through `down`, `up` and `attach`, each step lands
+    # once.
+    tracked = [
+        "tracking.backends=[wandb,mlflow]",
+        "tracking.wandb.mode=offline",
+        f"tracking.mlflow.tracking_uri={mlflow_server}",
+        "tracking.mlflow.experiment=reattached",
+    ]
     settings = user_stack.settings
     # A runner that cannot import the environment: one paragraph, no traceback, and no run left behind.
     refused = rollout(
@@ -506,7 +535,7 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     # The user's environment trains from its folder; output is not a terminal, so progress comes as lines.
     log = (tmp_path / "train.log").open("w")
     train = subprocess.Popen(
-        [ROLLOUT, "train", "my_env:environment", *micro, "--run", "mine"],
+        [ROLLOUT, "train", "my_env:environment", *micro, *tracked, "--run", "mine"],
         cwd=project,
         stdout=log,
         stderr=subprocess.STDOUT,
@@ -533,6 +562,7 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert status["max_lag"] == 1 and status["steps"] < 3
     assert listed["episodes_finished"] == status["episodes_finished"]
     assert listed["steps"] == status["steps"]
+    assert [b["backend"] for b in status["tracking"]["backends"]] == ["wandb", "mlflow"], status["tracking"]
 
     # The user stops the stack on purpose. `rollout train`, following the paused run, says so and how to go
     # on, and exits (no traceback, no raw Temporal warnings).
@@ -567,6 +597,25 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert summary["steps"] == 3 and set(summary["served"]) == set(summary["checkpoints"])
     assert summary["episodes"] > 0 and summary["episodes_failed"] == 0
     assert runs(overrides, elsewhere)["mine"]["state"] == "finished"
+    # The run's feed logged every step once to both, in one W&B run and one MLflow run, then ended.
+    client = MlflowClient(mlflow_server)
+    experiment = client.get_experiment_by_name("reattached")
+    assert experiment is not None, "the feed made the experiment"
+    [tracked_run] = client.search_runs(
+        [experiment.experiment_id], filter_string="tags.`rollout.run` = 'mine'"
+    )
+    wait_until(
+        lambda: tracked_run_over(client, tracked_run.info.run_id), 120, "the feed to end after the run"
+    )
+    assert [m.step for m in client.get_metric_history(tracked_run.info.run_id, "train/step")] == [1, 2, 3]
+    assert tracked_run.data.params["trainer.steps"] == "3" and tracked_run.data.params["environment"] == (
+        "my_env:environment"
+    )
+    logs = user_stack.data / "tracking" / "wandb-files"
+    in_wandb = [r["train/step"] for r in history(logs, wandb_run_id("mine")) if "train/step" in r]
+    assert in_wandb == [1, 2, 3], in_wandb
+    final = json.loads(rollout("run", "status", "mine", "--json", *plain, cwd=elsewhere).stdout)["tracking"]
+    assert all(b["ok"] for b in final["backends"]) and "wandb" in final["said"], final
     sandboxes = read_pid_file(user_stack.data / "run" / "sandboxes-shell-my-env.pid")
     assert sandboxes is not None, "the stack serves the sandboxes the run's episodes claim"
     data = user_stack.data.resolve()

@@ -38,8 +38,8 @@ class Slow:
         print(f"logged {self.backend} {entry.stream} {entry.step}", flush=True)
         time.sleep(self.pause_s)
 
-    def close(self) -> None:
-        self.sink.close()
+    def close(self, final: bool) -> None:
+        self.sink.close(final)
 
 
 async def main(ledger_url: str, run: str, wandb_dir: Path, mlflow_uri: str, pause_s: float) -> None:

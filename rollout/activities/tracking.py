@@ -1,21 +1,23 @@
 """The runner's `feed_tracking` activity: a run's records, from the ledger to its W&B and MLflow runs.
 
 Contract (the stub's docstring in rollout.workflows.runner_stubs is the activity's contract):
-- It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries) and pushes them to each
-  backend (rollout.tracking.feed), heartbeating the feed's `TrackingState` as it goes (every poll, and while a
-  slow backend is being waited on, so a live runner is never taken for dead).
+- It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries: the steps only once the
+  run's batch and checkpoint counts moved, each sample table built once) and pushes them to each backend
+  (rollout.tracking.feed). A task heartbeats the feed's `TrackingState` every `poll_s` the whole time (ledger
+  reads and slow backends included), so a live runner is never taken for dead.
 - It returns once the run's workflow has closed (completed, failed, stopped, terminated: asked through the
   activity's own Temporal client) and the backends hold every entry, or `QUIET_S` after the run closed with
-  some backend still refusing (its state says so). It closes each backend's run however it ends, a
-  cancellation included. A run with evals waits up to
-  `EVAL_GRACE_S` more while a checkpoint it evaluates has no score yet (`evals_pending`).
-- Files go under the runner's own directory (`tracking_dir`): W&B's under `wandb/`, MLflow's local store
-  under `mlflow/`; nothing in the input names a path.
+  some backend still refusing (its state says so). A run with evals waits up to `EVAL_GRACE_S` more while a
+  checkpoint it evaluates has no score yet (`evals_pending`). It lets go of each backend's run however it
+  ends, a cancellation included; only a feed that ended with its run closes them for good.
+- Files go under the runner's own directory (`tracking_dir`): W&B's under `wandb-files/`, MLflow's local
+  store under `mlflow/`; nothing in the input names a path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
@@ -25,7 +27,8 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from rollout.ledger import Ledger
-from rollout.tracking.entries import Entry, run_entries
+from rollout.ledger.queries import run_progress
+from rollout.tracking.entries import Entry, SampleTable, StepEntries, eval_entries, in_order, step_entries
 from rollout.tracking.feed import Feed
 from rollout.tracking.mlflow_sink import MlflowSink
 from rollout.tracking.sinks import Sink
@@ -41,6 +44,10 @@ EVAL_GRACE_S = 600.0  # after the run closed, how long evals of its last checkpo
 
 class TrackingActivities:
     def __init__(self, ledger: Ledger, tracking_dir: Path, *, poll_s: float = POLL_S) -> None:
+        # W&B's runs here are this process's own service's: one named by an inherited WANDB_SERVICE (of the
+        # shell or test that started the stack) may end first, or keep holding a run a restarted runner
+        # opens again.
+        os.environ.pop("WANDB_SERVICE", None)
         self.ledger = ledger
         self.tracking_dir = tracking_dir
         self.poll_s = poll_s
@@ -74,18 +81,25 @@ class TrackingActivities:
     async def feed_tracking(self, given: TrackingInput) -> TrackingState:
         feed = Feed(given.run, self.sinks(given))
         closed_at: float | None = None
+        tables: dict[tuple[str, int], SampleTable] = {}
+        seen: tuple[object, ...] | None = None
+        steps = StepEntries([], {})
+        ended = False
         newest = 0
         last_new = time.monotonic()
+        beating = asyncio.create_task(self._beat(feed))  # the whole time, ledger reads and slow backends too
         try:
             while True:
-                entries = await run_entries(self.ledger, given, given.policies)
+                # The steps are read again only once a batch or checkpoint was recorded (reading them reads
+                # every episode of the run); the evals, each time.
+                progress = await run_progress(self.ledger, given.run)
+                signature = tuple(sorted(progress.policies.items()))
+                if signature != seen:
+                    steps, seen = await step_entries(self.ledger, given, given.policies, tables), signature
+                entries = in_order(steps.entries + await eval_entries(self.ledger, steps.steps_of))
                 if len(entries) != newest:
                     newest, last_new = len(entries), time.monotonic()
-                beating = asyncio.create_task(self._beat(feed))
-                try:
-                    await feed.push(entries)
-                finally:
-                    beating.cancel()
+                await feed.push(entries)
                 activity.heartbeat(feed.state())
                 if closed_at is None and await self._run_closed(given.run):
                     closed_at = time.monotonic()
@@ -95,12 +109,14 @@ class TrackingActivities:
                     quiet = time.monotonic() - max(closed_at, last_new)
                     evals_due = evals_pending(entries, given.eval_every) and quiet < EVAL_GRACE_S
                     if (caught_up and not evals_due) or (not caught_up and quiet > QUIET_S):
+                        ended = True
                         return feed.state()
                 await asyncio.sleep(self.poll_s)
         finally:
+            beating.cancel()
             # Also when cancelled (a retry may come to this same worker): W&B holds a run open in this
             # process until it is finished, and would refuse the retry's.
-            await feed.close()
+            await feed.close(final=ended)
 
     async def _beat(self, feed: Feed) -> None:
         while True:

@@ -107,7 +107,8 @@ async def follow_training(
         while await tick():
             text, now = line(), time.monotonic()
             steps_changed = text.split(" · ")[0] != last_line.split(" · ")[0]
-            if text != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S or outage):
+            said_anew = any(said not in last_line for said in refusing)
+            if text != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S or outage or said_anew):
                 err.print(f"[{now - started:5.0f}s] {text}", highlight=False, markup=False)
                 last_line, last_at = text, now
             await asyncio.sleep(1.0)

@@ -94,7 +94,6 @@ def tracking_line(state: TrackingState) -> str:
     for backend in state.backends:
         if backend.ok:
             parts.append(f"{backend.backend} {backend.logged} logged")
-        else:
-            wait = f", next try in {backend.retry_in_s:.0f} s" if backend.retry_in_s is not None else ""
-            parts.append(f"{backend.backend} refusing ({backend.setting}): {backend.error}{wait}")
+        else:  # the time to the next try is in the state, not the line: a line that changes would be said again
+            parts.append(f"{backend.backend} refusing ({backend.setting}): {backend.error}; retrying")
     return "tracking: " + "; ".join(parts)

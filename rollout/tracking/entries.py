@@ -8,11 +8,11 @@ Contract:
   stream's own axis: a tracker holds at most one entry per (stream, step), and a stream's entries are
   logged in increasing step, so a backend that holds step N of a stream holds every entry of it up to N
   (`rollout.tracking.sinks`).
-- `run_entries(ledger, given, policies)` reads every entry the ledger holds now, ordered by when the ledger
-  recorded it: the same ledger gives the same list, and a later call only adds entries (the newest step is
-  left out until it publishes: rollout.tracking.step_metrics). An eval recorded for a checkpoint older than
-  one already logged in its stream comes after it in the list; a tracker skips it (its axis does not go
-  back).
+- `run_entries(ledger, given, policies)` reads every entry the ledger holds now (`step_entries`, then
+  `eval_entries` of the checkpoints those published), ordered by when the ledger recorded it (`in_order`):
+  the same ledger gives the same list, and a later call only adds entries (the newest step is left out until
+  it publishes: rollout.tracking.step_metrics). An eval recorded for a checkpoint older than one already
+  logged in its stream comes after it in the list; a tracker skips it (its axis does not go back).
 - Values are finite floats named as the step record names them (`reward_mean`, `loss`, `failures/KIND`, …);
   a field the step did not record is left out, never 0.
 - A sample table's replies come from the turns' parsed replies; the prompts are not text in the ledger
@@ -80,28 +80,56 @@ def step_values(record: StepMetrics) -> dict[str, float]:
     return {name: v for name, v in values.items() if math.isfinite(v)}
 
 
+@dataclass(frozen=True)
+class StepEntries:
+    """A run's step and sample-table entries, and the step of each checkpoint they published (what its evals
+    are logged at)."""
+
+    entries: list[Entry]
+    steps_of: dict[str, int]  # checkpoint name -> its step
+
+
 async def run_entries(ledger: Ledger, given: TrackingInput, policies: list[str]) -> list[Entry]:
+    steps = await step_entries(ledger, given, policies)
+    return in_order(steps.entries + await eval_entries(ledger, steps.steps_of))
+
+
+def in_order(entries: list[Entry]) -> list[Entry]:
+    """The ledger's order; at one time, a step before its table of samples."""
+    return sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
+
+
+async def step_entries(
+    ledger: Ledger,
+    given: TrackingInput,
+    policies: list[str],
+    tables: dict[tuple[str, int], SampleTable] | None = None,
+) -> StepEntries:
+    """Every complete step's entry and the sample tables due; `tables` keeps the tables built (by policy and
+    step: a step's table never changes) for the next call."""
+    tables = {} if tables is None else tables
     entries: list[Entry] = []
-    steps_of: dict[str, int] = {}  # checkpoint name -> its step
+    steps_of: dict[str, int] = {}
     for policy in policies:
-        records = await step_metrics(ledger, given.run, policy)
-        for record in records:
+        for record in await step_metrics(ledger, given.run, policy):
             entries.append(
                 Entry(train_stream(policy, policies), record.step, record.recorded_at, step_values(record))
             )
             if record.checkpoint:
                 steps_of[record.checkpoint] = record.step
             if given.samples_every and given.samples and record.step % given.samples_every == 0:
-                table = await sample_table(ledger, given.run, policy, record.step, given.samples)
+                table = tables.get((policy, record.step))
+                if table is None:
+                    table = await sample_table(ledger, given.run, policy, record.step, given.samples)
+                    tables[(policy, record.step)] = table
                 entries.append(
                     Entry(samples_stream(policy, policies), record.step, record.recorded_at, table=table)
                 )
-    entries.extend(await _eval_entries(ledger, steps_of))
-    # At one time, a step before its table of samples.
-    return sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
+    return StepEntries(entries, steps_of)
 
 
-async def _eval_entries(ledger: Ledger, steps_of: dict[str, int]) -> list[Entry]:
+async def eval_entries(ledger: Ledger, steps_of: dict[str, int]) -> list[Entry]:
+    """The eval results of the run's checkpoints (`steps_of`), each at its checkpoint's step."""
     if not steps_of:
         return []
     found: list[Entry] = []

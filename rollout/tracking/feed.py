@@ -73,11 +73,12 @@ class Feed:
             for backend in self.backends
         )
 
-    async def close(self) -> None:
+    async def close(self, *, final: bool = True) -> None:
+        """Let go of each backend's run; `final`: the rollout run is over (`Sink.close`)."""
         for backend in self.backends:
             if backend.sink is not None:
                 try:
-                    await self._call(backend.sink.close)
+                    await self._call(backend.sink.close, final)
                 except Exception as error:  # the run is over; its backend's trouble is only reported
                     backend.error = _one_line(error)
                 backend.sink = None

@@ -101,8 +101,8 @@ class MlflowSink:
         client.log_batch(run_id, metrics=metrics)
         self._streams.add(entry.stream)
 
-    def close(self) -> None:
-        if self._client is not None and self.run_id is not None:
+    def close(self, final: bool) -> None:
+        if final and self._client is not None and self.run_id is not None:
             self._client.set_terminated(self.run_id)
 
 

@@ -7,7 +7,8 @@ Contract:
   step it holds of each stream (those named, and any it knows of): the backend is the one place that cannot
   be behind what it holds, so a feed killed between a log and anything it would record elsewhere neither
   repeats nor skips.
-  `log(entry)` writes one entry, all of it or nothing (one call to the backend). `close()` ends the run.
+  `log(entry)` writes one entry, all of it or nothing (one call to the backend). `close(final)` lets go of
+  the run; `final`: the rollout run is over and so is the backend's (a feed stopped mid-run leaves it open).
 - Every method blocks (the libraries are synchronous); the feed runs them off its event loop with a time
   bound. A method raises on any refusal; the feed keeps the sink's state and tries again later.
 - Names on the backend: a stream's numbers are `STREAM/NAME` (`train/loss`, `eval/smoke/arithmetic/score`);
@@ -31,7 +32,7 @@ class Sink(Protocol):
 
     def log(self, entry: Entry) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, final: bool) -> None: ...
 
 
 def axis(stream: str) -> str:

@@ -93,7 +93,8 @@ class WandbSink:
             row[f"{entry.stream}/table"] = wandb.Table(columns=list(entry.table.columns), data=rows)
         run.log(row, commit=True)
 
-    def close(self) -> None:
+    def close(self, final: bool) -> None:
         if self._run is not None:
+            # W&B resumes a finished run when the next feed opens it: stopped mid-run or over, it is finished.
             self._run.finish()
             self._run = None

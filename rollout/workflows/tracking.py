@@ -21,10 +21,10 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 
 from rollout.workflows import runner_stubs
-from rollout.workflows.options import heartbeating
 from rollout.workflows.tracking_types import TrackingInput, TrackingState
 
 FEED_LIMIT = timedelta(days=365)  # as long as a run plays: the run's end ends the feed
+FEED_HEARTBEAT = timedelta(seconds=10)
 
 
 @workflow.defn
@@ -34,5 +34,9 @@ class TrackingWorkflow:
         return await workflow.execute_activity(
             runner_stubs.feed_tracking,
             given,
-            **heartbeating(FEED_LIMIT, RetryPolicy(maximum_interval=timedelta(seconds=30))),
+            start_to_close_timeout=FEED_LIMIT,
+            # Short: Temporal passes on a heartbeat's details at most every 0.8 × this, and they are how a
+            # refusing backend shows in `run status` and the live line.
+            heartbeat_timeout=FEED_HEARTBEAT,
+            retry_policy=RetryPolicy(maximum_interval=timedelta(seconds=30)),
         )
