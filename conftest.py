@@ -2,9 +2,9 @@
 
 A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
 `ledger_url`, `stack_settings` (a real, session-wide embedded stack), `models_dir` (the built-in models'
-cache), `minecraft_home` (the minecraft kind's packages, installed once), `trained_run` (a finished two-step run
-on that stack, tracked to W&B offline and MLflow's local store) and `trained_run_tracking` (where those went) are
-in its namespace.
+cache), `minecraft_home` (the minecraft kind's packages, installed once), `trained_run` (a finished two-step
+run on that stack, tracked to W&B offline and MLflow's local store) and `trained_run_tracking` (where those
+went) are in its namespace.
 """
 
 from sybil import Sybil

@@ -25,6 +25,7 @@ BENCHMARKS = {
     "temporal": "benchmarks.temporal_load",
     "multiturn": "benchmarks.multiturn",
     "treetrain": "benchmarks.treetrain",
+    "tracking": "benchmarks.tracking",
 }
 
 

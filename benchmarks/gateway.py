@@ -24,8 +24,9 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import aiohttp
 import httpx
@@ -118,15 +119,22 @@ async def _first_token(url: str, headers: dict[str, str], requests: int) -> dict
     }
 
 
-def main(quick: bool = False) -> int:
+@dataclass(frozen=True)
+class GatewayUnderTest:
+    backend: str  # the scripted engine's base URL
+    gateway: str  # the gateway's base URL
+    seats: list[dict[str, str]]  # the headers of 4 seats
+
+
+def start_gateway(
+    overrides: list[str], log: BinaryIO, processes: list[subprocess.Popen[bytes]]
+) -> GatewayUnderTest:
+    """A scripted engine and `rollout gateway` in front of it, on the stack `overrides` name, with 4 seats;
+    their processes are appended to `processes` (the caller stops them)."""
     from transformers import AutoTokenizer
 
-    from rollout import config
     from rollout.engines.models import TINY_QWEN3, resolve
-    from rollout.stack.embedded import Stack
-    from rollout_testing.stacks import isolated_overrides
 
-    requests_for = {1: 200, 16: 640, 64: 1280} if not quick else {1: 10, 16: 32, 64: 64}
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
@@ -135,6 +143,66 @@ def main(quick: bool = False) -> int:
         *tokenizer.encode("Hello from the script.", add_special_tokens=False),
         tokenizer.convert_tokens_to_ids("<|im_end|>"),
     ]
+    backend_port, gateway_port = free_port(), free_port()
+    processes.append(
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "benchmarks.scripted_backend",
+                "--port",
+                str(backend_port),
+                "--ids",
+                ",".join(map(str, ids)),
+            ],
+            stdout=log,
+            stderr=log,
+        )
+    )
+    backend = f"http://127.0.0.1:{backend_port}"
+    processes.append(
+        subprocess.Popen(
+            [
+                ROLLOUT,
+                "gateway",
+                "--model",
+                "tiny-qwen3",
+                "--port",
+                str(gateway_port),
+                "--engine-url",
+                backend,
+                f"models_dir={models_dir}",
+                *overrides,
+                # 64 workers share 4 seats: the load is the throughput, not one seat's fairness.
+                "services.gateway.max_turns_in_flight_per_seat=64",
+            ],
+            stdout=log,
+            stderr=log,
+        )
+    )
+    wait_for_http(f"{backend}/health", processes[-2])
+    wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[-1])
+    seats = [
+        json.loads(
+            subprocess.run(
+                [ROLLOUT, "seat", "new", "--json", *overrides], capture_output=True, text=True, check=True
+            ).stdout
+        )
+        for _ in range(4)
+    ]
+    return GatewayUnderTest(
+        backend,
+        f"http://127.0.0.1:{gateway_port}",
+        [{"authorization": f"Bearer {s['api_key']}"} for s in seats],
+    )
+
+
+def main(quick: bool = False) -> int:
+    from rollout import config
+    from rollout.stack.embedded import Stack
+    from rollout_testing.stacks import isolated_overrides
+
+    requests_for = {1: 200, 16: 640, 64: 1280} if not quick else {1: 10, 16: 32, 64: 64}
     processes: list[subprocess.Popen[bytes]] = []
     with (
         tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch,
@@ -144,43 +212,9 @@ def main(quick: bool = False) -> int:
         stack = Stack(config.load(overrides))
         stack.up()
         try:
-            backend_port, gateway_port, litellm_port = free_port(), free_port(), free_port()
-            processes.append(
-                subprocess.Popen(
-                    [
-                        sys.executable,
-                        "-m",
-                        "benchmarks.scripted_backend",
-                        "--port",
-                        str(backend_port),
-                        "--ids",
-                        ",".join(map(str, ids)),
-                    ],
-                    stdout=log,
-                    stderr=log,
-                )
-            )
-            backend = f"http://127.0.0.1:{backend_port}"
-            processes.append(
-                subprocess.Popen(
-                    [
-                        ROLLOUT,
-                        "gateway",
-                        "--model",
-                        "tiny-qwen3",
-                        "--port",
-                        str(gateway_port),
-                        "--engine-url",
-                        backend,
-                        f"models_dir={models_dir}",
-                        *overrides,
-                        # 64 workers share 4 seats: the load is the throughput, not one seat's fairness.
-                        "services.gateway.max_turns_in_flight_per_seat=64",
-                    ],
-                    stdout=log,
-                    stderr=log,
-                )
-            )
+            served = start_gateway(overrides, log, processes)
+            backend = served.backend
+            litellm_port = free_port()
             master_key = f"sk-{uuid.uuid4().hex}{uuid.uuid4().hex}"
             config = Path(scratch) / "litellm.yaml"
             config.write_text(
@@ -207,26 +241,10 @@ def main(quick: bool = False) -> int:
                     env={**os.environ, "LITELLM_LOG": "ERROR", "LITELLM_MASTER_KEY": master_key},
                 )
             )
-            wait_for_http(f"{backend}/health", processes[0])
-            wait_for_http(f"http://127.0.0.1:{gateway_port}/health", processes[1])
-            wait_for_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[2])
-            seats = [
-                json.loads(
-                    subprocess.run(
-                        [ROLLOUT, "seat", "new", "--json", *overrides],
-                        capture_output=True,
-                        text=True,
-                        check=True,
-                    ).stdout
-                )
-                for _ in range(4)
-            ]
+            wait_for_http(f"http://127.0.0.1:{litellm_port}/health/liveliness", processes[-1])
             paths = {
                 "direct": (f"{backend}/v1/chat/completions", [{}]),
-                "rollout": (
-                    f"http://127.0.0.1:{gateway_port}/v1/chat/completions",
-                    [{"authorization": f"Bearer {s['api_key']}"} for s in seats],
-                ),
+                "rollout": (f"{served.gateway}/v1/chat/completions", served.seats),
                 "litellm": (
                     f"http://127.0.0.1:{litellm_port}/v1/chat/completions",
                     [{"authorization": f"Bearer {master_key}"}],

@@ -1,10 +1,10 @@
 """The runner's `feed_tracking` activity: a run's records, from the ledger to its W&B and MLflow runs.
 
 Contract (the stub's docstring in rollout.workflows.runner_stubs is the activity's contract):
-- It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries: the steps only once the
-  run's batch and checkpoint counts moved, each sample table built once) and pushes them to each backend
-  (rollout.tracking.feed). A task heartbeats the feed's `TrackingState` every `poll_s` the whole time (ledger
-  reads and slow backends included), so a live runner is never taken for dead.
+- It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries' `RunReader`: the steps
+  only once the run's batch and checkpoint counts moved, each sample table built once) and pushes them to each
+  backend (rollout.tracking.feed). A task heartbeats the feed's `TrackingState` every `poll_s` the whole
+  time (ledger reads and slow backends included), so a live runner is never taken for dead.
 - It returns once the run's workflow has closed (completed, failed, stopped, terminated: asked through the
   activity's own Temporal client) and the backends hold every entry, or `QUIET_S` after the run closed with
   some backend still refusing (its state says so). A run with evals waits up to `EVAL_GRACE_S` more while a
@@ -27,8 +27,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from rollout.ledger import Ledger
-from rollout.ledger.queries import run_progress
-from rollout.tracking.entries import Entry, SampleTable, StepEntries, eval_entries, in_order, step_entries
+from rollout.tracking.entries import Entry, RunReader
 from rollout.tracking.feed import Feed
 from rollout.tracking.mlflow_sink import MlflowSink
 from rollout.tracking.sinks import Sink
@@ -81,22 +80,14 @@ class TrackingActivities:
     async def feed_tracking(self, given: TrackingInput) -> TrackingState:
         feed = Feed(given.run, self.sinks(given))
         closed_at: float | None = None
-        tables: dict[tuple[str, int], SampleTable] = {}
-        seen: tuple[object, ...] | None = None
-        steps = StepEntries([], {})
+        reader = RunReader(given)
         ended = False
         newest = 0
         last_new = time.monotonic()
         beating = asyncio.create_task(self._beat(feed))  # the whole time, ledger reads and slow backends too
         try:
             while True:
-                # The steps are read again only once a batch or checkpoint was recorded (reading them reads
-                # every episode of the run); the evals, each time.
-                progress = await run_progress(self.ledger, given.run)
-                signature = tuple(sorted(progress.policies.items()))
-                if signature != seen:
-                    steps, seen = await step_entries(self.ledger, given, given.policies, tables), signature
-                entries = in_order(steps.entries + await eval_entries(self.ledger, steps.steps_of))
+                entries = await reader.read(self.ledger)
                 if len(entries) != newest:
                     newest, last_new = len(entries), time.monotonic()
                 await feed.push(entries)

@@ -13,6 +13,8 @@ Contract:
   the same ledger gives the same list, and a later call only adds entries (the newest step is left out until
   it publishes: rollout.tracking.step_metrics). An eval recorded for a checkpoint older than one already
   logged in its stream comes after it in the list; a tracker skips it (its axis does not go back).
+- `RunReader(given).read(ledger)` is `run_entries` for a feed that polls: the steps are read again only once
+  the run's batch or checkpoint counts moved, and each sample table is built once.
 - Values are finite floats named as the step record names them (`reward_mean`, `loss`, `failures/KIND`, …);
   a field the step did not record is left out, never 0.
 - A sample table's replies come from the turns' parsed replies; the prompts are not text in the ledger
@@ -26,11 +28,17 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.evals.records import EvalResult, registered_suites
+from rollout.evals.records import EvalResult
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import episode_ended, episode_ended_key, turn_recorded
-from rollout.ledger.queries import read_all
-from rollout.ledger.streams import eval_results_stream, run_batches_stream, run_episodes_stream, seat_stream
+from rollout.ledger.queries import read_all, run_progress
+from rollout.ledger.streams import (
+    EVAL_SUITES,
+    eval_results_stream,
+    run_batches_stream,
+    run_episodes_stream,
+    seat_stream,
+)
 from rollout.tracking.step_metrics import StepMetrics, step_metrics
 from rollout.workflows.names import run_policy
 from rollout.workflows.tracking_types import TrackingInput
@@ -99,6 +107,26 @@ def in_order(entries: list[Entry]) -> list[Entry]:
     return sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
 
 
+class RunReader:
+    """A run's entries read poll after poll (what a feed does): the steps again only once the run's batch or
+    checkpoint counts moved (step records read every episode of the run), each sample table once, the evals
+    every time."""
+
+    def __init__(self, given: TrackingInput) -> None:
+        self.given = given
+        self.tables: dict[tuple[str, int], SampleTable] = {}
+        self.counts: tuple[object, ...] | None = None
+        self.steps = StepEntries([], {})
+
+    async def read(self, ledger: Ledger) -> list[Entry]:
+        progress = await run_progress(ledger, self.given.run)
+        counts = tuple(sorted(progress.policies.items()))
+        if counts != self.counts:
+            self.steps = await step_entries(ledger, self.given, self.given.policies, self.tables)
+            self.counts = counts
+        return in_order(self.steps.entries + await eval_entries(ledger, self.steps.steps_of))
+
+
 async def step_entries(
     ledger: Ledger,
     given: TrackingInput,
@@ -133,9 +161,15 @@ async def eval_entries(ledger: Ledger, steps_of: dict[str, int]) -> list[Entry]:
     if not steps_of:
         return []
     found: list[Entry] = []
-    for name in sorted({suite.name for suite, _ in await registered_suites(ledger)}):
+    # Suites by the keys they were registered under (`NAME@VERSION`), and each result checked as it is read:
+    # one payload the ledger holds that does not parse costs its own entry, never the feed.
+    suites = sorted({e.key.rsplit("@", 1)[0] for e in await read_all(ledger, EVAL_SUITES)})
+    for name in suites:
         for event in await read_all(ledger, eval_results_stream(name)):
-            result = EvalResult.from_payload(dict(event.payload))
+            try:
+                result = EvalResult.from_payload(dict(event.payload))
+            except (TypeError, ValueError):
+                continue
             step = steps_of.get(result.checkpoint)
             if step is None:
                 continue

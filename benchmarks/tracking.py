@@ -1,0 +1,239 @@
+"""What tracking costs the turns: turns/s and p50 through the gateway with a run's feed to W&B and MLflow
+beside it, against none, in one run.
+
+Everything is real and local: the embedded stack (Postgres, Temporal), a scripted engine
+(benchmarks.scripted_backend) behind `rollout gateway` (which records every turn in Postgres before it
+answers), and the feed as a runner runs it (rollout.tracking's `RunReader` and `Feed`, W&B offline and
+MLflow's sqlite store) in a process of its own, polling every 2 s. The run it follows is seeded with `STEPS`
+steps over `EPISODES` episodes of 4 turns; in both phases a writer records a new step (its batch and
+checkpoint) every 2 s, so the feed reads the run's steps again and logs a point as it would while training.
+
+Phases alternate off, on, off, on at concurrency 16; reported: turns/s and p50 of each, the change of on over
+off (target, issue 51: turns/s within 5%), and the feed's own time per poll (a full read of the run's steps
+when one landed, and a poll when none did).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from rollout.ledger import Kind, Ledger, NewEvent
+from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream
+from rollout.stack.processes import terminate
+from rollout.tracking.entries import RunReader
+from rollout.tracking.feed import Feed
+from rollout.tracking.mlflow_sink import MlflowSink
+from rollout.tracking.wandb_sink import WandbSink
+from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
+
+STEPS, EPISODES = 200, 2000
+POLL_S = 2.0
+CONCURRENCY = 16
+
+
+def tracked(run: str) -> TrackingInput:
+    return TrackingInput(
+        run,
+        policies=["default"],
+        wandb=WandbSpec("bench", offline=True),
+        mlflow=MlflowSpec(experiment="bench"),
+        samples_every=10,
+        samples=4,
+    )
+
+
+def _batch(run: str, step: int, episodes: list[str]) -> NewEvent:
+    return NewEvent(
+        f"step/{step}",
+        Kind.BATCH_ASSEMBLED,
+        {
+            "run": run,
+            "policy": f"{run}/default",
+            "step": step,
+            "groups": list(range(len(episodes))),
+            "episodes": episodes,
+            "trained_episodes": episodes,
+            "skipped_groups": 0,
+            "sampled_tokens": 96 * len(episodes),
+            "reward_mean": 0.5,
+            "reward_std": 0.2,
+        },
+    )
+
+
+async def seed(ledger: Ledger) -> str:
+    """A run of `STEPS` trained steps: the dashboard benchmark's checkpoints and episodes, a batch a step."""
+    from benchmarks.monitor import seed as seed_campaign
+
+    run = await seed_campaign(ledger, runs=1, steps=STEPS, episodes=EPISODES)
+    per_step = EPISODES // STEPS
+    await ledger.append(
+        run_batches_stream(run, f"{run}/default"),
+        [
+            _batch(run, step, [f"g{n:06d}-0" for n in range((step - 1) * per_step, step * per_step)])
+            for step in range(1, STEPS + 1)
+        ],
+    )
+    return run
+
+
+async def write_steps(ledger_url: str, run: str, first: int, stop: asyncio.Event) -> int:
+    """A new step every `POLL_S` until `stop`: what a training run records. Returns the next step."""
+    step = first
+    async with await Ledger.connect(ledger_url) as ledger:
+        while not stop.is_set():
+            policy = f"{run}/default"
+            await ledger.append(run_batches_stream(run, policy), [_batch(run, step, ["g000000-0"])])
+            name = f"{policy}-step{step:06d}"
+            checkpoint = {
+                "name": name,
+                "policy": policy,
+                "version": step,
+                "step": step,
+                "metrics": {"loss": 0.1},
+            }
+            await ledger.append(
+                policy_checkpoints_stream(policy),
+                [NewEvent(f"step/{step}", Kind.CHECKPOINT_CREATED, checkpoint)],
+            )
+            step += 1
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(stop.wait(), POLL_S)
+    return step
+
+
+async def feed_forever(ledger_url: str, run: str, directory: Path) -> None:
+    """The feed as a runner's activity runs it (rollout.activities.tracking), without Temporal."""
+    given = tracked(run)
+    assert given.wandb is not None and given.mlflow is not None
+    wandb, mlflow = given.wandb, given.mlflow
+    feed = Feed(
+        run,
+        [
+            ("wandb", WandbSink.setting, lambda: WandbSink(run, wandb, directory / "wandb-files", {})),
+            ("mlflow", MlflowSink.setting, lambda: MlflowSink(run, mlflow, directory / "mlflow", {})),
+        ],
+    )
+    reader = RunReader(given)
+    async with await Ledger.connect(ledger_url) as ledger:
+        while True:
+            await feed.push(await reader.read(ledger))
+            print(json.dumps(feed.state().backends[0].logged), flush=True)
+            await asyncio.sleep(POLL_S)
+
+
+async def poll_times(ledger_url: str, run: str) -> dict[str, float]:
+    """The feed's read per poll: a full read of the run's steps (one landed) and a poll when none did."""
+    async with await Ledger.connect(ledger_url) as ledger:
+        reader = RunReader(tracked(run))
+        started = time.perf_counter()
+        entries = await reader.read(ledger)
+        full = time.perf_counter() - started
+        idle = []
+        for _ in range(5):
+            started = time.perf_counter()
+            await reader.read(ledger)
+            idle.append(time.perf_counter() - started)
+    return {
+        "entries": len(entries),
+        "full_read_ms": 1000 * full,
+        "idle_poll_ms": 1000 * statistics.median(idle),
+    }
+
+
+def main(quick: bool = False) -> int:
+    from benchmarks.gateway import _load, start_gateway
+    from rollout import config
+    from rollout.stack.embedded import Stack
+    from rollout_testing.stacks import isolated_overrides
+
+    turns = 400 if quick else 12000  # full: about 12 s a phase, six polls of the feed
+    processes: list[subprocess.Popen[bytes]] = []
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-tracking-") as scratch,
+        open(Path(scratch) / "servers.log", "wb") as log,
+    ):
+        overrides = isolated_overrides(Path(scratch) / "data")
+        settings = config.load(overrides)
+        stack = Stack(settings)
+        stack.up()
+        try:
+
+            async def seeded() -> str:
+                async with await Ledger.connect(settings.ledger_url) as ledger:
+                    return await seed(ledger)
+
+            run = asyncio.run(seeded())
+            reads = asyncio.run(poll_times(settings.ledger_url, run))
+            print(f"feed poll: {reads}", file=sys.stderr, flush=True)
+            served = start_gateway(overrides, log, processes)
+            url = f"{served.gateway}/v1/chat/completions"
+            phases: list[tuple[str, dict[str, float]]] = []
+            next_step = STEPS + 1
+            for phase in ("off", "on", "off", "on"):
+                feeder = None
+                if phase == "on":
+                    feeder = subprocess.Popen(
+                        [sys.executable, "-m", "benchmarks.tracking", settings.ledger_url, run, scratch],
+                        stdout=subprocess.PIPE,
+                        stderr=log,
+                    )
+                    assert feeder.stdout is not None
+                    feeder.stdout.readline()  # its backends are open and it holds the run: what training sees
+
+                async def load(first: int) -> tuple[dict[str, float], int]:
+                    stop = asyncio.Event()
+                    writer = asyncio.create_task(write_steps(settings.ledger_url, run, first, stop))
+                    measured = await _load(url, served.seats, CONCURRENCY, turns)
+                    stop.set()
+                    return measured, await writer
+
+                measured, next_step = asyncio.run(load(next_step))
+                if feeder is not None:
+                    terminate(feeder.pid)
+                phases.append((phase, measured))
+                print(
+                    f"{phase:>3}: {measured['turns_per_s']:7.1f} turns/s  p50 {measured['p50_ms']:6.2f} ms",
+                    file=sys.stderr,
+                    flush=True,
+                )
+        finally:
+            for process in processes:
+                terminate(process.pid)
+            stack.down()
+    off = [m for phase, m in phases if phase == "off"]
+    on = [m for phase, m in phases if phase == "on"]
+    off_tps = statistics.mean(m["turns_per_s"] for m in off)
+    on_tps = statistics.mean(m["turns_per_s"] for m in on)
+    summary = {
+        "benchmark": "tracking",
+        "machine": f"{os.uname().machine} {os.cpu_count()} cpus",
+        "steps_seeded": STEPS,
+        "episodes_seeded": EPISODES,
+        "concurrency": CONCURRENCY,
+        "off_turns_per_s": round(off_tps, 1),
+        "on_turns_per_s": round(on_tps, 1),
+        "off_p50_ms": round(statistics.mean(m["p50_ms"] for m in off), 2),
+        "on_p50_ms": round(statistics.mean(m["p50_ms"] for m in on), 2),
+        "turns_per_s_change": round(on_tps / off_tps - 1, 4),
+        "feed_full_read_ms": round(reads["full_read_ms"], 1),
+        "feed_idle_poll_ms": round(reads["idle_poll_ms"], 2),
+        "entries": reads["entries"],
+    }
+    summary["added_p50_ms"] = round(summary["on_p50_ms"] - summary["off_p50_ms"], 2)
+    summary["target_within_5pct_met"] = summary["turns_per_s_change"] >= -0.05
+    print(json.dumps(summary))
+    return 0
+
+
+if __name__ == "__main__":  # the feed's own process: python -m benchmarks.tracking LEDGER_URL RUN DIR
+    asyncio.run(feed_forever(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
