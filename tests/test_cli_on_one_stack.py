@@ -281,8 +281,8 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     overrides = user_stack.overrides
     folder = Path(__file__).parent / "user_folder"
     micro = ["--preset", "cpu-micro", "trainer.steps=2", "run.max_failure_rate=0.95", *overrides]
-    # Its MLflow server refuses (nothing listens there): the live lines say so, naming the setting, and the
-    # run trains on.
+    # Its MLflow server refuses (nothing listens there): `rollout train` says so, naming the setting (on the
+    # live line while the run plays, after the summary as it ends), and the run trains on.
     refusing = f"http://127.0.0.1:{free_port()}"
     tracked = ["tracking.backends=[mlflow]", f"tracking.mlflow.tracking_uri={refusing}"]
     trained = rollout(
@@ -324,6 +324,7 @@ def test_a_buggy_environment_trains_on_its_good_groups_and_says_why_the_others_f
     assert 1 <= newest["response_tokens_mean"] <= newest["response_tokens_max"], newest
     assert newest["turns"] >= newest["episodes"] - newest["episodes_failed"] > 0, newest
     assert newest["tokens_trained"] > 0 and newest["train_s"] > 0 and newest["tokens_trained_per_s"] > 0
+    assert newest["tokens_sampled_per_s"] > 0 and newest["model_tflops_per_s"] > 0 and newest["mfu"] is None
     [mlflow_state] = status["tracking"]["backends"]
     assert not mlflow_state["ok"] and mlflow_state["logged"] == 0, status["tracking"]
 
@@ -563,6 +564,8 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert listed["episodes_finished"] == status["episodes_finished"]
     assert listed["steps"] == status["steps"]
     assert [b["backend"] for b in status["tracking"]["backends"]] == ["wandb", "mlflow"], status["tracking"]
+    stack_status = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere).stdout)
+    assert "mine" in [feed["run"] for feed in stack_status["tracking"]], stack_status["tracking"]
 
     # The user stops the stack on purpose. `rollout train`, following the paused run, says so and how to go
     # on, and exits (no traceback, no raw Temporal warnings).

@@ -26,7 +26,7 @@ from mlflow import MlflowClient
 
 from rollout.config import ConfigError, load
 from rollout.net import free_port
-from rollout.tracking.entries import Entry, SampleTable
+from rollout.tracking.entries import Entry, SampleTable, evals_pending, held_back, in_order
 from rollout.tracking.feed import Feed
 from rollout.tracking.mlflow_sink import RUN_TAG, MlflowSink
 from rollout.tracking.wandb_files import history, records, run_files
@@ -175,6 +175,25 @@ def test_a_refusing_backend_is_reported_and_retried_while_the_other_logs(tmp_pat
     assert feed.state().backends[1].retry_in_s == 10.0, feed.state()
     asyncio.run(feed.close())
     assert wandb_steps(tmp_path, "refused") == {"train": [1, 2, 3, 4], "samples": [3, 4]}
+
+
+def test_an_eval_that_finished_before_an_earlier_ones_waits_for_it_and_each_stream_goes_in_step_order() -> (
+    None
+):
+    trained = [Entry("train", s, f"t{s}", {"trained": 1.0}) for s in (1, 2, 3)]
+    second_first = Entry("eval/smoke/coin", 2, "t4", {"score": 0.5})  # checkpoint 2's eval finished first
+    first = Entry("eval/smoke/coin", 1, "t5", {"score": 0.4})
+    assert held_back([*trained, second_first], every=1) == trained, "step 2's eval waits for step 1's"
+    assert evals_pending([*trained, second_first, first], every=1), "step 3's is due too"
+    assert not evals_pending([*trained, second_first, first], every=2), "every second: only step 2's is due"
+    both = held_back([*trained, second_first, first], every=1)
+    assert [(e.stream, e.step) for e in in_order(both)] == [
+        ("train", 1),
+        ("train", 2),
+        ("train", 3),
+        ("eval/smoke/coin", 1),
+        ("eval/smoke/coin", 2),
+    ]
 
 
 def test_a_wandb_log_cut_short_reads_back_up_to_its_last_whole_record(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import LossConfig
 from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
+from rollout.training.flops import peak_tflops
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
 from rollout.training.logprobs import Layout, Rows, micro_batches, sampled_logprobs
 
@@ -90,6 +91,25 @@ def test_a_step_moves_the_sampled_tokens_the_way_the_advantage_says(
     assert (after - before) * advantage > 0, (before, after)
     assert metrics["tokens"] == 5 and metrics["ratio_mean"] == pytest.approx(1.0, abs=1e-4)
     assert metrics["step"] == 1 and math.isfinite(metrics["grad_norm"])
+    # The model FLOPs the step computed per second (4N + 2N_trainable a token); a CPU's peak is unknown.
+    total = sum(p.numel() for p in trainer.model.parameters())
+    trainable = sum(p.numel() for p in trainer.parameters)
+    assert trainer.flops_per_token == 4 * total + 2 * trainable and trainable < total / 10, "LoRA: about 4N"
+    expected = trainer.flops_per_token * metrics["computed_tokens"] / metrics["train_s"] / 1e12
+    assert metrics["model_tflops_per_s"] == pytest.approx(expected) and "mfu" not in metrics
+
+
+@pytest.mark.parametrize(
+    ("device", "peak"),
+    [
+        ("NVIDIA H100 80GB HBM3", 989.0),
+        ("NVIDIA H100 PCIe", 756.0),
+        ("NVIDIA A100-SXM4-40GB", 312.0),
+        ("cpu", None),
+    ],
+)
+def test_a_gpus_peak_is_known_by_its_name(device: str, peak: float | None) -> None:
+    assert peak_tflops(device) == peak
 
 
 def test_micro_batches_do_not_change_the_step(tiny_qwen3: str) -> None:

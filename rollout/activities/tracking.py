@@ -8,8 +8,9 @@ Contract (the stub's docstring in rollout.workflows.runner_stubs is the activity
 - It returns once the run's workflow has closed (completed, failed, stopped, terminated: asked through the
   activity's own Temporal client) and the backends hold every entry, or `QUIET_S` after the run closed with
   some backend still refusing (its state says so). A run with evals waits up to `EVAL_GRACE_S` more while a
-  checkpoint it evaluates has no score yet (`evals_pending`). It lets go of each backend's run however it
-  ends, a cancellation included; only a feed that ended with its run closes them for good.
+  checkpoint it evaluates has no score yet (rollout.tracking.entries' `evals_pending`), then logs what was
+  held back for the evals that did not come. It lets go of each backend's run however it ends, a
+  cancellation included; only a feed that ended with its run closes them for good.
 - Files go under the runner's own directory (`tracking_dir`): W&B's under `wandb-files/`, MLflow's local
   store under `mlflow/`; nothing in the input names a path.
 """
@@ -19,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from temporalio import activity
@@ -27,7 +28,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from rollout.ledger import Ledger
-from rollout.tracking.entries import Entry, RunReader
+from rollout.tracking.entries import RunReader, evals_pending
 from rollout.tracking.feed import Feed
 from rollout.tracking.mlflow_sink import MlflowSink
 from rollout.tracking.sinks import Sink
@@ -96,12 +97,14 @@ class TrackingActivities:
                     closed_at = time.monotonic()
                     continue  # one more read: what the run recorded as it closed
                 if closed_at is not None:
-                    caught_up = not feed.behind(entries)
                     quiet = time.monotonic() - max(closed_at, last_new)
-                    evals_due = evals_pending(entries, given.eval_every) and quiet < EVAL_GRACE_S
-                    if (caught_up and not evals_due) or (not caught_up and quiet > QUIET_S):
-                        ended = True
-                        return feed.state()
+                    if not evals_pending(entries, given.eval_every) or quiet > EVAL_GRACE_S:
+                        # Over: what was held back for evals that will not come goes now, in step order.
+                        entries = await reader.read(self.ledger, release=True)
+                        await feed.push(entries)
+                        if not feed.behind(entries) or quiet > QUIET_S:
+                            ended = True
+                            return feed.state()
                 await asyncio.sleep(self.poll_s)
         finally:
             beating.cancel()
@@ -120,13 +123,3 @@ class TrackingActivities:
         except RPCError:
             return False  # Temporal away, or no such run yet: keep feeding
         return description.status != WorkflowExecutionStatus.RUNNING
-
-
-def evals_pending(entries: Sequence[Entry], every: int) -> bool:
-    """Whether a checkpoint the run evaluates (every `every`-th, counted in training order) has no eval entry
-    yet."""
-    if every < 1:
-        return False
-    evaluated = {e.step for e in entries if e.stream.startswith("eval/")}
-    trained = [e.step for e in entries if e.stream.startswith("train") and e.values.get("trained")]
-    return any(step not in evaluated for n, step in enumerate(trained, 1) if n % every == 0)

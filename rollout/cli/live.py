@@ -8,7 +8,7 @@ A service that dies meanwhile (Postgres, Temporal: the supervisor restarts it) d
 line says what it waits for, and following resumes when the service is back. A stack stopped on purpose (its
 supervisor gone: nothing will bring the service back) ends it, saying how to continue. A tracking backend that
 refuses the run's records (rollout.control.tracking) shows on the line, with the setting to look at, until it
-takes them again; training goes on meanwhile.
+takes them again (training goes on meanwhile), and after the summary when it still refused as the run ended.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ if TYPE_CHECKING:
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.run_types import RunStatus
 
+TRACKING_SETTLE_S = 20.0  # as a run ends: how long to wait for its feed's first report
 TRACKING_EVERY_S = 5.0  # how often the line asks how the run's tracking backends stand
 PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (and whenever a step lands)
 
@@ -151,6 +152,7 @@ def follow_to_the_end(
     from rollout.control.errors import ControlError
     from rollout.control.evals import run_eval_scores
     from rollout.control.runs import update_run
+    from rollout.control.tracking import settled_tracking, tracking_line
     from rollout.stack.embedded import Stack
     from rollout.workflows.client import run_handle
 
@@ -163,13 +165,20 @@ def follow_to_the_end(
     # The pool's own warnings about a lost server would break the progress line, which says it better.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
+    refused: list[str] = []  # a tracking backend that refused the run, said with the summary
+
     async def follow() -> RunStatus:
         client = await connect_temporal(settings)
         handle = run_handle(client, run)
         # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
         ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
         async with ledger:
-            return await follow_training(ledger, handle, progresses, stopped, client)
+            status = await follow_training(ledger, handle, progresses, stopped, client)
+        if settings.tracking.backends:
+            state = await settled_tracking(client, run, TRACKING_SETTLE_S)
+            if state is not None and not all(b.ok for b in state.backends):
+                refused.append(tracking_line(state))
+        return status
 
     followed_at = time.monotonic()
     try:
@@ -197,6 +206,7 @@ def follow_to_the_end(
             "episodes_failed": status.episodes_failed,
             "evals": evals,
             "run_s": round(time.monotonic() - followed_at, 1),  # the run itself: the stack's start excluded
+            "tracking_refused": refused,
         }
         if len(progresses) > 1:
             summary["policies"] = [progress.summary() for progress in progresses]
@@ -204,6 +214,8 @@ def follow_to_the_end(
         return
     for progress in progresses:
         print_summary(progress, status, named=len(progresses) > 1)
+    for said in refused:
+        err.print(said, highlight=False, markup=False)
     for scored in evals:
         scores = scored["scores"]
         assert isinstance(scores, dict)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import Sequence
+from dataclasses import asdict
 from typing import TYPE_CHECKING
 
 import typer
@@ -11,15 +14,23 @@ from rich.table import Table
 from rollout.cli.cluster import ClusterFlag, cluster_overrides, load_context
 from rollout.cli.common import JsonFlag, Overrides, err, load_settings, out
 from rollout.control.connections import stack_action
+from rollout.control.tracking import feeding, tracking_line
 
 if TYPE_CHECKING:
     from rollout.stack.embedded import ServiceStatus
+    from rollout.workflows.tracking_types import TrackingState
 
 
-def print_status(services: list[ServiceStatus], as_json: bool) -> None:
+def print_status(services: list[ServiceStatus], as_json: bool, feeds: Sequence[TrackingState] = ()) -> None:
+    """The services as a table (or JSON), and how each running run's tracking feed stands."""
     if as_json:
         healthy = all(service.healthy for service in services)
-        print(json.dumps({"healthy": healthy, "services": [s.as_json() for s in services]}, indent=2))
+        shown = {"healthy": healthy, "services": [s.as_json() for s in services]}
+        print(
+            json.dumps(
+                shown | {"tracking": [asdict(f) | {"said": tracking_line(f)} for f in feeds]}, indent=2
+            )
+        )
         return
     table = Table(title="rollout services")
     for column in ("service", "mode", "address", "health", "restarts", "detail"):
@@ -34,6 +45,8 @@ def print_status(services: list[ServiceStatus], as_json: bool) -> None:
     for service in services:
         if service.ui_url:
             out.print(f"Temporal web UI: {service.ui_url}")
+    for feed in feeds:
+        out.print(f"run {feed.run} · {tracking_line(feed)}", highlight=False, markup=False)
 
 
 def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
@@ -58,9 +71,10 @@ def up(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
 
 
 def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False) -> None:
-    """Report every service: address, health, what each engine serves, and the Temporal web UI URL. Exits 1
-    when one is down. With --cluster, the current cluster context's services instead (the ledger, Temporal,
-    the blob store, the gateway and the dashboard), probed from here."""
+    """Report every service: address, health, what each engine serves, and the Temporal web UI URL, and how
+    each playing run's W&B and MLflow feed stands (`tracking.backends`). Exits 1 when a service is down.
+    With --cluster, the current cluster context's services instead (the ledger, Temporal, the blob store, the
+    gateway and the dashboard), probed from here."""
     if cluster:
         from rollout.stack.health import cluster_status
 
@@ -70,8 +84,10 @@ def status(overrides: Overrides = None, cluster: ClusterFlag = False, as_json: J
     else:
         from rollout.stack.embedded import Stack
 
-        services = stack_action(Stack(load_settings(overrides)).status)
-    print_status(services, as_json)
+        settings = load_settings(overrides)
+        services = stack_action(Stack(settings).status)
+    feeds = asyncio.run(feeding(settings)) if all(s.healthy for s in services if s.name == "temporal") else []
+    print_status(services, as_json, feeds)
     if not all(service.healthy for service in services):
         raise typer.Exit(1)
 

@@ -9,6 +9,9 @@ Contract:
 - `tracking_state(client, run)` is what the feed last reported (its heartbeat's `TrackingState`; once it
   has ended, its result), or None when the run has no feed or it has not reported yet; Temporal's own
   trouble is None too: tracking never stands in the way of a status.
+- `settled_tracking(client, run, within_s)` is `tracking_state` once the feed has tried every backend (what
+  `rollout train` says as the run ends: a backend that refused the whole run).
+- `feeding(settings)` is the state of every feed still running (`rollout status`).
 - `tracking_line(state)` is that state in one line for the live line and `rollout status`: each backend's
   count logged, or the setting to look at and why it refuses.
 """
@@ -87,6 +90,39 @@ async def tracking_state(client: Client, run: str) -> TrackingState | None:
             [state] = await client.data_converter.decode(payloads, [TrackingState])
             return state
     return None
+
+
+async def feeding(settings: Settings) -> list[TrackingState]:
+    """How the feed of every run whose feed is running stands (what `rollout status` shows); [] when Temporal
+    does not answer."""
+    from temporalio.service import RPCError
+
+    from rollout.control.connections import connect_temporal
+    from rollout.workflows.names import TRACKING_PREFIX
+    from rollout.workflows.tracking import TrackingWorkflow
+
+    try:
+        client = await connect_temporal(settings)
+        query = f"WorkflowType = '{TrackingWorkflow.__name__}' AND ExecutionStatus = 'Running'"
+        runs = [w.id.removeprefix(TRACKING_PREFIX) async for w in client.list_workflows(query, limit=50)]
+    except (RPCError, RuntimeError):
+        return []
+    states = [await tracking_state(client, run) for run in sorted(runs)]
+    return [state for state in states if state is not None]
+
+
+async def settled_tracking(client: Client, run: str, within_s: float) -> TrackingState | None:
+    """The run's tracking state once the feed has tried every backend (waiting up to `within_s`: a short run
+    can end before its feed's first report), or None when the run has no feed."""
+    import asyncio
+    import time
+
+    deadline = time.monotonic() + within_s
+    while True:
+        state = await tracking_state(client, run)
+        if state is None or all(b.tried for b in state.backends) or time.monotonic() > deadline:
+            return state
+        await asyncio.sleep(1.0)
 
 
 def tracking_line(state: TrackingState) -> str:

@@ -14,7 +14,9 @@ Contract:
   it publishes: rollout.tracking.step_metrics). An eval recorded for a checkpoint older than one already
   logged in its stream comes after it in the list; a tracker skips it (its axis does not go back).
 - `RunReader(given).read(ledger)` is `run_entries` for a feed that polls: the steps are read again only once
-  the run's batch or checkpoint counts moved, and each sample table is built once.
+  the run's batch or checkpoint counts moved, and each sample table is built once; each eval stream is held
+  back at its first checkpoint due an eval (`due_evals`: every `eval_every`-th trained step) that has no score
+  yet, so an eval that finished before an earlier one's is logged after it, in step order.
 - Values are finite floats named as the step record names them (`reward_mean`, `loss`, `failures/KIND`, …);
   a field the step did not record is left out, never 0.
 - A sample table's replies come from the turns' parsed replies; the prompts are not text in the ledger
@@ -103,8 +105,52 @@ async def run_entries(ledger: Ledger, given: TrackingInput, policies: list[str])
 
 
 def in_order(entries: list[Entry]) -> list[Entry]:
-    """The ledger's order; at one time, a step before its table of samples."""
-    return sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
+    """The ledger's order (at one time, a step before its table of samples), each stream's steps increasing:
+    where a stream's later step was recorded first (the evals of two checkpoints finish in either order), the
+    stream's places in the order take its entries by step."""
+    ordered = sorted(entries, key=lambda e: (e.at, e.stream.startswith("samples"), e.stream, e.step))
+    by_step: dict[str, list[Entry]] = {}
+    for entry in sorted(ordered, key=lambda e: e.step):
+        by_step.setdefault(entry.stream, []).append(entry)
+    taken: dict[str, int] = {}
+    placed = []
+    for entry in ordered:
+        index = taken.get(entry.stream, 0)
+        placed.append(by_step[entry.stream][index])
+        taken[entry.stream] = index + 1
+    return placed
+
+
+def due_evals(entries: list[Entry], every: int) -> set[int]:
+    """The steps whose checkpoints the run evaluates: every `every`-th trained step of each policy."""
+    trained: dict[str, list[int]] = {}
+    for entry in entries:
+        if entry.stream.startswith("train") and entry.values.get("trained"):
+            trained.setdefault(entry.stream, []).append(entry.step)
+    return {
+        step
+        for steps in trained.values()
+        for n, step in enumerate(sorted(steps), 1)
+        if every and n % every == 0
+    }
+
+
+def evals_pending(entries: list[Entry], every: int) -> bool:
+    """Whether a checkpoint the run evaluates has no eval entry yet."""
+    evaluated = {e.step for e in entries if e.stream.startswith("eval/")}
+    return bool(due_evals(entries, every) - evaluated)
+
+
+def held_back(entries: list[Entry], every: int) -> list[Entry]:
+    """The entries without each eval stream's steps past its first due step that has no score yet: a stream's
+    axis does not go back, so a checkpoint's eval that finished before an earlier one's waits for it."""
+    due = due_evals(entries, every)
+    present: dict[str, set[int]] = {}
+    for entry in entries:
+        if entry.stream.startswith("eval/"):
+            present.setdefault(entry.stream, set()).add(entry.step)
+    cut = {stream: min(due - steps, default=None) for stream, steps in present.items()}
+    return [e for e in entries if (c := cut.get(e.stream)) is None or e.step < c]
 
 
 class RunReader:
@@ -118,13 +164,16 @@ class RunReader:
         self.counts: tuple[object, ...] | None = None
         self.steps = StepEntries([], {})
 
-    async def read(self, ledger: Ledger) -> list[Entry]:
+    async def read(self, ledger: Ledger, *, release: bool = False) -> list[Entry]:
+        """The entries, each eval stream `held_back` unless `release` (the run is over: its missing evals
+        will not come)."""
         progress = await run_progress(ledger, self.given.run)
         counts = tuple(sorted(progress.policies.items()))
         if counts != self.counts:
             self.steps = await step_entries(ledger, self.given, self.given.policies, self.tables)
             self.counts = counts
-        return in_order(self.steps.entries + await eval_entries(ledger, self.steps.steps_of))
+        entries = self.steps.entries + await eval_entries(ledger, self.steps.steps_of)
+        return in_order(entries if release else held_back(entries, self.given.eval_every))
 
 
 async def step_entries(

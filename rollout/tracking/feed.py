@@ -42,6 +42,7 @@ class _Backend:
     failures: int = 0
     error: str | None = None
     retry_at: float = 0.0
+    tried: bool = False
     seen: set[str] = field(default_factory=set[str])
 
 
@@ -95,6 +96,7 @@ class Feed:
                     logged=b.logged,
                     error=b.error,
                     retry_in_s=round(max(0.0, b.retry_at - now), 1) if b.error is not None else None,
+                    tried=b.tried,
                 )
                 for b in self.backends
             ],
@@ -122,9 +124,10 @@ class Feed:
                 await self._call(sink.log, entry)
                 positions[entry.stream] = entry.step
                 backend.logged += 1
-            backend.failures, backend.error = 0, None
+            backend.failures, backend.error, backend.tried = 0, None, True
         except Exception as error:  # any refusal: reported, retried later, never raised into training
             backend.failures += 1
+            backend.tried = True
             backend.error = _one_line(error)
             backend.retry_at = self.clock() + min(MAX_BACKOFF_S, BACKOFF_S * 2 ** (backend.failures - 1))
             backend.seen = set()  # read back again (and keep what was logged): a failed log may have landed

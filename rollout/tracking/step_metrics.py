@@ -84,6 +84,12 @@ class StepMetrics:
     computed_tokens: float | None = None  # what the trainer's forward passes computed (shared prefixes once)
     train_s: float | None = None  # the trainer's own time on the step
     tokens_trained_per_s: float | None = None  # tokens_trained / train_s
+    tokens_sampled_per_s: float | None = None  # tokens_trained / step_s: the rate the step's data came in
+    # The model FLOPs the trainer computed per second (rollout.training.flops: 4N + 2N_trainable a token), and
+    # where the trainer's GPU is one whose peak is known, that peak (dense bf16) and the share of it used.
+    model_tflops_per_s: float | None = None
+    peak_tflops: float | None = None
+    mfu: float | None = None
 
     extra: dict[str, float] = field(default_factory=dict[str, float])  # any other metric the step recorded
 
@@ -110,6 +116,9 @@ _FIELDS = (
     "prefix_cache_hit_rate",
     "computed_tokens",
     "train_s",
+    "model_tflops_per_s",
+    "peak_tflops",
+    "mfu",
 )
 # Recorded for the record's other fields already (the batch's), or per-bucket counts: not `extra`.
 _NOT_EXTRA = {
@@ -208,6 +217,7 @@ def _record(
     }
     trainer = {name: recorded.get(name) for name in _FIELDS}
     train_s = trainer["train_s"]
+    step_s = None if previous is None else (at - previous).total_seconds()
     extra = {
         k: v
         for k, v in recorded.items()
@@ -222,7 +232,7 @@ def _record(
         checkpoint=checkpoint.get("name"),
         parent=checkpoint.get("parent"),
         recorded_at=at.isoformat(),
-        step_s=None if previous is None else (at - previous).total_seconds(),
+        step_s=step_s,
         reward_mean=batch.reward_mean,
         reward_std=batch.reward_std,
         episodes=len(batch.episodes),
@@ -237,6 +247,7 @@ def _record(
         prompt_tokens=batch.prompt_tokens,
         cached_tokens=batch.cached_tokens,
         tokens_trained_per_s=batch.sampled_tokens / train_s if train_s else None,
+        tokens_sampled_per_s=batch.sampled_tokens / step_s if step_s else None,
         extra=extra,
         **trainer,
     )

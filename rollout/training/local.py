@@ -17,7 +17,9 @@ Contract:
   `computed_tokens` (what its forward passes computed, per update) and `segment_tokens` (what its segments
   hold): their ratio is what sharing saved; `entropy`, π_θ's mean next-token entropy (nats) over the
   sampled tokens at each update's start (averaged over the updates like the other means); `train_s`, the
-  step's wall time in the trainer. A data-parallel shard reports its own means over the tokens it trained.
+  step's wall time in the trainer; `model_tflops_per_s`, the model FLOPs its updates computed per second
+  (rollout.training.flops), and on a GPU whose peak is known `peak_tflops` and `mfu`, their share of it.
+  A data-parallel shard reports its own means over the tokens it trained.
 - LoRA (rank, alpha, target modules) or full weights. `save(directory)` writes the weights (a peft adapter
   directory, which the local engine and vLLM load as is, or the full model) with the optimiser state and the
   step count; `LocalTrainer.resume(directory, ...)` continues from any checkpoint exactly.
@@ -48,6 +50,7 @@ import torch
 from rollout import defaults
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
+from rollout.training.flops import peak_tflops, training_flops_per_token
 from rollout.training.logprobs import Rows, layout_for, micro_batches, sampled_logprobs
 
 log = logging.getLogger(__name__)
@@ -138,6 +141,10 @@ class LocalTrainer:
         # A quantized model is placed on the device as it loads (bitsandbytes packs its weights there).
         self.model: Any = (model if config.quantization else model.to(self.device)).train()
         self.parameters = [p for p in self.model.parameters() if p.requires_grad]
+        self.flops_per_token = training_flops_per_token(*_parameter_counts(self.model))
+        self.peak_tflops = (
+            peak_tflops(torch.cuda.get_device_name(self.device)) if self.device.startswith("cuda") else None
+        )
         self.optimizer = torch.optim.AdamW(
             self.parameters, lr=config.learning_rate, weight_decay=config.weight_decay
         )
@@ -160,7 +167,15 @@ class LocalTrainer:
         for update in range(self.config.updates_per_batch):
             updates.append(self._update(batch, segments, olds, shard=shard, first=update == 0))
         self.steps += 1
-        return {"step": float(self.steps), **_over_updates(updates), "train_s": time.monotonic() - started}
+        train_s = time.monotonic() - started
+        metrics = {"step": float(self.steps), **_over_updates(updates), "train_s": train_s}
+        # Every update's forward and backward passes: computed_tokens is per update.
+        tflops = self.flops_per_token * metrics["computed_tokens"] * len(updates) / train_s / 1e12
+        metrics["model_tflops_per_s"] = tflops
+        if self.peak_tflops is not None:
+            metrics["mfu"] = tflops / self.peak_tflops
+            metrics["peak_tflops"] = self.peak_tflops
+        return metrics
 
     def _update(
         self,
@@ -323,6 +338,16 @@ def _all_reduce_step(parameters: list[torch.nn.Parameter], finite: bool, total: 
             parameter.grad = torch.zeros_like(parameter)
         dist.all_reduce(parameter.grad, op=dist.ReduceOp.SUM)
     return True, float(summed.item())
+
+
+def _parameter_counts(model: Any) -> tuple[int, int]:
+    """(all, trainable) parameters; peft's count, where it is one, holds 4-bit weights at their real size."""
+    if hasattr(model, "get_nb_trainable_parameters"):
+        trainable, total = model.get_nb_trainable_parameters()
+        return int(total), int(trainable)
+    return sum(p.numel() for p in model.parameters()), sum(
+        p.numel() for p in model.parameters() if p.requires_grad
+    )
 
 
 def _over_updates(updates: list[dict[str, float]]) -> dict[str, float]:

@@ -73,9 +73,12 @@ def bridge_workflow_id(policy: str, version: int, fmt: str) -> str:
     return f"bridge/{policy}/{version}/{fmt}"
 
 
+TRACKING_PREFIX = "tracking/"
+
+
 def tracking_workflow_id(run: str) -> str:
     """`TrackingWorkflow`: the run's metrics fed to its tracking backends."""
-    return f"tracking/{run}"
+    return f"{TRACKING_PREFIX}{run}"
 
 
 def eval_workflow_id(suite: str, version: str, checkpoint: str) -> str:

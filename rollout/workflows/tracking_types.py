@@ -46,6 +46,7 @@ class BackendState:
     logged: int  # records logged by this feed so far
     error: str | None = None  # the last refusal, one line
     retry_in_s: float | None = None  # when failing: how long until the next try
+    tried: bool = False  # whether the feed has tried it yet (opened it and logged, or been refused)
 
 
 @dataclass(frozen=True)
