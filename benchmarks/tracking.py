@@ -31,8 +31,6 @@ from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream
 from rollout.stack.processes import terminate
 from rollout.tracking.entries import RunReader
 from rollout.tracking.feed import Feed
-from rollout.tracking.mlflow_sink import MlflowSink
-from rollout.tracking.wandb_sink import WandbSink
 from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
 
 STEPS, EPISODES = 200, 2000
@@ -114,15 +112,7 @@ async def write_steps(ledger_url: str, run: str, first: int, stop: asyncio.Event
 async def feed_forever(ledger_url: str, run: str, directory: Path) -> None:
     """The feed as a runner's activity runs it (rollout.activities.tracking), without Temporal."""
     given = tracked(run)
-    assert given.wandb is not None and given.mlflow is not None
-    wandb, mlflow = given.wandb, given.mlflow
-    feed = Feed(
-        run,
-        [
-            ("wandb", WandbSink.setting, lambda: WandbSink(run, wandb, directory / "wandb-files", {})),
-            ("mlflow", MlflowSink.setting, lambda: MlflowSink(run, mlflow, directory / "mlflow", {})),
-        ],
-    )
+    feed = Feed.of(given, directory)
     reader = RunReader(given)
     async with await Ledger.connect(ledger_url) as ledger:
         while True:

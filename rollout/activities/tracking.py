@@ -30,9 +30,6 @@ from temporalio.service import RPCError
 from rollout.ledger import Ledger
 from rollout.tracking.entries import RunReader, evals_pending
 from rollout.tracking.feed import Feed
-from rollout.tracking.mlflow_sink import MlflowSink
-from rollout.tracking.sinks import Sink
-from rollout.tracking.wandb_sink import WandbSink
 from rollout.workflows import runner_stubs
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.tracking_types import TrackingInput, TrackingState
@@ -55,31 +52,9 @@ class TrackingActivities:
     def all(self) -> list[Callable[..., Awaitable[object]]]:
         return [self.feed_tracking]
 
-    def sinks(self, given: TrackingInput) -> list[tuple[str, str, Callable[[], Sink]]]:
-        found: list[tuple[str, str, Callable[[], Sink]]] = []
-        if given.wandb is not None:
-            spec = given.wandb
-            found.append(
-                (
-                    "wandb",
-                    WandbSink.setting,
-                    lambda: WandbSink(given.run, spec, self.tracking_dir / "wandb-files", given.config),
-                )
-            )
-        if given.mlflow is not None:
-            mlflow = given.mlflow
-            found.append(
-                (
-                    "mlflow",
-                    MlflowSink.setting,
-                    lambda: MlflowSink(given.run, mlflow, self.tracking_dir / "mlflow", given.config),
-                )
-            )
-        return found
-
     @activity.defn(name=runner_stubs.feed_tracking.__name__)
     async def feed_tracking(self, given: TrackingInput) -> TrackingState:
-        feed = Feed(given.run, self.sinks(given))
+        feed = Feed.of(given, self.tracking_dir)
         closed_at: float | None = None
         reader = RunReader(given)
         ended = False

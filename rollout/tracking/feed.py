@@ -10,6 +10,8 @@ Contract:
   stands: the others go on, and it is tried again after a back-off that doubles from `BACKOFF_S` to at most
   `MAX_BACKOFF_S`. One that timed out is dropped and opened afresh (its call may still be running). Nothing
   here raises for a backend's trouble: training never waits on it.
+- `Feed.of(given, directory)` is the feed to the backends a run's `TrackingInput` names, their files under
+  `directory`.
 - `state()` is each backend's `BackendState` (ok, logged, its last error in one line, seconds to the next
   try), what the feed's heartbeat carries to `rollout status` and the live line.
 """
@@ -20,11 +22,14 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from rollout.tracking.entries import Entry
+from rollout.tracking.mlflow_sink import MlflowSink
 from rollout.tracking.sinks import Sink
-from rollout.workflows.tracking_types import BackendState, TrackingState
+from rollout.tracking.wandb_sink import WandbSink
+from rollout.workflows.tracking_types import BackendState, TrackingInput, TrackingState
 
 BACKOFF_S = 5.0
 MAX_BACKOFF_S = 120.0
@@ -60,6 +65,29 @@ class Feed:
         self.call_timeout_s = call_timeout_s
         self.clock = clock
         self.backends = [_Backend(make, backend, setting) for backend, setting, make in sinks]
+
+    @staticmethod
+    def of(given: TrackingInput, directory: Path) -> Feed:
+        """The feed to the backends `given` names, their files under `directory` (W&B's under `wandb-files/`,
+        MLflow's local store under `mlflow/`)."""
+        sinks: list[tuple[str, str, Callable[[], Sink]]] = []
+        if (wandb := given.wandb) is not None:
+            sinks.append(
+                (
+                    "wandb",
+                    WandbSink.setting,
+                    lambda: WandbSink(given.run, wandb, directory / "wandb-files", given.config),
+                )
+            )
+        if (mlflow := given.mlflow) is not None:
+            sinks.append(
+                (
+                    "mlflow",
+                    MlflowSink.setting,
+                    lambda: MlflowSink(given.run, mlflow, directory / "mlflow", given.config),
+                )
+            )
+        return Feed(given.run, sinks)
 
     async def push(self, entries: Sequence[Entry]) -> None:
         for backend in self.backends:
