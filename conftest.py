@@ -3,8 +3,8 @@
 A Markdown code block tagged `python` is executed in order with the blocks before it in the same file;
 `ledger_url`, `stack_settings` (a real, session-wide embedded stack), `models_dir` (the built-in models'
 cache), `minecraft_home` (the minecraft kind's packages, installed once), `trained_run` (a finished two-step
-run on that stack, tracked to W&B offline and MLflow's local store) and `trained_run_tracking` (where those
-went) are in its namespace.
+run on that stack, tracked to W&B offline and MLflow's local store), `trained_run_tracking` (where those
+went) and `otlp_receiver` (where its traces went) are in its namespace.
 """
 
 from sybil import Sybil
@@ -22,5 +22,6 @@ pytest_collect_file = Sybil(
         "minecraft_home",
         "trained_run",
         "trained_run_tracking",
+        "otlp_receiver",
     ],
 ).pytest()

@@ -46,6 +46,36 @@ FIRST_TRANSCRIPT_TARGET_S = 2.0  # issue 34: a transcript opens in under 2 s, th
 TURNS_PER_EPISODE = 4
 
 
+def episode_events(
+    run: str, n: int, version: int, rng: random.Random
+) -> tuple[str, list[NewEvent], NewEvent]:
+    """Episode `n` of `run` (one solver seat of `TURNS_PER_EPISODE` turns sampled by checkpoint `version`):
+    its seat, the seat's turns, and its `EpisodeFinished`."""
+    episode, seat = f"g{n:06d}-0", f"{run}/g{n:06d}-0/solver"
+    turns = [
+        NewEvent(f"turn/{i}/f{i}", Kind.TURN_RECORDED, _turn(run, episode, seat, i, version, rng))
+        for i in range(TURNS_PER_EPISODE)
+    ]
+    finished = NewEvent(
+        f"{episode}/finished",
+        Kind.EPISODE_FINISHED,
+        {
+            "run": run,
+            "episode": episode,
+            "group": n,
+            "finished": True,
+            "environment": "arithmetic.environment:environment",
+            "rewards": {"solver": rng.random()},
+            "error": None,
+            "seats": {"solver": seat},
+            "turns": {"solver": TURNS_PER_EPISODE},
+            "metrics": {},
+            "sandbox": None,
+        },
+    )
+    return seat, turns, finished
+
+
 def _turn(run: str, episode: str, seat: str, index: int, version: int, rng: random.Random) -> dict[str, Any]:
     completion = [rng.randrange(150000) for _ in range(64)]
     return {
@@ -147,32 +177,9 @@ async def seed(ledger: Ledger, *, runs: int, steps: int, episodes: int) -> str:
         ended = []
         per_run = episodes // runs
         for n in range(per_run):
-            episode, seat = f"g{n:06d}-0", f"{run}/g{n:06d}-0/solver"
-            version = n * steps // per_run
-            turns = [
-                NewEvent(f"turn/{i}/f{i}", Kind.TURN_RECORDED, _turn(run, episode, seat, i, version, rng))
-                for i in range(TURNS_PER_EPISODE)
-            ]
+            seat, turns, finished = episode_events(run, n, n * steps // per_run, rng)
             await ledger.append(seat_stream(seat), turns)
-            ended.append(
-                NewEvent(
-                    f"{episode}/finished",
-                    Kind.EPISODE_FINISHED,
-                    {
-                        "run": run,
-                        "episode": episode,
-                        "group": n,
-                        "finished": True,
-                        "environment": "arithmetic.environment:environment",
-                        "rewards": {"solver": rng.random()},
-                        "error": None,
-                        "seats": {"solver": seat},
-                        "turns": {"solver": TURNS_PER_EPISODE},
-                        "metrics": {},
-                        "sandbox": None,
-                    },
-                )
-            )
+            ended.append(finished)
             if len(ended) == 500:
                 await ledger.append(run_episodes_stream(run), ended)
                 ended = []

@@ -1,16 +1,21 @@
-"""What tracking costs the turns: turns/s and p50 through the gateway with a run's feed to W&B and MLflow
-beside it, against none, in one run.
+"""What tracking costs the turns: turns/s and p50 through the gateway with a run's feed to W&B and MLflow, and
+its traces to an OTLP collector, beside it, against none, in one run.
 
 Everything is real and local: the embedded stack (Postgres, Temporal), a scripted engine
 (benchmarks.scripted_backend) behind `rollout gateway` (which records every turn in Postgres before it
 answers), and the feed as a runner runs it (rollout.tracking's `RunReader` and `Feed`, W&B offline and
-MLflow's sqlite store) in a process of its own, polling every 2 s. The run it follows is seeded with `STEPS`
-steps over `EPISODES` episodes of 4 turns; in both phases a writer records a new step (its batch and
-checkpoint) every 2 s, so the feed reads the run's steps again and logs a point as it would while training.
+MLflow's sqlite store, and `TraceReader` exporting each episode's and step's spans through OpenTelemetry's
+OTLP/HTTP exporter to a loopback receiver in the feed's process: rollout_testing.otlp_receiver) in a process
+of its own, polling every 2 s. The run it follows is seeded with `STEPS` steps over `EPISODES` episodes of 4
+turns; in every phase a writer records a new step (its batch and checkpoint) and the `EPISODES_PER_STEP`
+episodes it trains on every 2 s, so the feed reads the run's steps again, logs a point and exports new traces
+as it would while training.
 
-Phases alternate off, on, off, on at concurrency 16; reported: turns/s and p50 of each, the change of on over
-off (target, issue 51: turns/s within 5%), and the feed's own time per poll (a full read of the run's steps
-when one landed, and a poll when none did).
+Phases: catch-up (the feed's first, which exports the seeded run's traces and points: measured on its own),
+then off, on, off, on at concurrency 16; reported: turns/s and p50 of each, the change of on over off
+(target, issue 51: turns/s within 5%), the traces each feed exported, and the feed's own time per poll (a
+full read of the run's steps when one landed, and a poll when none did) and to build the traces of one
+poll's episodes.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -27,23 +33,31 @@ import time
 from pathlib import Path
 
 from rollout.ledger import Kind, Ledger, NewEvent
-from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream
+from rollout.ledger.streams import (
+    policy_checkpoints_stream,
+    run_batches_stream,
+    run_episodes_stream,
+    seat_stream,
+)
 from rollout.stack.processes import terminate
 from rollout.tracking.entries import RunReader
 from rollout.tracking.feed import Feed
-from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
+from rollout.tracking.traces import EVENTS_PER_READ, TraceReader
+from rollout.workflows.tracking_types import MlflowSpec, OtlpSpec, TrackingInput, WandbSpec
 
 STEPS, EPISODES = 200, 2000
+EPISODES_PER_STEP = 10  # recorded with each new step: 5 episodes (20 turns) a second end and are traced
 POLL_S = 2.0
 CONCURRENCY = 16
 
 
-def tracked(run: str) -> TrackingInput:
+def tracked(run: str, otlp: str = "http://127.0.0.1:1") -> TrackingInput:
     return TrackingInput(
         run,
         policies=["default"],
         wandb=WandbSpec("bench", offline=True),
         mlflow=MlflowSpec(experiment="bench"),
+        otlp=OtlpSpec(otlp),
         samples_every=10,
         samples=4,
     )
@@ -85,12 +99,26 @@ async def seed(ledger: Ledger) -> str:
 
 
 async def write_steps(ledger_url: str, run: str, first: int, stop: asyncio.Event) -> int:
-    """A new step every `POLL_S` until `stop`: what a training run records. Returns the next step."""
+    """A new step every `POLL_S` until `stop`, and `EPISODES_PER_STEP` new episodes of 4 turns it trains on:
+    what a training run records. Returns the next step."""
+    from benchmarks.monitor import episode_events
+
+    rng = random.Random(first)
     step = first
     async with await Ledger.connect(ledger_url) as ledger:
         while not stop.is_set():
             policy = f"{run}/default"
-            await ledger.append(run_batches_stream(run, policy), [_batch(run, step, ["g000000-0"])])
+            ended, names = [], []
+            for n in range(
+                EPISODES + (step - STEPS - 1) * EPISODES_PER_STEP,
+                EPISODES + (step - STEPS) * EPISODES_PER_STEP,
+            ):
+                seat, turns, finished = episode_events(run, n, step - 1, rng)
+                await ledger.append(seat_stream(seat), turns)
+                ended.append(finished)
+                names.append(finished.payload["episode"])
+            await ledger.append(run_episodes_stream(run), ended)
+            await ledger.append(run_batches_stream(run, policy), [_batch(run, step, names)])
             name = f"{policy}-step{step:06d}"
             checkpoint = {
                 "name": name,
@@ -110,14 +138,20 @@ async def write_steps(ledger_url: str, run: str, first: int, stop: asyncio.Event
 
 
 async def feed_forever(ledger_url: str, run: str, directory: Path) -> None:
-    """The feed as a runner's activity runs it (rollout.activities.tracking), without Temporal."""
-    given = tracked(run)
+    """The feed as a runner's activity runs it (rollout.activities.tracking), without Temporal, its collector
+    a receiver in this process."""
+    from rollout_testing.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    given = tracked(run, receiver.url)
     feed = Feed.of(given, directory)
-    reader = RunReader(given)
+    reader, tracer = RunReader(given), TraceReader(given)
     async with await Ledger.connect(ledger_url) as ledger:
         while True:
-            await feed.push(await reader.read(ledger))
-            print(json.dumps(feed.state().backends[0].logged), flush=True)
+            held = feed.held("otlp")
+            traced = [] if held is None else await tracer.read(ledger, held)
+            await feed.push(await reader.read(ledger) + traced)
+            print(json.dumps({b.backend: b.logged for b in feed.state().backends}), flush=True)
             await asyncio.sleep(POLL_S)
 
 
@@ -133,10 +167,15 @@ async def poll_times(ledger_url: str, run: str) -> dict[str, float]:
             started = time.perf_counter()
             await reader.read(ledger)
             idle.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        traces = await TraceReader(tracked(run)).read(ledger, {"traces/steps": STEPS})
+        traced = time.perf_counter() - started
     return {
         "entries": len(entries),
         "full_read_ms": 1000 * full,
         "idle_poll_ms": 1000 * statistics.median(idle),
+        "trace_read_ms": 1000 * traced,
+        "spans_per_read": sum(len(e.spans) for e in traces),
     }
 
 
@@ -169,9 +208,9 @@ def main(quick: bool = False) -> int:
             url = f"{served.gateway}/v1/chat/completions"
             phases: list[tuple[str, dict[str, float]]] = []
             next_step = STEPS + 1
-            for phase in ("off", "on", "off", "on"):
+            for phase in ("catch-up", "off", "on", "off", "on"):
                 feeder = None
-                if phase == "on":
+                if phase != "off":
                     feeder = subprocess.Popen(
                         [sys.executable, "-m", "benchmarks.tracking", settings.ledger_url, run, scratch],
                         stdout=subprocess.PIPE,
@@ -189,10 +228,14 @@ def main(quick: bool = False) -> int:
 
                 measured, next_step = asyncio.run(load(next_step))
                 if feeder is not None:
+                    assert feeder.stdout is not None
                     terminate(feeder.pid)
+                    said = feeder.stdout.read().decode().splitlines()
+                    logged = json.loads(said[-1]) if said else {}
+                    measured = {**measured, "traces_exported": float(logged.get("otlp", 0))}
                 phases.append((phase, measured))
                 print(
-                    f"{phase:>3}: {measured['turns_per_s']:7.1f} turns/s  p50 {measured['p50_ms']:6.2f} ms",
+                    f"{phase:>8}: {measured['turns_per_s']:7.1f} turns/s  p50 {measured['p50_ms']:6.2f} ms",
                     file=sys.stderr,
                     flush=True,
                 )
@@ -202,6 +245,7 @@ def main(quick: bool = False) -> int:
             stack.down()
     off = [m for phase, m in phases if phase == "off"]
     on = [m for phase, m in phases if phase == "on"]
+    [catching_up] = [m for phase, m in phases if phase == "catch-up"]
     off_tps = statistics.mean(m["turns_per_s"] for m in off)
     on_tps = statistics.mean(m["turns_per_s"] for m in on)
     summary = {
@@ -215,8 +259,14 @@ def main(quick: bool = False) -> int:
         "off_p50_ms": round(statistics.mean(m["p50_ms"] for m in off), 2),
         "on_p50_ms": round(statistics.mean(m["p50_ms"] for m in on), 2),
         "turns_per_s_change": round(on_tps / off_tps - 1, 4),
+        "traces_exported_per_on_phase": [int(m["traces_exported"]) for m in on],
+        "catch_up_turns_per_s": round(catching_up["turns_per_s"], 1),
+        "catch_up_traces_exported": int(catching_up["traces_exported"]),
         "feed_full_read_ms": round(reads["full_read_ms"], 1),
         "feed_idle_poll_ms": round(reads["idle_poll_ms"], 2),
+        "trace_read_ms": round(reads["trace_read_ms"], 1),  # one poll's episodes: EVENTS_PER_READ
+        "trace_episodes_per_read": EVENTS_PER_READ,
+        "spans_per_read": reads["spans_per_read"],
         "entries": reads["entries"],
     }
     summary["added_p50_ms"] = round(summary["on_p50_ms"] - summary["off_p50_ms"], 2)

@@ -352,6 +352,10 @@ class TrackingSettings:
     samples: int = 4  # episodes in each table
     wandb: WandbSettings = field(default_factory=WandbSettings)
     mlflow: MlflowSettings = field(default_factory=MlflowSettings)
+    # An OpenTelemetry collector's OTLP/HTTP endpoint (`http://HOST:4318`): each episode's and step's spans go
+    # there (rollout.tracking.traces). Headers (an API key) are OpenTelemetry's own
+    # `OTEL_EXPORTER_OTLP_HEADERS` where the stack's runners start, never a setting.
+    otlp_endpoint: str | None = None
 
 
 @dataclass
@@ -585,6 +589,19 @@ def _check_tracking(tracking: TrackingSettings) -> None:
                 "bad value for 'tracking.mlflow.tracking_uri': it holds credentials, which would be recorded with "
                 "the run; give the URI without it and set MLFLOW_TRACKING_USERNAME and MLFLOW_TRACKING_PASSWORD "
                 "(or MLFLOW_TRACKING_TOKEN) where the stack starts"
+            )
+    endpoint = tracking.otlp_endpoint
+    if endpoint is not None:
+        parts = urlsplit(endpoint)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ConfigError(
+                f"bad value for 'tracking.otlp_endpoint': {endpoint!r} is not an OTLP/HTTP endpoint; give a "
+                "collector's URL (http://HOST:4318, or its .../v1/traces), or leave it unset for no traces"
+            )
+        if parts.username or parts.password:
+            raise ConfigError(
+                "bad value for 'tracking.otlp_endpoint': it holds credentials, which would be recorded with the "
+                "run; give the URL without them and set OTEL_EXPORTER_OTLP_HEADERS where the stack starts"
             )
 
 

@@ -21,6 +21,7 @@ from rollout_testing.stacks import isolated_settings
 
 if TYPE_CHECKING:
     from rollout.rendering import ModelRenderer
+    from rollout_testing.otlp_receiver import OtlpReceiver
 
 
 @pytest.fixture(scope="session")
@@ -170,15 +171,28 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
+def otlp_receiver() -> Iterator[OtlpReceiver]:
+    """An OTLP/HTTP trace receiver on loopback (OpenTelemetry's own message classes) for the session."""
+    from rollout_testing.otlp_receiver import OtlpReceiver
+
+    receiver = OtlpReceiver().start()
+    try:
+        yield receiver
+    finally:
+        receiver.stop()
+
+
+@pytest.fixture(scope="session")
 def trained_run(
     stack_settings: Settings,
     tiny_qwen3: str,
     trained_run_tracking: Path,
+    otlp_receiver: OtlpReceiver,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> str:
     """A finished two-step run on the session stack whose checkpoints were each scored by an eval (for the
     dashboard's tests), tracked to W&B (offline) and MLflow's local store (`trained_run_tracking`), a table of
-    samples every step; its tracking feed has ended."""
+    samples every step, its traces exported to `otlp_receiver`; its tracking feed has ended."""
     import asyncio
     from dataclasses import replace
 
@@ -187,7 +201,7 @@ def trained_run(
     from rollout.evals.records import register
     from rollout.workflows.names import run_workflow_id, tracking_workflow_id
     from rollout.workflows.run import RunWorkflow
-    from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
+    from rollout.workflows.tracking_types import MlflowSpec, OtlpSpec, TrackingInput, WandbSpec
     from tests.test_training_loop import run_input, training_loop
 
     async def train() -> str:
@@ -209,6 +223,7 @@ def trained_run(
                     policies=[],
                     wandb=WandbSpec(project="rollout-tests", offline=True),
                     mlflow=MlflowSpec(experiment="rollout-tests"),
+                    otlp=OtlpSpec(otlp_receiver.url),
                     samples_every=1,
                     samples=2,
                     config={"trainer.steps": "2"},

@@ -50,10 +50,12 @@ from rollout.ledger.streams import (
 from rollout.net import free_port
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.stack.processes import read_pid_file
+from rollout.tracking.spans import step_trace_id
 from rollout.tracking.step_metrics import StepMetrics, step_metrics
 from rollout.tracking.wandb_files import history
 from rollout.tracking.wandb_sink import wandb_run_id
 from rollout.workflows.names import run_policy
+from rollout_testing.otlp_receiver import OtlpReceiver
 from rollout_testing.stacks import isolated_overrides
 from tests.cli_stack import (
     ROLLOUT,
@@ -507,7 +509,7 @@ def test_two_policies_on_two_base_models_train_each_on_its_own_model(
 
 
 def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattached(
-    user_stack: UserStack, tmp_path: Path, mlflow_server: str
+    user_stack: UserStack, tmp_path: Path, mlflow_server: str, otlp_receiver: OtlpReceiver
 ) -> None:
     project, elsewhere = tmp_path / "project", user_stack.elsewhere
     project.mkdir()
@@ -515,13 +517,14 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     (project / "runner_cannot_import.py").write_text(RUNNER_CANNOT_IMPORT)
     overrides = user_stack.overrides
     micro = ["--preset", "cpu-micro", *overrides, "trainer.steps=3"]  # the last value given wins
-    # Tracked to W&B (offline) and a real MLflow server: through `down`, `up` and `attach`, each step lands
-    # once.
+    # Tracked to W&B (offline) and a real MLflow server, traced to an OTLP receiver: through `down`, `up` and
+    # `attach`, each step lands once.
     tracked = [
         "tracking.backends=[wandb,mlflow]",
         "tracking.wandb.mode=offline",
         f"tracking.mlflow.tracking_uri={mlflow_server}",
         "tracking.mlflow.experiment=reattached",
+        f"tracking.otlp_endpoint={otlp_receiver.url}",
     ]
     settings = user_stack.settings
     # A runner that cannot import the environment: one paragraph, no traceback, and no run left behind.
@@ -563,7 +566,9 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert status["max_lag"] == 1 and status["steps"] < 3
     assert listed["episodes_finished"] == status["episodes_finished"]
     assert listed["steps"] == status["steps"]
-    assert [b["backend"] for b in status["tracking"]["backends"]] == ["wandb", "mlflow"], status["tracking"]
+    assert [b["backend"] for b in status["tracking"]["backends"]] == ["wandb", "mlflow", "otlp"], status[
+        "tracking"
+    ]
     stack_status = json.loads(rollout("status", "--json", *overrides, cwd=elsewhere).stdout)
     assert "mine" in [feed["run"] for feed in stack_status["tracking"]], stack_status["tracking"]
 
@@ -617,6 +622,14 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     logs = user_stack.data / "tracking" / "wandb-files"
     in_wandb = [r["train/step"] for r in history(logs, wandb_run_id("mine")) if "train/step" in r]
     assert in_wandb == [1, 2, 3], in_wandb
+    # Each step's trace and each episode's, exported once across the restart.
+    roots = [s for s in otlp_receiver.of_run("mine") if s.parent_id is None]
+    assert sorted(s.name for s in roots if s.name.startswith("step ")) == ["step 1", "step 2", "step 3"], (
+        roots
+    )
+    assert {step_trace_id("mine", "default", n) for n in (1, 2, 3)} <= {s.trace_id for s in roots}
+    episodes = [s for s in roots if s.name == "episode"]
+    assert len(episodes) == len({s.trace_id for s in episodes}) == episodes_in_ledger(settings, "mine")
     final = json.loads(rollout("run", "status", "mine", "--json", *plain, cwd=elsewhere).stdout)["tracking"]
     assert all(b["ok"] for b in final["backends"]) and "wandb" in final["said"], final
     sandboxes = read_pid_file(user_stack.data / "run" / "sandboxes-shell-my-env.pid")

@@ -23,6 +23,7 @@ from rollout.monitor.context import OVERRIDES_VARIABLE
 from rollout.monitor.plain import plain
 from rollout.net import free_port
 from rollout.workflows.names import run_policy
+from rollout_testing.otlp_receiver import OtlpReceiver
 
 APP = str(Path(__file__).resolve().parent.parent / "rollout" / "monitor" / "app.py")
 
@@ -92,7 +93,7 @@ def test_runs_shows_the_run_its_steps_and_curves(monitor_settings: Settings, tra
 
 
 def test_transcripts_show_a_seats_turns_with_coloured_tokens(
-    monitor_settings: Settings, trained_run: str
+    monitor_settings: Settings, trained_run: str, otlp_receiver: OtlpReceiver
 ) -> None:
     app = view("transcripts", monitor_settings, run=trained_run)
     assert trained_run in table_text(app)
@@ -100,6 +101,8 @@ def test_transcripts_show_a_seats_turns_with_coloured_tokens(
     assert coloured, "the sampled tokens, coloured"
     assert "logprob" in str(coloured[0].proto)
     assert any("sampled by" in c.value for c in app.caption)
+    [named] = [c.value for c in app.caption if c.value.startswith("trace id ")]
+    assert named.split()[2] in {s.trace_id for s in otlp_receiver.of_run(trained_run)}, "its spans' trace"
     app.toggle[0].set_value(True).run()
     assert not app.exception
 

@@ -7,6 +7,10 @@ W&B offline (its files read back), MLflow's local store and a real `mlflow serve
 - The process that feeds is SIGKILLed twice mid-feed: afterwards every record is in each backend exactly once.
 - A backend that refuses (nothing listens at its URI) is reported with its setting and retried after a
   back-off, while the other logs everything; bad tracking settings are refused in one line naming them.
+- The run's traces reach an OTLP receiver on loopback built on OpenTelemetry's own message classes: each
+  episode's spans (episode → seat → turn → gateway, engine) and each step's (step → train, bridge, serving),
+  parented and nested in time, each once, again none after a restarted feed; a collector that refuses is
+  reported with `tracking.otlp_endpoint` and what it answered.
 """
 
 from __future__ import annotations
@@ -29,9 +33,13 @@ from rollout.net import free_port
 from rollout.tracking.entries import Entry, SampleTable, evals_pending, held_back, in_order
 from rollout.tracking.feed import Feed
 from rollout.tracking.mlflow_sink import RUN_TAG, MlflowSink
+from rollout.tracking.otlp_sink import OtlpSink
+from rollout.tracking.spans import episode_trace_id, span_id, step_trace_id
+from rollout.tracking.traces import EPISODES_STREAM, TraceReader
 from rollout.tracking.wandb_files import history, records, run_files
 from rollout.tracking.wandb_sink import WandbSink, wandb_run_id
-from rollout.workflows.tracking_types import MlflowSpec, WandbSpec
+from rollout.workflows.tracking_types import MlflowSpec, OtlpSpec, TrackingInput, WandbSpec
+from rollout_testing.otlp_receiver import OtlpReceiver, ReceivedSpan
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -218,9 +226,115 @@ def test_a_wandb_log_cut_short_reads_back_up_to_its_last_whole_record(tmp_path: 
         ("tracking.mlflow.tracking_uri=http://me:secret@mlflow.example", "it holds credentials"),
         ("tracking.mlflow.tracking_uri=ftp://mlflow.example", "is not an MLflow tracking URI"),
         ("tracking.samples_every=-1", "bad value for 'tracking.samples_every'"),
+        ("tracking.otlp_endpoint=grpc://collector:4317", "is not an OTLP/HTTP endpoint"),
+        ("tracking.otlp_endpoint=http://me:key@collector:4318", "set OTEL_EXPORTER_OTLP_HEADERS"),
     ],
 )
 def test_bad_tracking_settings_are_refused_in_one_line_naming_them(override: str, said: str) -> None:
     with pytest.raises(ConfigError) as refused:
         load(["data_dir=/tmp/unused", "models_dir=/tmp/unused", override])
     assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+def traces(spans: list[ReceivedSpan]) -> dict[str, list[ReceivedSpan]]:
+    by_trace: dict[str, list[ReceivedSpan]] = {}
+    for received in spans:
+        by_trace.setdefault(received.trace_id, []).append(received)
+    return by_trace
+
+
+def assert_nested(trace: list[ReceivedSpan]) -> None:
+    """One root; every other span's parent is in the trace and holds it in time."""
+    by_id = {s.span_id: s for s in trace}
+    assert len(by_id) == len(trace), "each span once"
+    assert len([s for s in trace if s.parent_id is None]) == 1, trace
+    for child in trace:
+        if child.parent_id is not None:
+            parent = by_id[child.parent_id]
+            assert parent.start_ns <= child.start_ns <= child.end_ns <= parent.end_ns, (parent, child)
+
+
+def test_a_tracked_runs_episode_and_step_traces_reach_an_otlp_receiver_parented(
+    trained_run: str, ledger_url: str, otlp_receiver: OtlpReceiver
+) -> None:
+    received = traces(otlp_receiver.of_run(trained_run))
+    episodes = asyncio.run(ended_episodes(ledger_url, trained_run))
+    assert episodes and all(episode_trace_id(trained_run, e) in received for e in episodes), received.keys()
+    trace_id = episode_trace_id(trained_run, episodes[0])
+    trace = received[trace_id]
+    assert_nested(trace)
+    names = {s.name for s in trace}
+    assert {"episode", "gateway render", "engine sample"} <= names, names
+    by_id = {s.span_id: s for s in trace}
+    turn = next(s for s in trace if s.name.startswith("turn "))
+    seat = by_id[turn.parent_id or ""]
+    assert seat.name.startswith("seat ") and by_id[seat.parent_id or ""].name == "episode"
+    assert turn.span_id == span_id(trace_id, f"seat/{seat.attributes['rollout.agent']}/turn/0")
+    assert turn.attributes["gen_ai.usage.input_tokens"] > 0 and "gen_ai.usage.cache_read.input_tokens" in (
+        turn.attributes
+    ), turn.attributes
+    engine = next(s for s in trace if s.name == "engine sample" and s.parent_id == turn.span_id)
+    assert (
+        engine.end_ns > engine.start_ns
+        and engine.attributes["rollout.engine"] == turn.attributes["rollout.engine"]
+    )
+    for step in (1, 2):
+        step_trace = received[step_trace_id(trained_run, "default", step)]
+        assert_nested(step_trace)
+        assert {"train", "serving"} <= {s.name for s in step_trace}, step_trace
+        assert any(s.name.startswith("serve ") for s in step_trace), step_trace
+
+
+async def ended_episodes(ledger_url: str, run: str) -> list[str]:
+    from rollout.ledger import Ledger
+    from rollout.ledger.payloads import episode_ended
+    from rollout.ledger.queries import read_all
+    from rollout.ledger.streams import run_episodes_stream
+
+    async with await Ledger.connect(ledger_url) as ledger:
+        events = await read_all(ledger, run_episodes_stream(run))
+    return [ended.episode for e in events if (ended := episode_ended(e)) is not None]
+
+
+def test_an_otlp_feed_restarted_part_way_exports_each_span_once_and_a_refusal_names_its_setting(
+    trained_run: str, ledger_url: str, tmp_path: Path
+) -> None:
+    from rollout.ledger import Ledger
+
+    given = TrackingInput(trained_run, policies=["default"], otlp=OtlpSpec("unused"))
+
+    async def feed_once(url: str, cut: int | None, directory: Path = tmp_path) -> Feed:
+        """A fresh feed (as after a restart) from the positions under `directory`: `cut` entries at most."""
+        feed = Feed(
+            trained_run, [("otlp", OtlpSink.setting, lambda: OtlpSink(trained_run, OtlpSpec(url), directory))]
+        )
+        await feed.push([])  # opens it: its positions are read back
+        async with await Ledger.connect(ledger_url) as ledger:
+            read = await TraceReader(given).read(ledger, feed.held("otlp") or {}, release=True)
+        await feed.push(read[:cut])
+        await feed.close(final=cut is None)
+        return feed
+
+    receiver = OtlpReceiver().start()
+    try:
+        first = asyncio.run(feed_once(receiver.url, 2))
+        assert first.state().backends[0].logged == 2
+        asyncio.run(feed_once(receiver.url, None))
+        again = asyncio.run(feed_once(receiver.url, None))
+        assert again.state().backends[0].logged == 0, "a restarted feed finds every trace exported"
+        ids = [s.span_id for s in receiver.of_run(trained_run)]
+        assert len(ids) == len(set(ids)) and len(traces(receiver.of_run(trained_run))) >= 4, ids
+    finally:
+        receiver.stop()
+
+    refusing = OtlpReceiver(refuse=400).start()
+    try:
+        feed = asyncio.run(feed_once(refusing.url, None, tmp_path / "refused"))
+        [state] = feed.state().backends
+        assert not state.ok and state.setting == "tracking.otlp_endpoint" and state.retry_in_s, state
+        assert state.error is not None and "code: 400, reason: Bad Request" in state.error, state
+        assert refusing.requests == 1, "a refusal is not retried within the call: the feed retries later"
+    finally:
+        refusing.stop()
+    held = OtlpSink(trained_run, OtlpSpec("x"), tmp_path / "refused").positions(set())
+    assert EPISODES_STREAM not in held, "nothing the collector refused is counted as held"

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from rollout.ledger import Ledger
@@ -25,7 +26,7 @@ class Slow:
 
     def __init__(self, sink: WandbSink | MlflowSink, pause_s: float) -> None:
         self.sink, self.pause_s = sink, pause_s
-        self.backend, self.setting = sink.backend, sink.setting
+        self.backend, self.setting, self.batch = sink.backend, sink.setting, sink.batch
 
     def open(self) -> None:
         self.sink.open()
@@ -33,9 +34,10 @@ class Slow:
     def positions(self, streams: set[str]) -> dict[str, int]:
         return self.sink.positions(streams)
 
-    def log(self, entry: Entry) -> None:
-        self.sink.log(entry)
-        print(f"logged {self.backend} {entry.stream} {entry.step}", flush=True)
+    def log(self, entries: Sequence[Entry]) -> None:
+        self.sink.log(entries)
+        for entry in entries:
+            print(f"logged {self.backend} {entry.stream} {entry.step}", flush=True)
         time.sleep(self.pause_s)
 
     def close(self, final: bool) -> None:

@@ -1,18 +1,22 @@
-"""The runner's `feed_tracking` activity: a run's records, from the ledger to its W&B and MLflow runs.
+"""The runner's `feed_tracking` activity: a run's records, from the ledger to its W&B and MLflow runs and its
+traces to an OTLP collector.
 
 Contract (the stub's docstring in rollout.workflows.runner_stubs is the activity's contract):
 - It polls the ledger every `poll_s` for the run's entries (rollout.tracking.entries' `RunReader`: the steps
   only once the run's batch and checkpoint counts moved, each sample table built once) and pushes them to each
-  backend (rollout.tracking.feed). A task heartbeats the feed's `TrackingState` every `poll_s` the whole
-  time (ledger reads and slow backends included), so a live runner is never taken for dead.
+  backend (rollout.tracking.feed); with an OTLP endpoint, also the trace entries past what that backend
+  holds (rollout.tracking.traces' `TraceReader`). A task heartbeats the feed's `TrackingState` every
+  `poll_s` the whole time (ledger reads and slow backends included), so a live runner is never taken for
+  dead.
 - It returns once the run's workflow has closed (completed, failed, stopped, terminated: asked through the
-  activity's own Temporal client) and the backends hold every entry, or `QUIET_S` after the run closed with
-  some backend still refusing (its state says so). A run with evals waits up to `EVAL_GRACE_S` more while a
-  checkpoint it evaluates has no score yet (rollout.tracking.entries' `evals_pending`), then logs what was
-  held back for the evals that did not come. It lets go of each backend's run however it ends, a
-  cancellation included; only a feed that ended with its run closes them for good.
+  activity's own Temporal client) and the backends hold every entry (every trace read), or `QUIET_S` after
+  the run closed with some backend still refusing (its state says so). A run with evals waits up to
+  `EVAL_GRACE_S` more while a checkpoint it evaluates has no score yet (rollout.tracking.entries'
+  `evals_pending`), then logs what was held back for the evals that did not come. It lets go of each
+  backend's run however it ends, a cancellation included; only a feed that ended with its run closes them
+  for good.
 - Files go under the runner's own directory (`tracking_dir`): W&B's under `wandb-files/`, MLflow's local
-  store under `mlflow/`; nothing in the input names a path.
+  store under `mlflow/`, the OTLP backend's positions under `otlp/`; nothing in the input names a path.
 """
 
 from __future__ import annotations
@@ -28,8 +32,9 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 
 from rollout.ledger import Ledger
-from rollout.tracking.entries import RunReader, evals_pending
+from rollout.tracking.entries import Entry, RunReader, evals_pending
 from rollout.tracking.feed import Feed
+from rollout.tracking.traces import TraceReader
 from rollout.workflows import runner_stubs
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.tracking_types import TrackingInput, TrackingState
@@ -57,6 +62,7 @@ class TrackingActivities:
         feed = Feed.of(given, self.tracking_dir)
         closed_at: float | None = None
         reader = RunReader(given)
+        tracer = TraceReader(given) if given.otlp is not None else None
         ended = False
         newest = 0
         last_new = time.monotonic()
@@ -66,7 +72,7 @@ class TrackingActivities:
                 entries = await reader.read(self.ledger)
                 if len(entries) != newest:
                     newest, last_new = len(entries), time.monotonic()
-                await feed.push(entries)
+                await feed.push(entries + await self._traces(tracer, feed))
                 activity.heartbeat(feed.state())
                 if closed_at is None and await self._run_closed(given.run):
                     closed_at = time.monotonic()
@@ -76,8 +82,10 @@ class TrackingActivities:
                     if not evals_pending(entries, given.eval_every) or quiet > EVAL_GRACE_S:
                         # Over: what was held back for evals that will not come goes now, in step order.
                         entries = await reader.read(self.ledger, release=True)
+                        entries += await self._traces(tracer, feed, release=True)
                         await feed.push(entries)
-                        if not feed.behind(entries) or quiet > QUIET_S:
+                        traced = tracer is None or tracer.caught_up
+                        if (traced and not feed.behind(entries)) or quiet > QUIET_S:
                             ended = True
                             return feed.state()
                 await asyncio.sleep(self.poll_s)
@@ -86,6 +94,13 @@ class TrackingActivities:
             # Also when cancelled (a retry may come to this same worker): W&B holds a run open in this
             # process until it is finished, and would refuse the retry's.
             await feed.close(final=ended)
+
+    async def _traces(self, tracer: TraceReader | None, feed: Feed, *, release: bool = False) -> list[Entry]:
+        """The trace entries past what the OTLP backend holds (none before the feed has asked it)."""
+        held = feed.held("otlp")
+        if tracer is None or held is None:
+            return []
+        return await tracer.read(self.ledger, held, release=release)
 
     async def _beat(self, feed: Feed) -> None:
         while True:

@@ -2,9 +2,10 @@
 
 Contract:
 - `tracking_input(settings, run, environment)` is the `TrackingInput` a run started with these settings
-  carries (None when `tracking.backends` is empty): the backends' settings and, as the backends' config, the
-  run's settings that shape training (`trainer.*`, `run.*`, `eval.*`, `policies.*`, the served model and the
-  environment), one `key: value` each. No secret is a setting, so none is in it. The run's workflow fills in
+  carries (None when `tracking.backends` is empty and `tracking.otlp_endpoint` unset): the backends'
+  settings, the OTLP endpoint for the run's traces and, as the backends' config, the run's settings that
+  shape training (`trainer.*`, `run.*`, `eval.*`, `policies.*`, the served model and the environment), one
+  `key: value` each. No secret is a setting, so none is in it. The run's workflow fills in
   the trained policies and starts the feed (rollout.workflows.tracking).
 - `tracking_state(client, run)` is what the feed last reported (its heartbeat's `TrackingState`; once it
   has ended, its result), or None when the run has no feed or it has not reported yet; Temporal's own
@@ -34,10 +35,10 @@ CONFIG_SECTIONS = ("trainer", "run", "eval", "policies", "services.gateway.model
 
 
 def tracking_input(settings: Settings, run: str, environment: str) -> TrackingInput | None:
-    from rollout.workflows.tracking_types import MlflowSpec, TrackingInput, WandbSpec
+    from rollout.workflows.tracking_types import MlflowSpec, OtlpSpec, TrackingInput, WandbSpec
 
     tracking = settings.tracking
-    if not tracking.backends:
+    if not tracking.backends and tracking.otlp_endpoint is None:
         return None
     wandb = mlflow = None
     if TrackingBackend.wandb in tracking.backends:
@@ -62,6 +63,7 @@ def tracking_input(settings: Settings, run: str, environment: str) -> TrackingIn
         policies=[],
         wandb=wandb,
         mlflow=mlflow,
+        otlp=None if tracking.otlp_endpoint is None else OtlpSpec(tracking.otlp_endpoint),
         samples_every=tracking.samples_every,
         samples=tracking.samples,
         config=config,

@@ -9,6 +9,7 @@ Contract:
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -16,6 +17,7 @@ from typing import Any
 from rollout.ledger.events import Kind, Lease, RecordedEvent
 from rollout.ledger.store import Ledger
 from rollout.ledger.streams import (
+    SERVING_ACKS,
     SERVING_TARGETS,
     policy_checkpoints_stream,
     run_batches_stream,
@@ -319,6 +321,27 @@ async def serving_target_formats(ledger: Ledger, checkpoint: str) -> list[str]:
         (SERVING_TARGETS, Kind.SERVING_TARGET.value, checkpoint),
     )
     return [str(row["format"]) for row in rows]
+
+
+async def serving_targets_of(ledger: Ledger, checkpoint: str) -> list[RecordedEvent]:
+    """The `ServingTarget`s of checkpoint `checkpoint` (one per format), in order."""
+    rows = await ledger._fetch_all(
+        "SELECT seq, idempotency_key, kind, payload, recorded_at FROM event WHERE stream_id = %s AND kind = %s"
+        " AND payload->>'checkpoint' = %s ORDER BY seq",
+        (SERVING_TARGETS, Kind.SERVING_TARGET.value, checkpoint),
+    )
+    return [_event(row, SERVING_TARGETS) for row in rows]
+
+
+async def first_served(ledger: Ledger, checkpoint: str) -> dict[str, datetime]:
+    """When each engine first said it serves checkpoint `checkpoint` (its first `ServingAck` that lists it),
+    by engine name."""
+    rows = await ledger._fetch_all(
+        "SELECT payload->>'engine' AS engine, min(recorded_at) AS at FROM event"
+        " WHERE stream_id = %s AND kind = %s AND payload->'serving' @> %s::jsonb GROUP BY 1",
+        (SERVING_ACKS, Kind.SERVING_ACK.value, json.dumps([{"checkpoint": checkpoint}])),
+    )
+    return {str(row["engine"]): row["at"] for row in rows}
 
 
 # ---- seats -------------------------------------------------------------------------------------------------

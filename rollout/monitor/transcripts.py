@@ -7,7 +7,8 @@ checkpoint version that sampled the turn). A turn that starts a new segment, and
 trained), are marked; so is a seat pinned to a checkpoint (for a self-play pin, the checkpoint it played this
 episode and the fallback it took while its policy's lineage was short). Token text comes from the model's
 tokenizer; without one, token ids are shown. A failed episode shows its failure (kind, reason, place in the
-environment's code, traceback) and the turns of the seat that failed, as far as it got."""
+environment's code, traceback) and the turns of the seat that failed, as far as it got. Each episode names
+its trace id: where the run exports traces (`tracking.otlp_endpoint`), its spans are under that id."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from rollout.ledger.queries import list_runs, read_all
 from rollout.ledger.streams import seat_stream
 from rollout.ledger.views import EpisodeRow, find_episodes
 from rollout.monitor.plain import plain
+from rollout.tracking.spans import episode_trace_id
 
 if TYPE_CHECKING:
     from rollout.monitor.context import Monitor
@@ -88,6 +90,8 @@ def _index(options: list[str], wanted: str | None) -> int:
 
 def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
     st.subheader(plain(f"{episode.run} / {episode.episode}"))
+    # Derived from the names, as the run's feed derives it: the same id in any OTLP collector's view.
+    st.caption(f"trace id {episode_trace_id(episode.run, episode.episode)} (where the run exports traces)")
     seats = dict(episode.seats)
     failure = episode.failure
     if failure is not None:

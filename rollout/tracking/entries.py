@@ -7,7 +7,8 @@ Contract:
   `samples` (`samples/POLICY`: a table of sample transcripts every `samples_every` steps). `step` is the
   stream's own axis: a tracker holds at most one entry per (stream, step), and a stream's entries are
   logged in increasing step, so a backend that holds step N of a stream holds every entry of it up to N
-  (`rollout.tracking.sinks`).
+  (`rollout.tracking.sinks`). The trace streams (`traces/…`, built by rollout.tracking.traces) follow the
+  same rule and go to a trace backend only (`is_trace`).
 - `run_entries(ledger, given, policies)` reads every entry the ledger holds now (`step_entries`, then
   `eval_entries` of the checkpoints those published), ordered by when the ledger recorded it (`in_order`):
   the same ledger gives the same list, and a later call only adds entries (the newest step is left out until
@@ -41,11 +42,13 @@ from rollout.ledger.streams import (
     run_episodes_stream,
     seat_stream,
 )
+from rollout.tracking.spans import Span
 from rollout.tracking.step_metrics import StepMetrics, step_metrics
 from rollout.workflows.names import run_policy
 from rollout.workflows.tracking_types import TrackingInput
 from rollout.workflows.training_types import BatchInfo
 
+TRACE_STREAMS = "traces/"
 SAMPLE_COLUMNS = ("step", "episode", "agent", "checkpoint", "reward", "turns", "replies")
 REPLY_CHARS = 4000  # of one episode's replies, shown in a table cell
 
@@ -63,6 +66,12 @@ class Entry:
     at: str  # ISO 8601: when the ledger recorded what it shows
     values: dict[str, float] = field(default_factory=dict[str, float])
     table: SampleTable | None = None
+    spans: tuple[Span, ...] = ()  # a trace stream's entry (rollout.tracking.traces): its spans
+
+
+def is_trace(entry: Entry) -> bool:
+    """Whether `entry` is of a trace stream (`traces/…`), which only a trace backend takes."""
+    return entry.stream.startswith(TRACE_STREAMS)
 
 
 def stream_part(name: str) -> str:

@@ -4,12 +4,15 @@ Contract:
 - `Feed.push(entries)` brings every backend up to `entries` (rollout.tracking.entries: the ledger's order).
   A backend is opened once, asked what it holds (`positions`) after opening, when a new stream appears and
   after any failure (a failed log may have landed), and given each entry above its stream's position, in
-  order: so each (stream, step) is logged once however often the feed is killed, restarted or retried. While
-  one sink object lives, what it logged counts as held even before the backend shows it.
+  order (up to the sink's `batch` a call): so each (stream, step) is logged once however often the feed is
+  killed, restarted or retried. While one sink object lives, what it logged counts as held even before the
+  backend shows it.
 - A backend that fails (refuses, raises, or takes longer than `call_timeout_s` for one call) is left as it
   stands: the others go on, and it is tried again after a back-off that doubles from `BACKOFF_S` to at most
   `MAX_BACKOFF_S`. One that timed out is dropped and opened afresh (its call may still be running). Nothing
   here raises for a backend's trouble: training never waits on it.
+- A trace backend (`otlp`) is given the trace streams (`traces/…`) and nothing else; the others every stream
+  but those. `held(backend)` is what the feed knows a backend holds (what a trace reader reads on from).
 - `Feed.of(given, directory)` is the feed to the backends a run's `TrackingInput` names, their files under
   `directory`.
 - `state()` is each backend's `BackendState` (ok, logged, its last error in one line, seconds to the next
@@ -25,8 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from rollout.tracking.entries import Entry
+from rollout.tracking.entries import Entry, is_trace
 from rollout.tracking.mlflow_sink import MlflowSink
+from rollout.tracking.otlp_sink import OtlpSink
 from rollout.tracking.sinks import Sink
 from rollout.tracking.wandb_sink import WandbSink
 from rollout.workflows.tracking_types import BackendState, TrackingInput, TrackingState
@@ -34,6 +38,7 @@ from rollout.workflows.tracking_types import BackendState, TrackingInput, Tracki
 BACKOFF_S = 5.0
 MAX_BACKOFF_S = 120.0
 CALL_TIMEOUT_S = 90.0  # W&B's init waits up to 60 s for its service
+TRACE_BACKENDS = frozenset({"otlp"})  # the backends that take the trace streams (`traces/…`), and only them
 
 
 @dataclass
@@ -41,6 +46,7 @@ class _Backend:
     make: Callable[[], Sink]
     backend: str
     setting: str
+    traces: bool  # it takes the trace streams, and only them
     sink: Sink | None = None
     positions: dict[str, int] | None = None
     logged: int = 0
@@ -64,12 +70,14 @@ class Feed:
         self.run = run
         self.call_timeout_s = call_timeout_s
         self.clock = clock
-        self.backends = [_Backend(make, backend, setting) for backend, setting, make in sinks]
+        self.backends = [
+            _Backend(make, backend, setting, backend in TRACE_BACKENDS) for backend, setting, make in sinks
+        ]
 
     @staticmethod
     def of(given: TrackingInput, directory: Path) -> Feed:
         """The feed to the backends `given` names, their files under `directory` (W&B's under `wandb-files/`,
-        MLflow's local store under `mlflow/`)."""
+        MLflow's local store under `mlflow/`, the OTLP exporter's positions under `otlp/`)."""
         sinks: list[tuple[str, str, Callable[[], Sink]]] = []
         if (wandb := given.wandb) is not None:
             sinks.append(
@@ -87,20 +95,31 @@ class Feed:
                     lambda: MlflowSink(given.run, mlflow, directory / "mlflow", given.config),
                 )
             )
+        if (otlp := given.otlp) is not None:
+            sinks.append(("otlp", OtlpSink.setting, lambda: OtlpSink(given.run, otlp, directory / "otlp")))
         return Feed(given.run, sinks)
 
     async def push(self, entries: Sequence[Entry]) -> None:
         for backend in self.backends:
             if self.clock() >= backend.retry_at:
-                await self._push_one(backend, entries)
+                await self._push_one(backend, [e for e in entries if is_trace(e) == backend.traces])
 
     def behind(self, entries: Sequence[Entry]) -> bool:
-        """Whether some backend does not yet hold every entry."""
+        """Whether some backend does not yet hold every entry it takes."""
         return any(
             backend.positions is None
-            or any(entry.step > backend.positions.get(entry.stream, -1) for entry in entries)
+            or any(
+                entry.step > backend.positions.get(entry.stream, -1)
+                for entry in entries
+                if is_trace(entry) == backend.traces
+            )
             for backend in self.backends
         )
+
+    def held(self, backend: str) -> dict[str, int] | None:
+        """What `backend` holds of each stream, as far as this feed knows (None: not asked yet)."""
+        found = next((b for b in self.backends if b.backend == backend), None)
+        return None if found is None or found.positions is None else dict(found.positions)
 
     async def close(self, *, final: bool = True) -> None:
         """Let go of each backend's run; `final`: the rollout run is over (`Sink.close`)."""
@@ -146,12 +165,18 @@ class Feed:
                 backend.positions = {s: max(held.get(s, -1), known.get(s, -1)) for s in {*held, *known}}
                 backend.seen = streams
             positions = backend.positions
+            pending: list[Entry] = []
+            reached = dict(positions)
             for entry in entries:
-                if entry.step <= positions.get(entry.stream, -1):
-                    continue  # the backend holds it already
-                await self._call(sink.log, entry)
-                positions[entry.stream] = entry.step
-                backend.logged += 1
+                if entry.step > reached.get(entry.stream, -1):  # else the backend holds it already
+                    pending.append(entry)
+                    reached[entry.stream] = entry.step
+            for start in range(0, len(pending), max(1, sink.batch)):
+                chunk = pending[start : start + max(1, sink.batch)]
+                await self._call(sink.log, chunk)
+                for entry in chunk:
+                    positions[entry.stream] = entry.step
+                backend.logged += len(chunk)
             backend.failures, backend.error, backend.tried = 0, None, True
         except Exception as error:  # any refusal: reported, retried later, never raised into training
             backend.failures += 1

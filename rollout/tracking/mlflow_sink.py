@@ -18,6 +18,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ PARAM_CHARS = 6000  # MLflow's limit on a param's value
 class MlflowSink:
     backend = "mlflow"
     setting = "tracking.mlflow.tracking_uri"
+    batch = 1  # one `log_batch` an entry (its table's artifact first)
 
     def __init__(self, run: str, spec: MlflowSpec, directory: Path, config: dict[str, str]) -> None:
         self.run = run
@@ -88,7 +90,8 @@ class MlflowSink:
                 held[stream] = max(steps)
         return held
 
-    def log(self, entry: Entry) -> None:
+    def log(self, entries: Sequence[Entry]) -> None:
+        [entry] = entries
         from mlflow.entities import Metric
 
         client, run_id = self._client, self.run_id

@@ -7,7 +7,8 @@ Contract:
   step it holds of each stream (those named, and any it knows of): the backend is the one place that cannot
   be behind what it holds, so a feed killed between a log and anything it would record elsewhere neither
   repeats nor skips.
-  `log(entry)` writes one entry, all of it or nothing (one call to the backend). `close(final)` lets go of
+  `log(entries)` writes up to `batch` entries in one call to the backend, all of them or nothing (W&B and
+  MLflow take one entry a call; a trace backend a poll's traces in one export). `close(final)` lets go of
   the run; `final`: the rollout run is over and so is the backend's (a feed stopped mid-run leaves it open).
 - Every method blocks (the libraries are synchronous); the feed runs them off its event loop with a time
   bound. A method raises on any refusal; the feed keeps the sink's state and tries again later.
@@ -17,22 +18,33 @@ Contract:
 
 from __future__ import annotations
 
+import hashlib
+import re
+from collections.abc import Sequence
 from typing import Protocol
 
 from rollout.tracking.entries import Entry
 
 
 class Sink(Protocol):
-    backend: str  # wandb | mlflow
+    backend: str  # wandb | mlflow | otlp
     setting: str  # what a person changes to point it elsewhere
+    batch: int  # the most entries one `log` call takes
 
     def open(self) -> None: ...
 
     def positions(self, streams: set[str]) -> dict[str, int]: ...
 
-    def log(self, entry: Entry) -> None: ...
+    def log(self, entries: Sequence[Entry]) -> None: ...
 
     def close(self, final: bool) -> None: ...
+
+
+def run_slug(run: str) -> str:
+    """A rollout run's id as a name a backend (or a file system) takes: its own characters where allowed, made
+    unique by a hash."""
+    safe = re.sub(r"[^A-Za-z0-9_-]", "-", run)[:48]
+    return f"{safe}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
 
 
 def axis(stream: str) -> str:

@@ -8,7 +8,7 @@ Contract:
   is being trained: it is left out until it publishes, so a record, once returned, never changes. A step
   that ended without a checkpoint (its loss was not finite: the run assembles the next batch only once a
   step has ended) is left out for good. `newest_step_metrics` is the last of them, reading only its own
-  episodes.
+  episodes. `recorded_steps` is those steps as the ledger holds them (their batch and checkpoint payloads).
 - Every number comes from durable events: the step's `BatchAssembled`, its `CheckpointCreated` (the trainer's
   metrics and what the activity added: staleness, prefix-cache hit rate, advantage spread, reply lengths) and
   the `EpisodeFinished`/`EpisodeAbandoned` of the episodes the batch consumed. A reader can come and go; two
@@ -135,13 +135,16 @@ _NOT_EXTRA = {
 
 
 @dataclass(frozen=True)
-class _Step:
+class RecordedStep:
+    """A complete step as the ledger holds it: what `StepMetrics` and a step's trace are built from."""
+
     batch: BatchInfo
     at: datetime  # when its checkpoint (skipped: its batch) was recorded
     checkpoint: Mapping[str, Any]  # the `CheckpointCreated` payload ({} when skipped)
+    batch_at: datetime  # when its batch was recorded (training starts)
 
 
-async def _steps(ledger: Ledger, run: str, ledger_policy: str) -> list[_Step]:
+async def recorded_steps(ledger: Ledger, run: str, ledger_policy: str) -> list[RecordedStep]:
     """The policy's complete steps, in step order (see the module contract)."""
     batches = sorted(
         (
@@ -156,13 +159,13 @@ async def _steps(ledger: Ledger, run: str, ledger_policy: str) -> list[_Step]:
         for e in await read_all(ledger, policy_checkpoints_stream(ledger_policy))
         if e.kind == Kind.CHECKPOINT_CREATED
     }
-    steps: list[_Step] = []
+    steps: list[RecordedStep] = []
     for index, (batch_at, batch) in enumerate(batches):
         published = checkpoints.get(f"step/{batch.step}")
         if published is not None:
-            steps.append(_Step(batch, published[0], published[1]))
+            steps.append(RecordedStep(batch, published[0], published[1], batch_at))
         elif not batch.sampled_tokens:
-            steps.append(_Step(batch, batch_at, {}))  # skipped: every group tied
+            steps.append(RecordedStep(batch, batch_at, {}, batch_at))  # skipped: every group tied
         elif index == len(batches) - 1:
             break  # being trained (the next step's batch is assembled only once this one has ended)
         # else: its training ended without a checkpoint (a loss that was not finite): it never will publish
@@ -171,7 +174,7 @@ async def _steps(ledger: Ledger, run: str, ledger_policy: str) -> list[_Step]:
 
 async def step_metrics(ledger: Ledger, run: str, policy: str) -> list[StepMetrics]:
     """Every complete step of `policy` (its name in the environment) in run `run`, oldest first."""
-    steps = await _steps(ledger, run, run_policy(run, policy))
+    steps = await recorded_steps(ledger, run, run_policy(run, policy))
     episodes = {
         ended.episode: ended
         for e in await read_all(ledger, run_episodes_stream(run))
@@ -191,7 +194,7 @@ async def step_metrics(ledger: Ledger, run: str, policy: str) -> list[StepMetric
 
 async def newest_step_metrics(ledger: Ledger, run: str, policy: str) -> StepMetrics | None:
     """The newest complete step of `policy`, reading only its own episodes (what `run status` shows)."""
-    steps = await _steps(ledger, run, run_policy(run, policy))
+    steps = await recorded_steps(ledger, run, run_policy(run, policy))
     if not steps:
         return None
     newest = steps[-1]
@@ -207,7 +210,7 @@ async def newest_step_metrics(ledger: Ledger, run: str, policy: str) -> StepMetr
 
 
 def _record(
-    run: str, policy: str, step: _Step, consumed: list[EpisodeEnded], previous: datetime | None
+    run: str, policy: str, step: RecordedStep, consumed: list[EpisodeEnded], previous: datetime | None
 ) -> StepMetrics:
     batch, at, checkpoint = step.batch, step.at, step.checkpoint
     recorded = {

@@ -14,13 +14,12 @@ Contract:
 
 from __future__ import annotations
 
-import hashlib
-import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from rollout.tracking.entries import Entry
-from rollout.tracking.sinks import axis, metric_names, newest_steps
+from rollout.tracking.sinks import axis, metric_names, newest_steps, run_slug
 from rollout.tracking.wandb_files import history
 from rollout.workflows.tracking_types import WandbSpec
 
@@ -29,13 +28,13 @@ INIT_TIMEOUT_S = 60.0
 
 def wandb_run_id(run: str) -> str:
     """A W&B run id for a rollout run: its own characters where W&B allows them, made unique by a hash."""
-    safe = re.sub(r"[^A-Za-z0-9_-]", "-", run)[:48]
-    return f"{safe}-{hashlib.sha256(run.encode()).hexdigest()[:8]}"
+    return run_slug(run)
 
 
 class WandbSink:
     backend = "wandb"
     setting = "tracking.wandb.project"
+    batch = 1  # one committed `run.log` an entry
 
     def __init__(self, run: str, spec: WandbSpec, directory: Path, config: dict[str, str]) -> None:
         self.run = run
@@ -78,9 +77,10 @@ class WandbSink:
             rows.append(dict(self._run.summary))
         return newest_steps(rows)
 
-    def log(self, entry: Entry) -> None:
+    def log(self, entries: Sequence[Entry]) -> None:
         import wandb
 
+        [entry] = entries
         run = self._run
         assert run is not None, "open() first"
         if entry.stream not in self._axes:

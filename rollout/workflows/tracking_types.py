@@ -25,11 +25,17 @@ class MlflowSpec:
 
 
 @dataclass(frozen=True)
+class OtlpSpec:
+    endpoint: str  # an OTLP/HTTP collector's base URL (`http://HOST:4318`) or its `…/v1/traces` URL
+
+
+@dataclass(frozen=True)
 class TrackingInput:
     run: str
     policies: list[str]  # the trained policies, by their names in the environment
     wandb: WandbSpec | None = None
     mlflow: MlflowSpec | None = None
+    otlp: OtlpSpec | None = None  # the run's traces (rollout.tracking.traces) go here
     samples_every: int = 10  # steps between tables of sample transcripts (0: none)
     samples: int = 4  # episodes per table
     config: dict[str, str] = field(default_factory=dict[str, str])  # the run's settings, `key` -> value
@@ -40,7 +46,7 @@ class TrackingInput:
 class BackendState:
     """One backend as the feed last saw it."""
 
-    backend: str  # wandb | mlflow
+    backend: str  # wandb | mlflow | otlp
     setting: str  # the setting that points at it, for a person to fix (`tracking.mlflow.tracking_uri`)
     ok: bool
     logged: int  # records logged by this feed so far
