@@ -81,11 +81,24 @@ def _outside_ephemeral_range(width: int = 12_000) -> tuple[int, int] | None:
     return None
 
 
+SHUTDOWN_GRACE_S = 5
+
+
 @asynccontextmanager
 async def serving(app: ASGIApp, host: str = "127.0.0.1", port: int | None = None) -> AsyncIterator[str]:
-    """Serve `app` on `port` (a free one by default); yields its base URL once it accepts connections."""
+    """Serve `app` on `port` (a free one by default); yields its base URL once it accepts connections. On the
+    way out, requests still in flight get `SHUTDOWN_GRACE_S` to finish, then are cancelled (a request held
+    waiting, such as a turn of a paused run, would otherwise hold the server up for as long as it waits)."""
     port = port or free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        lifespan="off",
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,
+    )
+    server = uvicorn.Server(config)
     task = asyncio.create_task(server.serve())
     for _ in range(1000):  # up to 20 s
         if server.started or task.done():

@@ -141,7 +141,12 @@ async def training_loop(
 
 
 def run_input(
-    loop: Loop, steps: int, *, max_lag: int = 1, serve_formats: tuple[str, ...] = ("lora",)
+    loop: Loop,
+    steps: int,
+    *,
+    max_lag: int = 1,
+    serve_formats: tuple[str, ...] = ("lora",),
+    served_wait_s: float = 60,
 ) -> RunInput:
     return RunInput(
         loop.run,
@@ -153,7 +158,7 @@ def run_input(
             steps,
             groups_per_batch=1,
             wait_s=0.2,
-            served_wait_s=60,
+            served_wait_s=served_wait_s,
             task_queue=loop.trainer_queue,
             serve_formats=list(serve_formats),
         ),
@@ -239,8 +244,13 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
     async with training_loop(
         stack_settings, ledger, tiny_qwen3, tmp_path, learning_rate=learning_rate
     ) as loop:
+        # The run waits for its last checkpoint to be served before it reports the pause; step 1's, trained at
+        # a learning rate of 1e30, may never be: that wait is cut to 5 s.
         handle = await loop.client.start_workflow(
-            RunWorkflow.run, run_input(loop, 3), id=run_workflow_id(loop.run), task_queue=loop.queue
+            RunWorkflow.run,
+            run_input(loop, 3, served_wait_s=5),
+            id=run_workflow_id(loop.run),
+            task_queue=loop.queue,
         )
         status: RunStatus | None = None
         for _ in range(600):
