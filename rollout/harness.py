@@ -15,15 +15,23 @@ Contract:
   started with, `prepare` fills its working directory and may add to its environment before it starts (the
   Task's own code, run outside the command's jail: it may reach the sandbox, the command may not), and
   `finish` scores the command's outcome when it ends. `respond` is never called.
+- The policy writes its tool calls, so a malformed one is the policy's mistake, never the environment's
+  failure: `tool_arguments(call)` is a call's arguments as a JSON object, or `BadToolCall` (a `ValueError`)
+  whose message is what to tell the policy, whatever the text (not JSON, nested past any depth, not an
+  object); `finite_number` checks a number the policy gave. A task answers a `BadToolCall` with an error
+  observation and the episode goes on.
 """
 
 from __future__ import annotations
 
 import abc
+import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from rollout.contracts import Message, ToolSpec
+from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.isolation import SandboxIsolation
 
 # The author API: what an environment's author imports (kept stable across releases).
@@ -133,3 +141,33 @@ class Task(abc.ABC):
         raise NotImplementedError(
             f"{type(self).__name__} is played by an external command: implement Task.finish to score its outcome"
         )
+
+
+class BadToolCall(ValueError):
+    """A tool call the policy got wrong: the message says what, for the policy to read."""
+
+
+def tool_arguments(call: ToolCall) -> dict[str, Any]:
+    """The call's arguments as a JSON object (`{}` when it gave none)."""
+    try:
+        parsed = json.loads(call.arguments or "{}")
+    except (ValueError, RecursionError) as error:  # RecursionError: brackets nested past the parser's depth
+        detail = str(error) if isinstance(error, ValueError) else "nested too deeply"
+        raise BadToolCall(f"the arguments of {call.name} are not JSON ({detail})") from None
+    if not isinstance(parsed, dict):
+        raise BadToolCall(f"the arguments of {call.name} must be a JSON object")
+    return parsed
+
+
+def finite_number(value: object, name: str, *, low: float, high: float) -> float:
+    """`value` as a float in [low, high]: a JSON number (not a bool), finite; else `BadToolCall` naming
+    `name`."""
+    if not isinstance(value, int | float) or isinstance(value, bool):
+        raise BadToolCall(f'"{name}" must be a number, not {json.dumps(value)[:40]}')
+    try:
+        number = float(value)
+    except OverflowError:  # an integer with hundreds of digits
+        number = math.inf
+    if not (math.isfinite(number) and low <= number <= high):
+        raise BadToolCall(f'"{name}" must be a number from {low:g} to {high:g}')
+    return number

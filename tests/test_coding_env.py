@@ -227,6 +227,8 @@ async def test_broken_tool_calls_are_answered_with_tool_errors_and_the_episode_g
         shell_call('{"command": "   "}'),
         shell_call('{"command": "ls", "timeout_s": "soon"}'),
         shell_call('{"command": "ls", "timeout_s": -1}'),
+        shell_call('{"command": "ls", "timeout_s": 1e999}'),  # a float past range: inf
+        shell_call("[" * 200_000),  # nested past the JSON parser's depth
     ]
     replies = [*broken, shell_call('{"command": "ls"}'), Message.assistant("I give up.")]
     model = Replies(lambda messages, tools: replies[sum(m.role == "assistant" for m in messages)])
@@ -236,6 +238,7 @@ async def test_broken_tool_calls_are_answered_with_tool_errors_and_the_episode_g
     assert [answer.startswith("error:") for answer in answers] == [True] * len(broken) + [False]
     assert "there is no tool 'bash'" in answers[0] and "not JSON" in answers[1]
     assert all('"command"' in answer for answer in answers[2:5]) and "timeout_s" in answers[5]
+    assert "timeout_s" in answers[7] and "nested too deeply" in answers[8], answers[7:9]
     assert answers[-1].startswith("exit code 0") and "bounds.py" in answers[-1]
     assert 0.0 < played.reward < 1.0, "the unmodified repository is graded with partial credit"
     assert played.metrics["tool_errors"] == len(broken) and played.metrics["shell_calls"] == 1

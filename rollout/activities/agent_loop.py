@@ -7,16 +7,18 @@ Contract:
 - A deterministic Task replays: a retried attempt sends the same requests, the gateway answers them from the
   recorded turns, and sampling continues where the first attempt stopped.
 - The loop ends at the Task's `End` (its reward) or after `max_turns` model calls (reward 0, `truncated`).
-- Each call into the Task (`start`, `respond`) runs under `turn_timeout_s`: one that raises or runs past it
-  is a `TaskFailed` (its `failure` says which method, why, and where in the environment's code); a reward
-  that is not a finite number is an `InvalidReward`. A request the gateway refuses as malformed or too long
-  (400, 403, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method whose
-  observation made it. A 410 (the seat's run was stopped, or its episode ended) is a `SeatClosed`. All four
-  are `EpisodeFault`s: deterministic, never retried. Other model errors (an
-  outage that outlasted `outage_window_s`) propagate as they are, to be retried. A Task that blocks the
-  event loop (a synchronous sleep) cannot be timed out here: the activity then stops heartbeating and
-  Temporal notices. The environment's synchronous code (a task source's draw, `trains`, `scripted_reply`)
-  runs on a thread of its own (`in_thread`), so it is bounded the same way.
+- A `BadToolCall` raised by `respond` is the policy's mistake (rollout.harness): its message is each of the
+  reply's tool calls' result (or the next user message) and the episode goes on.
+- Each call into the Task (`start`, `respond`) runs under `turn_timeout_s`: one that raises otherwise or runs
+  past it is a `TaskFailed` (its `failure` says which method, why, and where in the environment's code); a
+  reward that is not a finite number is an `InvalidReward`. A request the gateway refuses as malformed or too
+  long (400, 403, 404, 413, 422: a retry would send it again) is a `RequestRefused`, naming the Task method
+  whose observation made it. A 410 (the seat's run was stopped, or its episode ended) is a `SeatClosed`. All
+  four are `EpisodeFault`s: deterministic, never retried. Other model errors (an outage that outlasted
+  `outage_window_s`) propagate as they are, to be retried. A Task that blocks the event loop (a synchronous
+  sleep) cannot be timed out here: the activity then stops heartbeating and Temporal notices. The
+  environment's synchronous code (a task source's draw, `trains`, `scripted_reply`) runs on a thread of its
+  own (`in_thread`), so it is bounded the same way.
 - `on_turn` is called after every model reply (the activity heartbeats there).
 """
 
@@ -47,7 +49,7 @@ from rollout.failures import (
     failure_in,
     one_line,
 )
-from rollout.harness import End, Observation, RunContext, Task
+from rollout.harness import BadToolCall, End, Observation, RunContext, Task
 
 
 class EpisodeFault(Exception):
@@ -269,6 +271,20 @@ def _refused(error: Exception, method: object) -> EpisodeFault | None:
     return RequestRefused(Failure(REQUEST_REFUSED, reason, defined_at(method)))
 
 
+async def _respond(task: Task, context: RunContext, reply: Message) -> Observation:
+    """The task's answer to `reply`; a `BadToolCall` it raised (the policy's mistake) is told to the policy as
+    each tool call's result, and the episode goes on."""
+    try:
+        return await task.respond(context, reply)
+    except BadToolCall as error:
+        told = f"error: {error}"
+        if not reply.tool_calls:
+            return Observation(told)
+        return Observation(
+            tuple(Message(role="tool", text=told, tool_call_id=c.id) for c in reply.tool_calls)
+        )
+
+
 async def play(
     task: Task,
     context: RunContext,
@@ -299,7 +315,7 @@ async def play(
         on_turn(turns)
         messages.append(reply)
         observation = await task_call(
-            task.respond(context, reply), "respond", package, turn_timeout_s, type(task).respond
+            _respond(task, context, reply), "respond", package, turn_timeout_s, type(task).respond
         )
         came_from = type(task).respond
         if not isinstance(observation, End):

@@ -25,7 +25,8 @@ def score(reply: str, answer: str) -> float:
     text = reply.strip()
     if text == answer:
         return 1.0
-    numbers = re.findall(r"-?\d+", text)
+    # At most 30 digits: a number of thousands is no nearer, and Python refuses to read one past 4,300.
+    numbers = re.findall(r"(?<!\d)-?\d{1,30}(?!\d)", text)
     nearness = 0.3 / (1 + abs(int(numbers[0]) - int(answer))) if numbers else 0.0
     brevity = 0.1 * max(0.0, 1 - len(text) / 64)
     return round(nearness + brevity, 4)

@@ -27,7 +27,6 @@ Contract:
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Sequence
 from dataclasses import replace
@@ -39,10 +38,23 @@ from coding.solver import solve
 from coding.tasks import CodingTask, held_out_tasks, rows, task_named, training_tasks
 from rollout.contracts import Message, ToolCall
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
-from rollout.harness import CommandOutcome, CommandSetup, End, Observation, RunContext, SandboxSeat, Task
+from rollout.harness import (
+    BadToolCall,
+    CommandOutcome,
+    CommandSetup,
+    End,
+    Observation,
+    RunContext,
+    SandboxSeat,
+    Task,
+    finite_number,
+    tool_arguments,
+)
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.shell import MAX_TIMEOUT_S, SHELL_TOOL, shell_result_text
+
+MIN_TIMEOUT_S = 0.1  # a command's own time limit, when the agent gives one
 
 MAX_TURNS = 20
 MAX_FILE_BYTES = 1024 * 1024  # a command agent's files bigger than this are not handed in
@@ -101,21 +113,18 @@ class ShellCoding(Task):
             self.tool_errors += 1
             return f"error: there is no tool {call.name!r}; the only tool is {SHELL_TOOL.name!r}"
         try:
-            arguments = json.loads(call.arguments or "{}")
-        except ValueError as error:
+            arguments = tool_arguments(call)
+            command = arguments.get("command")
+            if not isinstance(command, str) or not command.strip():
+                raise BadToolCall('the arguments need a non-empty "command" string, e.g. {"command": "ls"}')
+            action: dict[str, object] = {"command": command}
+            if arguments.get("timeout_s") is not None:
+                action["timeout_s"] = finite_number(
+                    arguments["timeout_s"], "timeout_s", low=MIN_TIMEOUT_S, high=MAX_TIMEOUT_S
+                )
+        except BadToolCall as error:
             self.tool_errors += 1
-            return f'error: the arguments are not JSON ({error}); send {{"command": "..."}}'
-        command = arguments.get("command") if isinstance(arguments, dict) else None
-        if not isinstance(command, str) or not command.strip():
-            self.tool_errors += 1
-            return 'error: the arguments need a non-empty "command" string, e.g. {"command": "ls"}'
-        action: dict[str, object] = {"command": command}
-        if arguments.get("timeout_s") is not None:
-            timeout_s = arguments["timeout_s"]
-            if not isinstance(timeout_s, int | float) or isinstance(timeout_s, bool) or timeout_s <= 0:
-                self.tool_errors += 1
-                return f'error: "timeout_s" must be a positive number of seconds (at most {MAX_TIMEOUT_S:g})'
-            action["timeout_s"] = float(timeout_s)
+            return f'error: {error}; send {{"command": "..."}}'
         self.shell_calls += 1
         try:
             return shell_result_text(await box.act(action))

@@ -12,7 +12,8 @@ import json
 from collections import deque
 from dataclasses import dataclass, field
 
-from rollout.contracts import ToolSpec
+from rollout.contracts import ToolCall, ToolSpec
+from rollout.harness import BadToolCall, tool_arguments
 
 Cell = tuple[int, int]
 DIRECTIONS: dict[str, Cell] = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
@@ -83,6 +84,14 @@ class Grid:
                 line.append(mark)
             rows.append("".join(line))
         return "\n".join(rows)
+
+
+def direction_of(call: ToolCall) -> str:
+    """The direction a move call names; `BadToolCall` (the policy's mistake, told to it) for anything else."""
+    direction = tool_arguments(call).get("direction")
+    if not isinstance(direction, str) or direction not in DIRECTIONS:
+        raise BadToolCall(f'"direction" must be one of {", ".join(DIRECTIONS)}')
+    return direction
 
 
 def where(grid: Grid, me: str) -> str:

@@ -9,12 +9,12 @@ from __future__ import annotations
 import json
 import random
 
-from gridworld import MOVE_TOOL, Grid, Layout, distance, where
+from gridworld import MOVE_TOOL, Grid, Layout, direction_of, distance, where
 from gridworld.policy import scripted_reply
 from gridworld.shared import SharedWalk
 from rollout.contracts import Message
 from rollout.environment import AgentSeatSpec, Environment, Generator, SandboxSpec, TaskParameters
-from rollout.harness import End, Observation, RunContext, Task
+from rollout.harness import BadToolCall, End, Observation, RunContext, Task
 
 EVAL_SEED = 1_000_003  # held-out walks: training draws seed 0
 WALLS = 1  # few walls: two agents with views a move or two old cross an open grid without a corridor standoff
@@ -63,9 +63,9 @@ class Walk(Task):
         results = []
         for call in reply.tool_calls:
             try:
-                direction = json.loads(call.arguments).get("direction", "")
+                direction = direction_of(call)
                 moved = self.grid.move("A", direction)
-            except (ValueError, AttributeError) as error:
+            except BadToolCall as error:
                 results.append(Message(role="tool", text=f"Invalid move: {error}", tool_call_id=call.id))
                 continue
             self.moves += moved

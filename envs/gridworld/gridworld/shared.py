@@ -12,9 +12,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gridworld import MOVE_TOOL, Grid, Layout, where
+from gridworld import MOVE_TOOL, Grid, Layout, direction_of, where
 from rollout.contracts import Message
-from rollout.harness import End, Observation, RunContext, Task
+from rollout.harness import BadToolCall, End, Observation, RunContext, Task
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
 
@@ -115,9 +115,10 @@ class SharedWalk(Task):
         results = []
         for call in reply.tool_calls:
             try:
-                direction = json.loads(call.arguments).get("direction", "")
-            except (ValueError, AttributeError):
-                direction = ""
+                direction = direction_of(call)
+            except BadToolCall as error:
+                results.append(Message(role="tool", text=f"Invalid move: {error}", tool_call_id=call.id))
+                continue
             try:
                 view = await self.box.act({"op": "move", "direction": direction})
             except SandboxActionError as error:

@@ -39,8 +39,13 @@ def calculate(expression: str) -> float:
     try:
         tree = ast.parse(expression.strip(), mode="eval")
     except SyntaxError:
-        raise CalculatorError(f"not an arithmetic expression: {expression!r}") from None
-    return _evaluate(tree.body)
+        raise CalculatorError(f"not an arithmetic expression: {expression[:80]!r}") from None
+    except (MemoryError, RecursionError):  # the parser's own stack: thousands of nested signs or brackets
+        raise CalculatorError("that expression is nested too deeply for this calculator") from None
+    try:
+        return _evaluate(tree.body)
+    except RecursionError:
+        raise CalculatorError("that expression is nested too deeply for this calculator") from None
 
 
 def _evaluate(node: ast.expr) -> float:

@@ -14,7 +14,7 @@ from importlib import resources
 from math_env import CALCULATOR_TOOL, CalculatorError, calculate, number_text
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.environment import Dataset, Environment, TaskParameters
-from rollout.harness import End, Observation, RunContext, Task
+from rollout.harness import BadToolCall, End, Observation, RunContext, Task, tool_arguments
 
 INSTRUCTIONS = (
     "Solve the problem. Use the calculator tool for every computation, then reply with the final "
@@ -68,9 +68,9 @@ class WordProblem(Task):
             for call in reply.tool_calls:
                 self.calls += 1
                 try:
-                    expression = str(json.loads(call.arguments).get("expression", ""))
+                    expression = str(tool_arguments(call).get("expression", ""))
                     text = number_text(calculate(expression))
-                except (CalculatorError, ValueError, AttributeError, OverflowError) as error:
+                except (CalculatorError, BadToolCall, OverflowError) as error:
                     text = f"error: {error}"
                 results.append(Message(role="tool", text=text, tool_call_id=call.id))
             return Observation(tuple(results))

@@ -16,7 +16,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rollout.contracts import ToolSpec
+from rollout.contracts import ToolCall, ToolSpec
+from rollout.harness import tool_arguments
 from rollout.sandbox.world import JsonObject
 
 
@@ -65,13 +66,7 @@ TOOL_NAMES = frozenset(tool.name for tool in MINECRAFT_TOOLS)
 def action_for(name: str, arguments: str) -> JsonObject:
     if name not in TOOL_NAMES:
         raise ValueError(f"there is no tool {name!r}: use one of {', '.join(sorted(TOOL_NAMES))}")
-    try:
-        parsed = json.loads(arguments or "{}")
-    except ValueError as error:
-        raise ValueError(f"the arguments of {name} are not JSON: {error}") from error
-    if not isinstance(parsed, dict):
-        raise ValueError(f"the arguments of {name} must be a JSON object")
-    return {**parsed, "op": name}
+    return {**tool_arguments(ToolCall(id="", name=name, arguments=arguments)), "op": name}
 
 
 def _at(cell: list[float]) -> str:
