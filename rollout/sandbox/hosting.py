@@ -8,18 +8,16 @@ jail (`jailed`: what agents choose, a world's own server) is built with the host
 names, and to the names of `host` when it listens beyond loopback. No claim's network may name
 `refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine, the gateway and the
 dashboard, as the settings name them). `sandbox_workdir` is where a served sandbox keeps its world: outside
-the data directory (a jail binds it, and nothing of the data directory may be reachable from there), in the
-machine's temporary folder.
+the data directory (a jail binds it, and nothing of the data directory may be reachable from there), in this
+user's own folder of the machine's temporary folder (rollout.sandbox.private_root: no other user plants it).
 """
 
 from __future__ import annotations
 
 import contextlib
 import hashlib
-import os
 import re
 import socket
-import tempfile
 import urllib.parse
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -30,6 +28,7 @@ from rollout.isolation import Endpoint
 from rollout.ledger import Ledger
 from rollout.net import reachable_host, serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
+from rollout.sandbox.private_root import private_root
 from rollout.sandbox.server import LOOPBACK_HOSTS, build_sandbox_app
 from rollout.sandbox.world import SandboxWorld, jailed, load_kind
 
@@ -37,7 +36,7 @@ from rollout.sandbox.world import SandboxWorld, jailed, load_kind
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:
     stack = hashlib.sha256(str(data_path).encode()).hexdigest()[:12]  # one folder per data directory
     folder, box = (re.sub(r"[^A-Za-z0-9#_-]+", "-", part) for part in (kind, name))  # never `..` or `/`
-    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / stack / folder / box
+    return private_root() / stack / folder / box
 
 
 def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:

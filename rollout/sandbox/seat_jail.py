@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-import tempfile
 import urllib.parse
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -37,6 +36,7 @@ from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation as Isolation
 from rollout.sandbox.jail import BASE_ENV, Jail, jail_uid
 from rollout.sandbox.limits import COMMAND_LIMITS, JailLimits
+from rollout.sandbox.private_root import private_root
 from rollout.sandbox.programs import ProgramInstall, program_install
 from rollout.sandbox.relay_folder import RelayFolder
 from rollout.sandbox.seat_proxy import seat_proxy
@@ -47,7 +47,7 @@ DEFAULT_PORT = 8080  # the gateway's port in the jail when its own is privileged
 
 def agent_workdir() -> Path:
     """A fresh folder for one command's workspace, outside the data directory."""
-    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / "agents" / uuid.uuid4().hex[:16]
+    return private_root() / "agents" / uuid.uuid4().hex[:16]
 
 
 def inside_port(gateway_url: str) -> int:

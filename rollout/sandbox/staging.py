@@ -16,8 +16,9 @@ import ctypes
 import hashlib
 import os
 import stat
-import tempfile
 from pathlib import Path
+
+from rollout.sandbox.private_root import private_root
 
 MS_RDONLY, MS_REMOUNT, MS_BIND, MS_REC = 0x1, 0x20, 0x1000, 0x4000
 MNT_DETACH = 2
@@ -25,7 +26,7 @@ _libc = ctypes.CDLL(None, use_errno=True)
 
 
 def stage_root() -> Path:
-    return Path(tempfile.gettempdir()) / f"rollout-{os.getuid()}" / "staged"
+    return private_root() / "staged"
 
 
 def _check(result: int, what: str) -> None:

@@ -14,7 +14,8 @@ Contract:
   commands run: a Task's `prepare`), links included but never followed.
 - `close()` unmounts it. A tmpfs left mounted by a process that died is mounted afresh when the folder is used
   again.
-- It never follows a link out of `path`.
+- It never follows a link out of `path`, and refuses a `folder` that is a link or another user's
+  (rollout.sandbox.private_root).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import shutil
 import stat
 from pathlib import Path
 
+from rollout.sandbox.private_root import own_folder
 from rollout.sandbox.staging import mounts_at, staged, unstage
 
 MNT_DETACH = 2
@@ -66,7 +68,7 @@ class Workspace:
         for parent in reversed(folder.parents):
             if not parent.exists():
                 parent.mkdir(mode=0o711)
-        folder.mkdir(mode=0o700, exist_ok=True)
+        own_folder(folder, jail_uid=owner)  # never a link, nor a folder another user planted
         self.path = staged(folder, owner, writable=True)
         self._staged = self.path != folder.resolve()
         if os.geteuid() == 0:
