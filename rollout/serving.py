@@ -25,10 +25,12 @@ Contract:
   first (the least recently requested is evicted first), so a league's next episode against a recent
   opponent finds it loaded. An ack lists its opponents and the budget.
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
-- `EngineStates` folds the acks stream into the newest ack per engine URL, reading only what it has not read.
+- `EngineStates` folds the acks stream into the newest ack per engine URL that its `accept` believes,
+  reading only what it has not read; a payload that is not an ack is passed over.
 - Any writer of the ledger can append an ack, so an ack names where prompts go only when it is signed: an
   engine's follower signs each ack (`ServingAck.signed`) with the key of `load_engine_key`, and the gateway
-  routes by an ack only when `signed_by` that key holds (rollout.gateway.routing).
+  folds in (and routes by) an ack only when `signed_by` that key holds (rollout.gateway.routing): a newer
+  unsigned ack for an engine's URL never hides its signed state.
 - Every engine route but `/health` needs the engine API key (`Authorization: Bearer re-…`), which
   `engine_api_key` derives one way from that same key (HMAC-SHA256 under a fixed label): whoever holds
   `engine.key` (the gateway, an engine, its follower) holds the API key with nothing more to provision, and
@@ -41,6 +43,7 @@ import hashlib
 import hmac
 import json
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -110,6 +113,15 @@ class ServingTarget(Payload):
         checked_file_names(self.files)
         if self.format not in FORMATS:
             raise ValueError(f"a serving target's format {self.format!r} is not one of {', '.join(FORMATS)}")
+        # An engine hands `location` to its loader as it is (vLLM would fetch a Hub repository it names): only
+        # Tinker's own sampler paths, and only for the format that has no files.
+        if self.location is not None and (
+            self.format != "tinker" or not self.location.startswith("tinker://")
+        ):
+            raise ValueError(
+                f"a serving target's location {self.location!r} does not fit its format {self.format!r}: only a "
+                "tinker target has one, a tinker:// sampler path"
+            )
 
     @property
     def key(self) -> str:
@@ -164,18 +176,25 @@ class ServingAck(Payload):
 
 @dataclass
 class EngineStates:
-    """Each engine's state: its newest ack, by engine URL (a later ack replaces an earlier one)."""
+    """Each engine's state: its newest ack that `accept` believes, by engine URL (a later ack replaces an
+    earlier one). An ack it does not believe (unsigned, where acks are signed), or a payload that is not an
+    ack, is passed over: it never shadows the engine's believed state."""
 
     by_url: dict[str, ServingAck] = field(default_factory=dict[str, ServingAck])
     cursor: int = 0  # the last `serving/acks` sequence number folded in
+    accept: Callable[[ServingAck], bool] = lambda ack: True
 
     async def refresh(self, ledger: Ledger) -> None:
         """Fold in the acks appended since the last refresh."""
         while events := await ledger.read(SERVING_ACKS, after=self.cursor):
             self.cursor = events[-1].seq
             for event in events:
-                ack = ServingAck.from_payload(dict(event.payload))
-                self.by_url[ack.url] = ack
+                try:
+                    ack = ServingAck.from_payload(dict(event.payload))
+                except (TypeError, ValueError):
+                    continue  # any ledger writer may append here: a forged payload costs only itself
+                if self.accept(ack):
+                    self.by_url[ack.url] = ack
 
     def values(self) -> list[ServingAck]:
         return list(self.by_url.values())

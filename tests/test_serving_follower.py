@@ -104,3 +104,25 @@ def test_the_budget_is_a_setting_and_a_negative_one_is_refused_in_one_line() -> 
         ConfigError, match=r"^bad value for 'services\.engine\.opponent_adapters': -1 [^\n]*$"
     ):
         load(["services.engine.opponent_adapters=-1"])
+
+
+async def test_a_forged_serving_target_is_passed_over_and_the_next_one_still_served(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """Any ledger writer may append a target: one whose `location` would have an engine fetch an adapter of
+    the forger's choosing (vLLM takes a Hub repository there), or that is no target at all, costs only
+    itself."""
+    run = f"forged-{uuid.uuid4().hex[:8]}"
+    forged = ServingTarget(f"{run}/p", f"{run}/p-step000001", 1, run, "lora").to_payload() | {
+        "location": "evil-org/adapter"
+    }
+    real = ServingTarget(f"{run}/p", f"{run}/p-step000002", 2, run, "lora")
+    for key, payload in (("forged", forged), ("junk", {"policy": 1}), (real.key, real.to_payload())):
+        await ledger.append_one(SERVING_TARGETS, NewEvent(key, Kind.SERVING_TARGET, payload))
+    with pytest.raises(ValueError, match="only a tinker target has one"):
+        ServingTarget.from_payload(forged)
+    engine = RecordingEngine()
+    config = FollowerConfig(engine="e", url="http://127.0.0.1:1", runs=(run,), poll_s=0.05)
+    follower = ServingFollower(ledger, engine, open_store(tmp_path.as_uri()), config, tmp_path / "cache")
+    await follower.step()
+    assert engine.loaded == [real.checkpoint]

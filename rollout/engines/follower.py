@@ -147,7 +147,11 @@ class ServingFollower:
             for event in events:
                 if event.kind != Kind.SERVING_TARGET:
                     continue
-                target = ServingTarget.from_payload(dict(event.payload))
+                try:
+                    target = ServingTarget.from_payload(dict(event.payload))
+                except ValueError as error:  # any ledger writer may append here: it costs only itself
+                    log.warning("passing over serving target %s: %s", event.key, error)
+                    continue
                 if target.model and self.config.model and target.model != self.config.model:
                     continue  # another base model's checkpoint: an engine of that model serves it
                 if not self.config.runs or target.run in self.config.runs:

@@ -7,13 +7,16 @@ run and kept (the newest `MAX_RUNS_REMEMBERED` runs); a seat of no run has only 
 trains its own lineage of a policy (`{run}/{policy}`): an external model is named by the policy's last part.
 
 Where a model is sent is the gateway's configuration, never a ledger writer's: a run's model that names an API
-base (`MODEL@API_BASE`) is served only when that base is one the gateway was configured with (an `--external`
-model's, or one of `services.gateway.external_api_bases`); any other raises `ExternalModelRefused` (the
-gateway's 403), so no prompt, and no provider key LiteLLM would send with it, reaches a server a run chose.
+base (`MODEL@API_BASE`), or whose name holds a URL (`huggingface/https://HOST/...`: LiteLLM sends there,
+whatever the provider prefix), is served only when that base is one the gateway was configured with (an
+`--external` model's, or one of `services.gateway.external_api_bases`); any other raises
+`ExternalModelRefused` (the gateway's 403), so no prompt, and no provider key LiteLLM would send with it,
+reaches a server a run chose.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Collection, Mapping
 
 from rollout.engines.external import ExternalModel
@@ -25,6 +28,11 @@ MAX_RUNS_REMEMBERED = 1024
 
 class ExternalModelRefused(Exception):
     """A run names an external model at an API base this gateway was not configured to reach."""
+
+
+# An endpoint written into the model's name: LiteLLM sends `huggingface/https://HOST/...` to that URL,
+# whatever `api_base` says.
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://\S+")
 
 
 def _base(url: str) -> str:
@@ -58,9 +66,16 @@ class ExternalModels:
                 self._by_run.pop(next(iter(self._by_run)))
             self._by_run[seat.run] = models
         model = models.get(policy)
-        if model is not None and model.api_base and _base(model.api_base) not in self.api_bases:
-            raise ExternalModelRefused(
-                f"run {seat.run} seats {policy!r} with {model.model} at {model.api_base}, an API base this "
-                "gateway was not configured with: add it to services.gateway.external_api_bases"
-            )
+        if model is None:
+            return None
+        for where in (model.api_base, *_URL.findall(model.model)):
+            if where and not self._allowed(_base(where)):
+                raise ExternalModelRefused(
+                    f"run {seat.run} seats {policy!r} with {model.model} at {where}, an API base this gateway "
+                    "was not configured with: add it to services.gateway.external_api_bases"
+                )
         return model
+
+    def _allowed(self, where: str) -> bool:
+        """Whether `where` is a configured base, or a path under one (`BASE/models/NAME`)."""
+        return any(where == base or where.startswith(base + "/") for base in self.api_bases)

@@ -24,7 +24,7 @@ from dataclasses import dataclass, replace
 
 from rollout.engines.protocol import Engine
 from rollout.ledger import Ledger
-from rollout.serving import BASE_CHECKPOINT, EngineStates
+from rollout.serving import BASE_CHECKPOINT, EngineStates, ServingAck
 
 
 @dataclass
@@ -61,7 +61,7 @@ class Routes:
         self.refresh_s = refresh_s
         self._connect = connect
         self._read_at = float("-inf")
-        self.states = EngineStates()
+        self.states = EngineStates(accept=self._believed)
         self._engines: dict[str, Engine] = {}  # url -> engine, for engines reached through their acks
 
     async def refresh(self) -> None:
@@ -71,12 +71,7 @@ class Routes:
     async def slots(self, *, fresh: bool = False) -> list[EngineSlot]:
         if fresh or time.monotonic() - self._read_at >= self.refresh_s:
             await self.refresh()
-        configured = {_engine_url(slot.engine) for slot in self.configured}
-        acks = {
-            url: ack
-            for url, ack in self.states.by_url.items()
-            if (ack.signed_by(self.ack_key) if self.ack_key is not None else url in configured)
-        }
+        acks = self.states.by_url
         found = [slot for slot in self.configured if _engine_url(slot.engine) not in acks]
         for url, ack in acks.items():
             if ack.sleeping:
@@ -90,6 +85,12 @@ class Routes:
                 EngineSlot(engine, s.checkpoint, s.version, policy=s.policy, model=model) for s in ack.serving
             )
         return found
+
+    def _believed(self, ack: ServingAck) -> bool:
+        """An ack signed with the engines' key; without a key, one about an engine this gateway was given."""
+        if self.ack_key is not None:
+            return ack.signed_by(self.ack_key)
+        return ack.url in {_engine_url(slot.engine) for slot in self.configured}
 
     async def models(self) -> set[str]:
         """The base models the believed engines serve (the gateway's own among them)."""

@@ -263,25 +263,31 @@ class EngineRow:
 
 
 async def engines(ledger: Ledger) -> list[EngineRow]:
-    """Each engine's newest `ServingAck` (by URL)."""
+    """Each engine's newest `ServingAck` (by URL). Any ledger writer may append to the acks stream: a payload
+    that is not an ack is passed over, never the reason the others go unread."""
     rows = await ledger._fetch_all(
         "SELECT DISTINCT ON (payload->>'url') payload, recorded_at FROM event WHERE stream_id = %s"
-        " ORDER BY payload->>'url', seq DESC",
+        " AND jsonb_typeof(payload->'url') = 'string' ORDER BY payload->>'url', seq DESC",
         (SERVING_ACKS,),
     )
-    return [
-        EngineRow(
-            engine=str(row["payload"]["engine"]),
-            url=str(row["payload"]["url"]),
-            serving=[str(s["checkpoint"]) for s in row["payload"].get("serving") or []],
-            sleeping=bool(row["payload"].get("sleeping")),
-            failed=row["payload"].get("failed"),
+    return [engine for row in rows if (engine := _engine_row(row)) is not None]
+
+
+def _engine_row(row: dict[str, Any]) -> EngineRow | None:
+    payload = row["payload"]
+    try:
+        return EngineRow(
+            engine=str(payload["engine"]),
+            url=str(payload["url"]),
+            serving=[str(s["checkpoint"]) for s in payload.get("serving") or []],
+            sleeping=bool(payload.get("sleeping")),
+            failed=payload.get("failed"),
             recorded_at=row["recorded_at"],
-            opponents=[str(name) for name in row["payload"].get("opponents") or []],
-            opponent_budget=int(row["payload"].get("opponent_budget") or 0),
+            opponents=[str(name) for name in payload.get("opponents") or []],
+            opponent_budget=int(payload.get("opponent_budget") or 0),
         )
-        for row in rows
-    ]
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 async def eval_results(ledger: Ledger, *, limit: int = 20000) -> list[dict[str, Any]]:
