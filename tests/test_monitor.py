@@ -184,6 +184,23 @@ def test_a_ledger_that_is_down_is_a_banner_naming_it(
     assert "is not answering" in banner.value and "127.0.0.1:" in banner.value
 
 
+def websocket_status(port: int, host: str) -> int:
+    """The status the dashboard answers a websocket upgrade of its stream to, sent with `Host: host`."""
+    import base64
+    import os
+    import socket
+
+    key = base64.b64encode(os.urandom(16)).decode()
+    request = (
+        f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+        f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\nOrigin: http://{host}\r\n\r\n"
+    )
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as connection:
+        connection.sendall(request.encode())
+        status_line = connection.recv(4096).split(b"\r\n", 1)[0].decode()
+    return int(status_line.split()[1])
+
+
 @pytest.mark.slow
 def test_rollout_up_runs_the_dashboard_as_a_supervised_service(tmp_path: Path) -> None:
     import os
@@ -213,6 +230,11 @@ def test_rollout_up_runs_the_dashboard_as_a_supervised_service(tmp_path: Path) -
         assert monitor["healthy"] and str(monitor["address"]).startswith("http://127.0.0.1:")
         page = httpx.get(f"{monitor['address']}/", timeout=10)
         assert page.status_code == 200 and "streamlit" in page.text.lower()
+        # A web page that rebinds its own name to 127.0.0.1 sends that name: the dashboard's websocket (all
+        # its data and actions) is refused to it, as the gateway refuses it.
+        port = int(str(monitor["address"]).rsplit(":", 1)[1])
+        assert websocket_status(port, f"127.0.0.1:{port}") == 101
+        assert websocket_status(port, f"rebound.example:{port}") == 403
         pid = read_pid_file(tmp_path / "data" / "run" / "monitor.pid")
         assert pid is not None
         os.kill(pid.pid, signal.SIGKILL)

@@ -31,7 +31,7 @@ def monitor(
     and Temporal and keeps no state of its own. Binds 127.0.0.1 by default; another address needs a login
     token in $ROLLOUT_MONITOR_TOKEN. With --cluster it shows the current cluster context's runs (`rollout
     cluster connect`)."""
-    from rollout.http_guard import is_loopback
+    from rollout.http_guard import LOOPBACK_NAMES, is_loopback
     from rollout.monitor.context import OVERRIDES_VARIABLE
     from rollout.monitor.login import TOKEN_VARIABLE
 
@@ -71,6 +71,11 @@ def monitor(
         "--server.fileWatcherType",
         "none",
     ]
+    if is_loopback(host):
+        # Streamlit checks the websocket's Host against these (its data and actions go over it): a web page
+        # that rebinds its own name to 127.0.0.1 sends that name and is refused, as the gateway refuses it.
+        for name in sorted({*LOOPBACK_NAMES, host}):
+            command += ["--server.allowedHosts", name]
     # The dashboard takes this process's place (and pid: the stack's supervisor keeps it by that pid).
     os.execve(sys.executable, command, environment)
 
