@@ -36,6 +36,7 @@ from rollout.isolation import SandboxIsolation
 
 # The author API: what an environment's author imports (kept stable across releases).
 __all__ = [
+    "BadToolCall",
     "CommandOutcome",
     "CommandSetup",
     "End",
@@ -43,6 +44,8 @@ __all__ = [
     "RunContext",
     "SandboxSeat",
     "Task",
+    "finite_number",
+    "tool_arguments",
 ]
 
 

@@ -117,7 +117,8 @@ async def test_a_forged_serving_target_is_passed_over_and_the_next_one_still_ser
         "location": "evil-org/adapter"
     }
     real = ServingTarget(f"{run}/p", f"{run}/p-step000002", 2, run, "lora")
-    for key, payload in (("forged", forged), ("junk", {"policy": 1}), (real.key, real.to_payload())):
+    junk = {"run": run, "policy": 1}  # no target; `run` as other readers of the stream look for it
+    for key, payload in (("forged", forged), ("junk", junk), (real.key, real.to_payload())):
         await ledger.append_one(SERVING_TARGETS, NewEvent(key, Kind.SERVING_TARGET, payload))
     with pytest.raises(ValueError, match="only a tinker target has one"):
         ServingTarget.from_payload(forged)
