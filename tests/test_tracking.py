@@ -338,3 +338,32 @@ def test_an_otlp_feed_restarted_part_way_exports_each_span_once_and_a_refusal_na
         refusing.stop()
     held = OtlpSink(trained_run, OtlpSpec("x"), tmp_path / "refused").positions(set())
     assert EPISODES_STREAM not in held, "nothing the collector refused is counted as held"
+
+
+def test_a_turns_timings_any_ledger_writer_chose_never_stop_its_trace() -> None:
+    from datetime import UTC, datetime
+
+    from rollout.ledger.payloads import SampledTurn
+    from rollout.tracking.traces import _turn_spans
+
+    at = datetime(2026, 12, 6, tzinfo=UTC)
+    forged = {"render_s": 1e308, "sample_s": float("inf"), "compute_s": float("nan")}
+    forged |= {f"t{n}": 1.0 for n in range(1000)}
+    turn = SampledTurn(
+        turn_index=0,
+        segment_id="s",
+        prompt_prefix_len=0,
+        prompt_ids_delta=(1,),
+        completion_ids=(2,),
+        completion_logprobs=(-0.1,),
+        checkpoint="base",
+        finish_reason="stop",
+        reply={},
+        n_messages=1,
+        messages_sha="m",
+        tools_sha="t",
+        timings=forged,
+    )
+    whole, gateway, engine = _turn_spans("0" * 32, "seat/a", turn, at)
+    assert whole.start == whole.end == at and gateway.end == engine.start == at
+    assert len(engine.attributes) <= 9, "a few of its timings, never a thousand"

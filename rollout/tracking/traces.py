@@ -22,11 +22,14 @@ Contract:
   `EVENTS_PER_READ` events of the episodes stream a call (`caught_up` says whether that was all). A step's
   trace waits until the policy's next step is complete (its engines took its checkpoint long before), or
   `release` (the run is over).
-- Every payload is read as a record; one that does not parse costs its own span, never the trace.
+- Every payload is read as a record; one that does not parse costs its own span, never the trace. A turn's
+  timings are drawn only when they are numbers from 0 to `MAX_TURN_S` (0 otherwise): no writer's value can
+  stop the feed.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from datetime import datetime, timedelta
 
@@ -42,6 +45,8 @@ from rollout.workflows.names import run_policy
 from rollout.workflows.tracking_types import TrackingInput
 
 EPISODES_STREAM = "traces/episodes"
+MAX_TURN_S = 86_400.0  # a turn's timing past a day is no timing
+ENGINE_TIMINGS = 8  # of a turn's recorded timings, at most this many become attributes
 EVENTS_PER_READ = 200  # of the episodes stream, each poll: bounds what one poll builds and holds
 
 
@@ -118,7 +123,7 @@ async def episode_spans(ledger: Ledger, run: str, ended: EpisodeEnded, ended_at:
 def _turn_spans(trace: str, seat_path: str, turn: SampledTurn | ExternalTurn, at: datetime) -> list[Span]:
     path = f"{seat_path}/turn/{turn.turn_index}"
     timings = turn.timings
-    render_s, sample_s = max(0.0, timings.get("render_s", 0.0)), max(0.0, timings.get("sample_s", 0.0))
+    render_s, sample_s = _duration(timings.get("render_s")), _duration(timings.get("sample_s"))
     start = at - _seconds(render_s + sample_s)
     attributes: dict[str, AttributeValue | None] = {
         "rollout.turn_index": turn.turn_index,
@@ -156,10 +161,10 @@ def _turn_spans(trace: str, seat_path: str, turn: SampledTurn | ExternalTurn, at
             parent=path,
             attributes={
                 "rollout.engine": turn.engine or None,
-                **{
+                **{  # the engine's own timings (queued_s, compute_s): a few finite numbers, never more
                     f"rollout.engine.{name}": value
-                    for name, value in timings.items()
-                    if name not in ("render_s", "sample_s")
+                    for name, value in list(timings.items())[:ENGINE_TIMINGS]
+                    if name not in ("render_s", "sample_s") and math.isfinite(value)
                 },
             },
         ),
@@ -239,6 +244,14 @@ def _format(target: RecordedEvent) -> str:
 
 def _seconds(value: float) -> timedelta:
     return timedelta(seconds=value)
+
+
+def _duration(value: object) -> float:
+    """A turn's recorded timing as seconds to draw: any ledger writer can record one, so anything but a
+    number from 0 to `MAX_TURN_S` (inf, NaN, 1e308, a string) is drawn as 0, never raised on."""
+    if not isinstance(value, int | float) or isinstance(value, bool) or not 0 <= value <= MAX_TURN_S:
+        return 0.0
+    return float(value)
 
 
 class TraceReader:
