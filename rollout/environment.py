@@ -119,6 +119,9 @@ class AgentSeatSpec:
     # What else of this machine an external command reads (its script, its data), read-only at the same path
     # in its jail; the install of its program (and of a script's interpreter) is found without being named.
     readable: tuple[str, ...] = ()
+    # The Python distributions (with what they require) a Python command imports from its interpreter's
+    # environment, say ("openai",): nothing else installed there is in its jail (rollout.sandbox.programs).
+    packages: tuple[str, ...] = ()
     # A model the platform does not train, reached through LiteLLM: `anthropic/claude-sonnet-4-5`, or
     # `openai/NAME@API_BASE` for any OpenAI-compatible server. Its turns are recorded as text, never trained.
     model: str | None = None

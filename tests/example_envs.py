@@ -113,7 +113,10 @@ external_arithmetic = Environment(
     Dataset([{}]),
     agents=(
         AgentSeatSpec(
-            "solver", command=(sys.executable, EXTERNAL_AGENT, "{workdir}"), readable=(EXTERNAL_AGENT,)
+            "solver",
+            command=(sys.executable, EXTERNAL_AGENT, "{workdir}"),
+            readable=(EXTERNAL_AGENT,),
+            packages=("openai",),
         ),
     ),
     group_size=2,
@@ -152,7 +155,12 @@ def conversing_judged() -> Environment:
         lambda parameters, agent: Conversing() if agent == "solver" else JudgeAsked(),
         Dataset([{}]),
         agents=(
-            AgentSeatSpec("solver", command=(sys.executable, CONVERSING_AGENT), readable=(CONVERSING_AGENT,)),
+            AgentSeatSpec(
+                "solver",
+                command=(sys.executable, CONVERSING_AGENT),
+                readable=(CONVERSING_AGENT,),
+                packages=("openai",),
+            ),
             AgentSeatSpec("judge", policy="judge", model=judge),
         ),
         group_size=2,

@@ -219,7 +219,7 @@ def test_an_archive_never_writes_outside_its_folder(tmp_path: Path) -> None:
 
 async def test_a_workspace_the_runner_will_not_take_back_leaves_an_empty_folder(tmp_path: Path) -> None:
     seat = RemoteSeat(
-        client=cast(SandboxClient, None), program="x", readable=(), workdir=tmp_path, base_url=""
+        client=cast(SandboxClient, None), program="x", readable=(), packages=(), workdir=tmp_path, base_url=""
     )
     (tmp_path / "prepared").write_text("the Task's")
     for sent in ("not base64 at all!", base64.b64encode(b"not a tar").decode()):

@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import shutil
 import subprocess
 import sys
 import uuid
@@ -33,11 +35,33 @@ from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput, RunStatus
 from rollout_testing.cluster import Cluster
-from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SHELL_FILE_LIMIT, TARGETS, attacks
+from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SEAT_VENV, SHELL_FILE_LIMIT, TARGETS, attacks
 
 pytestmark = pytest.mark.slow
 
 HONEST_REWARD = 0.6  # clamp's unmodified repository: 3 of its 5 hidden tests pass
+
+
+@pytest.fixture(scope="module")
+def seat_venv() -> Path:
+    """The command seat's interpreter: a virtual environment with the `coding` wheel installed non-editable,
+    the image's layout, where its grader's answers sit in site-packages."""
+    uv = os.environ.get("UV") or shutil.which("uv") or "uv"
+    shutil.rmtree(SEAT_VENV, ignore_errors=True)
+    subprocess.run([uv, "venv", "-q", str(SEAT_VENV), "--python", sys.executable], check=True)
+    coding = Path(__file__).parents[1] / "envs" / "coding"
+    install = [
+        uv,
+        "pip",
+        "install",
+        "-q",
+        "--python",
+        str(SEAT_VENV / "bin" / "python"),
+        "--no-deps",
+        str(coding),
+    ]
+    subprocess.run(install, check=True)
+    return SEAT_VENV / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"
 
 
 def _port(url: str) -> int:
@@ -66,7 +90,7 @@ async def _play(
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("seat_host", ["runner", "command host"])
 def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
-    cluster: Cluster, stack_settings: Settings, seat_host: str
+    cluster: Cluster, stack_settings: Settings, seat_host: str, seat_venv: Path
 ) -> None:
     engine_url = cluster.engine(script="tests.red_team:red_team_policy")
     gateway_url = cluster.gateway(engine_url)
@@ -94,8 +118,11 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         "hidden_tests": str(
             resources.files("coding.grader").joinpath("dataset", "01-clamp", "hidden_tests.py")
         ),
-        "venv": sys.prefix,
-        "packages": str(Path(httpx.__file__).parent),
+        "installed_hidden_tests": str(
+            seat_venv / "coding" / "grader" / "dataset" / "01-clamp" / "hidden_tests.py"
+        ),
+        "venv": str(SEAT_VENV),
+        "packages": str(seat_venv / "coding"),
         "ports": {
             "postgres": _port(stack_settings.ledger_url.rsplit("/", 1)[0]),
             "temporal": _port(stack_settings.temporal_address),
@@ -105,7 +132,7 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         "pids": {"gateway": gateway.process.pid, "runner": runner.process.pid, "victim": victim.pid},
         "sleep": sleeper,
     }
-    for path in ("operator_key", "gateway_secret", "sandbox_key", "hidden_tests"):
+    for path in ("operator_key", "gateway_secret", "sandbox_key", "hidden_tests", "installed_hidden_tests"):
         assert Path(targets[path]).is_file(), f"{path} is there to be attacked"
     TARGETS.write_text(json.dumps(targets))
     try:
@@ -144,7 +171,7 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         assert httpx.get(f"{gateway_url}/health").status_code == 200
         leftover = subprocess.run(["pgrep", "-f", f"sleep {sleeper}"], capture_output=True, text=True)
         assert leftover.stdout.strip() == "", "no setsid sleeper outlived its claim"
-        assert not (Path(sys.prefix) / "red-team-was-here").exists()
+        assert not (SEAT_VENV / "red-team-was-here").exists()
         assert not (Path(targets["packages"]) / "red-team-was-here").exists()
         assert not list(Path(targets["data_dir"]).rglob("big")), "no 10 GB file landed in the data directory"
         assert set(HARMFUL) <= set(names)

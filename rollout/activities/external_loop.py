@@ -105,6 +105,7 @@ async def play_external(
     turn_timeout_s: float = TURN_TIMEOUT_S,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
     readable: Sequence[str] = (),
+    packages: Sequence[str] = (),
     hosts: CommandHosts | None = None,
 ) -> LoopOutcome:
     """Start the command on the seat (in this runner's jail, or on a command host of `hosts`), wait for it,
@@ -121,10 +122,18 @@ async def play_external(
             gateway_url=base_url,
             token=token,
             readable=readable,
+            packages=packages,
             timeout_s=timeout_s,
         )
         if hosts is not None
-        else seat_jail(command[0], gateway_url=base_url, token=token, isolation=isolation, readable=readable)
+        else seat_jail(
+            command[0],
+            gateway_url=base_url,
+            token=token,
+            isolation=isolation,
+            readable=readable,
+            packages=packages,
+        )
     )
     try:
         async with place as seat:

@@ -282,6 +282,7 @@ class RunnerActivities:
                 count_turns=lambda: self._turns(context.seat),
                 isolation=self.isolation,
                 readable=spec.readable,
+                packages=spec.packages,
                 hosts=CommandHosts(SandboxPool(self.ledger, self.sandbox_key), self.command_pool)
                 if self.command_pool
                 else None,

@@ -8,16 +8,17 @@ Contract:
   bubblewrap only (`SandboxSetupError` for isolation `none`: then it would protect nothing).
 - `act(seat, order, gateway=)` runs one command seat's whole command and answers how it ended. The order is
   `{"program": str, "argv": [str], "env": {str: str}, "cwd": str, "timeout_s": number, "readable": [str],
-  "files": str}`: `files` is the workspace the runner's Task prepared (rollout.sandbox.archive, base64). It
-  opens a seat jail (rollout.sandbox.seat_jail) for `program` that reaches only `gateway`'s own seat routes
-  (`{base}/s/{token}`), unpacks `files` into its workspace (refused with 400 when unsafe or over
-  `MAX_ARCHIVE_BYTES`), sets the seat's URL variables as the jail sees them (over any the order names), runs
-  `argv` (`{workdir}` there becomes `/sandbox`) for at most `timeout_s` (≤ `MAX_TIMEOUT_S`), and answers
-  `{"exit_code", "output" (its last `OUTPUT_TAIL_BYTES`), "truncated", "timed_out", "files"}`, `files` being
-  the workspace as the command left it, packed the same way, or `""` with `"files_dropped": true` when it
-  packs to more than `MAX_ARCHIVE_BYTES`. A program this host does not have is refused with 400; a host
-  that cannot jail answers 503 (`SandboxWorldLost`). When the act ends, nothing the command started runs any
-  more and its workspace is gone.
+  "packages": [str], "files": str}`: `files` is the workspace the runner's Task prepared
+  (rollout.sandbox.archive, base64). It opens a seat jail (rollout.sandbox.seat_jail) for `program` (with the
+  Python `packages` it names) that reaches only `gateway`'s own seat routes (`{base}/s/{token}`), unpacks
+  `files` into its workspace (refused with 400 when unsafe or over `MAX_ARCHIVE_BYTES`), sets the seat's URL
+  variables as the jail sees them (over any the order names), runs `argv` (`{workdir}` there becomes
+  `/sandbox`) for at most `timeout_s` (≤ `MAX_TIMEOUT_S`), and answers `{"exit_code", "output" (its last
+  `OUTPUT_TAIL_BYTES`), "truncated", "timed_out", "files"}`, `files` being the workspace as the command left
+  it, packed the same way, or `""` with `"files_dropped": true` when it packs to more than
+  `MAX_ARCHIVE_BYTES`. A program this host does not have is refused with 400; a host that cannot jail answers
+  503 (`SandboxWorldLost`). When the act ends, nothing the command started runs any more and its workspace is
+  gone.
 - `reset()` (a newer claim) kills every command still running; its act raises `CommandKilled`, as does one
   that had not started yet.
 """
@@ -44,6 +45,7 @@ OUTPUT_TAIL_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 24 * 3600.0
 _SEAT_URL = re.compile(r"^(https?://[A-Za-z0-9.:\[\]-]+)/s/([A-Za-z0-9_-]+)$")
 _VARIABLE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_DISTRIBUTION = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")  # a Python distribution's name
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,7 @@ class CommandOrder:
     cwd: str
     timeout_s: float
     readable: tuple[str, ...]
+    packages: tuple[str, ...]
     files: bytes
 
     @classmethod
@@ -86,13 +89,20 @@ class CommandOrder:
             isinstance(r, str) and r.startswith("/") for r in readable
         ):
             raise ValueError("a command order's `readable` is a list of absolute paths")
+        packages = action.get("packages", [])
+        if not isinstance(packages, list) or not all(
+            isinstance(p, str) and _DISTRIBUTION.match(p) for p in packages
+        ):
+            raise ValueError("a command order's `packages` is a list of Python distribution names")
         try:
             files = base64.b64decode(str(action.get("files", "")), validate=True)
         except (binascii.Error, ValueError) as error:
             raise ValueError("a command order's `files` is base64") from error
         if len(files) > MAX_ARCHIVE_BYTES:
             raise ValueError(f"a command order's `files` pack to more than {MAX_ARCHIVE_BYTES} bytes")
-        return cls(program, tuple(argv), dict(env), cwd, float(timeout), tuple(readable), files)
+        return cls(
+            program, tuple(argv), dict(env), cwd, float(timeout), tuple(readable), tuple(packages), files
+        )
 
 
 class CommandHost:
@@ -163,6 +173,7 @@ class CommandHost:
             token=token,
             isolation=Isolation.bwrap,
             readable=order.readable,
+            packages=order.packages,
             limits=self.limits,
         ) as seat:
             unpack(order.files, seat.workdir, limit_bytes=min(MAX_ARCHIVE_BYTES, self.limits.disk_bytes))

@@ -2,17 +2,18 @@
 one.
 
 Contract:
-- `Jail(workspace, limits=, readable=, isolation=)` runs commands (`run`) whose only writable place is the
-  workspace's folder, seen inside at `INSIDE` (`/sandbox`): their HOME, and their current directory (or a
-  folder in it that `run` names).
+- `Jail(workspace, limits=, readable=, masked=, isolation=)` runs commands (`run`) whose only writable place
+  is the workspace's folder, seen inside at `INSIDE` (`/sandbox`): their HOME, and their current directory (or
+  a folder in it that `run` names).
 - Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC,
   UTS, cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further
   user namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files
   of `/etc` (`ETC_FILES`; none that could hold a credential), the `readable` paths (read-only, at the same
   path), private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and `/tmp` (a tmpfs of
-  `limits.tmp_bytes`). The host's other files, its processes, their environments and command lines, and the
-  data directory do not exist there. Its environment is `env` over `BASE_ENV`: nothing of the host's is
-  inherited.
+  `limits.tmp_bytes`). A `masked` folder inside a readable one is empty there but for the readable paths
+  within it (a Python install's `site-packages`: rollout.sandbox.programs). The host's other files, its
+  processes, their environments and command lines, and the data directory do not exist there. Its environment
+  is `env` over `BASE_ENV`: nothing of the host's is inherited.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
   with the rlimits only.
@@ -151,9 +152,12 @@ def _namespaces() -> list[str]:
     ]
 
 
-def _root_filesystem(readable: Sequence[tuple[Path, Path]], tmp_bytes: int = 64 * 1024 * 1024) -> list[str]:
+def _root_filesystem(
+    readable: Sequence[tuple[Path, Path]], tmp_bytes: int = 64 * 1024 * 1024, masked: Sequence[Path] = ()
+) -> list[str]:
     """The jail's read-only root; `readable` are (source, path): folders bound read-only at `path`, from where
-    the jail's uid reaches them (rollout.sandbox.staging)."""
+    the jail's uid reaches them (rollout.sandbox.staging); `masked`, folders inside them shown empty but for
+    the readable paths within."""
     argv = ["--ro-bind", "/usr", "/usr"]
     for top in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
         path = Path("/", top)
@@ -166,8 +170,22 @@ def _root_filesystem(readable: Sequence[tuple[Path, Path]], tmp_bytes: int = 64 
     size = str(tmp_bytes)
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
     argv += ["--size", size, "--tmpfs", "/tmp"]
+
+    def hidden(path: Path) -> bool:
+        return any(path.is_relative_to(folder) for folder in masked)
+
     for source, path in readable:  # after /tmp's tmpfs: a readable path may be under /tmp
-        argv += ["--ro-bind", str(source), str(path)]
+        if not hidden(path):
+            argv += ["--ro-bind", str(source), str(path)]
+    shown = [path for _, path in readable if not hidden(path)]
+    masks = [folder for folder in masked if any(folder.is_relative_to(path) for path in shown)]
+    for folder in masks:  # an empty, read-only folder over what a bound tree holds there
+        argv += ["--perms", "0755", "--size", "4096", "--tmpfs", str(folder)]
+    for source, path in readable:
+        if hidden(path):
+            argv += ["--ro-bind", str(source), str(path)]
+    for folder in masks:
+        argv += ["--remount-ro", str(folder)]
     return argv
 
 
@@ -178,6 +196,7 @@ class Jail:
         *,
         limits: JailLimits,
         readable: Sequence[Path] = (),
+        masked: Sequence[Path] = (),
         isolation: Isolation = Isolation.bwrap,
     ) -> None:
         if isolation is Isolation.bwrap and (problem := jail_problem()) is not None:
@@ -187,6 +206,7 @@ class Jail:
         self.isolation = isolation
         self.uid = jail_uid()
         self.readable = tuple(Path(p).resolve() for p in readable)
+        self.masked = tuple(Path(p).resolve() for p in masked)
         for path in self.readable:
             if isolation is Isolation.bwrap and (
                 path.is_relative_to(INSIDE) or Path(INSIDE).is_relative_to(path)
@@ -209,7 +229,9 @@ class Jail:
         return [
             _bwrap(),
             *_namespaces(),
-            *_root_filesystem(list(zip(self._sources, self.readable, strict=True)), self.limits.tmp_bytes),
+            *_root_filesystem(
+                list(zip(self._sources, self.readable, strict=True)), self.limits.tmp_bytes, self.masked
+            ),
             *extra,
             "--bind",
             str(self.workspace.path),

@@ -4,11 +4,11 @@ pumps to.
 Contract:
 - `RelayFolder.create(folder)` makes `folder` (mode 0755, whatever the umask: the jail's uid reads the relay
   and reaches the sockets; each socket is 0600 and the jail's own) and copies rollout.sandbox.relay into it.
-  `readable` is what a jail must be able to read to run it (the bare interpreter's install, and the folder); a
-  jail whose commands must not share the folder's sockets reads `interpreter` only, and each command `binds`
-  the relay and its own sockets; `argv(pairs)` is the command prefix that runs a jailed command behind the
-  relay, each (port, socket name) pair a port of the jail's loopback pumped to that socket of the folder.
-  `remove()` deletes the folder.
+  `readable` is what a jail must be able to read to run it (the bare interpreter's install, and the folder),
+  and `masked` what of that it shows empty (rollout.sandbox.programs); a jail whose commands must not share
+  the folder's sockets reads `interpreter`'s paths only, and each command `binds` the relay and its own
+  sockets; `argv(pairs)` is the command prefix that runs a jailed command behind the relay, each (port, socket
+  name) pair a port of the jail's loopback pumped to that socket of the folder. `remove()` deletes the folder.
 - The relay runs on this interpreter's own install, not its virtual environment's: it needs the standard
   library only.
 """
@@ -23,7 +23,7 @@ from pathlib import Path
 
 from rollout.sandbox import relay
 from rollout.sandbox.jail import BASE_ENV
-from rollout.sandbox.programs import program_install
+from rollout.sandbox.programs import ProgramInstall, program_install
 
 
 def base_interpreter() -> str:
@@ -35,7 +35,7 @@ def base_interpreter() -> str:
 @dataclass(frozen=True)
 class RelayFolder:
     folder: Path
-    interpreter: tuple[Path, ...]  # what runs the relay: the bare interpreter's install
+    interpreter: ProgramInstall  # what runs the relay: the bare interpreter's install
 
     @classmethod
     def create(cls, folder: Path) -> RelayFolder:
@@ -43,11 +43,15 @@ class RelayFolder:
         folder.mkdir(parents=True, mode=0o755, exist_ok=True)
         folder.chmod(0o755)
         shutil.copyfile(relay.__file__, folder / "relay.py")
-        return cls(folder, python.readable)
+        return cls(folder, python)
 
     @property
     def readable(self) -> tuple[Path, ...]:
-        return (*self.interpreter, self.folder)
+        return (*self.interpreter.readable, self.folder)
+
+    @property
+    def masked(self) -> tuple[Path, ...]:
+        return self.interpreter.masked
 
     def binds(self, pairs: Sequence[tuple[int, str]]) -> tuple[Path, ...]:
         """What one command behind `argv(pairs)` must read besides `interpreter`: the relay and its own

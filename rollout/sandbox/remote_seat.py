@@ -3,9 +3,9 @@ than in the runner's own jail: the runner keeps the Task, its keys and its files
 runs on the host.
 
 Contract:
-- `remote_seat(pool, kind, holder, program=, gateway_url=, token=, readable=, timeout_s=)` claims a host of
-  `kind` from the pool (holder `holder`: one claim per command, never shared), opens the claim with network
-  `gateway` (the seat's own routes, nothing else), keeps the claim renewed while the block runs and
+- `remote_seat(pool, kind, holder, program=, gateway_url=, token=, readable=, packages=, timeout_s=)` claims a
+  host of `kind` from the pool (holder `holder`: one claim per command, never shared), opens the claim with
+  network `gateway` (the seat's own routes, nothing else), keeps the claim renewed while the block runs and
   releases it after. It yields a `RemoteSeat`; `NoSandboxFree` when no host is free within `wait_s`.
 - `RemoteSeat` has what rollout.sandbox.seat_jail's `SeatJail` has for a Task: `workdir` (a fresh folder on
   the runner that the Task's `prepare` fills, and that holds the command's workspace after `run`), `inside`
@@ -50,6 +50,7 @@ class RemoteSeat:
     client: SandboxClient
     program: str
     readable: tuple[str, ...]
+    packages: tuple[str, ...]
     workdir: Path
     base_url: str
     inside: str = INSIDE
@@ -73,6 +74,7 @@ class RemoteSeat:
                 "cwd": cwd,
                 "timeout_s": timeout_s,
                 "readable": list(self.readable),
+                "packages": list(self.packages),
                 "files": base64.b64encode(files).decode(),
             }
         )
@@ -120,6 +122,7 @@ async def remote_seat(
     gateway_url: str,
     token: str,
     readable: Sequence[str] = (),
+    packages: Sequence[str] = (),
     timeout_s: float,
     wait_s: float = 300,
 ) -> AsyncIterator[RemoteSeat]:
@@ -154,6 +157,7 @@ async def remote_seat(
                 client=client,
                 program=program,
                 readable=tuple(map(str, readable)),
+                packages=tuple(packages),
                 workdir=workdir,
                 base_url=f"http://127.0.0.1:{inside_port(gateway_url)}",
             )

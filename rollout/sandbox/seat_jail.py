@@ -2,11 +2,12 @@
 seat.
 
 Contract:
-- `seat_jail(program, gateway_url=, token=, isolation=, readable=, limits=)` opens, for one command, a fresh
-  workspace outside the data directory (`agent_workdir()`; a tmpfs of `limits.disk_bytes` when run by root)
-  and a jail on it (rollout.sandbox.jail) whose root can read, besides the system's directories, the install
-  of the command's `program` (rollout.sandbox.programs), the `readable` paths an environment declares, and
-  nothing else of this machine. On leaving, every process of the jail is killed and the workspace removed.
+- `seat_jail(program, gateway_url=, token=, isolation=, readable=, packages=, limits=)` opens, for one
+  command, a fresh workspace outside the data directory (`agent_workdir()`; a tmpfs of `limits.disk_bytes`
+  when run by root) and a jail on it (rollout.sandbox.jail) whose root can read, besides the system's
+  directories, the install of the command's `program` with the Python `packages` it runs on
+  (rollout.sandbox.programs), the `readable` paths an environment declares, and nothing else of this
+  machine. On leaving, every process of the jail is killed and the workspace removed.
 - Isolation `bwrap`: the jail has no network but its own loopback, where the seat's gateway is at `base_url`
   (`http://127.0.0.1:PORT`): the jail's first process (rollout.sandbox.relay, rollout.sandbox.relay_folder)
   pumps that port to a Unix socket of the runner's (rollout.sandbox.seat_proxy) that forwards only the routes
@@ -116,24 +117,27 @@ async def seat_jail(
     token: str,
     isolation: Isolation,
     readable: Sequence[str | Path] = (),
+    packages: Sequence[str] = (),
     limits: JailLimits = COMMAND_LIMITS,
     search_path: str | None = None,
 ) -> AsyncIterator[SeatJail]:
-    install = program_install(program, search_path or os.environ.get("PATH", BASE_ENV["PATH"]))
+    install = program_install(program, search_path or os.environ.get("PATH", BASE_ENV["PATH"]), packages)
     folder = agent_workdir()
     bwrap = isolation is Isolation.bwrap
     relays = RelayFolder.create(folder.with_name(f"{folder.name}-relay")) if bwrap else None
     paths: list[Path] = [*install.readable, *map(Path, readable)]
+    masked: list[Path] = list(install.masked)
     relay_argv: tuple[str, ...] = ()
     base_url = gateway_url.rstrip("/")
     if relays is not None:
         paths += relays.readable
+        masked += relays.masked
         port = inside_port(gateway_url)
         relay_argv = relays.argv([(port, "gateway.sock")])
         base_url = f"http://127.0.0.1:{port}"
     workspace = Workspace(folder, disk_bytes=limits.disk_bytes, owner=jail_uid())
     try:
-        jail = Jail(workspace, limits=limits, readable=paths, isolation=isolation)
+        jail = Jail(workspace, limits=limits, readable=paths, masked=masked, isolation=isolation)
         try:
             async with contextlib.AsyncExitStack() as stack:
                 if relays is not None:

@@ -113,16 +113,20 @@ class ShellWorld:
             self.workspace.disk_bytes = limits.disk_bytes  # the reset's fresh tmpfs has the new size
             self.network = network
             readable: tuple[Path, ...] = ()
+            masked: tuple[Path, ...] = ()
             if isolation is Isolation.bwrap and not network.none:
                 self._relays = RelayFolder.create(
                     self.workspace.path.with_name(f"{self.workspace.path.name}-relay")
                 )
-                readable = self._relays.interpreter  # each command binds its own sockets, no other seat's
+                # each command binds its own sockets, no other seat's
+                readable, masked = self._relays.interpreter.readable, self._relays.masked
                 for endpoint in network.endpoints:
                     socket = self._relays.socket(f"port-{endpoint.port}.sock")
                     bridge = endpoint_bridge(socket, endpoint, owner=jail_uid())
                     await self._bridges.enter_async_context(bridge)
-            self.jail = Jail(self.workspace, limits=limits, readable=readable, isolation=isolation)
+            self.jail = Jail(
+                self.workspace, limits=limits, readable=readable, masked=masked, isolation=isolation
+            )
         except Exception as error:  # back to the kind's own jail, whole: the claim does not open
             await self._close_network()
             self.network = SandboxNetwork()
