@@ -281,7 +281,7 @@ def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(t
             rights = worker.execute(
                 "SELECT has_table_privilege('event', 'SELECT'), has_table_privilege('event', 'INSERT'),"
                 " has_function_privilege("
-                "'ledger_append(text, text, bigint, text[], text[], jsonb[])', 'EXECUTE')"
+                "'ledger_append(text, text, bigint, text, text[], text[], jsonb[])', 'EXECUTE')"
             ).fetchone()
             assert rights == (True, False, True)
         for role, login in (("rollout_reader", "reader"), ("rollout_sandbox", "sandbox")):

@@ -5,7 +5,7 @@ from datetime import UTC, datetime
 import psycopg
 import pytest
 
-from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, StaleFenceError
+from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent, StaleFenceError
 from rollout.ledger.queries import find_run
 from rollout.ledger.streams import run_stream
 
@@ -81,7 +81,7 @@ async def test_a_writer_holding_no_lease_cannot_fence_a_stream_or_match_its_epoc
     def unfenced(epoch: int, key: str) -> None:
         with psycopg.connect(ledger_url, autocommit=True) as conn:
             conn.execute(
-                "SELECT * FROM ledger_append(%s, NULL, %s, ARRAY[%s], ARRAY['Test'], ARRAY['{}'::jsonb])",
+                "SELECT * FROM ledger_append(%s, NULL, %s, NULL, ARRAY[%s], ARRAY['Test'], ARRAY['{}'::jsonb])",
                 (stream, epoch, key),
             )
 
@@ -95,6 +95,34 @@ async def test_a_writer_holding_no_lease_cannot_fence_a_stream_or_match_its_epoc
     with pytest.raises(psycopg.Error, match="must carry epoch 0"):
         unfenced(lease.epoch, "forged-at-the-holders-epoch")
     assert [e.key for e in await ledger.read(stream)] == ["step-1"]
+
+
+async def test_a_fenced_append_must_prove_it_holds_the_lease(
+    ledger_url: str, ledger: Ledger, stream: str
+) -> None:
+    """A lease's epoch is readable by every worker: naming it (through the client, or calling the function
+    itself with any secret) writes nothing; only the holder's secret does."""
+    resource = f"{stream}/trainer"
+    lease = await ledger.claim(resource, "trainer-1", ttl_s=30)
+    assert lease is not None
+    await ledger.append(stream, [event("step-1")], fence=lease.fence)
+    with pytest.raises(StaleFenceError, match="does not hold lease"):
+        await ledger.append(stream, [event("forged")], fence=Fence(resource, lease.epoch))
+    with pytest.raises(StaleFenceError, match="does not hold lease"):
+        await ledger.append(stream, [event("forged")], fence=Fence(resource, lease.epoch, "x" * 40))
+    with (
+        psycopg.connect(ledger_url, autocommit=True) as conn,
+        pytest.raises(psycopg.Error, match="does not hold"),
+    ):
+        conn.execute(
+            "SELECT * FROM ledger_append(%s, %s, %s, NULL, ARRAY['forged'], ARRAY['Test'], ARRAY['{}'::jsonb])",
+            (stream, resource, lease.epoch),
+        )
+    await ledger.append(
+        stream, [event("step-1")], fence=Fence(resource, 1, "wrong")
+    )  # a retry: its key is there
+    await ledger.append(stream, [event("step-2")], fence=lease.fence)
+    assert [e.key for e in await ledger.read(stream)] == ["step-1", "step-2"]
 
 
 async def test_a_lease_is_granted_for_a_day_at_most(ledger: Ledger, stream: str) -> None:

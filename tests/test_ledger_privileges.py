@@ -136,7 +136,7 @@ async def test_a_temporary_table_cannot_stand_in_for_the_ledger(
     async with await psycopg.AsyncConnection.connect(worker_url, autocommit=True) as conn:
         await conn.execute("CREATE TEMP TABLE stream (stream_id text, head_seq bigint, fence_epoch bigint)")
         await conn.execute(
-            "SELECT * FROM ledger_append(%s, NULL, 0, ARRAY['a'], ARRAY['Test'], ARRAY['{}'::jsonb])",
+            "SELECT * FROM ledger_append(%s, NULL, 0, NULL, ARRAY['a'], ARRAY['Test'], ARRAY['{}'::jsonb])",
             (stream,),
         )
         row = await (await conn.execute("SELECT count(*) FROM pg_temp.stream")).fetchone()

@@ -8,13 +8,14 @@ from pathlib import Path
 import pytest
 
 from rollout.blobs import BlobIntegrityError, FileBlobStore
-from rollout.ledger import Kind, Ledger, StaleFenceError
+from rollout.ledger import Kind, Ledger, NewEvent, StaleFenceError
 from rollout.ledger.queries import newest_checkpoint_version
 from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
 from rollout.serving import ServingTarget
 from rollout.training.checkpoints import (
     CheckpointFile,
     CheckpointRecord,
+    ForeignCheckpoint,
     download_files,
     fetch_checkpoint,
     lineage_version,
@@ -95,6 +96,33 @@ async def test_one_checkpoint_per_step_and_a_zombie_cannot_publish(ledger: Ledge
     (tmp_path / "blobs" / step_2.files["adapter_model.safetensors"].key).write_bytes(b"tampered")
     with pytest.raises(BlobIntegrityError):
         fetch_checkpoint(store, step_2, tmp_path / "again")
+
+
+async def test_a_step_someone_else_wrote_first_is_never_adopted(ledger: Ledger, tmp_path: Path) -> None:
+    """Any worker may append to a policy's checkpoint stream before its trainer fenced it: a forged `step/1`
+    written there first must not become the step's checkpoint (engines would serve its files)."""
+    policy = f"pol-{uuid.uuid4().hex[:8]}"
+    store = FileBlobStore(tmp_path / "blobs")
+    forged = {"name": f"{policy}-step000001", "policy": policy, "version": 1, "parent": None, "run": "r"}
+    forged["files"] = {
+        "adapter_model.safetensors": {"key": "attacker/adapter", "sha256": "0" * 64, "size": 1}
+    }
+    await ledger.append_one(
+        policy_checkpoints_stream(policy), NewEvent("step/1", Kind.CHECKPOINT_CREATED, forged)
+    )
+    lease = await ledger.claim(trainer_lease(policy), "trainer-a", ttl_s=30)
+    assert lease is not None
+    with pytest.raises(ForeignCheckpoint, match="not holding the lease"):
+        await publish_checkpoint(
+            ledger,
+            store,
+            lease.fence,
+            run="r",
+            policy=policy,
+            step=1,
+            parent=None,
+            directory=checkpoint_dir(tmp_path / "a1", b"weights-1"),
+        )
 
 
 def test_staleness_counts_from_the_parent_in_its_own_lineage() -> None:

@@ -49,10 +49,12 @@ class NewEvent:
 
 @dataclass(frozen=True)
 class Fence:
-    """The lease a writer holds: its appends are accepted only while `epoch` is the lease's current epoch."""
+    """The lease a writer holds: its appends are accepted only while `epoch` is the lease's current epoch and
+    `secret` is the one the lease was granted for (it never leaves the holder's process but to the ledger)."""
 
     resource: str
     epoch: int
+    secret: str = field(default="", repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -69,7 +71,7 @@ class Lease:
 
     @property
     def fence(self) -> Fence:
-        return Fence(self.resource, self.epoch)
+        return Fence(self.resource, self.epoch, self.secret)
 
 
 @dataclass(frozen=True)

@@ -267,6 +267,17 @@ def _event(row: dict[str, Any], stream: str) -> RecordedEvent:
 # ---- checkpoints -------------------------------------------------------------------------------------------
 
 
+async def written_under(ledger: Ledger, stream: str, key: str, resource: str) -> bool:
+    """Whether the event under `key` on `stream` was appended by a holder of the lease on `resource`: the
+    stream is fenced by that lease and the event carries one of its epochs (an unfenced append carries 0)."""
+    row = await ledger._fetch_one(
+        "SELECT e.epoch > 0 AND s.fence_resource = %s AS held FROM event e"
+        " JOIN stream s ON s.stream_id = e.stream_id WHERE e.stream_id = %s AND e.idempotency_key = %s",
+        (resource, stream, key),
+    )
+    return bool(row and row["held"])
+
+
 async def newest_checkpoint_version(ledger: Ledger, policy: str) -> int:
     """The version of `policy`'s newest checkpoint; 0 (the base model) when it has none."""
     row = await ledger._fetch_one(

@@ -4,7 +4,8 @@ Contract (see docs/ledger.md):
 - `append` is exactly-once by `(stream, key)`: appending a key that is already there returns the recorded
   event (`appended=False`) and writes nothing; the same key with another payload raises `KeyConflictError`.
 - A fenced append (`fence=`) is accepted only while the fence's epoch is the lease's current epoch and not
-  below the stream's highest accepted epoch; otherwise `StaleFenceError`, and nothing is written. The key
+  below the stream's highest accepted epoch, and its secret is the one the lease was granted for (the
+  database compares hashes); otherwise `StaleFenceError`, and nothing is written. The key
   is checked before the fence, so the retry of an append that committed under an old epoch still succeeds.
 - Within a stream, `seq` is gap-free and follows commit order. A batch appends atomically.
 - Projections are updated in the append's transaction, by triggers (see the first migration).
@@ -56,7 +57,7 @@ type QueryParams = Sequence[Any] | Mapping[str, Any]
 
 # Parameters in binary (%b): arrays of keys, kinds and payloads go without text escaping, a quarter of a
 # batch's time in the client (benchmarks/RESULTS.md, ledger).
-_APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%b, %b, %b, %b, %b, %b)"
+_APPEND = "SELECT seq, idempotency_key, appended, recorded_at FROM ledger_append(%b, %b, %b, %b, %b, %b, %b)"
 
 # Releasing expires the lease but keeps its row: the next grant continues from this epoch.
 _RELEASE = "SELECT ledger_release(%(resource)s, %(holder)s, %(epoch)s, %(secret)s)"
@@ -326,6 +327,7 @@ def _append_params(stream: str, unique: Sequence[NewEvent], fence: Fence | None)
         stream,
         fence.resource if fence else None,
         fence.epoch if fence else 0,
+        fence.secret if fence else None,
         [event.key for event in unique],
         [str(event.kind) for event in unique],
         [Jsonb(dict(event.payload)) for event in unique],

@@ -9,7 +9,9 @@ Contract:
   overwrite the live attempt's), then appends `CheckpointCreated` on `policy/{policy}/checkpoints` under key
   `step/{step}`, fenced by the trainer's lease. A zombie (an older epoch) gets `StaleFenceError` and nothing
   is published; a retry of a step that was already published returns the recorded checkpoint (exactly one
-  `CheckpointCreated` per step). The gateway's admission reads `version` from these events.
+  `CheckpointCreated` per step), but only one a holder of the same lease wrote: a `step/{step}` anyone else
+  appended first (unfenced, before the stream was fenced) raises `ForeignCheckpoint` and is never adopted. The
+  gateway's admission reads `version` from these events.
 - `fetch_checkpoint` downloads a recorded checkpoint and verifies every file's hash.
 - A checkpoint's name and its files' names come from the ledger, and engines and trainers join them to their
   own folders: `CheckpointRecord` refuses (on read, as a bad payload) a name or a file name that is not a
@@ -27,7 +29,7 @@ from typing import Any
 
 from rollout.blobs import BlobRef, BlobStore, checked_key
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
-from rollout.ledger.queries import checkpoint_payload
+from rollout.ledger.queries import checkpoint_payload, written_under
 from rollout.ledger.streams import policy_checkpoints_stream
 from rollout.records import Payload
 
@@ -128,9 +130,8 @@ async def publish_checkpoint(
 ) -> CheckpointRecord:
     name = checkpoint_name(policy, step)
     stream, key = policy_checkpoints_stream(policy), f"step/{step}"
-    published = await ledger.find(stream, key)
-    if published is not None:
-        return CheckpointRecord.from_payload(published.payload)
+    if (published := await _published(ledger, stream, key, fence)) is not None:
+        return published
     files = await asyncio.to_thread(
         _upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative)
     )
@@ -151,10 +152,28 @@ async def publish_checkpoint(
         )
     except KeyConflictError:
         # An earlier attempt of this step published first: its checkpoint is the step's one.
-        existing = await ledger.find(stream, key)
-        assert existing is not None
-        return CheckpointRecord.from_payload(existing.payload)
+        published = await _published(ledger, stream, key, fence)
+        assert published is not None
+        return published
     return record
+
+
+class ForeignCheckpoint(RuntimeError):
+    """A step's checkpoint event is on the ledger, but no holder of the trainer's lease wrote it."""
+
+
+async def _published(ledger: Ledger, stream: str, key: str, fence: Fence) -> CheckpointRecord | None:
+    """The step's checkpoint as an earlier holder of the trainer's lease published it; None when there is
+    none; `ForeignCheckpoint` when someone else wrote it first (it is never adopted as the step's)."""
+    published = await ledger.find(stream, key)
+    if published is None:
+        return None
+    if not await written_under(ledger, stream, key, fence.resource):
+        raise ForeignCheckpoint(
+            f"{key} on {stream} was written by a writer not holding the lease {fence.resource!r}: the ledger "
+            "holds a forged checkpoint; find who wrote it (its login) before training this policy further"
+        )
+    return CheckpointRecord.from_payload(published.payload)
 
 
 def policy_of(name: str) -> str:
