@@ -273,6 +273,20 @@ def test_every_service_binds_loopback_by_default(secure: SecureStack, stack_sett
         sandbox.wait(30)
 
 
+def test_temporals_web_ui_refuses_a_rebinding_page(stack_settings: Settings) -> None:
+    """A page that rebinds its own name to 127.0.0.1 sends that name as Host: Temporal's UI (the dev server's
+    checks none) is answered by its guard with 421, its API included; loopback's own names reach it."""
+    ui = stack_settings.temporal_ui_url
+    assert ui is not None
+    port = ui.rsplit(":", 1)[1]
+    for path in ("/", "/api/v1/namespaces"):
+        refused = httpx.get(f"{ui}{path}", headers={"Host": f"rebind.example:{port}"}, timeout=10)
+        assert refused.status_code == 421, (path, refused.status_code, refused.text[:200])
+    assert httpx.get(ui, timeout=10).status_code == 200
+    namespaces = httpx.get(f"{ui}/api/v1/namespaces", headers={"Host": f"localhost:{port}"}, timeout=10)
+    assert namespaces.status_code == 200 and "default" in namespaces.text, namespaces.text[:200]
+
+
 def test_services_get_the_worker_url_only_and_the_engine_stays_on_loopback(tmp_path: Path) -> None:
     """What the stack tells its processes: no owner's URL (a service that is compromised learns no password
     but its own), and an engine on loopback even when the gateway is opened to other machines."""

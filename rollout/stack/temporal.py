@@ -4,6 +4,8 @@ Contract:
 - State lives in `{data_dir}/temporal/temporal.db` (SQLite), so workflows survive a restart of the server.
 - The server runs detached (rollout.stack.managed), tracked by `{data_dir}/run/temporal.pid`.
 - Ports that another process holds are reported with the setting to change, before anything is started.
+- Its web UI is served on `ui_port` behind a Host check (rollout.stack.temporal_ui): on loopback a
+  DNS-rebinding page's own name is refused with 421.
 - Its history queues read new tasks as soon as they exist (`DISPATCH_SETTINGS`), not at the default 20 reads a
   second that would make every workflow task of an episode wait ~50 ms.
 """
@@ -64,7 +66,10 @@ class EmbeddedTemporal:
 
     @property
     def process(self) -> ManagedProcess:
+        # The UI itself listens where only its guard (rollout.stack.temporal_ui) knows, which serves ui_port.
+        guard = (sys.executable, "-m", "rollout.stack.temporal_ui", self.host, str(self.ui_port), "--")
         command = (
+            *guard,
             str(temporal_binary()),
             "server",
             "start-dev",
@@ -72,8 +77,6 @@ class EmbeddedTemporal:
             self.host,
             "--port",
             str(self.port),
-            "--ui-port",
-            str(self.ui_port),
             "--db-filename",
             str(self.db_path),
             "--namespace",
