@@ -27,6 +27,10 @@ Contract:
 - Version 0 of every policy is the base model: a policy with no checkpoint served yet is served by the base.
 - `EngineStates` folds the acks stream into the newest ack per engine URL that its `accept` believes,
   reading only what it has not read; a payload that is not an ack is passed over.
+- Any writer of the ledger can append a target too, so engines load only signed ones: the trainer signs each
+  (`ServingTarget.signed`) with `load_serving_key` (a key derived one way from the engine key, or a
+  `serving.key` a cluster mounts), and a follower that holds the engine key loads a target only when
+  `signed_by` that derived key holds: a forged target names no adapter, version or files an engine takes.
 - Any writer of the ledger can append an ack, so an ack names where prompts go only when it is signed: an
   engine's follower signs each ack (`ServingAck.signed`) with the key of `load_engine_key`, and the gateway
   folds in (and routes by) an ack only when `signed_by` that key holds (rollout.gateway.routing): a newer
@@ -46,7 +50,7 @@ import secrets
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Self, cast
 
 from rollout.keyfiles import secret_file
 from rollout.ledger.events import Kind
@@ -91,11 +95,51 @@ def known_engine_api_key(data_dir: Path) -> str | None:
     return engine_api_key(engine_key) if engine_key else None
 
 
+SERVING_KEY_FILE = "serving.key"
+_SERVING_KEY_LABEL = b"rollout serving targets, v1:"
+
+
+def serving_target_key(engine_key: bytes) -> bytes:
+    """The key serving targets are signed with, derived one way from `engine_key`: the SHA-256 of a fixed
+    label and the key, in hex (a chart derives the same with Helm's `sha256sum`), so whoever publishes targets
+    (the trainer) needs no key that would let it sign an engine's acks."""
+    return hashlib.sha256(_SERVING_KEY_LABEL + engine_key).hexdigest().encode()
+
+
+def load_serving_key(data_dir: Path) -> bytes:
+    """The key a publisher signs serving targets with: `serving.key` in the data directory where a cluster
+    mounts one (the trainer's pod holds no engine key), else `serving_target_key` of `engine.key`."""
+    try:
+        mounted = (data_dir / SERVING_KEY_FILE).read_bytes().strip()
+    except FileNotFoundError:
+        mounted = b""
+    return mounted or serving_target_key(load_engine_key(data_dir))
+
+
+class SignedPayload(Payload):
+    """A record any ledger writer could append, believed only when signed: `signature` is the HMAC-SHA256 of
+    its other fields (sorted JSON) under a key its readers hold."""
+
+    signature: str
+
+    def _signed_bytes(self) -> bytes:
+        fields = {k: v for k, v in self.to_payload().items() if k != "signature"}
+        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
+
+    def signed(self, key: bytes) -> Self:
+        digest = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
+        return replace(cast("Any", self), signature=digest)
+
+    def signed_by(self, key: bytes) -> bool:
+        expected = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
+        return hmac.compare_digest(self.signature, expected)
+
+
 FORMATS = ("lora", "full", "tinker")
 
 
 @dataclass(frozen=True)
-class ServingTarget(Payload):
+class ServingTarget(SignedPayload):
     policy: str
     checkpoint: str
     version: int
@@ -106,6 +150,9 @@ class ServingTarget(Payload):
     # The base model its files apply to (a model spec: smollm2, tiny-qwen3, …): only engines serving that
     # model load it. "" for any engine (a run whose policies all share the stack's one model).
     model: str = ""
+    signature: str = ""  # HMAC-SHA256 of the rest, under `load_serving_key` (`signed`): engines verify it
+
+    OMITTED_AT_DEFAULT = ("signature",)
 
     def __post_init__(self) -> None:
         # Read from the ledger, then joined to an engine's cache folder: checked before any is used as a path.
@@ -138,7 +185,7 @@ class Served:
 
 
 @dataclass(frozen=True)
-class ServingAck(Payload):
+class ServingAck(SignedPayload):
     engine: str
     url: str
     incarnation: str
@@ -157,18 +204,6 @@ class ServingAck(Payload):
     @property
     def key(self) -> str:
         return f"{self.engine}/{self.incarnation}/{self.n}"
-
-    def _signed_bytes(self) -> bytes:
-        fields = {k: v for k, v in self.to_payload().items() if k != "signature"}
-        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-
-    def signed(self, key: bytes) -> ServingAck:
-        """This ack, signed with `key` (`load_engine_key`): a gateway holding the key believes it."""
-        return replace(self, signature=hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest())
-
-    def signed_by(self, key: bytes) -> bool:
-        expected = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
-        return hmac.compare_digest(self.signature, expected)
 
     def serves(self, checkpoint: str) -> bool:
         return any(s.checkpoint == checkpoint for s in self.serving)

@@ -26,6 +26,7 @@ from typer.exceptions import TyperException
 
 from rollout.config import Settings, load
 from rollout.net import free_port
+from rollout.serving import serving_target_key
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "rollout"
@@ -300,7 +301,10 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
     if "engine" in templates:
         assert _secret_keys(templates["engine"]) == engines | ray
     if "trainer" in templates:
-        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker | ray
+        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker | ray | {"servingKey"}
+    secret = next(o for o in rendered("k3s") if o["kind"] == "Secret" and "engineKey" in o.get("data", {}))
+    engine_key, serving_key = (base64.b64decode(secret["data"][k]) for k in ("engineKey", "servingKey"))
+    assert serving_key == serving_target_key(engine_key), "the trainer signs targets engines can check"
     for raycluster in (o for o in rendered("k3s") if o["kind"] == "RayCluster"):
         head = raycluster["spec"]["headGroupSpec"]["template"]  # it migrates nothing
         assert _secret_keys(head) == {"workerPassword"} | blobs_and_tinker

@@ -19,7 +19,7 @@ from rollout.engines.protocol import EngineError
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS
-from rollout.serving import ServingAck, ServingTarget, load_engine_api_key
+from rollout.serving import ServingAck, ServingTarget, load_engine_api_key, load_serving_key
 from rollout.training.checkpoints import CheckpointFile
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
@@ -74,7 +74,9 @@ async def test_a_follower_hot_loads_and_unloads_the_adapters_of_an_engine_it_did
         for version in (1, 2, 3):
             checkpoint = f"{policy}-{version}"
             files = upload(store, adapter(tiny_qwen3, tmp_path / checkpoint, version), f"ckpt/{checkpoint}")
-            target = ServingTarget(policy, checkpoint, version, run, "lora", files)
+            target = ServingTarget(policy, checkpoint, version, run, "lora", files).signed(
+                load_serving_key(cluster.root)
+            )
             await ledger.append_one(
                 SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
             )
@@ -102,7 +104,7 @@ async def test_a_follower_hot_loads_and_unloads_the_adapters_of_an_engine_it_did
         files = upload(store, directory, f"ckpt/{broken}")
         weights = files["adapter_model.safetensors"]
         store.put(weights.key, b"not the recorded bytes")
-        target = ServingTarget(policy, broken, 4, run, "lora", files)
+        target = ServingTarget(policy, broken, 4, run, "lora", files).signed(load_serving_key(cluster.root))
         await ledger.append_one(
             SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
         )
@@ -144,7 +146,9 @@ async def test_engine_serve_kind_vllm_runs_vllm_as_its_child_follows_it_and_stop
         # publishes.
         checkpoint = f"{policy}-1"
         files = upload(store, adapter(tiny_qwen3, tmp_path / checkpoint, 1), f"ckpt/{checkpoint}")
-        target = ServingTarget(policy, checkpoint, 1, run, "lora", files)
+        target = ServingTarget(policy, checkpoint, 1, run, "lora", files).signed(
+            load_serving_key(cluster.root)
+        )
         await ledger.append_one(
             SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
         )

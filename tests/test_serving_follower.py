@@ -16,9 +16,11 @@ from rollout.config import ConfigError, Settings, load
 from rollout.engines.follower import FollowerConfig, ServingFollower
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_REQUESTS, SERVING_TARGETS
-from rollout.serving import ServingRequest, ServingTarget, desired, opponents_in
+from rollout.serving import ServingRequest, ServingTarget, desired, opponents_in, serving_target_key
 from rollout.stack.health import engine_opponents
 from tests.test_policy_models import RecordingEngine
+
+ENGINE_KEY = b"k" * 32  # a follower holding it loads only targets signed with the key derived from it
 
 
 def _lineage(run: str, versions: range) -> list[ServingTarget]:
@@ -56,13 +58,14 @@ async def test_an_engine_keeps_released_opponents_within_its_budget_and_says_so(
     targets = _lineage(run, range(1, 7))
     name = {t.version: t.checkpoint for t in targets}
     for target in targets:
+        signed = target.signed(serving_target_key(ENGINE_KEY))
         await ledger.append_one(
-            SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, target.to_payload())
+            SERVING_TARGETS, NewEvent(target.key, Kind.SERVING_TARGET, signed.to_payload())
         )
     engine = RecordingEngine()
     url = f"http://127.0.0.1:{uuid.uuid4().int % 20000 + 30000}"
     config = FollowerConfig(
-        engine="league", url=url, runs=(run,), opponent_adapters=2, grace_s=0, ack_key=b"k" * 32
+        engine="league", url=url, runs=(run,), opponent_adapters=2, grace_s=0, ack_key=ENGINE_KEY
     )
     follower = ServingFollower(ledger, engine, open_store(tmp_path.as_uri()), config, tmp_path / "cache")
     await follower.step()
@@ -110,20 +113,28 @@ async def test_a_forged_serving_target_is_passed_over_and_the_next_one_still_ser
     ledger: Ledger, tmp_path: Path
 ) -> None:
     """Any ledger writer may append a target: one whose `location` would have an engine fetch an adapter of
-    the forger's choosing (vLLM takes a Hub repository there), or that is no target at all, costs only
-    itself."""
+    the forger's choosing (vLLM takes a Hub repository there), one that is no target at all, or one the
+    trainer did not sign (a huge version would push every engine past `max_lag`) costs only itself."""
     run = f"forged-{uuid.uuid4().hex[:8]}"
+    key = serving_target_key(ENGINE_KEY)
     forged = ServingTarget(f"{run}/p", f"{run}/p-step000001", 1, run, "lora").to_payload() | {
         "location": "evil-org/adapter"
     }
-    real = ServingTarget(f"{run}/p", f"{run}/p-step000002", 2, run, "lora")
+    real = ServingTarget(f"{run}/p", f"{run}/p-step000002", 2, run, "lora").signed(key)
+    # Well-formed, but not the trainer's: a version far ahead of every other, unsigned or signed wrong.
+    unsigned = ServingTarget(f"{run}/p", f"{run}/p-step999999", 999_999, run, "lora")
+    wrong = ServingTarget(f"{run}/p", f"{run}/p-step999998", 999_998, run, "lora").signed(b"guessed" * 5)
     junk = {"run": run, "policy": 1}  # no target; `run` as other readers of the stream look for it
-    for key, payload in (("forged", forged), ("junk", junk), (real.key, real.to_payload())):
-        await ledger.append_one(SERVING_TARGETS, NewEvent(key, Kind.SERVING_TARGET, payload))
+    appended = [("forged", forged), ("junk", junk), (real.key, real.to_payload())]
+    appended += [(t.key, t.to_payload()) for t in (unsigned, wrong)]
+    for event_key, payload in appended:
+        await ledger.append_one(SERVING_TARGETS, NewEvent(event_key, Kind.SERVING_TARGET, payload))
     with pytest.raises(ValueError, match="only a tinker target has one"):
         ServingTarget.from_payload(forged)
     engine = RecordingEngine()
-    config = FollowerConfig(engine="e", url="http://127.0.0.1:1", runs=(run,), poll_s=0.05)
+    config = FollowerConfig(
+        engine="e", url="http://127.0.0.1:1", runs=(run,), poll_s=0.05, ack_key=ENGINE_KEY
+    )
     follower = ServingFollower(ledger, engine, open_store(tmp_path.as_uri()), config, tmp_path / "cache")
     await follower.step()
     assert engine.loaded == [real.checkpoint]

@@ -8,7 +8,8 @@ Contract:
   retry returns that record. A format the checkpoint cannot give fails for good (`BridgeError`). A merge is
   onto the policy's own base model when it has one (`BridgeInput.model`), else the trainer's.
 - `publish_serving` appends the `ServingTarget` for a converted checkpoint (once per checkpoint and serving
-  format), naming its base model; followers beside engines serving that model load it.
+  format), naming its base model and signed with `serving_key` (engines load only signed targets when they
+  hold the engine key: rollout.serving); followers beside engines serving that model load it.
 - `wait_served` waits (heartbeating) until some engine's newest ack serves the checkpoint, or the time is up
   (False). Nothing here blocks turns: admission reads acks on its own.
 """
@@ -51,8 +52,10 @@ class BridgeActivities:
         scratch: Path,
         model: str = "",
         resolve: Callable[[str], str] | None = None,
+        serving_key: bytes | None = None,
     ) -> None:
         self.ledger, self.store, self.base_model, self.scratch = ledger, store, base_model, scratch
+        self.serving_key = serving_key  # what targets are signed with (rollout.serving.load_serving_key)
         self.model = model  # the spec of `base_model` (the path): what its serving targets name
         self.resolve = resolve  # a policy's own model spec -> its path, to merge onto
 
@@ -122,6 +125,8 @@ class BridgeActivities:
             location=converted.payload.get("location"),
             model=given.model or self.model,
         )
+        if self.serving_key is not None:
+            target = target.signed(self.serving_key)
         # A conflict: the same checkpoint, targeted by an earlier attempt (or in another format bridged to
         # it).
         with contextlib.suppress(KeyConflictError):

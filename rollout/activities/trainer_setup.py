@@ -72,9 +72,11 @@ def trainer_activities(
     holder: str,
     scratch: Path,
     resolve: Callable[[str], str] | None = None,
+    serving_key: bytes | None = None,
 ) -> TrainerWorkerActivities:
     """The activities a trainer worker registers. `model_path` is the resolved `spec.model` (local
-    provider); `resolve` resolves the model of a policy on a model of its own the same way."""
+    provider); `resolve` resolves the model of a policy on a model of its own the same way; `serving_key`
+    signs the serving targets it publishes."""
     check_trainer_settings(spec)
     if spec.provider == TrainerProvider.tinker:
         assert spec.tinker_base_model is not None  # checked above
@@ -95,7 +97,9 @@ def trainer_activities(
         training = TrainingActivities(ledger, store, tinker, holder=holder, lease_ttl_s=spec.lease_ttl_s)
         return TrainerWorkerActivities(
             training=training,
-            bridges=BridgeActivities(ledger, store, base_model=None, scratch=scratch),
+            bridges=BridgeActivities(
+                ledger, store, base_model=None, scratch=scratch, serving_key=serving_key
+            ),
             describe=f"{spec.tinker_base_model} on Tinker ({spec.loss.value})",
         )
     if model_path is None:
@@ -134,7 +138,13 @@ def trainer_activities(
     return TrainerWorkerActivities(
         training=training,
         bridges=BridgeActivities(
-            ledger, store, base_model=model_path, scratch=scratch, model=spec.model, resolve=resolve
+            ledger,
+            store,
+            base_model=model_path,
+            scratch=scratch,
+            model=spec.model,
+            resolve=resolve,
+            serving_key=serving_key,
         ),
         describe=f"{spec.model} ({spec.loss.value}{workers})",
     )

@@ -113,6 +113,7 @@ def trainer(
     engines and publishes it for serving. Runs started with training (`rollout train`) need one."""
     from rollout.activities.trainer_setup import TrainerSetupError, check_trainer_settings, trainer_activities
     from rollout.config import TrainerProvider
+    from rollout.serving import load_serving_key
     from rollout.workers.trainer import trainer_worker
 
     settings = load_settings(overrides)
@@ -144,6 +145,7 @@ def trainer(
             holder=name,
             scratch=settings.data_path / "trainer" / name,
             resolve=lambda model: local_model(model, settings),
+            serving_key=load_serving_key(settings.data_path),
         )
         err.print(f"trainer worker {name} on queue {task_queue!r}, training {built.describe}")
         return trainer_worker(client, built.training, built.bridges, task_queue=task_queue)

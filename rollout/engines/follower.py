@@ -3,12 +3,13 @@ serves.
 
 Contract:
 - It reads `ServingTarget`s (stream `serving/targets`) by cursor, skipping those of another base model than
-  its engine's (`model`, when both name one), and keeps the engine serving, per policy, the newest `keep`
-  checkpoints in a format the engine loads (so turns admitted within max_lag of the newest still find theirs),
-  and every checkpoint requested on `serving/requests` and not yet released (an eval's, a self-play seat's).
-  Released checkpoints stay loaded while the opponents (what it holds beyond each policy's newest) number
-  fewer than `opponent_adapters`, the least recently requested evicted first. Files come from the blob store,
-  hash-verified, into a cache directory; then `engine.load`.
+  its engine's (`model`, when both name one) and, when it holds the engine key (`ack_key`), those not signed
+  with the serving key derived from it (rollout.serving: any ledger writer can append a target), and keeps the
+  engine serving, per policy, the newest `keep` checkpoints in a format the engine loads (so turns admitted
+  within max_lag of the newest still find theirs), and every checkpoint requested on `serving/requests` and
+  not yet released (an eval's, a self-play seat's). Released checkpoints stay loaded while the opponents (what
+  it holds beyond each policy's newest) number fewer than `opponent_adapters`, the least recently requested
+  evicted first. Files come from the blob store, hash-verified, into a cache directory; then `engine.load`.
 - After every change it appends a `ServingAck` (stream `serving/acks`) with the engine's whole state (its
   opponents and their budget included), signed with `ack_key` when it has one; the gateway routes by the
   newest signed ack. Its first ack, as it starts, serves only the base model: a restarted engine never claims
@@ -48,6 +49,7 @@ from rollout.serving import (
     ServingTarget,
     desired,
     opponents_in,
+    serving_target_key,
 )
 from rollout.training.checkpoints import download_files
 
@@ -80,7 +82,8 @@ class FollowerConfig:
     runs: tuple[
         str, ...
     ] = ()  # serve only these runs' checkpoints (an engine pool of its own); () serves all
-    # Signs each ack (rollout.serving.load_engine_key): the gateway routes by signed acks only.
+    # Signs each ack (rollout.serving.load_engine_key): the gateway routes by signed acks only. Where it is
+    # set, only targets signed with the key derived from it (rollout.serving.serving_target_key) are loaded.
     ack_key: bytes | None = field(default=None, repr=False)
 
 
@@ -102,6 +105,7 @@ class ServingFollower:
     ) -> None:
         self.ledger, self.engine, self.store, self.config = ledger, engine, store, config
         self.cache_dir = cache_dir
+        self._target_key = None if config.ack_key is None else serving_target_key(config.ack_key)
         self.incarnation = uuid.uuid4().hex[:10]
         self.targets: list[ServingTarget] = []
         self.serving: dict[str, Served] = {}  # checkpoint name -> what it is
@@ -151,6 +155,9 @@ class ServingFollower:
                     target = ServingTarget.from_payload(dict(event.payload))
                 except ValueError as error:  # any ledger writer may append here: it costs only itself
                     log.warning("passing over serving target %s: %s", event.key, error)
+                    continue
+                if self._target_key is not None and not target.signed_by(self._target_key):
+                    log.warning("passing over serving target %s: not signed by the trainer's key", event.key)
                     continue
                 if target.model and self.config.model and target.model != self.config.model:
                     continue  # another base model's checkpoint: an engine of that model serves it

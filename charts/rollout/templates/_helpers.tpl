@@ -230,7 +230,8 @@ securityContext:
 {{- end -}}
 
 {{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
-engines sign their serving acks with, which the gateway checks; sandboxKey: the key runners prove sandbox claims
+engines sign their serving acks with, which the gateway checks; servingKey: the key the trainer signs serving
+targets with, derived from the engine key; sandboxKey: the key runners prove sandbox claims
 with, from its own Secret) as its files; no component is given a key it does not use. */}}
 {{- define "rollout.dataMounts" -}}
 - {name: data, mountPath: /data}
@@ -245,6 +246,9 @@ with, from its own Secret) as its files; no component is given a key it does not
 {{- end }}
 {{- if has "engineKey" .keys }}
 - {name: keys, mountPath: /data/engine.key, subPath: engineKey, readOnly: true}
+{{- end }}
+{{- if has "servingKey" .keys }}
+- {name: keys, mountPath: /data/serving.key, subPath: servingKey, readOnly: true}
 {{- end }}
 {{- end -}}
 {{- define "rollout.dataVolumes" -}}
