@@ -69,6 +69,27 @@ class _SaysAnything(Task):
         return End(reward=1.0)
 
 
+async def test_a_gateway_that_stops_answers_its_held_turns_at_once(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    """A stopping gateway (`rollout down`, a restart) waited out every turn held at admission, up to its
+    `wait_s`, and was killed meanwhile: now they get a 503 at once, which their clients retry."""
+    _, token = await seat_of_a_paused_run(ledger, tmp_path)
+    async with (
+        serve_gateway(ledger, renderer, ScriptedEngine(renderer, tool_loop_script), wait_s=60) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=30) as http,
+    ):
+        body = {"max_tokens": 5, "messages": [{"role": "user", "content": "x"}]}
+        held = asyncio.create_task(http.post(f"/s/{token}/v1/messages", json=body))
+        await asyncio.sleep(0.5)
+        assert not held.done(), "the paused run holds the turn"
+        started = time.monotonic()
+        running.gateway.admission.close()
+        answer = await held
+        assert time.monotonic() - started < 2
+        assert answer.status_code == 503 and "stopping" in answer.json()["error"]["message"]
+
+
 async def test_a_turn_held_while_its_run_is_paused_is_refused_for_good_once_the_run_stops(
     ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
 ) -> None:

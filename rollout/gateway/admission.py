@@ -22,7 +22,8 @@ Contract:
   `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
 - Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
 - While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
-  `EngineUnavailable` (the gateway's 503 with Retry-After).
+  `EngineUnavailable` (the gateway's 503 with Retry-After); once `close()` was called (the gateway is
+  stopping), at once.
 - A stopped run admits no turn, paused or not: `RunStopped` at once (the gateway's 410), also for a turn that
   was waiting when the run stopped, so a run stopped while paused does not hold its last episodes forever.
 """
@@ -104,6 +105,13 @@ class Admission:
         self.loads = Loads()
         self.affinities = Affinities()
         self._turn = itertools.count()
+        self._closing = False
+
+    def close(self) -> None:
+        """The gateway is stopping: every turn waiting for admission, and any that asks later, gets
+        `EngineUnavailable` at once (its client retries on the gateway that comes next), so no held turn holds
+        the shutdown up."""
+        self._closing = True
 
     def begin(self, slot: EngineSlot) -> Callable[[], None]:
         """Count a turn in flight on the slot's engine; the callable returned ends it."""
@@ -136,6 +144,8 @@ class Admission:
         nothing qualifies, up to the deadline."""
         deadline = time.monotonic() + self.wait_s if deadline is None else deadline
         while True:
+            if self._closing:
+                raise EngineUnavailable("turn not admitted: the gateway is stopping", retry_after_s=1.0)
             settings = await self.run_settings(seat.run)
             if settings.stopped:
                 raise RunStopped(f"run {seat.run} was stopped: it takes no more turns")

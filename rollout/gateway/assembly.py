@@ -11,14 +11,16 @@ Contract:
   `max_request_bytes`, on a loopback host any request whose Host is not loopback's (rollout.gateway.app), and
   giving a turn that names no token budget `default_max_tokens` (unless its run sets one) and a seat's turns
   past `max_turns_in_flight_per_seat` a 429; the operator routes need the operator key. A run's external
-  models may name only the API bases of `externals` and `external_api_bases`. It closes the ledger connection
-  when it stops.
+  models may name only the API bases of `externals` and `external_api_bases`. Asked to stop (SIGTERM,
+  SIGINT), it answers the turns held at admission at once (503: rollout.gateway.admission), gives those
+  sampling up to `SHUTDOWN_GRACE_S`, and closes the ledger connection.
 """
 
 from __future__ import annotations
 
 import gc
 from collections.abc import Callable, Sequence
+from types import FrameType
 
 from rollout.config import RoutingSettings
 from rollout.engines.external import ExternalModel
@@ -30,6 +32,7 @@ from rollout.gateway.routing import Routes
 from rollout.gateway.seatstate import MAX_TURNS_IN_FLIGHT_PER_SEAT
 from rollout.gateway.service import DEFAULT_MAX_TOKENS, Gateway
 from rollout.ledger import Ledger
+from rollout.net import SHUTDOWN_GRACE_S
 from rollout.rendering import ModelRenderer
 
 
@@ -83,10 +86,11 @@ async def serve_gateway(
         ack_key=ack_key,
         model=model,
     )
+    admission = Admission(ledger, routes, routing=routing)
     core = Gateway(
         ledger,
         renderer,
-        Admission(ledger, routes, routing=routing),
+        admission,
         model=model,
         renderers=renderers,
         max_context=max_context,
@@ -104,8 +108,23 @@ async def serve_gateway(
     # sight, a full collection walks only what turns make, not hundreds of milliseconds of heap with every
     # other seat's turn stalled meanwhile.
     gc.freeze()
-    config = uvicorn.Config(app, host=host, port=port, log_level="warning", access_log=False)
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        log_level="warning",
+        access_log=False,
+        timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # a turn sampling when it stops gets this long
+    )
+    server = uvicorn.Server(config)
+    exit_on_signal = server.handle_exit
+
+    def stop(sig: int, frame: FrameType | None) -> None:
+        admission.close()  # turns held at admission are answered now, not when they time out
+        exit_on_signal(sig, frame)
+
+    server.handle_exit = stop  # type: ignore[method-assign]
     try:
-        await uvicorn.Server(config).serve()
+        await server.serve()
     finally:
         await ledger.close()
