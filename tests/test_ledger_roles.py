@@ -129,6 +129,24 @@ async def test_the_sandbox_role_writes_only_its_pool_and_host_leases(
     assert [e.key for e in await read_all(ledger, sandbox_pool_stream(kind))] == ["s@a/1"]
 
 
+async def test_a_sandbox_host_reads_its_pools_and_not_the_runs_transcripts(
+    stack_settings: Settings, ledger: Ledger, stream: str
+) -> None:
+    """A sandbox host runs the policy's commands: taken over, it must not read every turn and reward."""
+    kind = f"shell#{stream.replace('/', '-')}"
+    await ledger.append(stream, [NewEvent("turn", "TurnRecorded", {"tokens": [1, 2, 3]})])
+    async with await Ledger.connect(stack_settings.sandbox_ledger_url) as host:
+        await host.append(sandbox_pool_stream(kind), [NewEvent("s@a/1", "SandboxRegistered", {})])
+        assert [e.key for e in await host.read(sandbox_pool_stream(kind))] == ["s@a/1"]
+        assert await host.read(stream) == [], "another stream's events are not there for it"
+    async with await psycopg.AsyncConnection.connect(stack_settings.sandbox_ledger_url) as conn:
+        for table in ("run", "seat", "stream"):
+            with pytest.raises(psycopg.errors.InsufficientPrivilege):
+                await conn.execute(f"SELECT count(*) FROM {table}")
+            await conn.rollback()
+    assert [e.key for e in await ledger.read(stream)] == ["turn"], "the services still read it"
+
+
 async def test_a_login_granted_the_sandbox_role_is_held_to_it(stack_settings: Settings, stream: str) -> None:
     """A host given a login of its own, as a deployment may, is a sandbox host all the same."""
     login = f"host_{secrets.token_hex(4)}"
@@ -160,12 +178,16 @@ async def test_each_narrow_role_holds_select_and_no_change_on_every_table(
         stack_settings.reader_ledger_url if role == LEDGER_READER_ROLE else stack_settings.sandbox_ledger_url
     )
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        # A sandbox host reads its pools' events and the leases (rows of other streams: below), nothing else.
+        readable = (
+            ("event", "lease") if role == LEDGER_SANDBOX_ROLE else ("event", "stream", "lease", "run", "seat")
+        )
         for table in ("event", "stream", "lease", "run", "seat"):
             for privilege in ("SELECT", "INSERT", "UPDATE", "DELETE", "TRUNCATE"):
                 row = await (
                     await conn.execute("SELECT has_table_privilege(current_user, %s, %s)", (table, privilege))
                 ).fetchone()
-                assert row == (privilege == "SELECT",), (role, table, privilege)
+                assert row == (privilege == "SELECT" and table in readable,), (role, table, privilege)
         rows = await (
             await conn.execute(
                 "SELECT p.proname FROM pg_proc p WHERE p.proname LIKE 'ledger\\_%' "
