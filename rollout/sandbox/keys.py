@@ -11,6 +11,10 @@ Contract:
 - `lease_secret(key, resource, holder)` is the ledger secret of an episode's claim lease
   (rollout.ledger.store): derived, like the claim's secret, so the runner that retries the episode takes the
   sandbox again while the claim is live, and a writer that only knows the holder's name does not.
+- `grant_signature(key, kind, name, address, epoch, holder)` signs a claimed sandbox as it crosses Temporal
+  (rollout.workflows.episode_types.SandboxGrant): the runner that claimed it signs it, and a runner acts on a
+  grant (plays in it, renews or releases its claim) only when the signature holds and the grant is its
+  episode's, so a workflow started by someone else names no address the claim's secret is sent to.
 - A secret of one epoch opens nothing under another: a zombie holder of an older claim, or a neighbour process
   that learned an epoch, cannot act.
 """
@@ -54,4 +58,12 @@ def same_secret(given: str, expected: str) -> bool:
 
 def lease_secret(key: bytes, resource: str, holder: str) -> str:
     identity = "\n".join(("lease", resource, holder)).encode()
+    return hmac.new(key, identity, hashlib.sha256).hexdigest()
+
+
+def grant_signature(key: bytes, kind: str, name: str, address: str, epoch: int, holder: str) -> str:
+    """What a runner signs a claimed sandbox with before it crosses Temporal, and checks before it acts on
+    one: anyone who reaches Temporal can start a workflow naming any address, and the runner would send the
+    claim's secret there."""
+    identity = "\n".join(("grant", kind, name, address, str(epoch), holder)).encode()
     return hmac.new(key, identity, hashlib.sha256).hexdigest()

@@ -56,6 +56,8 @@ class SandboxGrant:
     address: str
     epoch: int
     holder: str
+    # The claiming runner's rollout.sandbox.keys.grant_signature: runners act only on a grant it holds for.
+    signature: str = ""
 
 
 @dataclass
