@@ -6,7 +6,8 @@ awaiting task is cancelled, the command's session is killed with SIGKILL (childr
 a timed-out command has no exit code. The command runs what an agent or a model chose: it inherits this
 process's environment less every variable named like a secret (API keys, tokens, passwords: an agent reads its
 environment, and what it reads reaches its transcript and the ledger), with `env` on top; with `inherit=False`
-its environment is `env` alone. `preexec_fn` is subprocess's (a jail enters its limits there).
+its environment is `env` alone. `preexec_fn` is subprocess's (a jail enters its limits there); `started` is
+told the command's pid, which is also its session's and process group's, as soon as it runs.
 """
 
 from __future__ import annotations
@@ -41,6 +42,7 @@ async def run_bounded(
     keep: Literal["head", "tail"] = "head",
     inherit: bool = True,
     preexec_fn: Callable[[], None] | None = None,
+    started: Callable[[int], None] | None = None,
 ) -> ProcessOutcome:
     process = await asyncio.create_subprocess_exec(
         *argv,
@@ -52,6 +54,8 @@ async def run_bounded(
         stderr=asyncio.subprocess.STDOUT,
         start_new_session=True,
     )
+    if started is not None:
+        started(process.pid)  # its process group's id too: a watchdog may kill the group
     kept = bytearray()
     truncated = False
 

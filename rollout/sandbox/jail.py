@@ -16,7 +16,9 @@ Contract:
   is `env` over `BASE_ENV`: nothing of the host's is inherited.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
-  with the rlimits only.
+  with the rlimits, and a watchdog (rollout.sandbox.watchdog) that kills a command whose processes hold more
+  than `limits.memory_bytes` together or that grows the workspace past `limits.disk_bytes` (its output says
+  so).
 - A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it,
   daemons and `setsid` children included. A command that ends takes its background children with it.
 - `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process,
@@ -38,6 +40,7 @@ import shutil
 import subprocess
 import uuid
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
@@ -45,6 +48,7 @@ from rollout.bounded_process import ProcessOutcome, run_bounded
 from rollout.isolation import SandboxIsolation as Isolation
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
+from rollout.sandbox.watchdog import guard
 from rollout.sandbox.workspace import Workspace
 
 INSIDE = "/sandbox"
@@ -280,6 +284,7 @@ class Jail:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         environment = {**BASE_ENV, "HOME": self.inside, **env}
         bwrap = self.isolation is Isolation.bwrap
+        roots: set[int] = set()
         running = asyncio.create_task(
             run_bounded(
                 self._argv(command, cwd, binds) if bwrap else list(command),
@@ -290,11 +295,16 @@ class Jail:
                 max_output_bytes=max_output_bytes,
                 keep=keep,
                 preexec_fn=functools.partial(self._enter, self._process_limit()),
+                started=roots.add,
             )
         )
         self._running.add(running)
+        watching = self._watch(roots)
         try:
-            return await asyncio.shield(running)
+            outcome = await asyncio.shield(running)
+            if watching is not None and watching.done():
+                outcome = replace(outcome, output=f"{outcome.output}\n{watching.result()}")
+            return outcome
         except asyncio.CancelledError:
             if running.cancelled() and not _cancelling():
                 raise CommandKilled("the command was killed: its sandbox's claim ended") from None
@@ -303,7 +313,22 @@ class Jail:
             if not running.done():
                 running.cancel()
                 await asyncio.gather(running, return_exceptions=True)
+            if watching is not None and not watching.done():
+                watching.cancel()
+                await asyncio.gather(watching, return_exceptions=True)
             self._running.discard(running)
+
+    def _watch(self, roots: set[int]) -> asyncio.Task[str] | None:
+        """Without a cgroup (not root), a watchdog holds the jail's memory cap, and its disk cap where the
+        workspace is no tmpfs of that size (rollout.sandbox.watchdog)."""
+        if self.cgroup is not None:
+            return None
+        folder = None if self.workspace.quota else self.workspace.path
+        return asyncio.create_task(
+            guard(
+                roots, folder=folder, disk_bytes=self.limits.disk_bytes, memory_bytes=self.limits.memory_bytes
+            )
+        )
 
     def spawn(
         self, command: Sequence[str], *, env: Mapping[str, str] = {}, cwd: str = ""
