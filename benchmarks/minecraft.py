@@ -32,7 +32,7 @@ from rollout.harness import SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
-from rollout.sandbox.keys import claim_secret
+from rollout.sandbox.keys import claim_secret, kind_key
 from rollout.sandbox.minecraft import MinecraftWorld
 from rollout.sandbox.server import build_sandbox_app
 
@@ -104,7 +104,9 @@ async def run(soak_s: float) -> dict[str, Any]:
     try:
         key = secrets.token_bytes(32)
         async with serving(
-            build_sandbox_app(world, kind="minecraft", name="bench", seats=SEATS, key=key)
+            build_sandbox_app(
+                world, kind="minecraft", name="bench", seats=SEATS, key=kind_key(key, "minecraft")
+            )
         ) as url:
 
             def clients(epoch: int) -> list[SandboxClient]:

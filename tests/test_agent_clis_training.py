@@ -20,6 +20,7 @@ from rollout.ledger.payloads import SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
 from rollout.sandbox.hosting import hosted_sandbox
+from rollout.sandbox.keys import kind_key
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput, RunStatus
@@ -41,10 +42,20 @@ async def test_claude_code_and_codex_train_on_the_coding_environment(
     monkeypatch.setenv("CODING_CODEX", await asyncio.to_thread(cli, "@openai/codex", "codex"))
     async with (
         hosted_sandbox(
-            ledger, "shell#cli-train", "box-0", seats=2, workdir=tmp_path / "box-0", key=SANDBOX_KEY
+            ledger,
+            "shell#cli-train",
+            "box-0",
+            seats=2,
+            workdir=tmp_path / "box-0",
+            key=kind_key(SANDBOX_KEY, "shell#cli-train"),
         ),
         hosted_sandbox(
-            ledger, "shell#cli-train", "box-1", seats=2, workdir=tmp_path / "box-1", key=SANDBOX_KEY
+            ledger,
+            "shell#cli-train",
+            "box-1",
+            seats=2,
+            workdir=tmp_path / "box-1",
+            key=kind_key(SANDBOX_KEY, "shell#cli-train"),
         ),
         # The CLIs' system prompts and tool lists run to tens of thousands of tokens.
         training_loop(stack_settings, ledger, tiny_qwen3, tmp_path, max_context=65536) as loop,

@@ -292,7 +292,7 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
         "gateway": ledger | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
         "runner": ledger | {"gatewaySecret", "sandboxKey"},
         "monitor": {"readerPassword"},
-        "commandhost": {"sandboxPassword", "sandboxKey"},  # it migrates nothing: no owner's password
+        "commandhost": {"sandboxPassword", "commandKey"},  # it migrates nothing: no owner's password
     }
     for component, keys in expected.items():
         assert _secret_keys(templates[component]) == keys, component

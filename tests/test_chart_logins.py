@@ -19,6 +19,7 @@ import pytest
 from rollout.config import load
 from rollout.ledger import migrate
 from rollout.net import free_port
+from rollout.sandbox.keys import kind_key
 from rollout.stack.postgres import EmbeddedPostgres, binaries_dir
 from tests.test_chart import (
     CHART,
@@ -194,7 +195,14 @@ def test_one_sandbox_key_secret_is_mounted_into_the_runners_and_command_hosts_on
     objects = rendered("default")
     holders = [name for name, secret in secrets_of(objects).items() if "sandboxKey" in secret]
     assert holders == ["demo-rollout-sandbox-key"]
-    assert secrets_of(objects)["demo-rollout-sandbox-key"].keys() == {"sandboxKey"}
+    keys = secrets_of(objects)["demo-rollout-sandbox-key"]
+    assert keys.keys() == {"sandboxKey", "commandKey"}
+    master, command = (keys[k].encode() for k in ("sandboxKey", "commandKey"))
+    assert command == kind_key(master, "command"), "a command host's key is the one runners derive"
+    commandhost = dict(pod_templates(objects))["commandhost"]
+    (container,) = commandhost["spec"]["containers"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "sandbox-key"]
+    assert (mount["mountPath"], mount["subPath"]) == ("/data/sandbox-command.key", "commandKey")
     mounted = set()
     for component, template in pod_templates(objects):
         if ("demo-rollout-sandbox-key", "sandboxKey") in secret_refs(template):
@@ -204,7 +212,9 @@ def test_one_sandbox_key_secret_is_mounted_into_the_runners_and_command_hosts_on
             (mount,) = [m for m in container["volumeMounts"] if m["mountPath"] == "/data/sandbox.key"]
             assert volumes[mount["name"]]["secret"]["secretName"] == "demo-rollout-sandbox-key"
             assert mount["subPath"] == "sandboxKey" and mount["readOnly"]
-    assert mounted == {"runner", "commandhost"}, "the trainer, the gateway and the engines have no use for it"
+    assert mounted == {"runner"}, (
+        "the trainer, the gateway, the engines and the command hosts have no use for it"
+    )
 
 
 def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(tmp_path: Path) -> None:

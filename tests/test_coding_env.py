@@ -28,6 +28,7 @@ from rollout.isolation import SandboxIsolation
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
+from rollout.sandbox.keys import kind_key
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
 from tests.red_team import FORGER
@@ -55,7 +56,9 @@ async def served_sandbox(workdir: Path) -> AsyncIterator[Sandbox]:
     world = ShellWorld(workdir, seats=1)
     try:
         async with serving(
-            build_sandbox_app(world, kind="shell", name="coding-test", seats=1, key=SANDBOX_KEY)
+            build_sandbox_app(
+                world, kind="shell", name="coding-test", seats=1, key=kind_key(SANDBOX_KEY, "shell")
+            )
         ) as url:
             yield Sandbox(url, world.workdir)
     finally:

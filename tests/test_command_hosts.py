@@ -34,6 +34,7 @@ from rollout.sandbox.claims import SandboxPool
 from rollout.sandbox.client import SandboxActionError, SandboxClient
 from rollout.sandbox.command_host import CommandHost
 from rollout.sandbox.hosting import hosted_sandbox
+from rollout.sandbox.keys import kind_key
 from rollout.sandbox.remote_seat import RemoteSeat
 from rollout.sandbox.world import SandboxSetupError
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
@@ -103,7 +104,9 @@ async def test_a_command_seat_plays_on_a_command_host_and_its_folder_travels_bac
     context = RunContext(run="cmd-run", episode="cmd-run/0", seat=f"seat-{uuid.uuid4().hex[:6]}")
     async with (
         serving(app) as gateway_url,
-        hosted_sandbox(ledger, kind, name, seats=1, workdir=tmp_path / "host", key=SANDBOX_KEY),
+        hosted_sandbox(
+            ledger, kind, name, seats=1, workdir=tmp_path / "host", key=kind_key(SANDBOX_KEY, kind)
+        ),
     ):
         outcome = await play_external(
             task,

@@ -35,6 +35,7 @@ from rollout.ledger.streams import (
 )
 from rollout.rendering import ModelRenderer
 from rollout.sandbox.hosting import hosted_sandbox
+from rollout.sandbox.keys import kind_key
 from rollout.workers.runner import runner_worker
 from rollout.workflows import runner_stubs, trainer_stubs
 from rollout.workflows.bridges import BridgeWorkflow
@@ -271,7 +272,12 @@ async def test_episodes_claim_a_shell_sandbox_and_release_it(
     client, queue = runner
     run = f"shell-{uuid.uuid4().hex[:6]}"
     async with hosted_sandbox(
-        ledger, "shell#episodes-test", "box-0", seats=1, workdir=tmp_path / "box", key=SANDBOX_KEY
+        ledger,
+        "shell#episodes-test",
+        "box-0",
+        seats=1,
+        workdir=tmp_path / "box",
+        key=kind_key(SANDBOX_KEY, "shell#episodes-test"),
     ):
         status = await client.execute_workflow(
             RunWorkflow.run,

@@ -27,6 +27,7 @@ from benchmarks.minecraft import processes_in_session, rss_mb, session_of
 from rollout.net import serving
 from rollout.sandbox import SandboxClient, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError, SandboxLost
+from rollout.sandbox.keys import kind_key
 from rollout.sandbox.minecraft import BOT_NAMES, MinecraftWorld
 from rollout.sandbox.minecraft.install import MinecraftInstallError, ensure_installed
 from rollout.sandbox.server import build_sandbox_app
@@ -43,7 +44,9 @@ async def served_world(workdir: Path) -> AsyncIterator[tuple[MinecraftWorld, str
     world = MinecraftWorld(workdir, SEATS)
     try:
         async with serving(
-            build_sandbox_app(world, kind="minecraft", name="mc", seats=SEATS, key=SANDBOX_KEY)
+            build_sandbox_app(
+                world, kind="minecraft", name="mc", seats=SEATS, key=kind_key(SANDBOX_KEY, "minecraft")
+            )
         ) as url:
             yield world, url
     finally:

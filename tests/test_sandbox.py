@@ -21,6 +21,7 @@ from rollout.ledger.streams import sandbox_host_lease, sandbox_pool_stream
 from rollout.sandbox import NoSandboxFree, SandboxClient, SandboxPool, SandboxSuperseded
 from rollout.sandbox.client import SandboxActionError
 from rollout.sandbox.hosting import hosted_sandbox
+from rollout.sandbox.keys import host_proof, kind_key
 from rollout.sandbox.shell import MAX_OUTPUT_BYTES, ShellWorld
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
@@ -47,7 +48,7 @@ async def test_the_shell_runs_commands_in_its_directory_within_limits(tmp_path: 
 async def test_a_newer_claim_fences_off_the_older_holder(ledger: Ledger, tmp_path: Path) -> None:
     name = f"fence-{uuid.uuid4().hex[:6]}"
     async with hosted_sandbox(
-        ledger, "shell", name, seats=2, workdir=tmp_path / name, key=SANDBOX_KEY
+        ledger, "shell", name, seats=2, workdir=tmp_path / name, key=kind_key(SANDBOX_KEY, "shell")
     ) as box:
         old = claimed_seat(box.address, "shell", name, epoch=1, seat=0, holder="old")
         new = claimed_seat(box.address, "shell", name, epoch=2, seat=1, holder="new")
@@ -94,7 +95,9 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
     kind = f"shell#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "pool-0"
     pool = SandboxPool(ledger, SANDBOX_KEY)
-    async with hosted_sandbox(ledger, kind, name, seats=4, workdir=tmp_path / name, key=SANDBOX_KEY) as box:
+    async with hosted_sandbox(
+        ledger, kind, name, seats=4, workdir=tmp_path / name, key=kind_key(SANDBOX_KEY, kind)
+    ) as box:
         for forged in (  # what no server writes: a path for a name, credentials or no host in the address
             {"kind": kind, "name": "../../etc", "address": "http://127.0.0.1:9", "seats": 4},
             {"kind": kind, "name": "forged-1", "address": "http://user:pw@127.0.0.1:9", "seats": 4},
@@ -107,6 +110,17 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
             await ledger.append_one(sandbox_pool_stream(kind), event)
         # A host lease whose holder says what no server says is not in the pool either.
         assert await ledger.claim(sandbox_host_lease(kind, "forged-4"), "4@file:///etc/passwd", 30)
+        # Nor is a host of another kind (a `shell` host the policy took over, joining a `command` pool to be
+        # sent seat tokens): it proves its place with its own kind's key, not this one's.
+        for name_, proof in (
+            (
+                "forged-5",
+                host_proof(kind_key(SANDBOX_KEY, "shell"), kind, "forged-5", 8, "http://127.0.0.1:9"),
+            ),
+            ("forged-6", ""),
+        ):
+            holder = f"8@http://127.0.0.1:9#{proof}" if proof else "8@http://127.0.0.1:9"
+            assert await ledger.claim(sandbox_host_lease(kind, name_), holder, 30)
         registered = await pool.registered(kind)
         assert [(s.name, s.seats, s.address) for s in registered] == [(name, 4, box.address)]
         first = await pool.claim(kind, 2, "run/a", ttl_s=30, wait_s=1)
@@ -117,7 +131,7 @@ async def test_claims_are_one_episode_per_sandbox_and_idempotent_by_holder(
         # A writer repeating the holder's name, without the key its lease secret derives from, gets nothing.
         with pytest.raises(NoSandboxFree, match="claimed by other episodes"):
             await SandboxPool(ledger).claim(kind, 2, "run/a", ttl_s=30, wait_s=0.5, poll_s=0.1)
-        with pytest.raises(NoSandboxFree, match="claimed by other episodes"):
+        with pytest.raises(NoSandboxFree, match="is registered"):  # it cannot tell the pool's hosts either
             await SandboxPool(ledger, b"another key").claim(
                 kind, 2, "run/a", ttl_s=30, wait_s=0.5, poll_s=0.1
             )
@@ -155,7 +169,9 @@ async def test_a_claim_whose_holder_died_expires_and_the_sandbox_is_claimed_agai
 ) -> None:
     kind = f"rollout.sandbox.shell:ShellWorld#{uuid.uuid4().hex[:6]}"  # a pool of its own
     name = "leak-0"
-    async with hosted_sandbox(ledger, kind, name, seats=1, workdir=tmp_path / name, key=SANDBOX_KEY):
+    async with hosted_sandbox(
+        ledger, kind, name, seats=1, workdir=tmp_path / name, key=kind_key(SANDBOX_KEY, kind)
+    ):
         holder = await asyncio.create_subprocess_exec(
             sys.executable, "-c", HOLDER, ledger_url, kind, stdout=asyncio.subprocess.PIPE
         )

@@ -26,6 +26,7 @@ from rollout.net import free_port, serving
 from rollout.sandbox import shell
 from rollout.sandbox.client import SandboxActionError, SandboxClient
 from rollout.sandbox.jail import CommandKilled
+from rollout.sandbox.keys import kind_key
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
@@ -92,7 +93,7 @@ async def test_a_claim_gets_its_environments_limits_and_reaches_only_what_it_dec
         kind="shell",
         name="net",
         seats=2,
-        key=SANDBOX_KEY,
+        key=kind_key(SANDBOX_KEY, "shell"),
         refused_endpoints=frozenset({Endpoint("127.0.0.1", ledger_port)}),
     )
     echo = await asyncio.start_server(_echo, "127.0.0.1", 0)

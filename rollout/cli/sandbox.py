@@ -76,11 +76,11 @@ def serve(
         except SandboxSetupError as error:
             fail(str(error))
     from rollout.redaction import register_secret
-    from rollout.sandbox.keys import SandboxKeyMissing, load_sandbox_key
+    from rollout.sandbox.keys import SandboxKeyMissing, load_host_key
 
     try:
         # Beyond loopback the key must be the runners' own: a fresh one would authenticate no claim.
-        key = load_sandbox_key(settings.data_path, create=host in ("127.0.0.1", "localhost", "::1"))
+        key = load_host_key(settings.data_path, kind, create=host in ("127.0.0.1", "localhost", "::1"))
     except SandboxKeyMissing as error:
         fail(str(error))
     register_secret(key)

@@ -40,7 +40,7 @@ from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.hosting import build_world
 from rollout.sandbox.jail import JailUnavailable
-from rollout.sandbox.keys import claim_secret
+from rollout.sandbox.keys import claim_secret, kind_key
 from rollout.sandbox.server import build_sandbox_app
 
 TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -210,7 +210,9 @@ async def _sandbox_for_check(
     secret = claim_secret(key, need.kind, "env-check", 1, "env-check")
     try:
         async with serving(
-            build_sandbox_app(world, kind=need.kind, name="env-check", seats=need.seats, key=key)
+            build_sandbox_app(
+                world, kind=need.kind, name="env-check", seats=need.seats, key=kind_key(key, need.kind)
+            )
         ) as url:
             seats = [
                 SandboxSeat(

@@ -45,7 +45,7 @@ import httpx
 from rollout.ledger import Kind, Lease, Ledger, NewEvent
 from rollout.ledger.queries import held_sandbox, live_sandbox_hosts
 from rollout.ledger.streams import sandbox_host_lease, sandbox_lease, sandbox_pool_stream
-from rollout.sandbox.keys import lease_secret
+from rollout.sandbox.keys import host_proof, kind_key, lease_secret, same_secret
 
 
 class NoSandboxFree(RuntimeError):
@@ -97,9 +97,14 @@ class SandboxPool:
         )
 
     @asynccontextmanager
-    async def hosting(self, sandbox: SandboxRegistration, *, ttl_s: float = 30) -> AsyncIterator[None]:
-        """Register `sandbox` and keep it in the pool for the block (its server must be answering by then)."""
-        holder = f"{sandbox.seats}@{sandbox.address}"  # what the pool knows of it: only this host can say it
+    async def hosting(
+        self, sandbox: SandboxRegistration, *, ttl_s: float = 30, kind_secret: bytes
+    ) -> AsyncIterator[None]:
+        """Register `sandbox` and keep it in the pool for the block (its server must be answering by then);
+        `kind_secret` is its kind's key (rollout.sandbox.keys.load_host_key): its place is proven with it."""
+        proof = host_proof(kind_secret, sandbox.kind, sandbox.name, sandbox.seats, sandbox.address)
+        # What the pool knows of it: only this host can say it, and only a host of the kind can prove it.
+        holder = f"{sandbox.seats}@{sandbox.address}#{proof}"
         host = await self.ledger.claim(sandbox_host_lease(sandbox.kind, sandbox.name), holder, ttl_s)
         if host is None:
             raise SandboxNameTaken(
@@ -140,12 +145,17 @@ class SandboxPool:
                         latest[found.name] = found
                 after = batch[-1].seq
         live = []
+        proving = None if self.key is None else kind_key(self.key, kind)
         for name, holder in hosted.items():
             if match := _SEATS_AT.match(holder):
-                payload = {"name": name, "address": match.group(2), "seats": int(match.group(1))}
-                if found := _registration(kind, payload):
+                seats, address, proof = int(match.group(1)), match.group(2), match.group(3)
+                if proving is not None and not same_secret(
+                    proof or "", host_proof(proving, kind, name, seats, address)
+                ):
+                    continue  # not a host of this kind (another kind's, or any sandbox login): no seat goes there
+                if found := _registration(kind, {"name": name, "address": address, "seats": seats}):
                     live.append(found)
-            elif (old := latest.get(name)) is not None and old.address == holder:
+            elif proving is None and (old := latest.get(name)) is not None and old.address == holder:
                 live.append(old)
         return sorted(live, key=lambda s: s.name)
 
@@ -208,7 +218,8 @@ class SandboxPool:
 
 
 SANDBOX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
-_SEATS_AT = re.compile(r"^([1-9][0-9]{0,5})@(.+)$")  # a host lease's holder: SEATS@ADDRESS
+# A host lease's holder: SEATS@ADDRESS#PROOF (rollout.sandbox.keys.host_proof; hosts from before gave none).
+_SEATS_AT = re.compile(r"^([1-9][0-9]{0,5})@(.+?)(?:#([0-9a-f]{32}))?$")
 
 
 def _registration(kind: str, payload: Mapping[str, Any]) -> SandboxRegistration | None:

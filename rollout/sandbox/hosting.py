@@ -1,15 +1,16 @@
 """Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block
 runs.
 
-`rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
-closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in a
-jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation`
-(rollout.sandbox.jail). The server proves claims with `key` (rollout.sandbox.keys) and answers to loopback
-names, and to the names of `host` when it listens beyond loopback. No claim's network may name
-`refused_endpoints` (`stack_endpoints(settings)`: the ledger, Temporal, the engine, the gateway and the
-dashboard, as the settings name them). `sandbox_workdir` is where a served sandbox keeps its world: outside
-the data directory (a jail binds it, and nothing of the data directory may be reachable from there), in this
-user's own folder of the machine's temporary folder (rollout.sandbox.private_root: no other user plants it).
+- ollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
+  closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in a
+  jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation`
+  (rollout.sandbox.jail). The server proves claims, and its place in the pool, with `key`, its kind's key
+  (rollout.sandbox.keys.load_host_key) and answers to loopback names, and to the names of `host` when it
+  listens beyond loopback. No claim's network may name `refused_endpoints` (`stack_endpoints(settings)`: the
+  ledger, Temporal, the engine, the gateway and the dashboard, as the settings name them). `sandbox_workdir`
+  is where a served sandbox keeps its world: outside the data directory (a jail binds it, and nothing of the
+  data directory may be reachable from there), in this user's own folder of the machine's temporary folder
+  (rollout.sandbox.private_root: no other user plants it).
 """
 
 from __future__ import annotations
@@ -109,7 +110,7 @@ async def hosted_sandbox(
         )
         async with serving(app, host, port) as url:
             registration = SandboxRegistration(kind=kind, name=name, address=url, seats=seats)
-            async with SandboxPool(ledger).hosting(registration, ttl_s=host_ttl_s):
+            async with SandboxPool(ledger).hosting(registration, ttl_s=host_ttl_s, kind_secret=key):
                 yield registration
     finally:
         await world.close()

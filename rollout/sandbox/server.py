@@ -43,7 +43,7 @@ from starlette.routing import Route
 from rollout.http_guard import HostGuard, Hosts, JsonBodies, json_errors
 from rollout.isolation import Endpoint, JailLimits, SandboxNetwork
 from rollout.sandbox.jail import CommandKilled
-from rollout.sandbox.keys import claim_secret, same_secret
+from rollout.sandbox.keys import kind_claim_secret, same_secret
 from rollout.sandbox.world import JsonObject, SandboxWorld, SandboxWorldLost
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
@@ -153,9 +153,9 @@ def build_sandbox_app(
     hosts: frozenset[str] | None = None,
     refused_endpoints: frozenset[Endpoint] = frozenset(),
 ) -> Starlette:
-    """The app serving `world`; `key` is the sandbox key claims are proven with, `hosts` the names it answers
-    to (loopback's by default), `refused_endpoints` what no claim's network may name (the stack's own
-    services)."""
+    """The app serving `world`; `key` is its kind's key claims are proven with (rollout.sandbox.keys),
+    `hosts` the names it answers to (loopback's by default), `refused_endpoints` what no claim's network may
+    name (the stack's own services)."""
     claims = _Claims()
 
     def refused(request: Request) -> JSONResponse | None:
@@ -173,7 +173,7 @@ def build_sandbox_app(
         given = _bearer(request)
         if not given:
             return _error(401, "send the claim's secret as `Authorization: Bearer rsc-…`")
-        expected = claim_secret(key, kind, name, epoch, holder)
+        expected = kind_claim_secret(key, kind, name, epoch, holder)
         if not same_secret(given, expected):
             return _error(403, "that is not the secret of this claim")
         try:
@@ -214,7 +214,7 @@ def build_sandbox_app(
             or not isinstance(body.get("holder", ""), str)
         ):
             return _error(400, "send JSON {epoch: int, holder: str, seat: int, action: object}")
-        if not same_secret(given, claim_secret(key, kind, name, body["epoch"], body.get("holder", ""))):
+        if not same_secret(given, kind_claim_secret(key, kind, name, body["epoch"], body.get("holder", ""))):
             return _error(403, "that is not the secret of this claim")
         if body["epoch"] != claims.epoch or claims.changing:
             return _error(

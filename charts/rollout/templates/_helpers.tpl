@@ -231,12 +231,16 @@ securityContext:
 
 {{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
 engines sign their serving acks with, which the gateway checks; servingKey: the key the trainer signs serving
-targets with, derived from the engine key; sandboxKey: the key runners prove sandbox claims
+targets with, derived from the engine key; commandKey: the command hosts' kind key, derived from the sandbox
+key; sandboxKey: the key runners prove sandbox claims
 with, from its own Secret) as its files; no component is given a key it does not use. */}}
 {{- define "rollout.dataMounts" -}}
 - {name: data, mountPath: /data}
 {{- if has "sandboxKey" .keys }}
 - {name: sandbox-key, mountPath: /data/sandbox.key, subPath: sandboxKey, readOnly: true}
+{{- end }}
+{{- if has "commandKey" .keys }}
+- {name: sandbox-key, mountPath: /data/sandbox-command.key, subPath: commandKey, readOnly: true}
 {{- end }}
 {{- if has "gatewaySecret" .keys }}
 - {name: keys, mountPath: /data/gateway.secret, subPath: gatewaySecret, readOnly: true}
@@ -254,7 +258,7 @@ with, from its own Secret) as its files; no component is given a key it does not
 {{- define "rollout.dataVolumes" -}}
 - name: data
   emptyDir: {}
-{{- $keys := without .keys "sandboxKey" }}
+{{- $keys := without .keys "sandboxKey" "commandKey" }}
 {{- if $keys }}
 - name: keys
   secret:
@@ -265,13 +269,17 @@ with, from its own Secret) as its files; no component is given a key it does not
       - {key: {{ . }}, path: {{ . }}}
       {{- end }}
 {{- end }}
-{{- if has "sandboxKey" .keys }}
+{{- $sandboxKeys := list }}
+{{- range (list "sandboxKey" "commandKey") }}{{ if has . $.keys }}{{ $sandboxKeys = append $sandboxKeys . }}{{ end }}{{ end }}
+{{- if $sandboxKeys }}
 - name: sandbox-key
   secret:
     secretName: {{ include "rollout.sandboxKeySecret" .root }}
     defaultMode: 0440
     items:
-      - {key: sandboxKey, path: sandboxKey}
+      {{- range $sandboxKeys }}
+      - {key: {{ . }}, path: {{ . }}}
+      {{- end }}
 {{- end }}
 {{- end -}}
 
