@@ -6,11 +6,19 @@ import uuid
 from pathlib import Path
 
 import pytest
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import ActivityEnvironment
 
+from rollout.activities.bridges import BridgeActivities
 from rollout.blobs import BlobIntegrityError, FileBlobStore
 from rollout.ledger import Kind, Ledger, NewEvent, StaleFenceError
 from rollout.ledger.queries import newest_checkpoint_version
-from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
+from rollout.ledger.streams import (
+    SERVING_TARGETS,
+    policy_bridges_stream,
+    policy_checkpoints_stream,
+    trainer_lease,
+)
 from rollout.serving import ServingTarget
 from rollout.training.checkpoints import (
     CheckpointFile,
@@ -21,6 +29,7 @@ from rollout.training.checkpoints import (
     lineage_version,
     publish_checkpoint,
 )
+from rollout.workflows.training_types import BridgeInput
 
 
 def checkpoint_dir(root: Path, content: bytes) -> Path:
@@ -123,6 +132,33 @@ async def test_a_step_someone_else_wrote_first_is_never_adopted(ledger: Ledger, 
             parent=None,
             directory=checkpoint_dir(tmp_path / "a1", b"weights-1"),
         )
+
+
+async def test_a_bridge_someone_else_recorded_is_never_signed_for_the_engines(
+    ledger: Ledger, tmp_path: Path
+) -> None:
+    """The bridge stream takes any writer's appends: a `bridge/N/lora` recorded first, naming files of the
+    forger's choosing, must not become a serving target the trainer signs (engines load what it signs)."""
+    policy = f"pol-{uuid.uuid4().hex[:8]}"
+    name = f"{policy}-step000001"
+    forged = {
+        "name": name,
+        "version": 1,
+        "format": "lora",
+        "files": {"adapter_model.safetensors": {"key": "attacker/adapter", "sha256": "0" * 64, "size": 1}},
+        "location": None,
+    }
+    await ledger.append_one(
+        policy_bridges_stream(policy), NewEvent("bridge/1/lora", Kind.CHECKPOINT_CONVERTED, forged)
+    )
+    bridges = BridgeActivities(
+        ledger, FileBlobStore(tmp_path / "blobs"), base_model=None, scratch=tmp_path, serving_key=b"k" * 64
+    )
+    given = BridgeInput(run="r", policy=policy, checkpoint=name, version=1, format="lora")
+    with pytest.raises(ApplicationError, match="names files that are not") as refused:
+        await ActivityEnvironment().run(bridges.publish_serving, given)
+    assert refused.value.type == "ForeignBridge" and refused.value.non_retryable
+    assert not [e for e in await ledger.read(SERVING_TARGETS) if e.payload.get("checkpoint") == name]
 
 
 def test_staleness_counts_from_the_parent_in_its_own_lineage() -> None:

@@ -9,7 +9,9 @@ Contract:
   onto the policy's own base model when it has one (`BridgeInput.model`), else the trainer's.
 - `publish_serving` appends the `ServingTarget` for a converted checkpoint (once per checkpoint and serving
   format), naming its base model and signed with `serving_key` (engines load only signed targets when they
-  hold the engine key: rollout.serving); followers beside engines serving that model load it.
+  hold the engine key: rollout.serving); followers beside engines serving that model load it. The bridge
+  stream takes anyone's appends, so a record whose files are not the checkpoint's own blobs or its bridge's
+  (`checkpoints/POLICY/NAME/…`, `bridges/POLICY/NAME/…`) is never signed: `ForeignBridge`, for good.
 - `wait_served` waits (heartbeating) until some engine's newest ack serves the checkpoint, or the time is up
   (False). Nothing here blocks turns: admission reads acks on its own.
 """
@@ -19,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
@@ -31,11 +34,36 @@ from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
 from rollout.serving import EngineStates, ServingTarget
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
-from rollout.training.checkpoints import files_of, find_checkpoint
+from rollout.training.checkpoints import files_of, find_checkpoint, policy_of
 from rollout.workflows import trainer_stubs
 from rollout.workflows.training_types import BridgeInput, BridgeResult, ServedWait
 
 SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
+
+
+def _check_bridge(given: BridgeInput, payload: Mapping[str, Any]) -> None:
+    """A bridge record is on a stream any ledger writer may append to: it is signed into a serving target only
+    when it is this checkpoint's, and every file it names is one of the checkpoint's own
+    blobs or its bridge's (`checkpoints/POLICY/NAME/…`, `bridges/POLICY/NAME/…`)."""
+    name, lineages = given.checkpoint, {given.policy, policy_of(given.checkpoint)}
+    prefixes = tuple(f"{top}/{p}/{name}/" for top in ("checkpoints", "bridges") for p in lineages)
+    files = payload.get("files")
+    keys = (
+        [f.get("key") if isinstance(f, dict) else None for f in files.values()]
+        if isinstance(files, dict)
+        else []
+    )
+    if (
+        payload.get("name") != name
+        or not keys
+        or not all(isinstance(k, str) and k.startswith(prefixes) for k in keys)
+    ):
+        raise ApplicationError(
+            f"the {given.format} bridge recorded for {name} names files that are not {name}'s: another writer "
+            "recorded it first; nothing is served from it",
+            type="ForeignBridge",
+            non_retryable=True,
+        )
 
 
 def _bridge_key(given: BridgeInput) -> str:
@@ -115,6 +143,7 @@ class BridgeActivities:
         converted = await self.ledger.find(policy_bridges_stream(given.policy), _bridge_key(given))
         if converted is None:
             raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)
+        _check_bridge(given, converted.payload)  # what it names is signed next: engines will load it
         target = ServingTarget(
             policy=given.policy,
             checkpoint=given.checkpoint,

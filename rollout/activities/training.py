@@ -36,14 +36,16 @@ from rollout.activities.heartbeat import heartbeating
 from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
 from rollout.ledger import Fence, Ledger
-from rollout.ledger.streams import policy_checkpoints_stream
+from rollout.ledger.streams import trainer_lease
 from rollout.rl.batches import Batch
 from rollout.rl.losses import NonFiniteLoss, staleness_histogram
 from rollout.training.checkpoints import (
     CheckpointRecord,
+    ForeignCheckpoint,
     find_checkpoint,
     lineage_version,
     publish_checkpoint,
+    published_step,
 )
 from rollout.workflows import trainer_stubs
 from rollout.workflows.training_types import AssembleInput, BatchLookup, CheckpointInfo, TrainStepInput
@@ -87,9 +89,14 @@ class TrainingActivities:
 
     @activity.defn(name=trainer_stubs.train_step.__name__)
     async def train_step(self, given: TrainStepInput) -> CheckpointInfo:
-        published = await self.ledger.find(policy_checkpoints_stream(given.policy), f"step/{given.step}")
+        try:
+            published = await published_step(
+                self.ledger, given.policy, given.step, trainer_lease(given.policy)
+            )
+        except ForeignCheckpoint as error:
+            raise ApplicationError(str(error), type="ForeignCheckpoint", non_retryable=True) from error
         if published is not None:
-            return checkpoint_info(CheckpointRecord.from_payload(published.payload))
+            return checkpoint_info(published)
         if await self.leases.hold(given.policy):
             self.provider.forget(given.policy)  # a new epoch: another holder may have moved on
         async with self.leases.kept(given.policy):

@@ -130,7 +130,7 @@ async def publish_checkpoint(
 ) -> CheckpointRecord:
     name = checkpoint_name(policy, step)
     stream, key = policy_checkpoints_stream(policy), f"step/{step}"
-    if (published := await _published(ledger, stream, key, fence)) is not None:
+    if (published := await published_step(ledger, policy, step, fence.resource)) is not None:
         return published
     files = await asyncio.to_thread(
         _upload, store, directory, lambda relative: _key(name, policy, fence.epoch, relative)
@@ -152,7 +152,7 @@ async def publish_checkpoint(
         )
     except KeyConflictError:
         # An earlier attempt of this step published first: its checkpoint is the step's one.
-        published = await _published(ledger, stream, key, fence)
+        published = await published_step(ledger, policy, step, fence.resource)
         assert published is not None
         return published
     return record
@@ -162,15 +162,16 @@ class ForeignCheckpoint(RuntimeError):
     """A step's checkpoint event is on the ledger, but no holder of the trainer's lease wrote it."""
 
 
-async def _published(ledger: Ledger, stream: str, key: str, fence: Fence) -> CheckpointRecord | None:
-    """The step's checkpoint as an earlier holder of the trainer's lease published it; None when there is
-    none; `ForeignCheckpoint` when someone else wrote it first (it is never adopted as the step's)."""
+async def published_step(ledger: Ledger, policy: str, step: int, lease: str) -> CheckpointRecord | None:
+    """Step `step`'s checkpoint of `policy` as a holder of the trainer's lease `lease` published it; None
+    when there is none; `ForeignCheckpoint` when someone else wrote it first (never adopted as the step's)."""
+    stream, key = policy_checkpoints_stream(policy), f"step/{step}"
     published = await ledger.find(stream, key)
     if published is None:
         return None
-    if not await written_under(ledger, stream, key, fence.resource):
+    if not await written_under(ledger, stream, key, lease):
         raise ForeignCheckpoint(
-            f"{key} on {stream} was written by a writer not holding the lease {fence.resource!r}: the ledger "
+            f"{key} on {stream} was written by a writer not holding the lease {lease!r}: the ledger "
             "holds a forged checkpoint; find who wrote it (its login) before training this policy further"
         )
     return CheckpointRecord.from_payload(published.payload)
