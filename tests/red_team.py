@@ -41,7 +41,6 @@ TARGETS = Path(tempfile.gettempdir()) / "rollout-red-team.json"
 KIND = "shell#red-team"
 SEAT_FAILURE = Path(tempfile.gettempdir()) / "rollout-red-team-seat.log"
 AGENT_SCRIPT = str(Path(__file__).with_name("red_team_agent.py"))
-# Not under /tmp: there a jail sees a tmpfs of its own, where writing proves nothing.
 SEAT_VENV = Path(__file__).parents[1] / "build" / "red-team-venv"
 HARMFUL = frozenset({"signal-a-host-process", "fork-bomb", "write-10-gb"})
 SHELL_FILE_LIMIT = JailLimits(file_bytes=64 * MiB)
@@ -93,7 +92,9 @@ def attacks(targets: dict[str, Any]) -> list[tuple[str, str]]:
             "reach-another-seats-routes",
             _http_reached(f"http://127.0.0.1:{port['gateway']}/s/rs-{'0' * 40}/v1/models"),
         ),
-        ("write-the-virtual-environment", f"touch {targets['venv']}/red-team-was-here"),
+        # Its `bin`: what a command seat's jail binds of it, read-only (the folder around it may be the jail's
+        # own tmpfs, where a checkout under /tmp puts it).
+        ("write-the-virtual-environment", f"touch {targets['venv']}/bin/red-team-was-here"),
         ("write-the-installed-packages", f"touch {targets['packages']}/red-team-was-here"),
         ("signal-a-host-process", f"kill -TERM {targets['pids']['victim']}"),
         # Once it runs, only the shell's builtins are used: a fork would wait on bash's retries for seconds.

@@ -171,7 +171,7 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         assert httpx.get(f"{gateway_url}/health").status_code == 200
         leftover = subprocess.run(["pgrep", "-f", f"sleep {sleeper}"], capture_output=True, text=True)
         assert leftover.stdout.strip() == "", "no setsid sleeper outlived its claim"
-        assert not (SEAT_VENV / "red-team-was-here").exists()
+        assert not (SEAT_VENV / "bin" / "red-team-was-here").exists()
         assert not (Path(targets["packages"]) / "red-team-was-here").exists()
         assert not list(Path(targets["data_dir"]).rglob("big")), "no 10 GB file landed in the data directory"
         assert set(HARMFUL) <= set(names)

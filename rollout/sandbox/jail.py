@@ -22,7 +22,8 @@ Contract:
 - A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it,
   daemons and `setsid` children included. A command that ends takes its background children with it.
 - `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process,
-  as a grader holds with the code it grades), under the same rules; `kill_all()` kills it too.
+  as a grader holds with the code it grades), under the same rules but the watchdog (its caller bounds it);
+  `kill_all()` kills it too.
 - Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail, rollout.bounded_process).
 - Isolation `none` runs each command straight from this process, in the workspace, with the same environment
   rules and rlimits but no namespaces: only when a person chose it (`sandbox.isolation=none`).

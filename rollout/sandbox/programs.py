@@ -12,8 +12,8 @@ Contract:
   - in a Python virtual environment (a `pyvenv.cfg` in the folder above its `bin`): that file, the `bin`
     folder, and the base interpreter's install; never the environment whole, whose packages may hold a
     grader's answers (a non-editable environment package);
-  - a Python install's interpreter (`lib/pythonX.Y` beside its `bin`): that install, its `site-packages`
-    masked;
+  - a Python install's interpreter (`lib/pythonX.Y` beside its `bin`): that install's `bin` and `lib`, its
+    `site-packages` masked (its own virtual environments' too, where they live inside it);
   - anything else: the file itself (never the folder around it: that may be a home directory).
   A script's `#!` interpreter is added the same way (`#!/usr/bin/env NAME` looks NAME up on `search_path`).
 - Of a Python environment's installed packages (its `site-packages`, and its base's when it includes them) a
@@ -194,17 +194,21 @@ def _packages_read(
 
 
 def _python_install(prefix: Path, packages: Sequence[str]) -> ProgramInstall:
-    """A Python install (not a virtual environment): itself, its site-packages masked but for `packages`."""
+    """A Python install (not a virtual environment): its `bin` and `lib` (never the whole prefix: pyenv keeps
+    virtual environments in `envs/` there, conda its packages, `~/.local` its `share/`), its site-packages
+    masked but for `packages`."""
     sites = _site_packages(prefix)
     read = _packages_read(sites, None, packages, prefix / "bin")
-    return ProgramInstall((prefix, *read), (prefix / "bin",), tuple(sites))
+    parts = tuple(prefix / part for part in ("bin", "lib", "lib64") if (prefix / part).is_dir())
+    return ProgramInstall((*parts, *read), (prefix / "bin",), tuple(sites))
 
 
 def _virtual_environment(prefix: Path, program: Path, packages: Sequence[str]) -> ProgramInstall:
     config = _venv_config(prefix)
     base = Path(config["home"]).resolve().parent if config.get("home") else None
     sites = _site_packages(prefix)
-    install = ProgramInstall((prefix / "pyvenv.cfg", prefix / "bin"), (prefix / "bin",))
+    # Masked too: a venv may live inside a bound install (pyenv's `versions/X/envs/NAME`).
+    install = ProgramInstall((prefix / "pyvenv.cfg", prefix / "bin"), (prefix / "bin",), tuple(sites))
     if base is not None and not _in_system(base):
         install |= _python_install(base, ())
         if config.get("include-system-site-packages", "").lower() == "true":

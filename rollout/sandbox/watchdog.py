@@ -2,8 +2,11 @@
 root, whose jails get the per-process rlimits only (rollout.sandbox.limits, rollout.sandbox.workspace).
 
 Contract:
-- `disk_used(folder)` is what the files under `folder` take on disk (allocated blocks, links not followed); a
-  folder the jail made unreadable (`chmod 000`, its own uid's) is made readable again to be counted.
+- `disk_used(folder)` is what the files under `folder` take on disk (allocated blocks, at least one block per
+  entry, so a million empty files count; links not followed); a folder the jail made unreadable or
+  unsearchable (its own uid's) is made readable again to be counted, through a descriptor of the folder
+  itself (a link swapped in is never followed). A file the command holds open after deleting it is not
+  counted.
 - `resident(roots)` is the resident memory of the processes `roots` and everything they started.
 - `guard(roots, folder=, disk_bytes=, memory_bytes=)` looks every `POLL_S` while the command runs; once its
   command grew `folder` past `disk_bytes` (measured from what the folder held when it began, so a command
@@ -11,7 +14,9 @@ Contract:
   group (a bubblewrap's: its PID namespace, and so every process of the command, dies with it) and returns
   why, in a sentence the command's output gets. It never returns otherwise; cancel it when the command ends.
 - What it bounds is how long a command may run over its caps, not how far: one `POLL_S` of writing at the
-  disk's speed (tests/test_jail_unprivileged.py measures it).
+  disk's speed per command (tests/test_jail_unprivileged.py measures it). Memory is counted as resident sets,
+  so pages processes share count once per process (a cap that errs towards killing). `Jail.spawn`'s
+  processes (a grader's conversation) are not watched.
 """
 
 from __future__ import annotations
@@ -28,30 +33,41 @@ import psutil
 
 POLL_S = 0.1
 MiB = 1024 * 1024
+BLOCK = 4096
+
+
+def _open_up(folder: Path) -> None:
+    """Make `folder` (the jail's own, made unreadable to hide what it holds) readable again, never following
+    a link the jail may have swapped in meanwhile: through an O_PATH descriptor of the folder itself."""
+    with contextlib.suppress(OSError):
+        handle = os.open(folder, os.O_PATH | os.O_NOFOLLOW | os.O_DIRECTORY)
+        try:
+            os.chmod(f"/proc/self/fd/{handle}", 0o700)
+        finally:
+            os.close(handle)
+
+
+def _entries(folder: Path) -> list[tuple[str, os.stat_result]]:
+    for attempt in range(2):
+        try:
+            return [(e.path, e.stat(follow_symlinks=False)) for e in os.scandir(folder)]
+        except PermissionError:  # unlistable, or listable but not searchable (0400)
+            if attempt == 0:
+                _open_up(folder)
+        except OSError:
+            break
+    return []
 
 
 def disk_used(folder: Path) -> int:
     total = 0
     pending = [folder]
     while pending:
-        current = pending.pop()
-        entries: list[os.DirEntry[str]] = []
-        try:
-            entries = list(os.scandir(current))
-        except PermissionError:
-            with contextlib.suppress(OSError):
-                os.chmod(current, 0o700)  # the jail's own folder, made unreadable to hide what it holds
-                entries = list(os.scandir(current))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                info = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            total += info.st_blocks * 512
+        for path, info in _entries(pending.pop()):
+            # An empty file takes an inode all the same: each entry counts one block at least.
+            total += max(info.st_blocks * 512, BLOCK)
             if stat.S_ISDIR(info.st_mode):
-                pending.append(Path(entry.path))
+                pending.append(Path(path))
     return total
 
 
