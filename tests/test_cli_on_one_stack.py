@@ -220,11 +220,11 @@ def test_evals_from_the_command_line(user_stack: UserStack, tmp_path: Path) -> N
     # And Temporal stops answering for longer than a wait's read may take: the wait says so and rides it out.
     temporal = read_pid_file(user_stack.data / "run" / "temporal.pid")
     assert temporal is not None
-    os.kill(temporal.pid, signal.SIGSTOP)
+    os.killpg(temporal.pid, signal.SIGSTOP)  # the dev server and its UI's guard, which leads their group
     try:
         time.sleep(12)
     finally:
-        os.kill(temporal.pid, signal.SIGCONT)
+        os.killpg(temporal.pid, signal.SIGCONT)
     out, errors = evaluating.communicate(timeout=600)
     assert evaluating.returncode == 0, errors[-3000:]
     assert "waiting for Temporal (the eval's result)" in errors and "Traceback" not in errors

@@ -2,8 +2,9 @@
 
 The model: a lease grant succeeds when nobody holds a live lease or the claimant already holds it and
 presents its secret (one that only repeats the holder's name gets nothing), and bumps the epoch; an append
-under epoch e commits iff e is the lease's current epoch; the retry of a committed append always succeeds
-without writing; the stream is exactly the committed appends, gap-free.
+under epoch e commits iff e is the lease's current epoch and it carries the secret that epoch was granted
+for (an impostor naming the epoch gets nothing); the retry of a committed append always succeeds without
+writing; the stream is exactly the committed appends, gap-free.
 """
 
 from __future__ import annotations
@@ -118,10 +119,16 @@ class LeaseAndFenceMachine(RuleBasedStateMachine):
         epoch = data.draw(st.sampled_from(epochs), label="writer epoch")
         self.counter += 1
         key = f"{holder}-{self.counter}"
+        # An impostor names the holder's epoch (every worker reads it) without the holder's secret.
+        impostor = data.draw(st.booleans(), label="impostor")
         lease = Lease(
-            resource=self.resource(resource), holder=holder, epoch=epoch, expires_at=datetime.now(UTC)
+            resource=self.resource(resource),
+            holder=holder,
+            epoch=epoch,
+            expires_at=datetime.now(UTC),
+            secret=IMPOSTOR if impostor else SECRETS[holder],
         )
-        expected_ok = self.world.leases[resource].epoch == epoch
+        expected_ok = self.world.leases[resource].epoch == epoch and not impostor
         try:
             self.loop.run_until_complete(
                 self.ledger.append(

@@ -182,7 +182,12 @@ def test_a_refusing_backend_is_reported_and_retried_while_the_other_logs(tmp_pat
     asyncio.run(feed.push(entries(4)))
     assert feed.state().backends[1].retry_in_s == 10.0, feed.state()
     asyncio.run(feed.close())
-    assert wandb_steps(tmp_path, "refused") == {"train": [1, 2, 3, 4], "samples": [3, 4]}
+    expected = {"train": [1, 2, 3, 4], "samples": [3, 4]}
+    for _ in range(100):  # W&B's service may still be writing its transaction log when `finish` returns
+        if wandb_steps(tmp_path, "refused") == expected:
+            break
+        time.sleep(0.1)
+    assert wandb_steps(tmp_path, "refused") == expected
 
 
 def test_an_eval_that_finished_before_an_earlier_ones_waits_for_it_and_each_stream_goes_in_step_order() -> (

@@ -2,7 +2,8 @@
 
 Contract:
 - State lives in `{data_dir}/temporal/temporal.db` (SQLite), so workflows survive a restart of the server.
-- The server runs detached (rollout.stack.managed), tracked by `{data_dir}/run/temporal.pid`.
+- The server runs detached (rollout.stack.managed), tracked by `{data_dir}/run/temporal.pid`: the pid of its
+  UI's guard, which leads the process group the server runs in.
 - Ports that another process holds are reported with the setting to change, before anything is started.
 - Its web UI is served on `ui_port` behind a Host check (rollout.stack.temporal_ui): on loopback a
   DNS-rebinding page's own name is refused with 421.

@@ -8,8 +8,9 @@ Contract:
   `Hosts.bound_to(HOST)` allows (on loopback, loopback's own names: rollout.http_guard), 421 otherwise, and
   passes every other request and answer through unchanged but for hop-by-hop headers, the answer streamed.
 - It lives as long as Temporal does and exits with its exit code. SIGTERM or SIGINT stop Temporal first, so
-  its SQLite file is closed cleanly; killed outright, it takes Temporal with it (Temporal is started with a
-  parent-death signal), so the stack never keeps a Temporal whose UI nobody guards.
+  its SQLite file is closed cleanly; killed outright, it takes Temporal with it (Temporal is started with
+  SIGKILL as its parent-death signal), so the stack never keeps a Temporal whose UI nobody guards. The two
+  share a process group, which this process leads: stopping Temporal whole is signalling that group.
 - Temporal's output is this process's: its "address already in use" reaches the service's log as before.
 """
 
@@ -82,7 +83,8 @@ def guarded_proxy(upstream: str, hosts: Hosts) -> ASGIApp:
 
 
 def _die_with_parent() -> None:
-    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    # Killed outright, the guard takes Temporal with it at once: a new pair started meanwhile finds its ports.
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
 async def run(host: str, port: int, temporal: Sequence[str]) -> int:
