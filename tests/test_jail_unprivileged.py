@@ -52,7 +52,7 @@ async def main() -> None:
     report["used"] = disk_used(workspace.path)
     report["clean"] = await run("rm -f f*; echo cleaned")
     report["memory"] = await run(
-        "for i in 1 2 3 4 5 6; do python3 -c 'b = bytearray(100 << 20); import time; time.sleep(60)' & done; "
+        "for i in 1 2 3 4 5 6; do python3 -c 'b = bytearray(100 << 20); import time; time.sleep(20)' & done; "
         "wait; echo survived"
     )
     await jail.close()

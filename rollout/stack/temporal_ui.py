@@ -82,6 +82,11 @@ def guarded_proxy(upstream: str, hosts: Hosts) -> ASGIApp:
     return HostGuard(forward, hosts=hosts, error=_refusal)
 
 
+class _Server(uvicorn.Server):
+    def install_signal_handlers(self) -> None:
+        """None of uvicorn's: ours (in `run`) stop Temporal first, and the proxy when Temporal has ended."""
+
+
 def _die_with_parent() -> None:
     # Killed outright, the guard takes Temporal with it at once: a new pair started meanwhile finds its ports.
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -92,8 +97,7 @@ async def run(host: str, port: int, temporal: Sequence[str]) -> int:
     command = [*temporal, "--ui-ip", "127.0.0.1", "--ui-port", str(inner)]
     process = await asyncio.create_subprocess_exec(*command, preexec_fn=_die_with_parent)
     app = guarded_proxy(f"http://127.0.0.1:{inner}", Hosts.bound_to(host))
-    server = uvicorn.Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # ours below stop Temporal first
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning", lifespan="off"))
     loop = asyncio.get_running_loop()
     for number in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(number, process.terminate)
