@@ -2,8 +2,9 @@
 watchdog does (rollout.sandbox.watchdog). The test runs rollout itself as `nobody` (its interpreter and code
 staged where that user reaches them) and attacks as a policy would: a loop of 16 MiB files that would fill the
 disk under Postgres, then processes that together hold more memory than the jail's cap. Each is killed, says
-why, and leaves the workspace near its cap rather than the gigabytes it asked for; a command may still clean
-up after itself. The jail itself (namespaces, no network) is shown in force first."""
+why, and leaves the workspace near its cap rather than the gigabytes it asked for; the next command cannot
+add to what is over the cap (no ratchet, one overshoot per command), but may still clean up after it; files
+deleted but held open count too. The jail itself (namespaces, no network) is shown in force first."""
 
 from __future__ import annotations
 
@@ -50,7 +51,18 @@ async def main() -> None:
         "i=0; while [ $i -lt 200 ]; do head -c 16M /dev/zero > f$i; i=$((i+1)); done; echo filled"
     )
     report["used"] = disk_used(workspace.path)
-    report["clean"] = await run("rm -f f*; echo cleaned")
+    report["again"] = await run("head -c 16M /dev/zero > again && echo wrote")
+    report["used_again"] = disk_used(workspace.path)
+    report["clean"] = await run("rm -f f* again; echo cleaned")
+    report["after"] = await run("head -c 1M /dev/zero > small && echo wrote")
+    report["hidden"] = await run(
+        "python3 -c 'import os, time\n"
+        "held = []\n"
+        "for i in range(12):\n"
+        "    f = open(f\"h{i}\", \"wb\"); os.unlink(f\"h{i}\"); f.write(bytes(15 << 20)); f.flush(); held.append(f)\n"
+        "time.sleep(5)\n"
+        "print(\"hid\")'"
+    )
     report["memory"] = await run(
         "for i in 1 2 3 4 5 6; do python3 -c 'b = bytearray(100 << 20); import time; time.sleep(20)' & done; "
         "wait; echo survived"
@@ -107,7 +119,16 @@ def test_a_jail_without_root_holds_its_disk_and_memory_caps() -> None:
     assert fill_code != 0 and "filled" not in fill, fill
     assert "past its cap of 32 MiB" in fill, fill
     assert report["used"] < DISK_CAP + SLACK < ASKED, f"{report['used'] // MiB} MiB stayed in the workspace"
-    assert report["clean"] == [0, "cleaned\n"], "a command over nothing may delete what the last one left"
+    again_code, again = report["again"]
+    assert again_code != 0 and "wrote" not in again and "could write no file data" in again, again
+    assert report["used_again"] <= report["used"] + MiB, "a second command over the cap added nothing to it"
+    clean_code, clean = report["clean"]
+    assert clean_code == 0 and clean.startswith("cleaned\n"), "a command over its cap may delete what is left"
+    assert report["after"] == [0, "wrote\n"], "back under the cap, commands write again"
+
+    hidden_code, hidden = report["hidden"]
+    assert hidden_code != 0 and "hid" not in hidden, "files deleted but held open count against the cap"
+    assert "past its cap of 32 MiB" in hidden, hidden
 
     memory_code, memory = report["memory"]
     assert memory_code != 0 and "survived" not in memory, memory

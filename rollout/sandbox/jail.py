@@ -18,7 +18,9 @@ Contract:
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
   with the rlimits, and a watchdog (rollout.sandbox.watchdog) that kills a command whose processes hold more
   than `limits.memory_bytes` together or that grows the workspace past `limits.disk_bytes` (its output says
-  so).
+  so). The watchdog looks every 0.1 s, so a command it kills may leave the workspace over its cap; the next
+  command that starts over the cap may write no file data (RLIMIT_FSIZE of one byte: it may delete, and its
+  output says why), so that commands in turn cannot ratchet the workspace up by an overshoot each.
 - A command's time limit, or `kill_all()`, kills its whole tree: bubblewrap's PID namespace ends with it,
   daemons and `setsid` children included. A command that ends takes its background children with it.
 - `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process,
@@ -49,7 +51,7 @@ from rollout.bounded_process import ProcessOutcome, run_bounded
 from rollout.isolation import SandboxIsolation as Isolation
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
-from rollout.sandbox.watchdog import guard
+from rollout.sandbox.watchdog import disk_used, guard
 from rollout.sandbox.workspace import Workspace
 
 INSIDE = "/sandbox"
@@ -83,6 +85,12 @@ INSTALL_BWRAP = (
     "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`), "
     "or run agents' commands unjailed with `sandbox.isolation=none` (only on a machine you would let the policy "
     "have)"
+)
+
+
+OVER_DISK = (
+    "the working directory was over its disk cap when this command started, so it could write no file data: "
+    "delete files to write again"
 )
 
 
@@ -251,13 +259,20 @@ class Jail:
             *command,
         ]
 
-    def _enter(self, nproc: int) -> None:
+    def _enter(self, nproc: int, limits: JailLimits | None = None) -> None:
         """In the child, before exec: the cgroup, the rlimits, then the jail's uid (nothing but system
         calls)."""
         if self.cgroup is not None:
             self.cgroup.join()
-        apply_rlimits(self.limits, nproc)
+        apply_rlimits(limits or self.limits, nproc)
         _drop_privileges()
+
+    async def _over_disk(self) -> bool:
+        """Whether the watchdog holds the disk cap (no cgroup, no tmpfs of its size) and the workspace is past
+        it already: what a command the watchdog killed late left behind."""
+        if self.cgroup is not None or self.workspace.quota:
+            return False
+        return await asyncio.to_thread(disk_used, self.workspace.path) > self.limits.disk_bytes
 
     def _process_limit(self) -> int:
         """RLIMIT_NPROC for the next command. It counts every task of the jail's uid on the host: with a
@@ -286,6 +301,8 @@ class Jail:
         environment = {**BASE_ENV, "HOME": self.inside, **env}
         bwrap = self.isolation is Isolation.bwrap
         roots: set[int] = set()
+        over = await self._over_disk()
+        limits = replace(self.limits, file_bytes=1) if over else self.limits
         running = asyncio.create_task(
             run_bounded(
                 self._argv(command, cwd, binds) if bwrap else list(command),
@@ -295,7 +312,7 @@ class Jail:
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
                 keep=keep,
-                preexec_fn=functools.partial(self._enter, self._process_limit()),
+                preexec_fn=functools.partial(self._enter, self._process_limit(), limits),
                 started=roots.add,
             )
         )
@@ -305,6 +322,8 @@ class Jail:
             outcome = await asyncio.shield(running)
             if watching is not None and watching.done():
                 outcome = replace(outcome, output=f"{outcome.output}\n{watching.result()}")
+            if over:
+                outcome = replace(outcome, output=f"{outcome.output}\n{OVER_DISK}")
             return outcome
         except asyncio.CancelledError:
             if running.cancelled() and not _cancelling():

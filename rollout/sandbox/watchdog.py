@@ -5,16 +5,19 @@ Contract:
 - `disk_used(folder)` is what the files under `folder` take on disk (allocated blocks, at least one block per
   entry, so a million empty files count; links not followed); a folder the jail made unreadable or
   unsearchable (its own uid's) is made readable again to be counted, through a descriptor of the folder
-  itself (a link swapped in is never followed). A file the command holds open after deleting it is not
-  counted.
+  itself (a link swapped in is never followed).
+- `held_deleted(roots, folder)` is what the files the processes `roots` and everything they started hold open
+  after deleting them take on `folder`'s file system: invisible to `disk_used`, yet on the disk until closed.
 - `resident(roots)` is the resident memory of the processes `roots` and everything they started.
 - `guard(roots, folder=, disk_bytes=, memory_bytes=)` looks every `POLL_S` while the command runs; once its
   command grew `folder` past `disk_bytes` (measured from what the folder held when it began, so a command
-  may always delete), or its processes together hold more than `memory_bytes`, it kills each root's process
+  may always delete; files its processes deleted but hold open count too), or its processes together hold
+  more than `memory_bytes`, it kills each root's process
   group (a bubblewrap's: its PID namespace, and so every process of the command, dies with it) and returns
   why, in a sentence the command's output gets. It never returns otherwise; cancel it when the command ends.
 - What it bounds is how long a command may run over its caps, not how far: one `POLL_S` of writing at the
-  disk's speed per command (tests/test_jail_unprivileged.py measures it). Memory is counted as resident sets,
+  disk's speed per command (tests/test_jail_unprivileged.py measures it; rollout.sandbox.jail lets no later
+  command add to what a command left over the cap). Memory is counted as resident sets,
   so pages processes share count once per process (a cap that errs towards killing). `Jail.spawn`'s
   processes (a grader's conversation) are not watched.
 """
@@ -71,17 +74,45 @@ def disk_used(folder: Path) -> int:
     return total
 
 
-def resident(roots: Collection[int]) -> int:
-    seen: dict[int, int] = {}
+def _processes(roots: Collection[int]) -> list[psutil.Process]:
+    found: dict[int, psutil.Process] = {}
     for root in roots:
-        try:
+        with contextlib.suppress(psutil.Error):
             process = psutil.Process(root)
             for each in (process, *process.children(recursive=True)):
-                with contextlib.suppress(psutil.Error):
-                    seen.setdefault(each.pid, each.memory_info().rss)
-        except psutil.Error:
-            continue
+                found.setdefault(each.pid, each)
+    return list(found.values())
+
+
+def resident(roots: Collection[int]) -> int:
+    total = 0
+    for each in _processes(roots):
+        with contextlib.suppress(psutil.Error):
+            total += each.memory_info().rss
+    return total
+
+
+def held_deleted(roots: Collection[int], folder: Path) -> int:
+    try:
+        device = os.stat(folder).st_dev
+    except OSError:
+        return 0
+    seen: dict[int, int] = {}  # inode -> bytes: a file two processes hold counts once
+    for each in _processes(roots):
+        descriptors = f"/proc/{each.pid}/fd"
+        with contextlib.suppress(OSError):
+            for fd in os.listdir(descriptors):
+                with contextlib.suppress(OSError):
+                    if not os.readlink(f"{descriptors}/{fd}").endswith(" (deleted)"):
+                        continue
+                    info = os.stat(f"{descriptors}/{fd}")
+                    if info.st_dev == device and stat.S_ISREG(info.st_mode):
+                        seen[info.st_ino] = info.st_blocks * 512
     return sum(seen.values())
+
+
+def _disk_held(roots: Collection[int], folder: Path) -> int:
+    return disk_used(folder) + held_deleted(list(roots), folder)
 
 
 async def guard(roots: Collection[int], *, folder: Path | None, disk_bytes: int, memory_bytes: int) -> str:
@@ -90,7 +121,7 @@ async def guard(roots: Collection[int], *, folder: Path | None, disk_bytes: int,
     while True:
         await asyncio.sleep(POLL_S)
         reason = None
-        if folder is not None and (used := await asyncio.to_thread(disk_used, folder)) > allowed:
+        if folder is not None and (used := await asyncio.to_thread(_disk_held, roots, folder)) > allowed:
             reason = (
                 f"its working directory grew to {used // MiB} MiB, past its cap of {disk_bytes // MiB} MiB"
             )
