@@ -8,12 +8,12 @@ Contract:
 - Isolation `bwrap` (bubblewrap): each command is a bubblewrap of its own, with new user, mount, PID, IPC,
   UTS, cgroup and network namespaces (no network: only a loopback of its own), no capabilities and no further
   user namespaces. Its root is read-only: the system directories (`/usr` and the links into it), a few files
-  of `/etc` (`ETC_FILES`; none that could hold a credential), the `readable` paths (read-only, at the same
-  path), private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and `/tmp` (a tmpfs of
-  `limits.tmp_bytes`). A `masked` folder inside a readable one is empty there but for the readable paths
-  within it (a Python install's `site-packages`: rollout.sandbox.programs). The host's other files, its
-  processes, their environments and command lines, and the data directory do not exist there. Its environment
-  is `env` over `BASE_ENV`: nothing of the host's is inherited.
+  of `/etc` (`ETC_FILES`, copied: rollout.sandbox.jail_etc; none that could hold a credential), the `readable`
+  paths (read-only, at the same path), private `/proc`, `/dev` (read-only but for a capped `/dev/shm`) and
+  `/tmp` (a tmpfs of `limits.tmp_bytes`). A `masked` folder inside a readable one is empty there but for the
+  readable paths within it (a Python install's `site-packages`: rollout.sandbox.programs). The host's other
+  files, its processes, their environments and command lines, and the data directory do not exist there. Its
+  environment is `env` over `BASE_ENV`: nothing of the host's is inherited.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
   with the rlimits, and a watchdog (rollout.sandbox.watchdog) that kills a command whose processes hold more
@@ -49,6 +49,7 @@ from typing import Literal
 
 from rollout.bounded_process import ProcessOutcome, run_bounded
 from rollout.isolation import SandboxIsolation as Isolation
+from rollout.sandbox.jail_etc import jail_etc
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
 from rollout.sandbox.watchdog import disk_used, guard
@@ -178,8 +179,7 @@ def _root_filesystem(
             argv += ["--symlink", os.readlink(path), str(path)]
         elif path.is_dir():
             argv += ["--ro-bind", str(path), str(path)]
-    for name in ETC_FILES:
-        argv += ["--ro-bind-try", f"/etc/{name}", f"/etc/{name}"]
+    argv += ["--ro-bind", str(jail_etc(ETC_FILES)), "/etc"]
     size = str(tmp_bytes)
     argv += ["--proc", "/proc", "--dev", "/dev", "--size", size, "--tmpfs", "/dev/shm"]
     argv += ["--size", size, "--tmpfs", "/tmp"]
