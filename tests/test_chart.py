@@ -465,3 +465,41 @@ def test_command_seats_run_on_command_hosts_of_their_own() -> None:
     assert "commandhost" not in off
     runner_args = [str(a) for a in off["runner"]["containers"][0]["args"]]
     assert load([a for a in runner_args if "=" in a]).sandbox.command_pool == ""
+
+
+def test_only_the_pods_that_jail_commands_get_the_jails_pod_security() -> None:
+    """Runners and command hosts run bubblewrap: their pods get a user namespace of their own, an unmasked
+    /proc and profiles that allow namespaces (values' `jail`), over the chart's securityContext (no
+    capability, no privilege escalation). No other pod gets any of it, and none is privileged."""
+    jailing = {"runner", "commandhost"}
+    seen: set[str] = set()
+    for component, template in pod_templates(rendered("default")):
+        spec = template["spec"]
+        for container in spec["containers"]:
+            context = container.get("securityContext", {})
+            assert not context.get("privileged"), f"{component} is privileged"
+            if component in jailing:
+                seen.add(component)
+                assert spec["hostUsers"] is False
+                assert context["procMount"] == "Unmasked"
+                assert context["seccompProfile"] == {"type": "Unconfined"}
+                assert context["appArmorProfile"] == {"type": "Unconfined"}
+                assert context["capabilities"] == {"drop": ["ALL"]}
+                assert context["allowPrivilegeEscalation"] is False
+            else:
+                assert "hostUsers" not in spec and "procMount" not in context, component
+                assert context.get("seccompProfile", {}).get("type") != "Unconfined", component
+    assert seen == jailing
+
+    with helm.Chart.load(str(CHART)) as chart:
+        gvisor = objects_of(
+            chart.render(
+                {"jail": {"runtimeClassName": "gvisor", "seccompProfile": {"type": "RuntimeDefault"}}},
+                name="demo",
+                namespace="rollout",
+            )
+        )
+    classes = {component: t["spec"].get("runtimeClassName") for component, t in pod_templates(gvisor)}
+    assert classes["runner"] == classes["commandhost"] == "gvisor" and classes["gateway"] is None
+    runner = next(t for component, t in pod_templates(gvisor) if component == "runner")
+    assert runner["spec"]["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}

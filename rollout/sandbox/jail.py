@@ -81,6 +81,7 @@ ETC_FILES = (
     "ca-certificates",
     "python3",
     "python3.11",
+    "python3.13",
 )
 INSTALL_BWRAP = (
     "install bubblewrap (Debian and Ubuntu: `apt-get install bubblewrap`; Fedora: `dnf install bubblewrap`), "
@@ -133,6 +134,14 @@ def jail_problem() -> str | None:
         return f"bubblewrap does not run here ({error}): {INSTALL_BWRAP}."
     if done.returncode != 0:
         why = done.stderr.decode(errors="replace").strip() or f"exit code {done.returncode}"
+        if "mount proc" in why:
+            return (
+                f"bubblewrap cannot mount a /proc of its own here ({why}): this is a container whose /proc is "
+                "masked. Unmask it (Kubernetes: the container's `securityContext.procMount: Unmasked`, with "
+                "`hostUsers: false`; Podman: `--security-opt unmask=/proc/*`; Docker: "
+                '`--security-opt systempaths=unconfined`), as docs/deploy.md\'s "Pod security for the jail" '
+                f"says, or {INSTALL_BWRAP.split(', or ', 1)[1]}."
+            )
         return (
             f"bubblewrap cannot create namespaces here ({why}): allow unprivileged user namespaces "
             "(`sysctl kernel.unprivileged_userns_clone=1`, or in a container give it a seccomp profile that "

@@ -229,6 +229,20 @@ securityContext:
   {{- toYaml .Values.podSecurityContext | nindent 2 }}
 {{- end -}}
 
+{{/* What a pod that runs the policy's commands in bubblewrap jails adds (values' `jail`): at the pod, its own
+user namespace and the runtime class; at its container (`rollout.jailSecurityContext`), an unmasked /proc and
+the seccomp and AppArmor profiles that let bubblewrap make namespaces, over the chart's securityContext. */}}
+{{- define "rollout.jailPod" -}}
+hostUsers: {{ .Values.jail.hostUsers }}
+{{- with .Values.jail.runtimeClassName }}
+runtimeClassName: {{ . }}
+{{- end }}
+{{- end -}}
+{{- define "rollout.jailSecurityContext" -}}
+{{- $jail := dict "procMount" .Values.jail.procMount "seccompProfile" .Values.jail.seccompProfile "appArmorProfile" .Values.jail.appArmorProfile -}}
+{{- toYaml (merge $jail (deepCopy .Values.securityContext)) }}
+{{- end -}}
+
 {{/* The data directory, and the keys a component uses (.keys: gatewaySecret, operatorKey, engineKey: the key
 engines sign their serving acks with, which the gateway checks; servingKey: the key the trainer signs serving
 targets with, derived from the engine key; commandKey: the command hosts' kind key, derived from the sandbox
