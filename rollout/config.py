@@ -200,6 +200,9 @@ class SandboxSettings:
     # Where command seats (Claude Code, Codex, scripts) run: "" in the runner's own jail; a pool of the
     # `command` kind (`command`, `command#SUFFIX`) on hosts of their own (`rollout sandbox serve`).
     command_pool: str = ""
+    # Folders a command host lets a seat's `program` and `readable` paths be in, besides the system's, /opt
+    # and its own Python's (rollout.sandbox.command_host); never the data directory.
+    command_readable: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -537,6 +540,12 @@ def _check_values(settings: Settings) -> None:
             f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
             "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
         )
+    for folder in settings.sandbox.command_readable:
+        if not folder.startswith("/"):
+            raise ConfigError(
+                f"bad value for 'sandbox.command_readable': {folder!r} is not an absolute folder; name folders "
+                "from the root, e.g. sandbox.command_readable=[/srv/agents]"
+            )
     if settings.services.engine.opponent_adapters < 0:
         raise ConfigError(
             "bad value for 'services.engine.opponent_adapters': "

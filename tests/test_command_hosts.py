@@ -35,6 +35,7 @@ from rollout.sandbox.client import SandboxActionError, SandboxClient
 from rollout.sandbox.command_host import CommandHost
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
+from rollout.sandbox.private_root import private_root
 from rollout.sandbox.remote_seat import RemoteSeat
 from rollout.sandbox.world import SandboxSetupError
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
@@ -161,6 +162,46 @@ def test_a_command_host_jails_or_does_not_start(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"sandbox\.command_pool"):
         load(["sandbox.command_pool=shell"])
     assert load(["sandbox.command_pool='command#big'"]).sandbox.command_pool == "command#big"
+
+
+async def test_a_claim_cannot_have_a_seat_read_the_hosts_keys_or_anything_off_its_allowlist(
+    tmp_path: Path,
+) -> None:
+    """Whoever holds a claim (a compromised runner) names the seat's `program` and `readable` paths: a command
+    host refuses any outside its allowlist (the system's folders, /opt, its own Python, `readable_roots`), and
+    its data directory (its key), this user's private root (other seats' workspaces) and its own folder even
+    inside one, through a link too."""
+    data = tmp_path / "data"
+    data.mkdir()
+    key = data / "sandbox-command.key"
+    key.write_text("the host's key")
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "agent.sh").write_text("echo agent")
+    (shared / "to-data").symlink_to(data)
+    host = CommandHost(tmp_path / "host", 1, readable_roots=[tmp_path], refused_roots=[data])
+    (tmp_path / "workspace").mkdir()
+    files = base64.b64encode(pack(tmp_path / "workspace")).decode()
+    order = {"program": "true", "argv": ["true"], "timeout_s": 30, "files": files}
+    gateway = "http://127.0.0.1:9/s/tok"
+    refused = [
+        {"readable": [str(key)]},
+        {"readable": [str(data)]},
+        {"readable": [str(shared / "to-data" / key.name)]},
+        {"readable": ["/"]},
+        {"readable": [str(Path.home())]},
+        {"readable": ["/etc/shadow"]},
+        {"readable": [str(private_root())]},
+        {"program": str(key)},
+        {"program": "/usr/../etc/passwd"},
+    ]
+    for rogue in refused:
+        with pytest.raises(ValueError, match="does not let a seat read"):
+            await host.act(0, order | rogue, gateway=gateway)
+    allowed = await host.act(0, order | {"readable": [str(shared / "agent.sh")]}, gateway=gateway)
+    assert allowed["exit_code"] == 0, allowed
+    with pytest.raises(ConfigError, match=r"sandbox\.command_readable"):
+        load(["sandbox.command_readable=[relative/folder]"])
 
 
 def _tar(entries: list[tuple[tarfile.TarInfo, bytes]]) -> bytes:

@@ -37,6 +37,8 @@ from rollout.workflows.run_types import RunInput, RunStatus
 from rollout_testing.cluster import Cluster
 from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SEAT_VENV, SHELL_FILE_LIMIT, TARGETS, attacks
 
+ROOT = Path(__file__).resolve().parents[1]
+
 pytestmark = pytest.mark.slow
 
 HONEST_REWARD = 0.6  # clamp's unmodified repository: 3 of its 5 hidden tests pass
@@ -98,7 +100,8 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
     if seat_host == "command host":  # the command seat plays on a command host of its own (the chart's way)
         pool = f"command#red-team-{uuid.uuid4().hex[:6]}"
         runner = cluster.runner("runner-1", gateway_url, f"sandbox.command_pool='{pool}'")
-        cluster.sandbox(pool, "seat-host", seats=1)
+        # The seat's interpreter and script are in this checkout: the host lets seats read it, nothing more.
+        cluster.sandbox(pool, "seat-host", 1, f"sandbox.command_readable=[{ROOT}]")
     else:
         runner = cluster.runner("runner-1", gateway_url)
     cluster.sandbox(KIND, "box", seats=2)

@@ -111,6 +111,8 @@ def serve(
                         port=port if count == 1 else free_port(),
                         isolation=settings.sandbox.isolation,
                         refused_endpoints=stack_endpoints(settings),
+                        readable_roots=[Path(folder) for folder in settings.sandbox.command_readable],
+                        refused_roots=[settings.data_path],
                     )
                 )
                 err.print(

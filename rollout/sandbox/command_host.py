@@ -19,6 +19,12 @@ Contract:
   `MAX_ARCHIVE_BYTES`. A program this host does not have is refused with 400; a host that cannot jail answers
   503 (`SandboxWorldLost`). When the act ends, nothing the command started runs any more and its workspace is
   gone.
+- What an order names of this host is allowlisted: its `program` (as found on this host's PATH, links
+  followed) and each `readable` path must be inside the system's folders (`SYSTEM`), `/opt`, this host's own
+  Python install, or a folder of `readable_roots` (`sandbox.command_readable`), and never inside, nor above, a
+  folder of `refused_roots` (the data directory: the host's keys), this user's private root (other seats'
+  workspaces) or `workdir`. Anything else is refused with 400, naming the path and the setting: whoever holds
+  a claim (a runner) cannot have a seat read the host's keys.
 - `reset()` (a newer claim) kills every command still running; its act raises `CommandKilled`, as does one
   that had not started yet.
 """
@@ -30,6 +36,9 @@ import base64
 import binascii
 import contextlib
 import re
+import shutil
+import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -37,7 +46,8 @@ from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.sandbox.archive import MAX_ARCHIVE_BYTES, ArchiveTooLarge, pack, unpack
 from rollout.sandbox.jail import INSIDE, CommandKilled, Isolation, JailUnavailable
 from rollout.sandbox.limits import COMMAND_LIMITS
-from rollout.sandbox.programs import ProgramNotFound
+from rollout.sandbox.private_root import private_root
+from rollout.sandbox.programs import SYSTEM, ProgramNotFound
 from rollout.sandbox.seat_jail import seat_jail, seat_variables
 from rollout.sandbox.world import JsonObject, SandboxSetupError, SandboxWorldLost
 
@@ -107,13 +117,25 @@ class CommandOrder:
 
 class CommandHost:
     runs_agent_commands = True
+    serves_command_seats = True  # takes `readable_roots` and `refused_roots` (rollout.sandbox.hosting)
 
-    def __init__(self, workdir: Path, seats: int, *, isolation: Isolation = Isolation.bwrap) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        seats: int,
+        *,
+        isolation: Isolation = Isolation.bwrap,
+        readable_roots: Sequence[Path] = (),
+        refused_roots: Sequence[Path] = (),
+    ) -> None:
         if isolation is not Isolation.bwrap:
             raise SandboxSetupError(
                 "a command host exists to jail the policy's commands away from the runner: serve it with "
                 "sandbox.isolation=bwrap, where bubblewrap works"
             )
+        own_python = (Path(sys.prefix), Path(sys.base_prefix))
+        self.allowed = tuple(p.resolve() for p in (*SYSTEM, Path("/opt"), *own_python, *readable_roots))
+        self.refused = tuple(p.resolve() for p in (*refused_roots, private_root(), workdir))
         self.seats = seats
         self.limits = COMMAND_LIMITS
         self._running: set[asyncio.Task[JsonObject]] = set()
@@ -134,8 +156,26 @@ class CommandHost:
             task.cancel()
         await asyncio.gather(*running, return_exceptions=True)
 
+    def _check_reach(self, order: CommandOrder) -> None:
+        """ValueError unless every path of this host the order names is one a seat may read."""
+        named = list(order.readable)
+        found = order.program if "/" in order.program else shutil.which(order.program)
+        if found is not None:  # a program this host does not have is refused once the seat opens
+            named.append(found)
+        for path in named:
+            resolved = Path(path).resolve()
+            if any(resolved.is_relative_to(r) or r.is_relative_to(resolved) for r in self.refused) or not any(
+                resolved.is_relative_to(root) for root in self.allowed
+            ):
+                raise ValueError(
+                    f"this command host does not let a seat read {path}: a seat's program and readable paths "
+                    f"are in {', '.join(map(str, self.allowed))}, never the host's data or other seats' folders; "
+                    "add the folder to sandbox.command_readable where the host is served"
+                )
+
     async def act(self, seat: int, action: JsonObject, *, gateway: str = "") -> JsonObject:
         order = CommandOrder.parse(action)
+        self._check_reach(order)
         match = _SEAT_URL.match(gateway)
         if match is None:
             raise ValueError("a command seat's act names its gateway: `http://host:port/s/TOKEN`")

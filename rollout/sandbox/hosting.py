@@ -1,16 +1,18 @@
 """Host one sandbox: build its world, serve it over HTTP, and keep it in its pool for as long as the block
 runs.
 
-- ollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world is
-  closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in a
-  jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation`
+- `rollout sandbox serve` is this in a process of its own; env checks and tests use it in process. The world
+  is closed when hosting ends (a kind that runs a server process stops it there). A kind that runs anything in
+  a jail (`jailed`: what agents choose, a world's own server) is built with the host's `isolation`
   (rollout.sandbox.jail). The server proves claims, and its place in the pool, with `key`, its kind's key
   (rollout.sandbox.keys.load_host_key) and answers to loopback names, and to the names of `host` when it
   listens beyond loopback. No claim's network may name `refused_endpoints` (`stack_endpoints(settings)`: the
-  ledger, Temporal, the engine, the gateway and the dashboard, as the settings name them). `sandbox_workdir`
-  is where a served sandbox keeps its world: outside the data directory (a jail binds it, and nothing of the
-  data directory may be reachable from there), in this user's own folder of the machine's temporary folder
-  (rollout.sandbox.private_root: no other user plants it).
+  ledger, Temporal, the engine, the gateway and the dashboard, as the settings name them). A kind that serves
+  command seats (`serves_command_seats`: the command host) is told which of this machine's folders a claim may
+  have its seats read (`readable_roots`) and which never (`refused_roots`: the data directory).
+  `sandbox_workdir` is where a served sandbox keeps its world: outside the data directory (a jail binds it,
+  and nothing of the data directory may be reachable from there), in this user's own folder of the machine's
+  temporary folder (rollout.sandbox.private_root: no other user plants it).
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ import hashlib
 import re
 import socket
 import urllib.parse
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -65,8 +67,19 @@ def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:
     return frozenset(found)
 
 
-def build_world(kind: str, workdir: Path, seats: int, isolation: SandboxIsolation) -> SandboxWorld:
+def build_world(
+    kind: str,
+    workdir: Path,
+    seats: int,
+    isolation: SandboxIsolation,
+    readable_roots: Sequence[Path] = (),
+    refused_roots: Sequence[Path] = (),
+) -> SandboxWorld:
     factory = load_kind(kind)
+    if getattr(factory, "serves_command_seats", False):  # its claims name programs and paths of this host
+        return factory(
+            workdir, seats, isolation=isolation, readable_roots=readable_roots, refused_roots=refused_roots
+        )
     if jailed(factory):
         return factory(workdir, seats, isolation=isolation)
     return factory(workdir, seats)
@@ -96,8 +109,10 @@ async def hosted_sandbox(
     host_ttl_s: float = 30,
     isolation: SandboxIsolation = SandboxIsolation.bwrap,
     refused_endpoints: frozenset[Endpoint] = frozenset(),
+    readable_roots: Sequence[Path] = (),
+    refused_roots: Sequence[Path] = (),
 ) -> AsyncIterator[SandboxRegistration]:
-    world = build_world(kind, workdir, seats, isolation)
+    world = build_world(kind, workdir, seats, isolation, readable_roots, refused_roots)
     try:
         app = build_sandbox_app(
             world,

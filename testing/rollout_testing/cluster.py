@@ -215,7 +215,7 @@ class Cluster:
         )
         return self._logged(service, "runner worker on queue")
 
-    def sandbox(self, kind: str, name: str, seats: int) -> Service:
+    def sandbox(self, kind: str, name: str, seats: int, *overrides: str) -> Service:
         port = free_port()
         service = self._start(
             f"sandbox-{name}",
@@ -229,6 +229,7 @@ class Cluster:
             str(seats),
             "--port",
             str(port),
+            *overrides,
         )
         self._ready(service, port)
         return service
