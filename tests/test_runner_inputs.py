@@ -17,15 +17,19 @@ from temporalio.testing import ActivityEnvironment
 from coding.environment import environment as coding
 from rollout.activities.runner import RunnerActivities
 from rollout.ledger import Ledger
-from rollout.sandbox.keys import grant_signature
+from rollout.ledger.queries import held_sandbox
+from rollout.sandbox.claims import SandboxPool, SandboxRegistration
+from rollout.sandbox.keys import grant_signature, kind_key
 from rollout.workflows.episode_types import AgentAttempt, AgentInput, EnvironmentInfo, SandboxGrant
 
 SANDBOX_KEY = b"s" * 32
 
 
-def _grant(address: str, holder: str, key: bytes = SANDBOX_KEY) -> SandboxGrant:
-    grant = SandboxGrant(kind="shell", name="box-1", address=address, epoch=3, holder=holder)
-    return replace(grant, signature=grant_signature(key, "shell", "box-1", address, 3, holder))
+def _grant(
+    address: str, holder: str, key: bytes = SANDBOX_KEY, workflow_run: str = "claimer"
+) -> SandboxGrant:
+    grant = SandboxGrant("shell", "box-1", address, epoch=3, holder=holder, workflow_run=workflow_run)
+    return replace(grant, signature=grant_signature(key, "shell", "box-1", address, 3, holder, workflow_run))
 
 
 def _attempt(run: str, episode: str, grant: SandboxGrant) -> AgentAttempt:
@@ -67,3 +71,40 @@ async def test_a_forged_or_borrowed_grant_sends_nothing_anywhere(ledger: Ledger,
     with pytest.raises(TimeoutError):
         listener.accept()  # nobody called the forger's address, with a claim's secret or otherwise
     listener.close()
+
+
+async def test_a_grant_copied_out_of_history_ends_no_claim(ledger: Ledger) -> None:
+    """A real, signed grant is in the claiming workflow's history, which anyone who reaches Temporal reads.
+    Replayed from a workflow of their own (another run id: Temporal assigns it), it neither releases nor
+    renews the claim; from the run that claimed it, it does."""
+    runner = RunnerActivities(
+        ledger, gateway_url="http://127.0.0.1:9", seat_secret=b"g" * 32, sandbox_key=SANDBOX_KEY
+    )
+    kind = f"shell#replay-{uuid.uuid4().hex[:6]}"
+    holder = f"replay-{uuid.uuid4().hex[:6]}/g000000-0"
+    pool = SandboxPool(ledger, SANDBOX_KEY)
+    registration = SandboxRegistration(kind=kind, name="box-1", address="http://127.0.0.1:9", seats=1)
+    async with pool.hosting(registration, ttl_s=60, kind_secret=kind_key(SANDBOX_KEY, kind)):
+        claim = await pool.claim(kind, 1, holder, ttl_s=60, wait_s=5)
+        grant = _grant(registration.address, holder, workflow_run="the-claimer")
+        grant = replace(grant, kind=kind, epoch=claim.epoch)
+        grant = replace(grant, signature=_signed_again(grant))
+        replayer, claimer = ActivityEnvironment(), ActivityEnvironment()
+        replayer.info = replace(replayer.info, workflow_run_id="a-workflow-of-the-attackers")
+        claimer.info = replace(claimer.info, workflow_run_id="the-claimer")
+        for attack in (
+            replayer.run(runner.release_sandbox, grant),
+            replayer.run(runner.renew_sandbox, grant, 30.0),
+        ):
+            with pytest.raises(ApplicationError, match="claimed by another workflow run"):
+                await attack
+        assert await held_sandbox(ledger, kind, holder) is not None, "the claim is still its episode's"
+        assert await claimer.run(runner.renew_sandbox, grant, 30.0) is True
+        await claimer.run(runner.release_sandbox, grant)
+        assert await held_sandbox(ledger, kind, holder) is None
+
+
+def _signed_again(grant: SandboxGrant) -> str:
+    return grant_signature(
+        SANDBOX_KEY, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_run
+    )

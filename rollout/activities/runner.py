@@ -17,8 +17,9 @@ Contract:
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
   The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
   `SandboxSeat` a Task gets): it never travels through Temporal. The `SandboxGrant` that does is signed with
-  that key (`grant_signature`), and a grant whose signature fails, or that `play_agent` is given for another
-  episode, is refused (`SandboxRefused`) before anything is sent to its address.
+  that key (`grant_signature`), with the run id of the workflow that claimed it. A grant whose signature
+  fails, that `play_agent` is given for another episode, or that another workflow run asks to renew or
+  release, is refused (`SandboxRefused`) before anything is sent to its address.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s typed by their `Failure` kind
   (rollout.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
   `episode_timeout_s`, an invalid reward, a request the gateway refused, no sandbox free), with the `Failure`
@@ -349,19 +350,26 @@ class RunnerActivities:
         except SandboxActionError as error:  # the server refused the environment's limits or network
             raise _failed(Failure(SANDBOX_REFUSED, one_line(str(error)))) from error
         box = claim.sandbox
-        return _signed(
-            self.sandbox_key,
-            SandboxGrant(kind=box.kind, name=box.name, address=box.address, epoch=claim.epoch, holder=holder),
+        grant = SandboxGrant(
+            kind=box.kind,
+            name=box.name,
+            address=box.address,
+            epoch=claim.epoch,
+            holder=holder,
+            workflow_run=activity.info().workflow_run_id or "",
         )
+        return _signed(self.sandbox_key, grant)
 
     @activity.defn(name=runner_stubs.renew_sandbox.__name__)
     async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
         """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
-        return await SandboxPool(self.ledger).renew(_claim_of(self.sandbox_key, grant), ttl_s) is not None
+        claim = _claim_of(self.sandbox_key, grant, workflow_run=activity.info().workflow_run_id or "")
+        return await SandboxPool(self.ledger).renew(claim, ttl_s) is not None
 
     @activity.defn(name=runner_stubs.release_sandbox.__name__)
     async def release_sandbox(self, grant: SandboxGrant) -> None:
-        await SandboxPool(self.ledger).release(_claim_of(self.sandbox_key, grant))
+        claim = _claim_of(self.sandbox_key, grant, workflow_run=activity.info().workflow_run_id or "")
+        await SandboxPool(self.ledger).release(claim)
 
     @activity.defn(name=runner_stubs.play_episode.__name__)
     async def play_episode(self, attempt: AgentAttempt) -> EpisodeResult:
@@ -487,7 +495,9 @@ def _failed(failure: Failure) -> ApplicationError:
 
 
 def _signed(key: bytes, grant: SandboxGrant) -> SandboxGrant:
-    signature = grant_signature(key, grant.kind, grant.name, grant.address, grant.epoch, grant.holder)
+    signature = grant_signature(
+        key, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_run
+    )
     return replace(grant, signature=signature)
 
 
@@ -504,9 +514,19 @@ def _check_grant(key: bytes, grant: SandboxGrant, *, holder: str | None = None) 
         )
 
 
-def _claim_of(key: bytes, grant: SandboxGrant) -> SandboxClaim:
-    # Renewing and releasing match on (resource, holder, epoch, secret); the seats and expiry play no part.
+def _claim_of(key: bytes, grant: SandboxGrant, *, workflow_run: str) -> SandboxClaim:
+    """The claim a grant renews or releases: only from the workflow run that claimed it (a grant copied out
+    of Temporal's history into a workflow of one's own would otherwise end another episode's claim)."""
     _check_grant(key, grant)
+    if not workflow_run or not same_secret(grant.workflow_run, workflow_run):
+        raise _failed(
+            Failure(
+                SANDBOX_REFUSED,
+                f"the sandbox grant for {grant.kind}/{grant.name} was claimed by another workflow run: only "
+                "the episode that claimed it renews or releases it",
+            )
+        )
+    # Renewing and releasing match on (resource, holder, epoch, secret); the seats and expiry play no part.
     resource = sandbox_lease(grant.kind, grant.name)
     secret = lease_secret(key, resource, grant.holder)
     lease = Lease(resource, grant.holder, grant.epoch, expires_at=datetime.now(UTC), secret=secret)

@@ -56,6 +56,9 @@ class SandboxGrant:
     address: str
     epoch: int
     holder: str
+    # The run id of the episode workflow that claimed it (Temporal assigns it; no client chooses it): only
+    # that run renews or releases the claim, so a grant copied out of its history cannot end the claim early.
+    workflow_run: str = ""
     # The claiming runner's rollout.sandbox.keys.grant_signature: runners act only on a grant it holds for.
     signature: str = ""
 
