@@ -77,6 +77,12 @@ class TemporalSettings:
     port: int = 7233
     ui_port: int = 8233
     namespace: str = "default"
+    # TLS to a Temporal cluster of your own (rollout.temporal_tls); the embedded dev server speaks none. PEM
+    # files: the CA that signed the server's certificate, and the client's certificate and key (mutual TLS).
+    tls_ca: str | None = None
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_server_name: str | None = None  # the name on the server's certificate, when not the address's host
 
 
 @dataclass
@@ -539,6 +545,12 @@ def _check_values(settings: Settings) -> None:
         raise ConfigError(
             f"bad value for 'sandbox.command_pool': {pool!r} is not a pool of command hosts; set `command` (or "
             "`command#SUFFIX` for a pool of its own), or leave it empty to run command seats in the runner's jail"
+        )
+    temporal = settings.services.temporal
+    if bool(temporal.tls_cert) != bool(temporal.tls_key):
+        raise ConfigError(
+            "bad value for 'services.temporal.tls_cert' and 'tls_key': a client certificate needs its key, and a "
+            "key its certificate; set both (mutual TLS) or neither"
         )
     for folder in settings.sandbox.command_readable:
         if not folder.startswith("/"):

@@ -503,3 +503,23 @@ def test_only_the_pods_that_jail_commands_get_the_jails_pod_security() -> None:
     assert classes["runner"] == classes["commandhost"] == "gvisor" and classes["gateway"] is None
     runner = next(t for component, t in pod_templates(gvisor) if component == "runner")
     assert runner["spec"]["containers"][0]["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+
+
+def test_a_temporal_tls_secret_reaches_only_the_pods_that_use_temporal() -> None:
+    """`services.temporal.tlsSecret`: the client certificate for a Temporal with mutual TLS is mounted into
+    the runner, trainer, gateway and monitor pods (the ones that reach Temporal), whose settings point at it;
+    no other pod (the command hosts, which run the policy's commands, least of all) gets the Secret."""
+    values = {"services": {"temporal": {"address": "temporal.example:7233", "tlsSecret": "temporal-client"}}}
+    with helm.Chart.load(str(CHART)) as chart:
+        objects = objects_of(chart.render(values, name="demo", namespace="rollout"))
+    mounted = set()
+    for component, template in pod_templates(objects):
+        secrets = {v["secret"]["secretName"] for v in template["spec"].get("volumes", []) if "secret" in v}
+        if "temporal-client" in secrets:
+            mounted.add(component)
+            args = [str(a) for a in template["spec"]["containers"][0]["args"]]
+            settings = load([a for a in args if "=" in a and not a.startswith("-")])
+            temporal = settings.services.temporal
+            assert temporal.tls_cert == "/etc/rollout/temporal-tls/tls.crt" and temporal.tls_key, component
+            assert temporal.tls_ca == "/etc/rollout/temporal-tls/ca.crt", component
+    assert mounted == {"runner", "trainer", "gateway", "monitor"}, mounted

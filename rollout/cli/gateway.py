@@ -16,6 +16,7 @@ from rollout.control.connections import local_model
 if TYPE_CHECKING:
     from temporalio.client import Client
 
+    from rollout.config import TemporalSettings
     from rollout.workflows.client import RunUpdate
 
 UPDATE_TIMEOUT_S = 60.0
@@ -25,8 +26,8 @@ class TemporalRunControl:
     """The gateway's run control: each operator action is the run workflow's update, as `rollout run` sends
     it. The Temporal client is made on first use, so a gateway starts (and serves turns) without Temporal."""
 
-    def __init__(self, address: str, namespace: str) -> None:
-        self.address, self.namespace = address, namespace
+    def __init__(self, temporal: TemporalSettings, address: str) -> None:
+        self.temporal, self.address = temporal, address
         self._client: Client | None = None
         self._lock = asyncio.Lock()
 
@@ -34,12 +35,15 @@ class TemporalRunControl:
         from temporalio.client import Client
 
         from rollout.gateway.operator import RunControlError
+        from rollout.temporal_tls import temporal_tls
 
         async with self._lock:
             if self._client is None:
                 try:
-                    self._client = await Client.connect(self.address, namespace=self.namespace)
-                except RuntimeError as error:
+                    self._client = await Client.connect(
+                        self.address, namespace=self.temporal.namespace, tls=temporal_tls(self.temporal)
+                    )
+                except (RuntimeError, ValueError) as error:  # ValueError: a TLS file it cannot read
                     raise RunControlError(
                         503, f"Temporal at {self.address} is not answering: {error}"
                     ) from error
@@ -186,7 +190,7 @@ def gateway(
                 routing=settings.routing,
                 operator_key=operator_key,
                 seat_secret=seat_secret,
-                runs=TemporalRunControl(settings.temporal_address, settings.services.temporal.namespace),
+                runs=TemporalRunControl(settings.services.temporal, settings.temporal_address),
             )
         )
     except LedgerError as error:

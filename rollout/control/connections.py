@@ -59,10 +59,21 @@ def temporal_runtime() -> Runtime:
 async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Client:
     from temporalio.client import Client
 
+    from rollout.temporal_tls import TemporalTLSError, temporal_tls
+
+    try:
+        tls = temporal_tls(settings.services.temporal)
+    except TemporalTLSError as error:
+        raise ControlError(str(error)) from None
     deadline = time.monotonic() + patience_s
     while True:
         try:
-            return await Client.connect(settings.temporal_address, runtime=temporal_runtime())
+            return await Client.connect(
+                settings.temporal_address,
+                namespace=settings.services.temporal.namespace,
+                tls=tls,
+                runtime=temporal_runtime(),
+            )
         except RuntimeError as error:
             if time.monotonic() < deadline:
                 await asyncio.sleep(1.0)

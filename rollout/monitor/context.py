@@ -55,9 +55,12 @@ class Monitor:
     def temporal[T](self, call: Callable[[Client], Awaitable[T]]) -> T:
         from temporalio.client import Client
 
+        from rollout.temporal_tls import temporal_tls
+
         async def go() -> T:
+            temporal = self.settings.services.temporal
             client = await Client.connect(
-                self.settings.temporal_address, namespace=self.settings.services.temporal.namespace
+                self.settings.temporal_address, namespace=temporal.namespace, tls=temporal_tls(temporal)
             )
             return await call(client)
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 import httpx
 
 from rollout.blobs import open_store
-from rollout.config import Settings
+from rollout.config import Settings, TemporalSettings
 from rollout.engine_load import fetch_engine_load
 from rollout.ledger.errors import redact
 
@@ -75,9 +75,15 @@ def postgres_status(url: str, pid: int | None, mode: Mode) -> ServiceStatus:
 
 
 def temporal_status(
-    address: str, ui_url: str | None, namespace: str, pid: int | None, mode: Mode
+    address: str,
+    ui_url: str | None,
+    namespace: str,
+    pid: int | None,
+    mode: Mode,
+    tls: TemporalSettings | None = None,
 ) -> ServiceStatus:
-    ok, detail = asyncio.run(_check_temporal(address, namespace))
+    """`tls`: the settings whose `tls_*` files a Temporal of the user's own is reached with."""
+    ok, detail = asyncio.run(_check_temporal(address, namespace, tls))
     if ok and ui_url:
         try:
             ui_ok = httpx.get(ui_url, timeout=3).status_code < 500
@@ -163,12 +169,15 @@ def engine_opponents(settings: Settings, url: str) -> str:
     return ""
 
 
-async def _check_temporal(address: str, namespace: str) -> tuple[bool, str]:
+async def _check_temporal(address: str, namespace: str, tls: TemporalSettings | None) -> tuple[bool, str]:
     from temporalio.client import Client
+
+    from rollout.temporal_tls import temporal_tls
 
     try:
         async with asyncio.timeout(5):
-            client = await Client.connect(address, namespace=namespace)
+            secured = temporal_tls(tls) if tls is not None else False
+            client = await Client.connect(address, namespace=namespace, tls=secured)
             healthy = await client.service_client.check_health()
     except Exception as error:  # connection refused, timeout, TLS: all mean "not reachable"
         text = str(error).strip() or type(error).__name__
@@ -187,7 +196,12 @@ def cluster_status(
     services = [
         postgres_status(settings.ledger_url, None, "external"),
         temporal_status(
-            settings.temporal_address, None, settings.services.temporal.namespace, None, "external"
+            settings.temporal_address,
+            None,
+            settings.services.temporal.namespace,
+            None,
+            "external",
+            tls=settings.services.temporal,
         ),
         blobs_status(settings),
     ]

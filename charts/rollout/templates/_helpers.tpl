@@ -132,6 +132,14 @@ AWS_*. */}}
 - data_dir=/data
 - models_dir=/data/models
 - services.temporal.address={{ include "rollout.temporalAddress" . | squote }}
+{{- with .Values.services.temporal.tlsSecret }}
+- services.temporal.tls_ca=/etc/rollout/temporal-tls/ca.crt
+- services.temporal.tls_cert=/etc/rollout/temporal-tls/tls.crt
+- services.temporal.tls_key=/etc/rollout/temporal-tls/tls.key
+{{- end }}
+{{- with .Values.services.temporal.tlsServerName }}
+- services.temporal.tls_server_name={{ . | squote }}
+{{- end }}
 - services.blobs.url={{ .Values.services.blobs.url | squote }}
 - services.blobs.s3_endpoint={{ include "rollout.s3Endpoint" . | squote }}
 - services.blobs.s3_secure={{ .Values.services.blobs.s3_secure }}
@@ -268,11 +276,20 @@ with, from its own Secret) as its files; no component is given a key it does not
 {{- if has "servingKey" .keys }}
 - {name: keys, mountPath: /data/serving.key, subPath: servingKey, readOnly: true}
 {{- end }}
+{{- if and (has "temporalTls" .keys) .root.Values.services.temporal.tlsSecret }}
+- {name: temporal-tls, mountPath: /etc/rollout/temporal-tls, readOnly: true}
+{{- end }}
 {{- end -}}
 {{- define "rollout.dataVolumes" -}}
 - name: data
   emptyDir: {}
-{{- $keys := without .keys "sandboxKey" "commandKey" }}
+{{- $keys := without .keys "sandboxKey" "commandKey" "temporalTls" }}
+{{- if and (has "temporalTls" .keys) .root.Values.services.temporal.tlsSecret }}
+- name: temporal-tls
+  secret:
+    secretName: {{ .root.Values.services.temporal.tlsSecret }}
+    defaultMode: 0440
+{{- end }}
 {{- if $keys }}
 - name: keys
   secret:
