@@ -84,14 +84,21 @@ async def test_limits_hold_and_a_commands_whole_tree_dies_with_it(tmp_path: Path
     tag = uuid.uuid4().hex[:8]
     try:
         # First, from inside: its own PID namespace, and the limits in force.
-        inside = await _sh(world, "echo $$; ulimit -u; ulimit -f; ulimit -v; df -k --output=size . | tail -1")
-        pid, processes, file_blocks, address_kib, disk_kib = str(inside["output"]).split()
+        inside = await _sh(
+            world, "echo $$; ulimit -u; ulimit -f; ulimit -v; df -k --output=size . | tail -1; id -u; id -G"
+        )
+        pid, processes, file_blocks, address_kib, disk_kib, uid, *groups = str(inside["output"]).split()
         assert int(pid) < 10, "bash is one of the first processes of a PID namespace of its own"
+        assert int(uid) == jail_uid() and groups in ([str(jail_uid())], ["65534"]), "its uid, no other groups"
         assert int(processes) >= SMALL.processes and int(file_blocks) * 1024 == SMALL.file_bytes
         assert int(address_kib) * 1024 == SMALL.address_space_bytes
         if os.geteuid() == 0:
             assert int(disk_kib) * 1024 == SMALL.disk_bytes, "the workspace is a tmpfs of its quota"
             assert world.jail.cgroup is not None, "root caps a jail's processes and memory with a cgroup"
+            held = asyncio.ensure_future(_sh(world, "sleep 1"))
+            await asyncio.sleep(0.5)
+            assert world.jail.cgroup.pids(), "the command's processes are in the jail's cgroup"
+            await held
 
         # Now the attacks: a fork bomb, a write far past the quota, a setsid daemon.
         bomb = await _sh(world, ":(){ :|:& };: ; sleep 1; echo survived", timeout_s=5)

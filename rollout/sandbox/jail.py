@@ -14,6 +14,8 @@ Contract:
   readable paths within it (a Python install's `site-packages`: rollout.sandbox.programs). The host's other
   files, its processes, their environments and command lines, and the data directory do not exist there. Its
   environment is `env` over `BASE_ENV`: nothing of the host's is inherited.
+- A command enters its cgroup, rlimits and uid through small programs before it (rollout.sandbox.entry), so
+  this process is not forked for each command; where they are missing, in a `preexec_fn`.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
   with the rlimits, and a watchdog (rollout.sandbox.watchdog) that kills a command whose processes hold more
@@ -49,6 +51,7 @@ from typing import Literal
 
 from rollout.bounded_process import ProcessOutcome, run_bounded
 from rollout.isolation import SandboxIsolation as Isolation
+from rollout.sandbox.entry import entry_argv
 from rollout.sandbox.jail_etc import jail_etc
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
@@ -312,16 +315,23 @@ class Jail:
         roots: set[int] = set()
         over = await self._over_disk()
         limits = replace(self.limits, file_bytes=1) if over else self.limits
+        argv = self._argv(command, cwd, binds) if bwrap else list(command)
+        nproc = self._process_limit()
+        cgroup_procs = [folder / "cgroup.procs" for folder in self.cgroup.folders] if self.cgroup else []
+        entry = entry_argv(
+            limits, nproc=nproc, cgroup_procs=cgroup_procs, uid=JAIL_UID if os.geteuid() == 0 else None
+        )
         running = asyncio.create_task(
             run_bounded(
-                self._argv(command, cwd, binds) if bwrap else list(command),
+                [*entry, *argv] if entry is not None else argv,
                 cwd="/" if bwrap else self.workspace.path / cwd,  # bubblewrap enters the workspace itself
                 env=environment,
                 inherit=False,
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
                 keep=keep,
-                preexec_fn=functools.partial(self._enter, self._process_limit(), limits),
+                # Without the entry programs, Python forks this whole process to enter them in the child.
+                preexec_fn=functools.partial(self._enter, nproc, limits) if entry is None else None,
                 started=roots.add,
             )
         )
