@@ -57,3 +57,16 @@ def test_the_health_probe_checks_the_url_a_role_names() -> None:
         [probe], capture_output=True, text=True, timeout=30, env={"ROLLOUT_HEALTH_URL": closed}
     )
     assert down.returncode == 1 and "unhealthy" in down.stderr
+
+
+def test_the_cpu_image_carries_the_jail_and_builds_from_the_project_alone() -> None:
+    """The image that runs runners and command hosts installs bubblewrap in its final stage; a build reads
+    the project and its workspace members, never the .venv or data beside them; the script that builds it and
+    checks the jail inside it parses. (scripts/build_images.sh itself runs outside CI: docs/deploy.md.)"""
+    text = (ROOT / "docker" / "Dockerfile").read_text()
+    final_stage = text.rsplit("\nFROM ", 1)[1]
+    assert "bubblewrap" in final_stage and "python3.13" in final_stage
+    ignored = (ROOT / ".dockerignore").read_text().split()
+    assert ignored[0] == "*" and {"!rollout", "!envs", "!uv.lock"} <= set(ignored)
+    parsed = subprocess.run(["bash", "-n", str(ROOT / "scripts" / "build_images.sh")], check=False)
+    assert parsed.returncode == 0
