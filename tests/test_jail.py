@@ -150,3 +150,57 @@ async def test_unjailed_only_when_chosen(tmp_path: Path) -> None:
     finally:
         await jail.close()
         workspace.close()
+
+
+LOADED = """#include <fcntl.h>
+#include <unistd.h>
+__attribute__((constructor)) static void loaded(void) {
+    int fd = open("MARKER", O_CREAT | O_WRONLY | O_APPEND, 0666);
+    if (fd >= 0) { write(fd, "x", 1); close(fd); }
+}
+"""
+
+
+@pytest.fixture
+def loaded_library(tmp_path: Path) -> tuple[Path, Path]:
+    """A library that marks a file on the host when it is loaded, in a folder anyone may write: (library,
+    marker)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    tmp_path.chmod(0o755)
+    marker = shared / "loaded-outside"
+    source = shared / "loaded.c"
+    source.write_text(LOADED.replace("MARKER", str(marker)))
+    library = shared / "loaded.so"
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(library), str(source)], check=True)
+    library.chmod(0o755)
+    return library, marker
+
+
+@pytest.mark.parametrize("isolation", [SandboxIsolation.bwrap, SandboxIsolation.none])
+async def test_a_loader_variable_reaches_the_command_and_nothing_that_runs_before_it(
+    tmp_path: Path, isolation: SandboxIsolation, loaded_library: tuple[Path, Path]
+) -> None:
+    """An order's environment is the claimant's: `LD_PRELOAD` naming a library it left on the host would run
+    its code in whatever the environment reaches on the host. The command sees the variable (inside the jail,
+    where the library's path is not), and nothing that runs before it (as root, where rollout is) loads it."""
+    library, marker = loaded_library
+    workspace = Workspace(tmp_path / "ws", disk_bytes=SMALL.disk_bytes, owner=jail_uid())
+    jail = Jail(workspace, limits=SMALL, isolation=isolation)
+    try:
+        done = await jail.run(
+            ["sh", "-c", "echo preload=$LD_PRELOAD"],
+            env={"LD_PRELOAD": str(library)},
+            timeout_s=30,
+            max_output_bytes=4096,
+        )
+    finally:
+        await jail.close()
+        workspace.close()
+    assert f"preload={library}" in done.output, done.output
+    loads = marker.read_text() if marker.exists() else ""
+    # Unjailed, the command's own `sh` runs here and loads it where it can reach it (run by root, it is
+    # nobody, who cannot); nothing that runs before it does.
+    unjailed_loads = "x" if os.geteuid() != 0 else ""
+    assert loads == ("" if isolation is SandboxIsolation.bwrap else unjailed_loads), loads

@@ -15,7 +15,9 @@ Contract:
   files, its processes, their environments and command lines, and the data directory do not exist there. Its
   environment is `env` over `BASE_ENV`: nothing of the host's is inherited.
 - A command enters its cgroup, rlimits and uid through small programs before it (rollout.sandbox.entry), so
-  this process is not forked for each command; where they are missing, in a `preexec_fn`.
+  this process is not forked for each command; where they are missing, in a `preexec_fn`. The variables of
+  its environment that change how a program starts (`LD_PRELOAD`, ...) reach it only inside the jail, never
+  the programs (bubblewrap included) that run on the host before it.
 - Run by root, a jail's processes run as `JAIL_UID` (nobody; RLIMIT_NPROC then holds for them) inside a cgroup
   of the jail capping its processes and memory (rollout.sandbox.limits); run by another user, as that user,
   with the rlimits, and a watchdog (rollout.sandbox.watchdog) that kills a command whose processes hold more
@@ -51,7 +53,7 @@ from typing import Literal
 
 from rollout.bounded_process import ProcessOutcome, run_bounded
 from rollout.isolation import SandboxIsolation as Isolation
-from rollout.sandbox.entry import entry_argv
+from rollout.sandbox.entry import entry_argv, outside_and_inside
 from rollout.sandbox.jail_etc import jail_etc
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
@@ -249,8 +251,13 @@ class Jail:
         """Where the workspace is, as its commands see it."""
         return INSIDE if self.isolation is Isolation.bwrap else str(self.workspace.path)
 
-    def _argv(self, command: Sequence[str], cwd: str, binds: Sequence[Path] = ()) -> list[str]:
+    def _argv(
+        self, command: Sequence[str], cwd: str, binds: Sequence[Path] = (), inside: Mapping[str, str] = {}
+    ) -> list[str]:
+        """bubblewrap's argument list; `inside`: variables set only inside the jail (rollout.sandbox.entry:
+        those that would change how the programs outside start)."""
         extra = [argument for path in binds for argument in ("--ro-bind", str(path), str(path))]
+        extra += [argument for name, value in inside.items() for argument in ("--setenv", name, value)]
         return [
             _bwrap(),
             *_namespaces(),
@@ -311,21 +318,24 @@ class Jail:
         if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         environment = {**BASE_ENV, "HOME": self.inside, **env}
+        outside, inside = outside_and_inside(environment)
         bwrap = self.isolation is Isolation.bwrap
         roots: set[int] = set()
         over = await self._over_disk()
         limits = replace(self.limits, file_bytes=1) if over else self.limits
-        argv = self._argv(command, cwd, binds) if bwrap else list(command)
+        argv = self._argv(command, cwd, binds, inside) if bwrap else list(command)
         nproc = self._process_limit()
         cgroup_procs = [folder / "cgroup.procs" for folder in self.cgroup.folders] if self.cgroup else []
         entry = entry_argv(
             limits, nproc=nproc, cgroup_procs=cgroup_procs, uid=JAIL_UID if os.geteuid() == 0 else None
         )
+        if not bwrap and inside:  # unjailed, they reach only the command, after the uid is dropped
+            entry, outside = None, environment
         running = asyncio.create_task(
             run_bounded(
                 [*entry, *argv] if entry is not None else argv,
                 cwd="/" if bwrap else self.workspace.path / cwd,  # bubblewrap enters the workspace itself
-                env=environment,
+                env=outside if bwrap or entry is not None else environment,
                 inherit=False,
                 timeout_s=timeout_s,
                 max_output_bytes=max_output_bytes,
@@ -379,10 +389,12 @@ class Jail:
         if Path(cwd).is_absolute() or ".." in Path(cwd).parts:
             raise ValueError(f"a jailed command starts inside its workspace, not in {cwd!r}")
         bwrap = self.isolation is Isolation.bwrap
+        environment = {**BASE_ENV, "HOME": self.inside, **env}
+        outside, inside = outside_and_inside(environment)
         process = subprocess.Popen(
-            self._argv(command, cwd) if bwrap else list(command),
+            self._argv(command, cwd, (), inside) if bwrap else list(command),
             cwd="/" if bwrap else self.workspace.path / cwd,
-            env={**BASE_ENV, "HOME": self.inside, **env},
+            env=outside if bwrap else environment,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
