@@ -25,11 +25,9 @@ from rollout.workflows.episode_types import AgentAttempt, AgentInput, Environmen
 SANDBOX_KEY = b"s" * 32
 
 
-def _grant(
-    address: str, holder: str, key: bytes = SANDBOX_KEY, workflow_run: str = "claimer"
-) -> SandboxGrant:
-    grant = SandboxGrant("shell", "box-1", address, epoch=3, holder=holder, workflow_run=workflow_run)
-    return replace(grant, signature=grant_signature(key, "shell", "box-1", address, 3, holder, workflow_run))
+def _grant(address: str, holder: str, key: bytes = SANDBOX_KEY, workflow_id: str = "claimer") -> SandboxGrant:
+    grant = SandboxGrant("shell", "box-1", address, epoch=3, holder=holder, workflow_id=workflow_id)
+    return replace(grant, signature=grant_signature(key, "shell", "box-1", address, 3, holder, workflow_id))
 
 
 def _attempt(run: str, episode: str, grant: SandboxGrant) -> AgentAttempt:
@@ -68,6 +66,11 @@ async def test_a_forged_or_borrowed_grant_sends_nothing_anywhere(ledger: Ledger,
             await activities.run(runner.release_sandbox, forged)
         with pytest.raises(ApplicationError, match="not made by a runner of this stack"):
             await activities.run(runner.renew_sandbox, forged, 30.0)
+    # This episode's own grant, copied out of its history into a workflow of the attacker's.
+    attackers = ActivityEnvironment()
+    attackers.info = replace(attackers.info, workflow_id="a-workflow-of-the-attackers")
+    with pytest.raises(ApplicationError, match="claimed by another workflow"):
+        await attackers.run(runner.play_agent, _attempt(run, "g000000-0", _grant(address, holder)))
     with pytest.raises(TimeoutError):
         listener.accept()  # nobody called the forger's address, with a claim's secret or otherwise
     listener.close()
@@ -75,8 +78,8 @@ async def test_a_forged_or_borrowed_grant_sends_nothing_anywhere(ledger: Ledger,
 
 async def test_a_grant_copied_out_of_history_ends_no_claim(ledger: Ledger) -> None:
     """A real, signed grant is in the claiming workflow's history, which anyone who reaches Temporal reads.
-    Replayed from a workflow of their own (another run id: Temporal assigns it), it neither releases nor
-    renews the claim; from the run that claimed it, it does."""
+    Replayed from a workflow of their own (another id: while the episode runs, Temporal starts no other
+    workflow with its id), it neither releases nor renews the claim; from the run that claimed it, it does."""
     runner = RunnerActivities(
         ledger, gateway_url="http://127.0.0.1:9", seat_secret=b"g" * 32, sandbox_key=SANDBOX_KEY
     )
@@ -86,17 +89,17 @@ async def test_a_grant_copied_out_of_history_ends_no_claim(ledger: Ledger) -> No
     registration = SandboxRegistration(kind=kind, name="box-1", address="http://127.0.0.1:9", seats=1)
     async with pool.hosting(registration, ttl_s=60, kind_secret=kind_key(SANDBOX_KEY, kind)):
         claim = await pool.claim(kind, 1, holder, ttl_s=60, wait_s=5)
-        grant = _grant(registration.address, holder, workflow_run="the-claimer")
+        grant = _grant(registration.address, holder, workflow_id="the-claimer")
         grant = replace(grant, kind=kind, epoch=claim.epoch)
         grant = replace(grant, signature=_signed_again(grant))
         replayer, claimer = ActivityEnvironment(), ActivityEnvironment()
-        replayer.info = replace(replayer.info, workflow_run_id="a-workflow-of-the-attackers")
-        claimer.info = replace(claimer.info, workflow_run_id="the-claimer")
+        replayer.info = replace(replayer.info, workflow_id="a-workflow-of-the-attackers")
+        claimer.info = replace(claimer.info, workflow_id="the-claimer")
         for attack in (
             replayer.run(runner.release_sandbox, grant),
             replayer.run(runner.renew_sandbox, grant, 30.0),
         ):
-            with pytest.raises(ApplicationError, match="claimed by another workflow run"):
+            with pytest.raises(ApplicationError, match="claimed by another workflow"):
                 await attack
         assert await held_sandbox(ledger, kind, holder) is not None, "the claim is still its episode's"
         assert await claimer.run(runner.renew_sandbox, grant, 30.0) is True
@@ -106,5 +109,5 @@ async def test_a_grant_copied_out_of_history_ends_no_claim(ledger: Ledger) -> No
 
 def _signed_again(grant: SandboxGrant) -> str:
     return grant_signature(
-        SANDBOX_KEY, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_run
+        SANDBOX_KEY, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_id
     )

@@ -17,9 +17,10 @@ Contract:
   it under the claim's epoch, which resets its world; `renew_sandbox` and `release_sandbox` keep and free it.
   The claim's secret (rollout.sandbox.keys) is derived from the sandbox key where it is used (opening, and the
   `SandboxSeat` a Task gets): it never travels through Temporal. The `SandboxGrant` that does is signed with
-  that key (`grant_signature`), with the run id of the workflow that claimed it. A grant whose signature
-  fails, that `play_agent` is given for another episode, or that another workflow run asks to renew or
-  release, is refused (`SandboxRefused`) before anything is sent to its address.
+  that key (`grant_signature`), with the id of the workflow that claimed it. A grant whose signature fails,
+  that `play_agent` is given for another episode or from a workflow other than that episode's or its agents',
+  or that another workflow asks to renew or release, is refused (`SandboxRefused`) before anything is sent to
+  its address.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s typed by their `Failure` kind
   (rollout.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
   `episode_timeout_s`, an invalid reward, a request the gateway refused, no sandbox free), with the `Failure`
@@ -35,7 +36,7 @@ import asyncio
 import contextlib
 import functools
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import replace
 from datetime import UTC, datetime
 
@@ -102,7 +103,7 @@ from rollout.workflows.episode_types import (
     SandboxGrant,
     episode_record,
 )
-from rollout.workflows.names import run_policy
+from rollout.workflows.names import agent_workflow_id, run_policy
 from rollout.workflows.run_types import RunInput, SettingsChange
 
 log = logging.getLogger(__name__)
@@ -211,7 +212,13 @@ class RunnerActivities:
         token = seat_token(self.seat_secret, attempt.seat)
         box = given.sandbox
         if box is not None:
-            _check_grant(self.sandbox_key, box, holder=f"{given.run}/{given.episode}")
+            _check_grant(
+                self.sandbox_key,
+                box,
+                holder=f"{given.run}/{given.episode}",
+                workflows=(box.workflow_id, agent_workflow_id(given.run, given.episode, agent.name)),
+                workflow_id=activity.info().workflow_id or "",
+            )
         sandbox = (
             SandboxSeat(
                 address=box.address,
@@ -356,19 +363,19 @@ class RunnerActivities:
             address=box.address,
             epoch=claim.epoch,
             holder=holder,
-            workflow_run=activity.info().workflow_run_id or "",
+            workflow_id=activity.info().workflow_id or "",
         )
         return _signed(self.sandbox_key, grant)
 
     @activity.defn(name=runner_stubs.renew_sandbox.__name__)
     async def renew_sandbox(self, grant: SandboxGrant, ttl_s: float) -> bool:
         """Extend the claim; False when it was lost (it expired and another episode claimed the sandbox)."""
-        claim = _claim_of(self.sandbox_key, grant, workflow_run=activity.info().workflow_run_id or "")
+        claim = _claim_of(self.sandbox_key, grant, workflow_id=activity.info().workflow_id or "")
         return await SandboxPool(self.ledger).renew(claim, ttl_s) is not None
 
     @activity.defn(name=runner_stubs.release_sandbox.__name__)
     async def release_sandbox(self, grant: SandboxGrant) -> None:
-        claim = _claim_of(self.sandbox_key, grant, workflow_run=activity.info().workflow_run_id or "")
+        claim = _claim_of(self.sandbox_key, grant, workflow_id=activity.info().workflow_id or "")
         await SandboxPool(self.ledger).release(claim)
 
     @activity.defn(name=runner_stubs.play_episode.__name__)
@@ -496,14 +503,22 @@ def _failed(failure: Failure) -> ApplicationError:
 
 def _signed(key: bytes, grant: SandboxGrant) -> SandboxGrant:
     signature = grant_signature(
-        key, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_run
+        key, grant.kind, grant.name, grant.address, grant.epoch, grant.holder, grant.workflow_id
     )
     return replace(grant, signature=signature)
 
 
-def _check_grant(key: bytes, grant: SandboxGrant, *, holder: str | None = None) -> None:
+def _check_grant(
+    key: bytes,
+    grant: SandboxGrant,
+    *,
+    holder: str | None = None,
+    workflows: Sequence[str] = (),
+    workflow_id: str = "",
+) -> None:
     """A grant crossed Temporal, which anyone who reaches it can write to: act on it only when a runner of
-    this key signed it, and (playing) only for the episode it was claimed for."""
+    this key signed it, (playing) only for the episode it was claimed for, and only from one of `workflows`
+    (the claiming episode's, and for playing its agents'), when given."""
     if not same_secret(grant.signature, _signed(key, grant).signature) or holder not in (None, grant.holder):
         raise _failed(
             Failure(
@@ -512,20 +527,20 @@ def _check_grant(key: bytes, grant: SandboxGrant, *, holder: str | None = None) 
                 f"this episode: nothing is sent to {grant.address}",
             )
         )
-
-
-def _claim_of(key: bytes, grant: SandboxGrant, *, workflow_run: str) -> SandboxClaim:
-    """The claim a grant renews or releases: only from the workflow run that claimed it (a grant copied out
-    of Temporal's history into a workflow of one's own would otherwise end another episode's claim)."""
-    _check_grant(key, grant)
-    if not workflow_run or not same_secret(grant.workflow_run, workflow_run):
+    if workflows and (not workflow_id or workflow_id not in workflows):
         raise _failed(
             Failure(
                 SANDBOX_REFUSED,
-                f"the sandbox grant for {grant.kind}/{grant.name} was claimed by another workflow run: only "
-                "the episode that claimed it renews or releases it",
+                f"the sandbox grant for {grant.kind}/{grant.name} was claimed by another workflow: only the "
+                "episode that claimed it, and its agents, act on it",
             )
         )
+
+
+def _claim_of(key: bytes, grant: SandboxGrant, *, workflow_id: str) -> SandboxClaim:
+    """The claim a grant renews or releases: only from the workflow that claimed it (a grant copied out of
+    Temporal's history into a workflow of one's own would otherwise end another episode's claim)."""
+    _check_grant(key, grant, workflows=(grant.workflow_id,), workflow_id=workflow_id)
     # Renewing and releasing match on (resource, holder, epoch, secret); the seats and expiry play no part.
     resource = sandbox_lease(grant.kind, grant.name)
     secret = lease_secret(key, resource, grant.holder)

@@ -17,11 +17,12 @@ Contract:
 - `lease_secret(key, resource, holder)` is the ledger secret of an episode's claim lease
   (rollout.ledger.store): derived, like the claim's secret, so the runner that retries the episode takes the
   sandbox again while the claim is live, and a writer that only knows the holder's name does not.
-- `grant_signature(key, kind, name, address, epoch, holder, workflow_run)` signs a claimed sandbox as it
+- `grant_signature(key, kind, name, address, epoch, holder, workflow_id)` signs a claimed sandbox as it
   crosses Temporal (rollout.workflows.episode_types.SandboxGrant): the runner that claimed it signs it, with
-  the claiming workflow's run id, and a runner acts on a grant (plays in it; renews or releases its claim,
-  from that run only) only when the signature holds and the grant is its episode's, so a workflow started by
-  someone else names no address the claim's secret is sent to, and ends no claim of another.
+  the claiming workflow's id, and a runner acts on a grant (plays in it, from that workflow or its agents';
+  renews or releases its claim, from that workflow) only when the signature holds and the grant is its
+  episode's, so a workflow started by someone else names no address the claim's secret is sent to, and ends
+  no claim of another.
 - A secret of one epoch opens nothing under another: a zombie holder of an older claim, or a neighbour process
   that learned an epoch, cannot act.
 """
@@ -104,11 +105,10 @@ def lease_secret(key: bytes, resource: str, holder: str) -> str:
 
 
 def grant_signature(
-    key: bytes, kind: str, name: str, address: str, epoch: int, holder: str, workflow_run: str = ""
+    key: bytes, kind: str, name: str, address: str, epoch: int, holder: str, workflow_id: str = ""
 ) -> str:
     """What a runner signs a claimed sandbox with before it crosses Temporal, and checks before it acts on
     one: anyone who reaches Temporal can start a workflow naming any address, and the runner would send the
-    claim's secret there. `workflow_run`: the claiming workflow's run id, which alone may renew or release
-    it."""
-    identity = "\n".join(("grant", kind, name, address, str(epoch), holder, workflow_run)).encode()
+    claim's secret there. `workflow_id`: the claiming workflow's, which alone may renew or release it."""
+    identity = "\n".join(("grant", kind, name, address, str(epoch), holder, workflow_id)).encode()
     return hmac.new(key, identity, hashlib.sha256).hexdigest()

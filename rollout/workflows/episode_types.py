@@ -56,9 +56,10 @@ class SandboxGrant:
     address: str
     epoch: int
     holder: str
-    # The run id of the episode workflow that claimed it (Temporal assigns it; no client chooses it): only
-    # that run renews or releases the claim, so a grant copied out of its history cannot end the claim early.
-    workflow_run: str = ""
+    # The id of the episode workflow that claimed it: only that workflow renews or releases the claim, and
+    # only it or its agents' workflows play in it (while it runs, Temporal starts no other workflow with its
+    # id), so a grant copied out of its history cannot end the claim early or act in another's sandbox.
+    workflow_id: str = ""
     # The claiming runner's rollout.sandbox.keys.grant_signature: runners act only on a grant it holds for.
     signature: str = ""
 
