@@ -52,10 +52,34 @@ class LogLevel(StrEnum):
 
 
 LEDGER_WORKER_ROLE = "rollout_worker"
+"""The database role that writes anything through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any
+table; migration 0003): the services' login on a server of your own that has no login per writer kind."""
 LEDGER_READER_ROLE = "rollout_reader"  # SELECT only: the dashboard's
 LEDGER_SANDBOX_ROLE = "rollout_sandbox"  # sandbox hosts': only their pool streams and host leases
-"""The database role services (gateway, runner, trainer, engine, sandbox) use: it reads the ledger and writes
-it only through the ledger's functions (no UPDATE, DELETE or TRUNCATE on any table; migration 0003)."""
+
+
+class LedgerWriter(StrEnum):
+    """The kinds of service that write the ledger, each with a login of its own (`role`) that appends only its
+    own event kinds and holds only its own leases (migration 0010). The runner's login holds the evals' rights
+    too: the runner worker hosts evals' activities."""
+
+    gateway = "gateway"
+    runner = "runner"
+    trainer = "trainer"
+    serving = "serving"  # the engines' acks
+
+    @property
+    def role(self) -> str:
+        return f"rollout_{self.value}"
+
+
+SERVICE_LEDGER_ROLES = (
+    LEDGER_WORKER_ROLE,
+    LEDGER_READER_ROLE,
+    LEDGER_SANDBOX_ROLE,
+    *(writer.role for writer in LedgerWriter),
+)
+"""Every login the ledger's migrations make for services (the embedded server gives each its password)."""
 
 
 @dataclass
@@ -64,6 +88,11 @@ class PostgresSettings:
     worker_url: str | None = None  # the services' URL; default: the worker role on the embedded server
     reader_url: str | None = None  # the dashboard's; default: the reader role on the embedded server
     sandbox_url: str | None = None  # sandbox hosts'; default: the sandbox role on the embedded server
+    # Each writer kind's (LedgerWriter); default: its role on the embedded server, else worker_url (or url).
+    gateway_url: str | None = None
+    runner_url: str | None = None
+    trainer_url: str | None = None
+    serving_url: str | None = None
     host: str = "127.0.0.1"
     port: int = 54329
     database: str = "rollout"
@@ -438,6 +467,18 @@ class Settings:
         """The URL sandbox hosts connect with: `services.postgres.sandbox_url`; else, on the embedded server,
         the sandbox role (`LEDGER_SANDBOX_ROLE`); else (a server of your own) `worker_ledger_url`."""
         return self._narrow_url(self.services.postgres.sandbox_url, LEDGER_SANDBOX_ROLE)
+
+    def writer_ledger_url(self, writer: LedgerWriter) -> str:
+        """The URL a writer kind's service connects with: `services.postgres.<writer>_url`; else, on the
+        embedded server, its own role (`writer.role`); else (a server of your own) `worker_ledger_url`."""
+        return self._narrow_url(getattr(self.services.postgres, f"{writer.value}_url"), writer.role)
+
+    @property
+    def service_ledger_urls(self) -> tuple[str, ...]:
+        """Every URL a service connects with (never the owner's): the worker's, the reader's, the sandbox
+        hosts' and each writer kind's."""
+        writers = tuple(self.writer_ledger_url(writer) for writer in LedgerWriter)
+        return (self.worker_ledger_url, self.reader_ledger_url, self.sandbox_ledger_url, *writers)
 
     def _narrow_url(self, given: str | None, role: str) -> str:
         postgres = self.services.postgres

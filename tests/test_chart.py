@@ -284,24 +284,30 @@ def test_each_component_is_given_only_the_secrets_it_uses() -> None:
         for o in rendered("k3s")
         if o["kind"] == "Deployment"
     }
-    # Each pod's migrate init container logs in as the owner, its service as the worker (the dashboard: the
-    # reader, and it migrates nothing).
-    ledger = {"databasePassword", "workerPassword"}
+
+    # Each pod's migrate init container logs in as the owner, its service as its writer kind (the dashboard:
+    # the reader, and it migrates nothing; a role placed on Ray: the worker, as the Ray pods it runs in).
+    def ledger(login: str) -> set[str]:
+        return {"databasePassword", f"{login}Password"}
+
     blobs_and_tinker = {"s3AccessKey", "s3SecretKey", "tinkerApiKey"}
     expected = {
-        "gateway": ledger | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
-        "runner": ledger | {"gatewaySecret", "sandboxKey"},
+        "gateway": ledger("gateway")
+        | {"gatewaySecret", "operatorKey", "engineKey", "anthropicApiKey", "openaiApiKey"},
+        "runner": ledger("runner") | {"gatewaySecret", "sandboxKey"},
         "monitor": {"readerPassword"},
         "commandhost": {"sandboxPassword", "commandKey"},  # it migrates nothing: no owner's password
     }
     for component, keys in expected.items():
         assert _secret_keys(templates[component]) == keys, component
-    engines = ledger | blobs_and_tinker | {"engineKey"}  # an engine signs its serving acks
+    engines = ledger("worker") | blobs_and_tinker | {"engineKey"}  # an engine signs its serving acks
     ray = {"auth_token"}  # the drivers of what runs on Ray
     if "engine" in templates:
         assert _secret_keys(templates["engine"]) == engines | ray
     if "trainer" in templates:
-        assert _secret_keys(templates["trainer"]) == ledger | blobs_and_tinker | ray | {"servingKey"}
+        assert _secret_keys(templates["trainer"]) == ledger("worker") | blobs_and_tinker | ray | {
+            "servingKey"
+        }
     secret = next(o for o in rendered("k3s") if o["kind"] == "Secret" and "engineKey" in o.get("data", {}))
     engine_key, serving_key = (base64.b64decode(secret["data"][k]) for k in ("engineKey", "servingKey"))
     assert serving_key == serving_target_key(engine_key), "the trainer signs targets engines can check"

@@ -33,27 +33,38 @@ from tests.test_chart import (
     values_of,
 )
 
-ROLES = {"owner": None, "worker": "rollout_worker", "reader": "rollout_reader", "sandbox": "rollout_sandbox"}
+SERVICE_LOGINS = ("gateway", "runner", "trainer", "serving", "worker", "reader", "sandbox")
 PASSWORD_KEYS = {
     "postgres": "postgresPassword",
     "owner": "databasePassword",
-    "worker": "workerPassword",
-    "reader": "readerPassword",
-    "sandbox": "sandboxPassword",
+    **{login: f"{login}Password" for login in SERVICE_LOGINS},
+}
+# Each component's login; a trainer or engine placed on Ray runs in a Ray pod, as the worker (below).
+COMPONENT_LOGINS = {
+    "monitor": "reader",
+    "commandhost": "sandbox",
+    "gateway": "gateway",
+    "runner": "runner",
+    "trainer": "trainer",
+    "engine": "serving",
 }
 
 
 def _login_of(component: str, container: dict[str, Any]) -> str | None:
     """The ledger login a container should use: the migration's the owner, the dashboard's the reader, a
-    command host's the sandbox role, the model pull and the other services' containers none, the dev Postgres
-    its superuser, every other rollout container the worker."""
+    command host's the sandbox role, each writer kind's its own (the engines': serving), the model pull and
+    the other services' containers none, the dev Postgres its superuser, a Ray pod (or a role placed on Ray)
+    the worker."""
     if component == "postgres":
         return "postgres"
     if container["name"] == "models" or not container["image"].split(":")[0].endswith(("/rollout", "-gpu")):
         return None
     if container["name"] == "migrate":
         return "owner"
-    return {"monitor": "reader", "commandhost": "sandbox"}.get(component, "worker")
+    arguments = list(map(str, container.get("args", [])))
+    if "--placement" in arguments and arguments[arguments.index("--placement") + 1] == "ray":
+        return "worker"
+    return COMPONENT_LOGINS.get(component, "worker")
 
 
 def _password_ref(container: dict[str, Any], variable: str = "PGPASSWORD") -> tuple[str, str] | None:
@@ -67,8 +78,9 @@ def _password_ref(container: dict[str, Any], variable: str = "PGPASSWORD") -> tu
 
 @pytest.mark.parametrize("name", VALUES)
 def test_each_container_logs_in_to_the_ledger_as_its_own_role_with_its_own_secret(name: str) -> None:
-    """The owner's URL and password reach only the migrations, the dashboard reads as rollout_reader, every
-    other service is rollout_worker; each password is its login's own Secret (or the existing Secret)."""
+    """The owner's URL and password reach only the migrations, the dashboard reads as rollout_reader, each
+    writer kind as its own role, the Ray pods as rollout_worker; each password is its login's own Secret (or
+    the existing Secret)."""
     objects = rendered(name)
     existing = values_of(name).get("secrets", {}).get("existingSecret")
     owner = urlsplit(
@@ -93,26 +105,34 @@ def test_each_container_logs_in_to_the_ledger_as_its_own_role_with_its_own_secre
                 continue
             overrides = [a for a in map(str, container["args"]) if "=" in a and not a.startswith("-")]
             postgres = load(overrides).services.postgres
-            urls = {"owner": postgres.url, "worker": postgres.worker_url, "reader": postgres.reader_url}
-            urls["sandbox"] = postgres.sandbox_url
+            urls = {
+                "owner": postgres.url,
+                **{login: getattr(postgres, f"{login}_url") for login in SERVICE_LOGINS},
+            }
             given = {key: url for key, url in urls.items() if url}
             where = f"{component}/{container['name']}: {given}"
             if login is None:
                 assert not given, where
             elif login == "owner":
                 assert given.keys() == {"owner"} and urlsplit(given["owner"]).username == owner, where
-            elif login == "sandbox":
-                assert given.keys() == {"sandbox"}, where
-                assert urlsplit(given["sandbox"]).username == "rollout_sandbox", where
             elif login == "reader":  # as both: the dashboard reads worker_url until it reads reader_url
                 assert given.keys() == {"reader", "worker"}, where
                 assert {urlsplit(u).username for u in given.values()} == {"rollout_reader"}, where
             else:
-                assert given.keys() == {"worker"}, where
-                assert urlsplit(given["worker"]).username == "rollout_worker", where
+                assert given.keys() == {login}, where
+                assert urlsplit(given[login]).username == f"rollout_{login}", where
             assert all(urlsplit(url).password is None for url in given.values()), where
     assert {c.split("/")[1] for c in logins["owner"]} == {"migrate"}
-    assert {c.split("/")[0] for c in logins["worker"]} >= {"gateway", "runner", "engine", "trainer"}
+    # Only the Ray pods, and roles placed on Ray, log in as the worker that writes anything.
+    assert {c.split("/")[0] for c in logins.get("worker", ())} <= {
+        "ray-head",
+        "ray-worker",
+        "trainer",
+        "engine",
+    }
+    if name == "default":  # its engine and trainer are placed on Ray (tests/test_chart_wiring.py: as pods)
+        for component in ("gateway", "runner", "monitor", "commandhost"):
+            assert f"{component}/{component}" in logins[COMPONENT_LOGINS[component]], (component, logins)
     if name != "multi-node":
         assert logins["reader"] == {"monitor/monitor"}
     if existing:
@@ -148,10 +168,14 @@ def test_an_external_servers_roles_are_its_url_as_each_role_unless_given() -> No
                 told.setdefault(setting.removeprefix("services.postgres."), set()).add(url.strip("'"))
     assert told["url"] == {owner}
     assert told["worker_url"] == {
-        "postgresql://rollout_worker@db.example:6432/ledger?sslmode=require",
+        "postgresql://rollout_worker@db.example:6432/ledger?sslmode=require",  # the engine and trainer, on Ray
         "postgresql://dash@ro.example/ledger",  # the dashboard's, until it reads reader_url
     }
     assert told["reader_url"] == {"postgresql://dash@ro.example/ledger"}
+    for writer in ("gateway", "runner"):
+        assert told[f"{writer}_url"] == {
+            f"postgresql://rollout_{writer}@db.example:6432/ledger?sslmode=require"
+        }
 
 
 def test_no_pod_but_postgres_sees_the_superuser_password_and_none_is_written_out() -> None:
@@ -243,7 +267,7 @@ def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(t
         if env["name"].startswith("LEDGER_"):
             secret, key = _password_ref(container, env["name"]) or ("", "")
             passwords[env["name"]] = secrets[secret][key]
-    assert passwords.keys() == {f"LEDGER_{login.upper()}_PASSWORD" for login in ROLES}
+    assert passwords.keys() == {f"LEDGER_{login.upper()}_PASSWORD" for login in ("owner", *SERVICE_LOGINS)}
 
     postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
     postgres.start()
@@ -274,9 +298,11 @@ def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(t
                 "SELECT rolname, rolcanlogin, rolsuper OR rolcreaterole OR rolcreatedb OR rolbypassrls"
                 " OR rolreplication FROM pg_roles WHERE rolname LIKE 'rollout%' ORDER BY rolname"
             ).fetchall()
-            assert roles == [
-                (role, True, False) for role in sorted(["rollout", *filter(None, ROLES.values())])
-            ]
+            logins = ["rollout", *(f"rollout_{login}" for login in SERVICE_LOGINS)]
+            # rollout_evals logs in nowhere: the runner, which hosts evals' activities, is a member of it.
+            assert roles == sorted(
+                [*((role, True, False) for role in logins), ("rollout_evals", False, False)]
+            )
             owner = superuser.execute(
                 "SELECT datdba::regrole::text FROM pg_database WHERE datname = 'rollout'"
             )
@@ -299,5 +325,14 @@ def test_the_dev_postgres_init_script_makes_the_logins_the_owner_migrates_with(t
                 assert connection.execute("SELECT current_user").fetchone() == (role,)
         with pytest.raises(psycopg.OperationalError, match="password"):
             psycopg.connect(url("rollout_reader", "worker")).close()
+        # The owner may not grant roles: the script made the runner a member of evals, so the runner's login
+        # records eval results, and is held to its kinds all the same.
+        append = (
+            "SELECT appended FROM ledger_append(%s, NULL, 0, NULL, ARRAY['k'], ARRAY[%s], ARRAY['{}'::jsonb])"
+        )
+        with psycopg.connect(url("rollout_runner", "runner"), autocommit=True) as runner:
+            assert runner.execute(append, ("evals/s/results", "EvalResult")).fetchone() == (True,)
+            with pytest.raises(psycopg.errors.InsufficientPrivilege, match="only its own event kinds"):
+                runner.execute(append, ("seat/r/e/a", "TurnRecorded"))
     finally:
         postgres.remove()

@@ -5,7 +5,8 @@ resolved, `$(VAR)` expanded, each pod's /data its own folder with the Secret's f
 mounted, Service names resolved to this machine), against a local Postgres, Temporal and an S3 server standing
 in for the cluster's. The ledger is a database of that Postgres, made as the chart's dev Postgres makes its
 own: its init script, run by the superuser with the rendered Secrets' passwords, makes the owner (no
-superuser) and the roles, so each pod migrates as the owner and serves as rollout_worker. Then `rollout
+superuser) and the roles, so each pod migrates as the owner and serves as its writer kind's login (the gateway
+as rollout_gateway, the engine's follower as rollout_serving, ...). Then `rollout
 cluster connect` (as the owner), `rollout preset load … --cluster` and a 2-step `rollout train … --preset NAME
 --cluster` with the preset read from the cluster's ledger, and a seat opened through the gateway's operator
 route with the Secret's operator key; the engine, which the gateway reaches with the API key derived from the
@@ -42,6 +43,7 @@ from rollout.stack.postgres import binaries_dir
 from rollout.stack.processes import terminate
 from rollout_testing.stacks import isolated_settings
 from tests.test_chart import objects_of
+from tests.test_chart_logins import SERVICE_LOGINS
 
 pytestmark = pytest.mark.slow
 
@@ -195,6 +197,9 @@ def secrets_of(objects: list[dict[str, Any]]) -> dict[str, dict[str, str]]:
     }
 
 
+WRITERS = ("gateway", "runner", "trainer", "serving")  # the pods this test starts, each its own login
+
+
 def make_ledger_logins(settings: Settings, database: str, secrets: dict[str, dict[str, str]]) -> None:
     """What the dev Postgres does on its first start: the superuser makes the ledger's database and runs the
     chart's init script in it, with each login's password from its rendered Secret."""
@@ -204,9 +209,7 @@ def make_ledger_logins(settings: Settings, database: str, secrets: dict[str, dic
         f"LEDGER_{login.upper()}_PASSWORD": secrets[f"{RELEASE}-rollout-ledger-{login}"][key]
         for login, key in (
             ("owner", "databasePassword"),
-            ("worker", "workerPassword"),
-            ("reader", "readerPassword"),
-            ("sandbox", "sandboxPassword"),
+            *((login, f"{login}Password") for login in SERVICE_LOGINS),
         )
     }
     postgres = settings.services.postgres
@@ -276,7 +279,7 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
         for name in ROLES:
             wait_ready(pods[name])
 
-        # The pods migrated as the owner, a login of no privilege, and serve as rollout_worker.
+        # The pods migrated as the owner, a login of no privilege, and serve as their kinds' logins.
         with psycopg.connect(settings.ledger_url.rsplit("/", 1)[0] + "/wiring") as superuser:
             owners = superuser.execute(
                 "SELECT DISTINCT tableowner, rolsuper FROM pg_tables JOIN pg_roles ON rolname = tableowner"
@@ -286,7 +289,7 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
             serving = superuser.execute(
                 "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = 'wiring' AND usename <> 'postgres'"
             ).fetchall()
-            assert serving and set(serving) <= {("rollout_worker",)}, serving
+            assert serving and set(serving) <= {(f"rollout_{kind}",) for kind in WRITERS}, serving
 
         home = tmp_path / "config"
         env = {**os.environ, "ROLLOUT_CONFIG_HOME": str(home), **pods["trainer"].env}
@@ -337,6 +340,12 @@ def test_the_charts_containers_run_as_processes_and_a_cluster_run_trains(
         assert summary["steps"] == 2 and set(summary["served"]) == set(summary["checkpoints"]), summary
         runs = json.loads(cli(["run", "list", "--cluster", "--json"], env, tmp_path))
         assert [r["steps"] for r in runs if r["run"] == summary["run"]] == [2]
+        # Each pod wrote its part of that run (turns, episodes, checkpoints, acks) as its own login.
+        with psycopg.connect(settings.ledger_url.rsplit("/", 1)[0] + "/wiring") as superuser:
+            users = superuser.execute(
+                "SELECT DISTINCT usename FROM pg_stat_activity WHERE datname = 'wiring' AND usename LIKE 'rollout_%'"
+            ).fetchall()
+        assert {user for (user,) in users} == {f"rollout_{kind}" for kind in WRITERS}, users
 
         seat = json.loads(cli(["seat", "new", "--cluster", "--json"], env, tmp_path))
         assert seat["base_url"].startswith(f"http://127.0.0.1:{gateway_port}/s/")

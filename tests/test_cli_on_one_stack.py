@@ -35,6 +35,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from mlflow import MlflowClient
 
@@ -641,6 +642,16 @@ def test_a_user_environment_trains_from_its_folder_and_a_killed_train_is_reattac
     assert shown["healthy"] and shown["detail"].startswith("8 sandbox(es)")
     trainer = next(s for s in services["services"] if s["name"] == "trainer")
     assert trainer["detail"].startswith("trains tiny-qwen3"), "the model it trains, not the settings' default"
+    # Each service wrote its part of the run as its own writer kind's login, none as the all-writing worker.
+    with psycopg.connect(settings.ledger_url) as owner:
+        logins = {
+            u
+            for (u,) in owner.execute(
+                "SELECT DISTINCT usename FROM pg_stat_activity WHERE usename LIKE 'rollout%'"
+            )
+        }
+    assert {"rollout_gateway", "rollout_runner", "rollout_trainer", "rollout_serving"} <= logins, logins
+    assert "rollout_worker" not in logins, logins
 
     # The module's last test: `down` stops every service the stack runs, the sandboxes `train` started
     # included.

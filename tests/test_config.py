@@ -66,7 +66,7 @@ def test_an_unknown_key_is_named_with_the_valid_ones() -> None:
         config.load(["services.postgres.prot=1"])
     assert str(raised.value) == (
         "unknown setting 'services.postgres.prot'. Valid keys under services.postgres: url, worker_url, "
-        "reader_url, sandbox_url, host, port, database"
+        "reader_url, sandbox_url, gateway_url, runner_url, trainer_url, serving_url, host, port, database"
     )
 
 

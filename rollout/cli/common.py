@@ -79,7 +79,7 @@ def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
     from rollout import config
     from rollout.redaction import register_secret, scrub_process_output
 
-    for url in (settings.ledger_url, settings.worker_ledger_url):
+    for url in (settings.ledger_url, *settings.service_ledger_urls):
         register_secret(urlsplit(url).password)
     for secret in secrets:
         register_secret(secret)

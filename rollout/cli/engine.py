@@ -113,6 +113,7 @@ def serve(
     DATA_DIR/engine.key, which the gateway shares); vLLM gets it in its environment (VLLM_API_KEY), never on
     its command line, and checks it on its /v1 routes only (docs/serving.md).
     """
+    from rollout.config import LedgerWriter
     from rollout.engines.factory import (
         SERVED_FORMATS,
         EngineSetupError,
@@ -196,7 +197,7 @@ def serve(
             port=port,
             api_key=api_key,
             follower=follower if follow else None,
-            ledger_url=settings.worker_ledger_url,
+            ledger_url=settings.writer_ledger_url(LedgerWriter.serving),
             store=lambda: blob_store(settings),
             cache_dir=settings.data_path / "engines",
             report=err.print,
@@ -213,6 +214,7 @@ def _serve_vllm(
     api_key: str,
     follower: FollowerConfig | None,
 ) -> None:
+    from rollout.config import LedgerWriter
     from rollout.engines.vllm_launcher import launch_for
     from rollout.engines.vllm_process import VLLMStartError, serve_vllm
 
@@ -224,7 +226,7 @@ def _serve_vllm(
             serve_vllm(
                 launch,
                 follower=follower,
-                ledger_url=settings.worker_ledger_url,
+                ledger_url=settings.writer_ledger_url(LedgerWriter.serving),
                 store=lambda: blob_store(settings),
                 cache_dir=settings.data_path / "engines",
                 log_path=log_path,
@@ -282,6 +284,7 @@ def follow(
     """
     from urllib.parse import urlsplit
 
+    from rollout.config import LedgerWriter
     from rollout.engines.factory import SERVED_FORMATS, follow_forever
     from rollout.engines.follower import FollowerConfig
     from rollout.engines.vllm_client import VLLMEngine
@@ -316,7 +319,7 @@ def follow(
             await follow_forever(
                 engine,
                 config,
-                settings.worker_ledger_url,
+                settings.writer_ledger_url(LedgerWriter.serving),
                 blob_store(settings),
                 settings.data_path / "engines",
                 err.print,

@@ -126,6 +126,7 @@ def gateway(
     """
     from transformers import AutoTokenizer
 
+    from rollout.config import LedgerWriter
     from rollout.gateway.assembly import parse_externals, serve_gateway
     from rollout.gateway.operator import OPERATOR_KEY_FILE, load_operator_key
     from rollout.gateway.seats import load_secret
@@ -172,7 +173,7 @@ def gateway(
     try:
         asyncio.run(
             serve_gateway(
-                ledger_url=settings.worker_ledger_url,
+                ledger_url=settings.writer_ledger_url(LedgerWriter.gateway),
                 renderer=model_renderer,
                 model=model,
                 renderers=renderer_of,

@@ -27,20 +27,23 @@ if TYPE_CHECKING:
     from temporalio.client import Client
     from temporalio.worker import Worker
 
-    from rollout.config import Settings
+    from rollout.config import LedgerWriter, Settings
     from rollout.ledger import Ledger
 
 app = typer.Typer(help="Worker processes (several may run, on several machines).", no_args_is_help=True)
 
 
-def _serve_worker(settings: Settings, build: Callable[[Client, Ledger], Awaitable[Worker]]) -> None:
-    """Connect to Temporal and the ledger, build the worker, and run it until interrupted."""
+def _serve_worker(
+    settings: Settings, writer: LedgerWriter, build: Callable[[Client, Ledger], Awaitable[Worker]]
+) -> None:
+    """Connect to Temporal and the ledger (as `writer`'s login), build the worker, and run it until
+    interrupted."""
     from rollout.ledger import Ledger
     from rollout.ledger.errors import LedgerError
 
     async def serve() -> None:
         client = await connect_temporal(settings)
-        async with await Ledger.connect(settings.worker_ledger_url) as ledger:
+        async with await Ledger.connect(settings.writer_ledger_url(writer)) as ledger:
             await (await build(client, ledger)).run()
 
     try:
@@ -93,7 +96,9 @@ def runner(
         err.print(f"runner worker on queue {task_queue!r}, agents sample through {url}")
         return worker
 
-    _serve_worker(settings, build)
+    from rollout.config import LedgerWriter
+
+    _serve_worker(settings, LedgerWriter.runner, build)
 
 
 @app.command("trainer")
@@ -150,4 +155,6 @@ def trainer(
         err.print(f"trainer worker {name} on queue {task_queue!r}, training {built.describe}")
         return trainer_worker(client, built.training, built.bridges, task_queue=task_queue)
 
-    _serve_worker(settings, build)
+    from rollout.config import LedgerWriter
+
+    _serve_worker(settings, LedgerWriter.trainer, build)

@@ -6,6 +6,8 @@ Contract:
 - `stream` holds each stream's head and fence; it is updated only under its own row lock by `ledger_append`.
 - `lease` rows are never deleted: an epoch only grows, so a fence once passed stays passed.
 - `run` is a projection, derived from events by a trigger in the transaction that appends them.
+- `writer_right` and `lease_right` state what each writer kind's login may append and hold; the ledger's
+  functions hold those logins to them (migration 0010).
 - A migration test checks that the migrated database matches these models exactly.
 """
 
@@ -89,3 +91,24 @@ class Run(SQLModel, table=True):
     settings: dict[str, Any] = Field(sa_column=Column(JSONB, nullable=False))
     created_at: datetime = Field(sa_column=Column(DateTime(timezone=True), nullable=False))
     updated_seq: int = Field(sa_column=Column(BigInteger, nullable=False))
+
+
+class WriterRight(SQLModel, table=True):
+    """What a writer kind's login may append (migration 0010): events of `kind` to streams starting with
+    `stream_prefix`, for logins that are members of `role`."""
+
+    __tablename__ = "writer_right"  # pyright: ignore[reportAssignmentType]  (SQLModel types it as a method)
+
+    role: str = Field(sa_column=Column(Text, primary_key=True))
+    kind: str = Field(sa_column=Column(Text, primary_key=True))
+    stream_prefix: str = Field(sa_column=Column(Text, primary_key=True))
+
+
+class LeaseRight(SQLModel, table=True):
+    """Which leases a writer kind's login may hold (migration 0010): resources starting with
+    `resource_prefix`."""
+
+    __tablename__ = "lease_right"  # pyright: ignore[reportAssignmentType]
+
+    role: str = Field(sa_column=Column(Text, primary_key=True))
+    resource_prefix: str = Field(sa_column=Column(Text, primary_key=True))

@@ -53,13 +53,7 @@ def stack_endpoints(settings: Settings) -> frozenset[Endpoint]:
         Endpoint(services.temporal.host, services.temporal.ui_port),
         Endpoint(services.postgres.host, services.postgres.port),
     }
-    ledgers = (
-        settings.ledger_url,
-        settings.worker_ledger_url,
-        settings.reader_ledger_url,
-        settings.sandbox_ledger_url,
-    )
-    for url in (*ledgers, f"tcp://{settings.temporal_address}"):
+    for url in (settings.ledger_url, *settings.service_ledger_urls, f"tcp://{settings.temporal_address}"):
         parts = urllib.parse.urlsplit(url)
         with contextlib.suppress(ValueError):
             if parts.hostname and parts.port:

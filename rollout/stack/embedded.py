@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from rollout.blobs import open_store
-from rollout.config import LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE, LEDGER_WORKER_ROLE, Settings
+from rollout.config import SERVICE_LEDGER_ROLES, Settings
 from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
@@ -214,7 +214,7 @@ class Stack:
             try:
                 migrate.upgrade(self.settings.ledger_url)
                 if self.postgres is not None:  # the roles the migrations made log in with their passwords
-                    for role in (LEDGER_WORKER_ROLE, LEDGER_READER_ROLE, LEDGER_SANDBOX_ROLE):
+                    for role in SERVICE_LEDGER_ROLES:
                         password = ledger_password(self.data_dir, role)
                         migrate.set_password(self.settings.ledger_url, role, password)
                 return

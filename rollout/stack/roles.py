@@ -12,9 +12,10 @@ Contract:
   command's flag. A role is told only the sections (or single settings) it reads: a change to any other
   leaves its command line, so its running process, as it was.
 - Every role is given the stack's addresses (`STACK_SECTIONS`): data and model directories, log level,
-  Temporal, the gateway and engine, the sandbox isolation, and the ledger as the worker role
-  (`services.postgres.worker_url`); never the owner's URL. The worker URL's password is not on the command
-  line: the process gets it in a password file (`PGPASSFILE`, rollout.stack.ledger_password).
+  Temporal, the gateway and engine, the sandbox isolation, and the ledger's service logins (each writer
+  kind's own, `rollout.config.LedgerWriter`, which the process picks by what it is; the worker's, reader's
+  and sandbox hosts'); never the owner's URL. No password is on the command line: the process gets them in a
+  password file (`PGPASSFILE`, rollout.stack.ledger_password).
 - `ROLES` lists them in the order `up` starts them (`down` stops them in reverse). The trainer (and
   the sandboxes, `rollout.stack.sandboxes`) run `on_demand`: started for `rollout train`, kept by `up` once
   asked for.
@@ -27,7 +28,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-from rollout.config import EngineKind, Settings
+from rollout.config import EngineKind, LedgerWriter, Settings
 from rollout.isolation import said
 from rollout.overrides import overrides_for, setting_at, setting_given
 from rollout.serving import known_engine_api_key
@@ -52,7 +53,8 @@ _OPTION = "--"
 
 def service_overrides(settings: Settings, *sections: str) -> list[str]:
     """`sections` of `settings` as a service is told them (`rollout.overrides`); the ledger section
-    is the services' view of it: the worker's, reader's and sandbox roles' URLs, never the owner's."""
+    is the services' view of it: the service logins' URLs (`Settings.service_ledger_urls`), never the
+    owner's."""
     given = settings.services.postgres
     # A server of the user's own: the URLs services connect with (its worker's, else the one given). The
     # embedded one: none, as they make each role's URL from its host and port.
@@ -63,6 +65,10 @@ def service_overrides(settings: Settings, *sections: str) -> list[str]:
         worker_url=_without_password(settings.worker_ledger_url) if own else None,
         reader_url=_without_password(settings.reader_ledger_url) if own else None,
         sandbox_url=_without_password(settings.sandbox_ledger_url) if own else None,
+        **{
+            f"{writer.value}_url": _without_password(settings.writer_ledger_url(writer)) if own else None
+            for writer in LedgerWriter
+        },
     )
     told = replace(settings, services=replace(settings.services, postgres=postgres))
     return overrides_for(told, *sections)
@@ -92,12 +98,7 @@ class Role:
 
     def process(self, settings: Settings, import_path: list[str]) -> ManagedProcess:
         host, port = (setting_at(settings, s) for s in self.listens) if self.listens else ("127.0.0.1", None)
-        passfile = passfile_for(
-            settings.data_path,
-            settings.worker_ledger_url,
-            settings.reader_ledger_url,
-            settings.sandbox_ledger_url,
-        )
+        passfile = passfile_for(settings.data_path, *settings.service_ledger_urls)
         return ManagedProcess(
             name=self.name,
             command=(

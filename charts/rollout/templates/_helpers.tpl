@@ -76,7 +76,10 @@ replacing the section's whole (placement, gpus, rayGroup, device, resources, pre
 {{/* The ledger's logins (.login): owner (it owns the database and migrates it: the migrate init containers
 only), worker (the services), reader (the dashboard), sandbox (the command hosts). Each has
 its own password in its own Secret; the dev Postgres's superuser (postgres) is only that pod's. */}}
-{{- define "rollout.ledgerRole" -}}{{ get (dict "worker" "rollout_worker" "reader" "rollout_reader" "sandbox" "rollout_sandbox") . }}{{- end -}}
+{{- define "rollout.ledgerRole" -}}rollout_{{ . }}{{- end -}}
+{{/* The services' ledger logins: each writer kind's (rollout.config.LedgerWriter), the worker's (which may write
+anything: the Ray pods, where a trainer and engines share a pod), the dashboard's and the command hosts'. */}}
+{{- define "rollout.serviceLogins" -}}gateway runner trainer serving worker reader sandbox{{- end -}}
 {{- define "rollout.ledgerUrl" -}}
 {{- $given := get .root.Values.services.postgres (printf "%s_url" .login) -}}
 {{- if eq .login "owner" -}}{{ include "rollout.postgresUrl" .root }}
@@ -88,7 +91,7 @@ its own password in its own Secret; the dev Postgres's superuser (postgres) is o
 {{- urlJoin $url -}}
 {{- end -}}
 {{- end -}}
-{{- define "rollout.passwordKey" -}}{{ get (dict "postgres" "postgresPassword" "owner" "databasePassword" "worker" "workerPassword" "reader" "readerPassword" "sandbox" "sandboxPassword") . }}{{- end -}}
+{{- define "rollout.passwordKey" -}}{{ if eq . "owner" }}databasePassword{{ else }}{{ . }}Password{{ end }}{{- end -}}
 {{- define "rollout.passwordSecret" -}}
 {{- if .root.Values.secrets.existingSecret -}}{{ .root.Values.secrets.existingSecret }}
 {{- else if eq .login "postgres" -}}{{ include "rollout.fullname" .root }}-postgres
