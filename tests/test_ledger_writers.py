@@ -1,17 +1,23 @@
 """Each writer kind's login as the party that must be refused: a taken-over gateway, runner, trainer or engine
-appends only its own event kinds to its own streams and holds only its own leases (migration 0010)."""
+appends only its own event kinds to its own streams and holds only its own leases (migration 0010).
+
+The appends go to a ledger database of this module's own on the session's server (roles are the server's,
+grants the database's): the bare events written here would otherwise be read by the dashboard's and
+serving's readers of the session's ledger, which read some kinds across every stream."""
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
 
 import psycopg
 import pytest
+from psycopg import sql
 
 from rollout.config import LedgerWriter, Settings
-from rollout.ledger import Ledger, NewEvent
+from rollout.ledger import Ledger, NewEvent, migrate
 from rollout.ledger.errors import StaleFenceError
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import (
@@ -79,9 +85,25 @@ FORGED: dict[LedgerWriter, list[tuple[str, str]]] = {
 }
 
 
+@pytest.fixture(scope="module")
+def database(stack_settings: Settings) -> Iterator[str]:
+    """A ledger database of this module's own, migrated: its name."""
+    name = f"writers_{uuid.uuid4().hex[:8]}"
+    migrate.upgrade(migrate._with_database(stack_settings.ledger_url, name))
+    yield name
+    with psycopg.connect(
+        migrate._with_database(stack_settings.ledger_url, "postgres"), autocommit=True
+    ) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
+
+
+def _login(stack_settings: Settings, writer: LedgerWriter, database: str) -> str:
+    return migrate._with_database(stack_settings.writer_ledger_url(writer), database)
+
+
 @pytest.fixture
-async def owner(stack_settings: Settings) -> AsyncIterator[Ledger]:
-    async with await Ledger.connect(stack_settings.ledger_url) as opened:
+async def owner(stack_settings: Settings, database: str) -> AsyncIterator[Ledger]:
+    async with await Ledger.connect(migrate._with_database(stack_settings.ledger_url, database)) as opened:
         yield opened
 
 
@@ -118,10 +140,10 @@ async def test_a_writer_logs_in_as_its_own_role_only_with_its_password(
 
 @pytest.mark.parametrize("writer", list(LedgerWriter))
 async def test_a_writer_appends_its_own_kinds_and_no_one_elses(
-    stack_settings: Settings, owner: Ledger, writer: LedgerWriter
+    stack_settings: Settings, owner: Ledger, database: str, writer: LedgerWriter
 ) -> None:
     unique = f"w{secrets.token_hex(6)}"
-    async with await Ledger.connect(stack_settings.writer_ledger_url(writer)) as login:
+    async with await Ledger.connect(_login(stack_settings, writer, database)) as login:
         for kind, stream in OWN[writer]:
             named = _named(stream, unique)
             (result,) = await login.append(named, [NewEvent(f"{kind}-{unique}", kind, _payload(kind, named))])
@@ -157,10 +179,10 @@ async def test_a_writer_appends_its_own_kinds_and_no_one_elses(
     ],
 )
 async def test_a_writer_holds_only_its_own_leases(
-    stack_settings: Settings, writer: LedgerWriter, own: list[str], forged: list[str]
+    stack_settings: Settings, database: str, writer: LedgerWriter, own: list[str], forged: list[str]
 ) -> None:
     unique = f"w{secrets.token_hex(6)}"
-    async with await Ledger.connect(stack_settings.writer_ledger_url(writer)) as login:
+    async with await Ledger.connect(_login(stack_settings, writer, database)) as login:
         for resource in own:
             held = await login.claim(_named(resource, unique), "holder", ttl_s=30)
             assert held is not None and await login.renew(held, ttl_s=30) is not None
@@ -171,11 +193,11 @@ async def test_a_writer_holds_only_its_own_leases(
 
 
 async def test_a_trainer_login_cannot_write_checkpoints_of_a_lease_it_does_not_hold(
-    stack_settings: Settings,
+    stack_settings: Settings, database: str
 ) -> None:
     """Its own kind, but fenced by another trainer's lease: the fence's secret still decides."""
     policy = f"w{secrets.token_hex(6)}/p"
-    async with await Ledger.connect(stack_settings.writer_ledger_url(LedgerWriter.trainer)) as trainer:
+    async with await Ledger.connect(_login(stack_settings, LedgerWriter.trainer, database)) as trainer:
         held = await trainer.claim(trainer_lease(policy), "trainer-a", ttl_s=30)
         assert held is not None
         (written,) = await trainer.append(
