@@ -328,11 +328,21 @@ async def test_an_external_command_plays_its_seat_and_the_task_scores_it(
         task_queue=queue,
     )
     assert status.episodes_finished == 2, status
-    finished = [e for e in await events(ledger, run_episodes_stream(run)) if e.kind == Kind.EPISODE_FINISHED]
+    recorded = await events(ledger, run_episodes_stream(run))
+    finished = [e for e in recorded if e.kind == Kind.EPISODE_FINISHED]
+    abandoned = [e.payload for e in recorded if e.kind == Kind.EPISODE_ABANDONED]
     for episode in finished:
         assert episode.payload["rewards"] == {"solver": 1.0} and episode.payload["turns"] == {"solver": 2}
         seat = episode.payload["seats"]["solver"]
-        assert seat.endswith("/a1"), "a command's seat is fresh per attempt (it is never replayed)"
+        # A command's seat is fresh per attempt (it is never replayed): on a loaded machine an attempt may be
+        # abandoned, and then each earlier attempt has its own seat, abandoned with its reason on record.
+        before, _, attempt = seat.rpartition("/a")
+        earlier = [a for a in abandoned if a["episode"] == episode.payload["episode"]]
+        assert sorted(a["seat"] for a in earlier) == [f"{before}/a{n}" for n in range(1, int(attempt))], (
+            seat,
+            earlier,
+        )
+        assert all(a["reason"] for a in earlier)
         kinds = [e.kind for e in await events(ledger, seat_stream(seat))]
         assert kinds == [Kind.SEAT_OPENED, Kind.TURN_RECORDED, Kind.TURN_RECORDED, Kind.SEAT_CLOSED]
 
