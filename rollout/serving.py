@@ -266,7 +266,11 @@ class ServingRequests:
         while events := await ledger.read(SERVING_REQUESTS, after=self.cursor):
             self.cursor = events[-1].seq
             for event in events:
-                holder, checkpoint = str(event.payload["holder"]), str(event.payload["checkpoint"])
+                try:
+                    request = ServingRequest.from_payload(event.payload)
+                except ValueError:
+                    continue  # not a request any writer of ours made: it asks for nothing
+                holder, checkpoint = request.holder, request.checkpoint
                 if event.kind == Kind.SERVING_REQUESTED:
                     self.holders.setdefault(checkpoint, set()).add(holder)
                     self.last_requested[checkpoint] = event.seq

@@ -11,10 +11,12 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psycopg
 import pytest
+from psycopg import sql
 
 from rollout.config import Settings
-from rollout.ledger import Ledger
+from rollout.ledger import Ledger, migrate
 from rollout.stack.embedded import Stack
 from rollout_testing.cluster import Cluster
 from rollout_testing.stacks import isolated_settings
@@ -39,6 +41,20 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Setting
 @pytest.fixture(scope="session")
 def ledger_url(stack_settings: Settings) -> str:
     return stack_settings.ledger_url
+
+
+@pytest.fixture(scope="module")
+def database(stack_settings: Settings) -> Iterator[str]:
+    """A ledger database of the module's own on the session's server, migrated (its name), for tests that
+    append what the shared ledger's readers must never meet. Roles belong to the server, grants to the
+    database: the writer logins reach it as they reach the shared one."""
+    name = f"own_{uuid.uuid4().hex[:8]}"
+    migrate.upgrade(migrate._with_database(stack_settings.ledger_url, name))
+    yield name
+    with psycopg.connect(
+        migrate._with_database(stack_settings.ledger_url, "postgres"), autocommit=True
+    ) as admin:
+        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 @pytest.fixture

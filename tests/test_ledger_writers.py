@@ -8,13 +8,11 @@ serving's readers of the session's ledger, which read some kinds across every st
 from __future__ import annotations
 
 import secrets
-import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from dataclasses import replace
 
 import psycopg
 import pytest
-from psycopg import sql
 
 from rollout.config import LedgerWriter, Settings
 from rollout.ledger import Ledger, NewEvent, migrate
@@ -83,18 +81,6 @@ FORGED: dict[LedgerWriter, list[tuple[str, str]]] = {
         ("Test", "test/{x}"),
     ],
 }
-
-
-@pytest.fixture(scope="module")
-def database(stack_settings: Settings) -> Iterator[str]:
-    """A ledger database of this module's own, migrated: its name."""
-    name = f"writers_{uuid.uuid4().hex[:8]}"
-    migrate.upgrade(migrate._with_database(stack_settings.ledger_url, name))
-    yield name
-    with psycopg.connect(
-        migrate._with_database(stack_settings.ledger_url, "postgres"), autocommit=True
-    ) as admin:
-        admin.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def _login(stack_settings: Settings, writer: LedgerWriter, database: str) -> str:

@@ -16,7 +16,7 @@ def test_migrations_match_the_models_and_are_idempotent(ledger_url: str) -> None
     engine = create_engine(migrate.sqlalchemy_url(ledger_url))
     with engine.connect() as connection:
         context = MigrationContext.configure(connection, opts={"compare_type": True})
-        assert context.get_current_revision() == migrate.head_revision() == "0010"
+        assert context.get_current_revision() == migrate.head_revision() == "0011"
         assert compare_metadata(context, SQLModel.metadata) == []
     engine.dispose()
 
@@ -35,7 +35,7 @@ def test_a_current_ledger_skips_alembic_and_an_older_one_is_upgraded(ledger_url:
     assert migrate.applied_revision(older) == migrate.head_revision()
     # 0005 to 0008 replace ledger_append, 0006 and 0007 the lease functions: down and up again, each
     # keeps its definer's rights and pinned search path.
-    command.downgrade(migrate.alembic_config(older), "0004")  # 0009 and 0010 go down and up too
+    command.downgrade(migrate.alembic_config(older), "0004")  # 0009 to 0011 go down and up too
     command.upgrade(migrate.alembic_config(older), "head")
     with psycopg.connect(older) as conn:
         functions = conn.execute(

@@ -10,19 +10,23 @@ Contract:
   none is given), or raises `UnknownSuite` naming the versions or suites there are.
 - `EvalResult` is recorded on `evals/{suite}/results` under `{version}/{checkpoint}/{environment}`: recording
   a result again (a retried or repeated eval) changes nothing; the first one stands.
-- `results(ledger, suite=None)` reads them back, oldest first.
+- `results(ledger, suite=None)` reads them back, oldest first; `every_result(ledger)` reads every suite's at
+  once. A payload on those streams that is not a result, or on `evals/suites` not a registration, is passed
+  over (any login that may append there could have written it).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from rollout.evals.suites import Suite, suite_from_payload
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import EVAL_SUITES, eval_results_stream
+from rollout.ledger.views import eval_result_payloads
 from rollout.records import Payload
 
 if TYPE_CHECKING:
@@ -83,8 +87,16 @@ async def register(ledger: Ledger, suite: Suite) -> bool:
 
 async def registered_suites(ledger: Ledger) -> list[tuple[Suite, str]]:
     """Every registered suite version with its content hash, in registration order."""
-    events = await read_all(ledger, EVAL_SUITES)
-    return [(suite_from_payload(e.payload["suite"], e.key), str(e.payload["content_hash"])) for e in events]
+    registered: list[tuple[Suite, str]] = []
+    for event in await read_all(ledger, EVAL_SUITES):
+        content_hash = event.payload.get("content_hash")
+        try:
+            suite = suite_from_payload(event.payload.get("suite"), event.key)
+        except (TypeError, ValueError):  # SuiteError, or a field of a type no check foresaw
+            continue  # not a registration of ours: no suite of that name is on record for it
+        if isinstance(content_hash, str):
+            registered.append((suite, content_hash))
+    return registered
 
 
 async def find_suite(ledger: Ledger, name: str, version: str | None = None) -> Suite:
@@ -133,8 +145,22 @@ async def results(ledger: Ledger, suite: str | None = None) -> list[EvalResult]:
     names = [suite] if suite is not None else sorted({s.name for s, _ in await registered_suites(ledger)})
     found: list[EvalResult] = []
     for name in names:
-        found.extend(
-            EvalResult.from_payload(dict(e.payload))
-            for e in await read_all(ledger, eval_results_stream(name))
-        )
+        found.extend(_parsed(dict(e.payload) for e in await read_all(ledger, eval_results_stream(name))))
     return found
+
+
+async def every_result(ledger: Ledger) -> list[EvalResult]:
+    """Every recorded result of every suite, registered or not, oldest first (one indexed read by kind)."""
+    return _parsed(await eval_result_payloads(ledger))
+
+
+def _parsed(payloads: Iterable[dict[str, Any]]) -> list[EvalResult]:
+    """The payloads that are results: one no eval of ours recorded is passed over, never the reason the
+    others go unread."""
+    parsed: list[EvalResult] = []
+    for payload in payloads:
+        try:
+            parsed.append(EvalResult.from_payload(payload))
+        except ValueError:
+            continue
+    return parsed

@@ -6,7 +6,8 @@ Contract:
   `event_kind_recorded` index (migration 0004); reads of one stream use its primary key. Every list is bounded
   (`limit`, and `offset` where a person pages), so a view costs the same with 100,000 turns in the ledger.
 - Payload fields are read as the writers record them (rollout.ledger.payloads, rollout.training.checkpoints,
-  rollout.serving, rollout.evals.records); a field added later may be absent from older events.
+  rollout.serving, rollout.evals.records); a field added later may be absent from older events, and an event
+  whose payload no writer of ours made (a field missing or of the wrong type) is left out of a list.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from typing import Any
 
 from rollout.failures import Failure
 from rollout.ledger.events import Kind
+from rollout.ledger.payloads import EpisodeEnded
 from rollout.ledger.store import Ledger
 from rollout.ledger.streams import SERVING_ACKS, run_episodes_stream
 
@@ -40,20 +42,23 @@ async def run_steps(ledger: Ledger, run: str, *, limit: int = 5000) -> list[Step
         " ORDER BY recorded_at LIMIT %s",
         (Kind.CHECKPOINT_CREATED.value, run, limit),
     )
-    return [_step(row["payload"], row["recorded_at"]) for row in rows]
+    return [step for row in rows if (step := _step(row["payload"], row["recorded_at"])) is not None]
 
 
-def _step(payload: dict[str, Any], recorded_at: datetime) -> StepRow:
-    return StepRow(
-        policy=str(payload["policy"]),
-        version=int(payload["version"]),
-        name=str(payload["name"]),
-        parent=payload.get("parent"),
-        metrics={
-            k: float(v) for k, v in (payload.get("metrics") or {}).items() if isinstance(v, (int, float))
-        },
-        recorded_at=recorded_at,
-    )
+def _step(payload: dict[str, Any], recorded_at: datetime) -> StepRow | None:
+    """The step a `CheckpointCreated` payload records; None for one no trainer of ours wrote."""
+    metrics, parent = payload.get("metrics") or {}, payload.get("parent")
+    try:
+        return StepRow(
+            policy=str(payload["policy"]),
+            version=int(payload["version"]),
+            name=str(payload["name"]),
+            parent=parent if isinstance(parent, str) else None,
+            metrics={k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))},
+            recorded_at=recorded_at,
+        )
+    except (KeyError, TypeError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
@@ -135,13 +140,6 @@ class EpisodeRow:
     pinned: dict[str, str] = field(default_factory=dict[str, str])
 
 
-def _failure(payload: object) -> Failure | None:
-    try:
-        return Failure.from_payload(payload) if isinstance(payload, dict) else None
-    except ValueError:  # not one rollout wrote: shown as its error text alone
-        return None
-
-
 async def find_episodes(
     ledger: Ledger,
     *,
@@ -179,23 +177,28 @@ async def find_episodes(
             "offset": offset,
         },
     )
-    return [
-        EpisodeRow(
-            run=str(p["run"]),
-            episode=str(p["episode"]),
-            group=int(p.get("group", 0)),
-            finished=row["kind"] == Kind.EPISODE_FINISHED.value,
-            rewards={k: float(v) for k, v in (p.get("rewards") or {}).items()},
-            seats=dict(p.get("seats") or {}),
-            turns={k: int(v) for k, v in (p.get("turns") or {}).items()},
-            error=p.get("error"),
-            recorded_at=row["recorded_at"],
-            failure=_failure(p.get("failure")),
-            pinned={str(k): str(v) for k, v in (p.get("pinned") or {}).items()},
-        )
-        for row in rows
-        if (p := row["payload"]) is not None
-    ]
+    return [found for row in rows if (found := _episode(row)) is not None]
+
+
+def _episode(row: dict[str, Any]) -> EpisodeRow | None:
+    """The episode a row records; None for a payload no runner of ours wrote."""
+    try:
+        ended = EpisodeEnded.from_payload(row["payload"])
+    except ValueError:
+        return None
+    return EpisodeRow(
+        run=ended.run,
+        episode=ended.episode,
+        group=ended.group,
+        finished=row["kind"] == Kind.EPISODE_FINISHED.value,
+        rewards=ended.rewards,
+        seats=ended.seats,
+        turns=ended.turns,
+        error=ended.error,
+        recorded_at=row["recorded_at"],
+        failure=ended.failure,
+        pinned=ended.pinned,
+    )
 
 
 @dataclass(frozen=True)
@@ -232,6 +235,8 @@ async def checkpoint_tree(
     nodes = []
     for row in rows:
         step = _step(row["payload"], row["recorded_at"])
+        if step is None:
+            continue
         nodes.append(
             CheckpointNode(
                 name=step.name,
@@ -290,13 +295,14 @@ def _engine_row(row: dict[str, Any]) -> EngineRow | None:
         return None
 
 
-async def eval_results(ledger: Ledger, *, limit: int = 20000) -> list[dict[str, Any]]:
-    """Every `EvalResult` payload (rollout.evals.records.EvalResult), oldest first, with `recorded_at`."""
+async def eval_result_payloads(ledger: Ledger, *, limit: int = 20000) -> list[dict[str, Any]]:
+    """Every `EvalResult` payload across suites, oldest first (rollout.evals.records reads them as
+    records)."""
     rows = await ledger._fetch_all(
-        "SELECT payload, recorded_at FROM event WHERE kind = %s ORDER BY recorded_at LIMIT %s",
+        "SELECT payload FROM event WHERE kind = %s ORDER BY recorded_at LIMIT %s",
         (Kind.EVAL_RESULT.value, limit),
     )
-    return [{**row["payload"], "recorded_at": row["recorded_at"]} for row in rows]
+    return [dict(row["payload"]) for row in rows]
 
 
 @dataclass(frozen=True)

@@ -11,8 +11,9 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.evals.records import every_result
 from rollout.ledger.queries import list_runs
-from rollout.ledger.views import CheckpointNode, checkpoint_tree, engines, eval_results
+from rollout.ledger.views import CheckpointNode, checkpoint_tree, engines
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -29,7 +30,7 @@ def render(monitor: Monitor) -> None:
     run = st.selectbox("run", options, index=options.index(wanted) if wanted in options else 0)
 
     async def read(ledger: Ledger) -> tuple[Any, ...]:
-        return await checkpoint_tree(ledger), await engines(ledger), await eval_results(ledger)
+        return await checkpoint_tree(ledger), await engines(ledger), await every_result(ledger)
 
     nodes, engine_rows, results = monitor.read(read)
     if not nodes:
@@ -42,8 +43,8 @@ def render(monitor: Monitor) -> None:
             serving.setdefault(name, []).append(engine.engine)
     scores: dict[str, list[str]] = {}
     for result in results:
-        scores.setdefault(result["checkpoint"], []).append(
-            f"{result['suite']}@{result['version']} {result['environment']} {result['score']:.3f}"
+        scores.setdefault(result.checkpoint, []).append(
+            f"{result.suite}@{result.version} {result.environment} {result.score:.3f}"
         )
     st.graphviz_chart(_dot(shown, serving, scores), width="stretch")
     st.caption(

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from rollout.ledger.views import eval_results
+from rollout.evals.records import EvalResult, every_result
 from rollout.monitor.plain import plain
 
 if TYPE_CHECKING:
@@ -19,20 +19,20 @@ REGRESSION = 0.02
 
 def render(monitor: Monitor) -> None:
     st.title("Evals")
-    results = monitor.read(eval_results)
+    results = monitor.read(every_result)
     if not results:
         st.info("No eval results yet: `rollout eval run SUITE --checkpoint CHECKPOINT` records some.")
         return
-    suites = sorted({f"{r['suite']}@{r['version']}" for r in results})
+    suites = sorted({f"{r.suite}@{r.version}" for r in results})
     suite = st.selectbox("suite", suites, index=len(suites) - 1)
-    chosen = [r for r in results if f"{r['suite']}@{r['version']}" == suite]
-    environments = sorted({r["environment"] for r in chosen})
+    chosen = [r for r in results if f"{r.suite}@{r.version}" == suite]
+    environments = sorted({r.environment for r in chosen})
     points = [
         {
-            "step": r["checkpoint_version"],
-            "environment": r["environment"],
-            "score": r["score"],
-            "policy": r["policy"],
+            "step": r.checkpoint_version,
+            "environment": r.environment,
+            "score": r.score,
+            "policy": r.policy,
         }
         for r in chosen
     ]
@@ -54,15 +54,14 @@ def render(monitor: Monitor) -> None:
 
 
 def _table(
-    results: list[dict[str, Any]], environments: list[str]
+    results: list[EvalResult], environments: list[str]
 ) -> tuple[list[dict[str, Any]], set[tuple[str, str]]]:
     by_checkpoint: dict[str, dict[str, Any]] = {}
-    for r in sorted(results, key=lambda r: (r["policy"] or "", r["checkpoint_version"])):
+    for r in sorted(results, key=lambda r: (r.policy or "", r.checkpoint_version)):
         row = by_checkpoint.setdefault(
-            r["checkpoint"],
-            {"checkpoint": r["checkpoint"], "step": r["checkpoint_version"], "policy": r["policy"]},
+            r.checkpoint, {"checkpoint": r.checkpoint, "step": r.checkpoint_version, "policy": r.policy}
         )
-        row[r["environment"]] = r["score"]
+        row[r.environment] = r.score
     regressed: set[tuple[str, str]] = set()
     previous: dict[tuple[str | None, str], float] = {}
     for row in by_checkpoint.values():
