@@ -293,3 +293,54 @@ async def test_a_long_observation_renders_while_the_other_seats_go_on(
     )  # rendered, then refused
     assert took > 0.15, f"the render took {took:.3f} s: too short to show anything"
     assert max(gaps) < took / 3, f"the loop stalled {max(gaps):.3f} s of the turn's {took:.3f} s"
+
+
+async def test_a_token_count_renders_off_the_loop_and_counts_against_its_seats_cap(
+    ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
+) -> None:
+    """Anthropic's `count_tokens` renders a whole prompt, as a turn does: a 600 kB one renders off the event
+    loop, and a seat's counts are turns in flight under its cap, so one seat cannot queue the renderer up."""
+    secret = load_secret(tmp_path / "secret")
+    _, token = await open_seat(ledger, secret, seat_id=f"count-{uuid.uuid4().hex[:8]}", agent="a")
+    words = ("alpha", "beta", "gamma", "delta", "x1", "zz9")
+    observation = " ".join(words[(n * 7) % 6] + str(n % 97) for n in range(100_000))
+    engine = ScriptedEngine(renderer, tool_loop_script)
+    async with (
+        serve_gateway(ledger, renderer, engine, max_turns_in_flight_per_seat=2) as running,
+        httpx.AsyncClient(base_url=running.url, timeout=60) as http,
+    ):
+
+        async def count(text: str) -> httpx.Response:
+            body = {"model": "base", "messages": [{"role": "user", "content": text}]}
+            return await http.post(f"/s/{token}/v1/messages/count_tokens", json=body)
+
+        assert (await count("warm the renderer up")).status_code == 200
+        gaps: list[float] = []
+        turning = True
+
+        async def ticked() -> None:
+            nonlocal turning
+            last = time.perf_counter()
+            while turning:
+                await asyncio.sleep(0.002)
+                now = time.perf_counter()
+                gaps.append(now - last)
+                last = now
+
+        gc.freeze()  # as the gateway's process does once started (rollout.gateway.assembly)
+        ticker = asyncio.create_task(ticked())
+        started = time.perf_counter()
+        answer = await count(observation)
+        took = time.perf_counter() - started
+        turning = False
+        await ticker
+        gc.unfreeze()
+        assert answer.status_code == 200 and answer.json()["input_tokens"] > 100_000
+        assert took > 0.15, f"the count took {took:.3f} s: too short to show anything"
+        assert max(gaps) < took / 3, f"the loop stalled {max(gaps):.3f} s of the count's {took:.3f} s"
+
+        # Six long counts at once: the first two render (one after the other), the rest arrive meanwhile.
+        flood = await asyncio.gather(*[count(f"{n} {observation}") for n in range(6)])
+    assert sorted(a.status_code for a in flood) == [200] * 2 + [429] * 4, [a.text[:200] for a in flood]
+    refused = next(a for a in flood if a.status_code == 429)
+    assert refused.json()["error"]["type"] == "rate_limit_error" and refused.headers["retry-after"] == "1"

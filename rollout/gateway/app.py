@@ -272,9 +272,9 @@ def build_app(
         return SSEResponse(gateway, outcome, dialect.writer())
 
     async def count_tokens(request: Request, dialect: Dialect) -> Response:
-        renderer = await gateway.renderers.for_seat(await seat_of(request))
+        seat = await seat_of(request)
         parsed = messages.parse(await body_of(request), count_only=True)
-        return JSONResponse({"input_tokens": renderer.count(list(parsed.messages), list(parsed.tools))})
+        return JSONResponse({"input_tokens": await gateway.count_tokens(seat, parsed)})
 
     async def models(request: Request) -> Response:
         if request.headers.get("anthropic-version"):

@@ -8,7 +8,8 @@ Contract:
 - `rendered_off_the_loop(...)` is `render_prompt`, on one rendering thread of its own when the request holds
   `OFF_LOOP_CHARS` characters or more (its messages and the tools it offers): a long observation takes its
   hundreds of milliseconds there, and every other seat's turn goes on meanwhile. Smaller ones render in place
-  (a thread hop would cost them more).
+  (a thread hop would cost them more). `counted_off_the_loop(renderer, request)` counts a whole prompt's
+  tokens (Anthropic's `count_tokens`) by the same rule.
 - `Prepared` is a prompt rendered ahead for a seat (`Gateway.prepare`), or the `BadRequest` its rendering
   raised, kept to be raised when it is used.
 """
@@ -18,8 +19,10 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from rollout.gateway.requests import BadRequest, ChatRequest
@@ -60,11 +63,20 @@ def _characters(request: ChatRequest) -> int:
 async def rendered_off_the_loop(
     renderer: ModelRenderer, heads: list[Head], seat_id: str, request: ChatRequest, max_context: int
 ) -> Prompt:
+    return await _off_the_loop(request, render_prompt, renderer, heads, seat_id, request, max_context)
+
+
+async def counted_off_the_loop(renderer: ModelRenderer, request: ChatRequest) -> int:
+    """How many tokens `request`'s whole prompt renders to (Anthropic's `count_tokens`)."""
+    return await _off_the_loop(request, renderer.count, list(request.messages), list(request.tools))
+
+
+async def _off_the_loop[**P, R](
+    request: ChatRequest, render: Callable[P, R], *args: P.args, **kwargs: P.kwargs
+) -> R:
     if _characters(request) < OFF_LOOP_CHARS:
-        return render_prompt(renderer, heads, seat_id, request, max_context)
-    return await asyncio.get_running_loop().run_in_executor(
-        _RENDERING, render_prompt, renderer, heads, seat_id, request, max_context
-    )
+        return render(*args, **kwargs)
+    return await asyncio.get_running_loop().run_in_executor(_RENDERING, partial(render, *args, **kwargs))
 
 
 @dataclass(frozen=True)

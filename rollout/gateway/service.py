@@ -27,6 +27,7 @@ Contract:
 - `prepare` renders a turn for a seat ahead of its checks, so the caller can render while the seat is looked
   up (both are on every turn's path); `sample` and `stream` use a `Prepared` made for the same seat, and
   render again otherwise. A prepared render that failed raises its `BadRequest` only once it is used.
+- `count_tokens` (Anthropic's token count) renders like a turn and is held to the same per-seat cap.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from rollout.gateway.admission import Admission, Admitted, EngineSlot
 from rollout.gateway.affinity import Conversation
 from rollout.gateway.externals import ExternalModels
 from rollout.gateway.live import LiveTurn, SettledText
-from rollout.gateway.prompts import Prepared, Prompt, rendered_off_the_loop
+from rollout.gateway.prompts import Prepared, Prompt, counted_off_the_loop, rendered_off_the_loop
 from rollout.gateway.renderers import Renderers
 from rollout.gateway.requests import BadRequest, ChatRequest, FinishReason, Turn
 from rollout.gateway.sampled import Sampled, sampled_turn
@@ -131,6 +132,15 @@ class Gateway:
             return Prepared(seat.seat_id, bad)
         except EngineUnavailable:
             return None  # no engine serves the seat's model (yet): the turn renders again, and says so
+
+    async def count_tokens(self, seat: Seat, request: ChatRequest) -> int:
+        """The tokens `request`'s whole prompt renders to for `seat`'s model. A count renders as a turn does,
+        so it is one of the seat's turns in flight meanwhile: past the cap it raises `SeatBusy`."""
+        release = self.in_flight.enter(seat.seat_id)
+        try:
+            return await counted_off_the_loop(await self.renderers.for_seat(seat), request)
+        finally:
+            release()
 
     async def sample(
         self,
