@@ -4,8 +4,9 @@ Contract:
 - `load(overrides)` returns validated settings or raises `ConfigError`, whose message names the offending key
   and, for an unknown key, the keys that are valid there; for a bad value, what is expected (a type, or a
   value a service would refuse at start: `services.engine.vllm_max_lora_rank` outside vLLM's choices, a
-  negative `run.max_lag`, a `trainer.*` setting out of its range such as `trainer.groups_per_batch=0`, which
-  would play episodes forever and never train). One line, before anything starts.
+  negative `run.max_lag`, any numeric setting outside its range, NaN and infinity included, such as
+  `trainer.groups_per_batch=0`, which would play episodes forever and never train: the message gives the
+  range). One line, before anything starts.
 - The schema (`Settings`, each `policies.NAME` a rollout.policy_settings.PolicySettings) is the single place a
   key and its type are declared; YAML only sets values. `policies.NAME.KEY=VALUE` needs no `+`.
 - `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
@@ -19,6 +20,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
+from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -553,29 +555,20 @@ def _check_values(settings: Settings) -> None:
         failure_bound_of(settings.run.max_failure_rate, settings.run.failure_window, "run.")
     except BadRunSetting as error:
         raise ConfigError(str(error)) from None
-    _check_trainer(settings.trainer)
-    gateway = settings.services.gateway
-    if gateway.default_max_tokens < 1:
+    _check_ranges(settings)
+    trainer = settings.trainer
+    if trainer.quantization not in (None, "nf4"):
         raise ConfigError(
-            f"bad value for 'services.gateway.default_max_tokens': {gateway.default_max_tokens} leaves a turn "
-            "no tokens to sample; set it to 1 or more"
+            f"bad value for 'trainer.quantization': {trainer.quantization!r} is not a quantization the trainer "
+            "knows; set nf4 (QLoRA: the base in 4 bits, on a CUDA GPU) or leave it unset"
         )
-    if gateway.max_turns_in_flight_per_seat < 1:
+    if trainer.quantization and not trainer.lora_rank:
         raise ConfigError(
-            "bad value for 'services.gateway.max_turns_in_flight_per_seat': "
-            f"{gateway.max_turns_in_flight_per_seat} would refuse every turn; set it to 1 or more"
-        )
-    if settings.eval.episodes_in_flight < 1:
-        raise ConfigError(
-            f"bad value for 'eval.episodes_in_flight': {settings.eval.episodes_in_flight} would play no episode; "
-            "set it to 1 or more"
+            "bad value for 'trainer.quantization': nf4 trains LoRA adapters on a frozen 4-bit base, and "
+            "trainer.lora_rank=0 trains the full weights; set trainer.lora_rank=8 (or more), or leave "
+            "trainer.quantization unset"
         )
     gate = settings.eval.gate
-    if gate.max_drop is not None and (gate.max_drop < 0 or gate.max_drop != gate.max_drop):
-        raise ConfigError(
-            f"bad value for 'eval.gate.max_drop': {gate.max_drop} is not a drop in score; set 0 or more (0.05: a "
-            "drop of more than 0.05 in any environment's score trips the gate)"
-        )
     if gate.max_drop is not None and (settings.eval.suite is None or settings.eval.every < 1):
         raise ConfigError(
             "bad value for 'eval.gate.max_drop': it gates a suite the run does not evaluate; set eval.suite=SUITE "
@@ -599,27 +592,6 @@ def _check_values(settings: Settings) -> None:
                 f"bad value for 'sandbox.command_readable': {folder!r} is not an absolute folder; name folders "
                 "from the root, e.g. sandbox.command_readable=[/srv/agents]"
             )
-    if settings.services.engine.opponent_adapters < 0:
-        raise ConfigError(
-            "bad value for 'services.engine.opponent_adapters': "
-            f"{settings.services.engine.opponent_adapters} is not a number of adapters; set 0 or more (0: an "
-            "opponent is unloaded as soon as its last episode ends)"
-        )
-    if settings.routing.affinity_slack < 1:
-        raise ConfigError(
-            f"bad value for 'routing.affinity_slack': {settings.routing.affinity_slack} would never keep a "
-            "conversation on its engine; set 1 or more (or routing.mode=rotate for no affinity)"
-        )
-    if settings.services.engine.replicas < 1:
-        raise ConfigError(
-            f"bad value for 'services.engine.replicas': {settings.services.engine.replicas} would start no "
-            "engine; set 1 or more"
-        )
-    if settings.services.engine.prefix_cache_mb < 0:
-        raise ConfigError(
-            "bad value for 'services.engine.prefix_cache_mb': "
-            f"{settings.services.engine.prefix_cache_mb} is not a size; set 0 or more MiB (0: no prefix cache)"
-        )
     _check_tracking(settings.tracking)
     rank = settings.services.engine.vllm_max_lora_rank
     if rank not in VLLM_LORA_RANKS:
@@ -631,12 +603,6 @@ def _check_values(settings: Settings) -> None:
 
 
 def _check_tracking(tracking: TrackingSettings) -> None:
-    if tracking.samples_every < 0 or tracking.samples < 0:
-        raise ConfigError(
-            f"bad value for 'tracking.samples_every' or 'tracking.samples': {tracking.samples_every}, "
-            f"{tracking.samples}; set how many steps between tables of sample transcripts and how many "
-            "episodes each holds, 0 or more (0: no tables)"
-        )
     uri = tracking.mlflow.tracking_uri
     if uri is not None:
         parts = urlsplit(uri)
@@ -667,44 +633,116 @@ def _check_tracking(tracking: TrackingSettings) -> None:
             )
 
 
-def _positive(value: float) -> bool:
-    return value > 0 and math.isfinite(value)
+@dataclass(frozen=True)
+class _Range:
+    """A numeric setting's valid values (`holds`; None where the schema allows it) and what its message says
+    after the bad value: why it is wrong, and the range to set."""
+
+    holds: Callable[[float], bool]
+    said: str
+
+    def check(self, key: str, value: float | None) -> None:
+        if value is not None and not (math.isfinite(value) and self.holds(value)):
+            raise ConfigError(f"bad value for '{key}': {value} {self.said}")
 
 
-# The trainer's settings a range bounds: (key, is it in range, what it means and what to set).
-_TRAINER_RANGES: tuple[tuple[str, Callable[[Any], bool], str], ...] = (
-    ("steps", lambda v: v >= 1, "would train no step; set 1 or more"),
-    (
-        "groups_per_batch",
-        lambda v: v >= 1,
-        "would play episodes forever and never train; set 1 or more groups per step",
+def _at_least(low: float, said: str) -> _Range:
+    return _Range(lambda v: v >= low, said)
+
+
+def _above_zero(said: str) -> _Range:
+    return _Range(lambda v: v > 0, said)
+
+
+_PORT = _Range(lambda v: 1 <= v <= 65535, "is not a TCP port; set 1 to 65535")
+_LORA_RANK = _at_least(0, "is not a rank; set 1 or more (0: train the full weights)")
+_LEARNING_RATE = _above_zero("would never move the weights; set a positive number (1e-5)")
+
+# Every numeric setting but run.max_lag, run.max_failure_rate and run.failure_window (rollout.run_settings
+# checks those, wherever they enter) and services.engine.vllm_max_lora_rank (one of vLLM's choices), by key.
+# tests/test_config.py walks the schema: a numeric setting missing here fails it.
+_RANGES: dict[str, _Range] = {
+    "services.postgres.port": _PORT,
+    "services.temporal.port": _PORT,
+    "services.temporal.ui_port": _PORT,
+    "services.gateway.port": _PORT,
+    "services.gateway.engine_port": _PORT,
+    "services.monitor.port": _PORT,
+    "services.gateway.max_context": _at_least(
+        1, "leaves no room for a prompt; set the model's context, 1 or more"
     ),
-    (
-        "refill_max",
-        lambda v: v is None or v >= 0,
-        "is not a number of groups; set 0 or more tied groups a step may replace (or trainer.refill=false)",
+    "services.gateway.outage_window_s": _at_least(
+        0, "is not a number of seconds; set 0 or more (0: a turn fails at the first outage)"
     ),
-    ("lora_rank", lambda v: v >= 0, "is not a rank; set 1 or more (0: train the full weights)"),
-    (
-        "lora_alpha",
-        lambda v: v >= 1,
-        "would scale the adapter to nothing; set 1 or more (often twice the rank)",
+    "services.gateway.max_request_bytes": _at_least(
+        1, "would refuse every request; set 1 or more bytes (4194304: 4 MiB)"
     ),
-    ("learning_rate", _positive, "would never move the weights; set a positive number (1e-5)"),
-    ("max_grad_norm", _positive, "would clip every gradient to nothing; set a positive number (1.0)"),
-    ("micro_batch_tokens", lambda v: v >= 1, "would fit no token; set 1 or more"),
-    ("updates_per_batch", lambda v: v >= 1, "is how many optimiser steps each batch takes; set 1 or more"),
-    ("is_cap", _positive, "would weigh every token to nothing; set a positive number (2.0)"),
-    ("lease_ttl_s", _positive, "would lose the trainer's lease at once; set a positive number of seconds"),
-    ("data_parallel_workers", lambda v: v >= 1, "is how many workers train each step; set 1 or more"),
-)
+    "services.gateway.default_max_tokens": _at_least(1, "leaves a turn no tokens to sample; set 1 or more"),
+    "services.gateway.max_turns_in_flight_per_seat": _at_least(1, "would refuse every turn; set 1 or more"),
+    "services.engine.opponent_adapters": _at_least(
+        0,
+        "is not a number of adapters; set 0 or more (0: an opponent is unloaded as soon as its last episode ends)",
+    ),
+    "services.engine.prefix_cache_mb": _at_least(0, "is not a size; set 0 or more MiB (0: no prefix cache)"),
+    "services.engine.replicas": _at_least(1, "would start no engine; set 1 or more"),
+    "services.engine.vllm_gpu_memory_utilization": _Range(
+        lambda v: 0 < v <= 1, "is not a share of the GPU; set above 0 and at most 1 (0.85)"
+    ),
+    "services.engine.vllm_max_model_len": _at_least(1, "leaves no room for a prompt; set 1 or more tokens"),
+    "services.engine.vllm_max_loras": _at_least(1, "would hold no adapter; set 1 or more"),
+    "services.engine.vllm_max_num_seqs": _at_least(1, "would schedule no sequence; set 1 or more"),
+    "routing.affinity_slack": _at_least(
+        1,
+        "would never keep a conversation on its engine; set 1 or more (or routing.mode=rotate for no affinity)",
+    ),
+    "gpu.memory_gib": _above_zero("is not a size; set the device's memory in GiB, above 0"),
+    "gpu.sequences": _at_least(1, "would hold no sequence; set 1 or more"),
+    "gpu.sampled_tokens": _at_least(1, "would sample nothing; set 1 or more tokens"),
+    "trainer.steps": _at_least(1, "would train no step; set 1 or more"),
+    "trainer.groups_per_batch": _at_least(
+        1, "would play episodes forever and never train; set 1 or more groups per step"
+    ),
+    "trainer.refill_max": _at_least(
+        0, "is not a number of groups; set 0 or more tied groups a step may replace (or trainer.refill=false)"
+    ),
+    "trainer.seed": _at_least(0, "is not a seed; set 0 or more"),
+    "trainer.lora_rank": _LORA_RANK,
+    "trainer.lora_alpha": _at_least(
+        1, "would scale the adapter to nothing; set 1 or more (often twice the rank)"
+    ),
+    "trainer.learning_rate": _LEARNING_RATE,
+    "trainer.max_grad_norm": _above_zero("would clip every gradient to nothing; set a positive number (1.0)"),
+    "trainer.micro_batch_tokens": _at_least(1, "would fit no token; set 1 or more"),
+    "trainer.updates_per_batch": _at_least(1, "is how many optimiser steps each batch takes; set 1 or more"),
+    "trainer.is_cap": _above_zero("would weigh every token to nothing; set a positive number (2.0)"),
+    "trainer.lease_ttl_s": _above_zero(
+        "would lose the trainer's lease at once; set a positive number of seconds"
+    ),
+    "trainer.data_parallel_workers": _at_least(1, "is how many workers train each step; set 1 or more"),
+    "run.groups_in_flight": _at_least(1, "would play no episode; set 1 or more groups"),
+    "run.max_tokens": _at_least(1, "leaves a turn no tokens to sample; set 1 or more"),
+    "eval.every": _at_least(0, "is not a number of checkpoints; set 0 or more (0: no evals during training)"),
+    "eval.episodes_in_flight": _at_least(1, "would play no episode; set 1 or more"),
+    "eval.gate.max_drop": _at_least(
+        0,
+        "is not a drop in score; set 0 or more (0.05: a drop of more than 0.05 in any environment's score trips "
+        "the gate)",
+    ),
+    "tracking.samples_every": _at_least(
+        0, "is not a number of steps; set 0 or more steps between tables of sample transcripts (0: no tables)"
+    ),
+    "tracking.samples": _at_least(0, "is not a number of episodes; set 0 or more episodes per table"),
+}
+# A policy's own (policies.NAME.KEY), by KEY: the same ranges as the trainer's.
+_POLICY_RANGES: dict[str, _Range] = {"lora_rank": _LORA_RANK, "learning_rate": _LEARNING_RATE}
 
 
-def _check_trainer(trainer: TrainerSettings) -> None:
-    for key, in_range, said in _TRAINER_RANGES:
-        value = getattr(trainer, key)
-        if not in_range(value):
-            raise ConfigError(f"bad value for 'trainer.{key}': {value} {said}")
+def _check_ranges(settings: Settings) -> None:
+    for key, valid in _RANGES.items():
+        valid.check(key, reduce(getattr, key.split("."), settings))
+    for name, policy in settings.policies.items():
+        for key, valid in _POLICY_RANGES.items():
+            valid.check(f"policies.{name}.{key}", getattr(policy, key))
 
 
 def as_dict(settings: Settings) -> dict[str, Any]:

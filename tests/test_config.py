@@ -1,4 +1,9 @@
+import dataclasses
+import re
+import typing
+from collections.abc import Iterator
 from pathlib import Path
+from typing import cast
 
 import pytest
 
@@ -131,6 +136,44 @@ def test_a_trainer_setting_out_of_range_is_refused_naming_it_in_one_line() -> No
     loaded = config.load(["trainer.refill_max=0", "trainer.lora_rank=0"])
     assert (loaded.trainer.refill, loaded.trainer.refill_max) == (True, 0), "refill is on by default"
     assert config.load().trainer.refill_max is None, "None: as many as groups_per_batch"
+
+
+def _numeric_settings(schema: type, prefix: str = "") -> Iterator[tuple[str, type]]:
+    """Every numeric setting of the schema, by dotted key, with its type (int or float), read from the
+    dataclasses themselves: a setting added later is walked too."""
+    for spec in dataclasses.fields(schema):
+        hint = typing.get_type_hints(schema)[spec.name]
+        kinds = {a for a in typing.get_args(hint) if a is not type(None)} or {hint}
+        key = f"{prefix}{spec.name}"
+        if len(kinds) == 1 and dataclasses.is_dataclass(kind := next(iter(kinds))):
+            yield from _numeric_settings(cast(type, kind), f"{key}.")
+        elif kinds & {int, float} and bool not in kinds:
+            yield key, float if float in kinds else int
+
+
+def test_every_numeric_setting_out_of_range_is_refused_in_one_line_that_names_it_and_its_range() -> None:
+    """Each numeric setting, walked from the schema: a negative value, and for a float NaN and infinity, is
+    refused when the settings load, in one line that names the key and says what to set."""
+    walked = dict(_numeric_settings(config.Settings))
+    assert len(walked) > 40 and "services.gateway.max_context" in walked and walked["trainer.is_cap"] is float
+    walked |= {"policies.speaker.lora_rank": int, "policies.speaker.learning_rate": float}
+    for key, kind in walked.items():
+        for bad in ("-1", "nan", "inf") if kind is float else ("-1",):
+            with pytest.raises(config.ConfigError) as raised:
+                config.load([f"{key}={bad}"])
+            said = str(raised.value)
+            assert said.startswith(f"bad value for '{key}': "), (key, bad, said)
+            assert "\n" not in said and re.search(r"\bset\b|it takes|choose", said), (key, bad, said)
+    config.load()  # and every default is in range
+
+
+def test_a_quantization_the_trainer_cannot_run_is_refused_when_the_settings_load() -> None:
+    """Both were found only once the trainer worker loaded its model."""
+    with pytest.raises(config.ConfigError, match=r"^bad value for 'trainer\.quantization': 'int3' is not"):
+        config.load(["trainer.quantization=int3"])
+    with pytest.raises(config.ConfigError, match=r"lora_rank=0 trains the full weights"):
+        config.load(["trainer.quantization=nf4", "trainer.lora_rank=0"])
+    assert config.load(["trainer.quantization=nf4"]).trainer.quantization == "nf4"
 
 
 def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> None:
