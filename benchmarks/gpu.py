@@ -68,14 +68,14 @@ def run(steps: int = STEPS) -> dict[str, Any]:
     from rollout.catalog import pulled
     from rollout.config import load
     from rollout.engines.models import resolve
-    from rollout.rl.losses import LossConfig
+    from rollout.rl.losses import PPO, LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
 
     settings = load([])
     models_dir = Path(settings.models_dir).expanduser()
     name = "qwen3-0.6b" if pulled("qwen3-0.6b", models_dir) else "smollm2"
     config = LocalTrainerConfig(lora_rank=32, lora_alpha=64, micro_batch_tokens=MICRO_TOKENS, device="cuda")
-    trainer = LocalTrainer(resolve(name, models_dir), config, LossConfig("ppo"))
+    trainer = LocalTrainer(resolve(name, models_dir), config, LossConfig(PPO()))
     parameters = sum(p.numel() for p in trainer.model.parameters())
     batch = synthetic_batch(trainer.model.config.vocab_size)
     tokens = ROWS * LENGTH

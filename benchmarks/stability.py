@@ -11,10 +11,10 @@ losses differed only in the cap on the behaviour weight: at 2e-4 neither moved f
 (ESS ≥ 0.98 in both), at 5e-4 and 1e-3 both collapsed to one reply whatever the loss (benchmarks/RESULTS.md).
 They differ only in the loss:
 - `ppo`: decoupled PPO (the default, `trainer.loss=ppo`): the behaviour weight π_old/μ is capped at
-  `trainer.is_cap` (2, the default) and the ratio π_θ/π_old clipped to [0.8, 1.28], which from the second
-  update on stops the tokens that already moved in their advantage's direction.
-- `unclipped_is`: `trainer.loss=truncated_is trainer.is_cap=1e9`: every token weighted by its whole ratio
-  π_θ/μ, a cap no ratio reaches, and nothing stops a token within the batch's updates.
+  `trainer.loss_params.is_cap` (2, the default) and the ratio π_θ/π_old clipped to [0.8, 1.28], which from the
+  second update on stops the tokens that already moved in their advantage's direction.
+- `unclipped_is`: `trainer.loss=truncated_is trainer.loss_params.is_cap=1e9`: every token weighted by its
+  whole ratio π_θ/μ, a cap no ratio reaches, and nothing stops a token within the batch's updates.
 Why 18 groups in flight: the supply may have started (steps trained + max_lag + 1) × groups_per_batch groups
 (`rollout.rl.selection.supply_allowance`), 18 more than have been trained with max_lag 8 and 2 groups
 per step. With 18 in flight the in-flight cap never binds before that allowance does: every group starts the
@@ -72,8 +72,8 @@ COMMON = [
     f"trainer.groups_per_batch={GROUPS_PER_BATCH}",
 ]
 RUNS = {
-    "ppo": ["trainer.loss=ppo", "trainer.is_cap=2.0"],
-    "unclipped_is": ["trainer.loss=truncated_is", "trainer.is_cap=1e9"],
+    "ppo": ["trainer.loss=ppo", "trainer.loss_params.is_cap=2.0"],
+    "unclipped_is": ["trainer.loss=truncated_is", "trainer.loss_params.is_cap=1e9"],
 }
 COLORS = {"ppo": "tab:blue", "unclipped_is": "tab:red"}
 PLOT = Path(__file__).with_name("stability.png")

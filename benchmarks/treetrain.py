@@ -111,7 +111,7 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
     from benchmarks.learning import models_dir
     from rollout.engines.models import SMOLLM2, resolve
     from rollout.rl.batches import Batch
-    from rollout.rl.losses import LossConfig
+    from rollout.rl.losses import PPO, LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
     from rollout.training.logprobs import Layout
 
@@ -122,7 +122,7 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
         else _coding_segments(AutoTokenizer.from_pretrained(model), quick)
     )
     batch = Batch.of("default", segments)
-    trainer = LocalTrainer(model, LocalTrainerConfig(lora_rank=8, lora_alpha=16), LossConfig("ppo"))
+    trainer = LocalTrainer(model, LocalTrainerConfig(lora_rank=8, lora_alpha=16), LossConfig(PPO()))
     if side == "unshared":
         trainer.layout = Layout.packed
     cuda = trainer.device.startswith("cuda")

@@ -20,7 +20,6 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
-from functools import reduce
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -28,12 +27,13 @@ from urllib.parse import urlsplit
 from hydra import compose, initialize_config_module
 from hydra.core.config_store import ConfigStore
 from hydra.errors import HydraException
-from omegaconf import MISSING, DictConfig, OmegaConf
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout import defaults
 from rollout.isolation import SandboxIsolation
 from rollout.keyfiles import known_ledger_password
+from rollout.overrides import setting_at
 from rollout.policy_settings import (
     POLICIES_PREFIX,
     BadPolicySetting,
@@ -42,6 +42,8 @@ from rollout.policy_settings import (
     set_policies,
 )
 from rollout.rl.advantages import AdvantageKind
+from rollout.rl.losses.core import LossConfig
+from rollout.rl.losses.registry import LossError, loss_from
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 from rollout.vllm_facts import VLLM_LORA_RANKS
 
@@ -252,13 +254,6 @@ class ServiceSettings:
     engine: EngineSettings = field(default_factory=EngineSettings)
 
 
-class LossKind(StrEnum):
-    # Member names equal their values: OmegaConf matches a YAML string against enum names.
-    truncated_is = "truncated_is"
-    ppo = "ppo"
-    cispo = "cispo"
-
-
 class TrainerProvider(StrEnum):
     local = "local"  # torch + peft in the trainer worker
     tinker = "tinker"  # Tinker's hosted trainer (TINKER_API_KEY)
@@ -284,8 +279,13 @@ class TrainerSettings:
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
     updates_per_batch: int = 1  # optimiser steps over each batch (PPO's epochs; the local trainer)
-    loss: LossKind = LossKind.ppo
-    is_cap: float = 2.0
+    # The policy loss (rollout.rl.losses): ppo, truncated_is, cispo, or your own as package.module:attribute;
+    # `loss_params` its keyword arguments (ppo: is_cap, clip_low, clip_high; truncated_is: is_cap; cispo:
+    # clip_low, clip_high), checked when the settings load.
+    loss: str = "ppo"
+    loss_params: dict[str, float] = field(default_factory=dict[str, float])
+    # IcePop, with any loss: sampled tokens whose ratio π_θ/μ leaves [lo, hi] are dropped, not clipped.
+    token_mask_bounds: list[float] | None = None
     advantage: AdvantageKind = AdvantageKind.group_norm
     device: str | None = None  # cpu or cuda; default cuda when there is one
     gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
@@ -531,13 +531,17 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
         [f"hydra.searchpath=[{','.join(d.resolve().as_uri() for d in preset_dirs)}]"] if preset_dirs else []
     )
     given = overrides or []
-    per_policy = [o for o in given if o.startswith(POLICIES_PREFIX)]  # set after composing: set_policies
+    # Keys of the user's choosing, set after composing: Hydra adds none to a typed mapping without a `+`.
+    per_policy = [o for o in given if o.startswith(POLICIES_PREFIX)]
+    per_loss = [o for o in given if o.startswith(LOSS_PARAMS_PREFIX)]
     try:
         with initialize_config_module(config_module="rollout.conf", version_base="1.3"):
             composed = compose(
-                config_name="config", overrides=[*search, *(o for o in given if o not in per_policy)]
+                config_name="config",
+                overrides=[*search, *(o for o in given if o not in per_policy and o not in per_loss)],
             )
         set_policies(composed, per_policy)
+        _set_loss_params(composed, per_loss)
         settings = OmegaConf.to_object(composed)
     except (HydraException, OmegaConfBaseException) as error:
         raise ConfigError(_explain(error)) from None
@@ -546,6 +550,19 @@ def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None =
     assert isinstance(settings, Settings)
     _check_values(settings)
     return settings
+
+
+LOSS_PARAMS_PREFIX = "trainer.loss_params."
+
+
+def _set_loss_params(composed: DictConfig, overrides: list[str]) -> None:
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parser = OverridesParser.create()
+    for override in overrides:
+        parsed = parser.parse_override(override)
+        with open_dict(composed.trainer.loss_params):
+            OmegaConf.update(composed, parsed.key_or_group, parsed.value(), merge=False)
 
 
 def _check_values(settings: Settings) -> None:
@@ -562,6 +579,7 @@ def _check_values(settings: Settings) -> None:
             f"bad value for 'trainer.quantization': {trainer.quantization!r} is not a quantization the trainer "
             "knows; set nf4 (QLoRA: the base in 4 bits, on a CUDA GPU) or leave it unset"
         )
+    _check_loss(trainer)
     if trainer.quantization and not trainer.lora_rank:
         raise ConfigError(
             "bad value for 'trainer.quantization': nf4 trains LoRA adapters on a frozen 4-bit base, and "
@@ -600,6 +618,40 @@ def _check_values(settings: Settings) -> None:
             f"bad value for 'services.engine.vllm_max_lora_rank': {rank} is not a rank vLLM serves; "
             f"choose one of {choices} (at least trainer.lora_rank)"
         )
+
+
+def _check_loss(trainer: TrainerSettings) -> None:
+    try:
+        loss = loss_from(trainer.loss, trainer.loss_params)
+    except LossError as error:
+        key = "trainer.loss_params" if trainer.loss_params and "parameter" in str(error) else "trainer.loss"
+        raise ConfigError(f"bad value for '{key}': {error}") from None
+    bounds = trainer.token_mask_bounds
+    if bounds is not None and not (len(bounds) == 2 and 0 <= bounds[0] < 1 < bounds[1] < math.inf):
+        raise ConfigError(
+            f"bad value for 'trainer.token_mask_bounds': {bounds} are not IcePop's bounds on π_θ/μ; set [lo, hi] "
+            "with 0 ≤ lo < 1 < hi (e.g. [0.5,2.0]), or leave it unset"
+        )
+    if trainer.provider == TrainerProvider.tinker and loss.tinker is None:
+        raise ConfigError(
+            f"bad value for 'trainer.loss': Tinker has no loss like {trainer.loss}; on trainer.provider=tinker "
+            "choose ppo, truncated_is or cispo"
+        )
+    if trainer.provider == TrainerProvider.tinker and bounds is not None:
+        raise ConfigError(
+            "bad value for 'trainer.token_mask_bounds': Tinker's losses mask no token by its ratio; leave it unset "
+            "on trainer.provider=tinker"
+        )
+
+
+def loss_config(trainer: TrainerSettings) -> LossConfig:
+    """The loss `trainer` names, with its parameters and IcePop's bounds (checked when the settings
+    loaded)."""
+    bounds = trainer.token_mask_bounds
+    return LossConfig(
+        loss_from(trainer.loss, trainer.loss_params),
+        token_mask_bounds=None if bounds is None else (bounds[0], bounds[1]),
+    )
 
 
 def _check_tracking(tracking: TrackingSettings) -> None:
@@ -714,7 +766,6 @@ _RANGES: dict[str, _Range] = {
     "trainer.max_grad_norm": _above_zero("would clip every gradient to nothing; set a positive number (1.0)"),
     "trainer.micro_batch_tokens": _at_least(1, "would fit no token; set 1 or more"),
     "trainer.updates_per_batch": _at_least(1, "is how many optimiser steps each batch takes; set 1 or more"),
-    "trainer.is_cap": _above_zero("would weigh every token to nothing; set a positive number (2.0)"),
     "trainer.lease_ttl_s": _above_zero(
         "would lose the trainer's lease at once; set a positive number of seconds"
     ),
@@ -739,7 +790,7 @@ _POLICY_RANGES: dict[str, _Range] = {"lora_rank": _LORA_RANK, "learning_rate": _
 
 def _check_ranges(settings: Settings) -> None:
     for key, valid in _RANGES.items():
-        valid.check(key, reduce(getattr, key.split("."), settings))
+        valid.check(key, setting_at(settings, key))
     for name, policy in settings.policies.items():
         for key, valid in _POLICY_RANGES.items():
             valid.check(f"policies.{name}.{key}", getattr(policy, key))

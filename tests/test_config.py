@@ -1,5 +1,6 @@
 import dataclasses
 import re
+import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,7 +128,6 @@ def test_a_trainer_setting_out_of_range_is_refused_naming_it_in_one_line() -> No
         "micro_batch_tokens=0",
         "updates_per_batch=0",
         "lora_rank=-1",
-        "is_cap=0",
         "data_parallel_workers=0",
     ):
         key = bad.partition("=")[0]
@@ -143,7 +143,8 @@ def _numeric_settings(schema: type, prefix: str = "") -> Iterator[tuple[str, typ
     dataclasses themselves: a setting added later is walked too."""
     for spec in dataclasses.fields(schema):
         hint = typing.get_type_hints(schema)[spec.name]
-        kinds = {a for a in typing.get_args(hint) if a is not type(None)} or {hint}
+        union = typing.get_origin(hint) in (typing.Union, types.UnionType)
+        kinds = {a for a in typing.get_args(hint) if a is not type(None)} if union else {hint}
         key = f"{prefix}{spec.name}"
         if len(kinds) == 1 and dataclasses.is_dataclass(kind := next(iter(kinds))):
             yield from _numeric_settings(cast(type, kind), f"{key}.")
@@ -155,7 +156,11 @@ def test_every_numeric_setting_out_of_range_is_refused_in_one_line_that_names_it
     """Each numeric setting, walked from the schema: a negative value, and for a float NaN and infinity, is
     refused when the settings load, in one line that names the key and says what to set."""
     walked = dict(_numeric_settings(config.Settings))
-    assert len(walked) > 40 and "services.gateway.max_context" in walked and walked["trainer.is_cap"] is float
+    assert (
+        len(walked) > 40
+        and "services.gateway.max_context" in walked
+        and walked["trainer.learning_rate"] is float
+    )
     walked |= {"policies.speaker.lora_rank": int, "policies.speaker.learning_rate": float}
     for key, kind in walked.items():
         for bad in ("-1", "nan", "inf") if kind is float else ("-1",):
@@ -195,3 +200,87 @@ def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> N
         True,
         {"coach": "gpt@http://x"},
     )
+
+
+OWN_LOSS = '''
+from dataclasses import dataclass
+
+from rollout.rl.losses import TokenLoss, TokenTerms
+
+
+@dataclass(frozen=True)
+class ScaledReinforce:
+    """REINFORCE with every token's weight `scale`: a researcher's own loss, in their own folder."""
+
+    scale: float = 1.0
+    name = "scaled_reinforce"
+    tinker = None
+
+    def tinker_config(self) -> dict[str, float]:
+        return {}
+
+    def __call__(self, terms: TokenTerms) -> TokenLoss:
+        weight = terms.mask * self.scale
+        return TokenLoss(-weight * terms.advantages * terms.logprobs, weight, terms.mask * 0)
+
+
+not_a_loss = object()
+'''
+
+
+def test_a_loss_and_its_parameters_are_settings_checked_when_they_load(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The built-in losses take their parameters from the configuration; a researcher's own loss is named by
+    its import path, from the folder they work in, as an environment is; anything wrong is one line at load,
+    and a run on Tinker refuses a loss Tinker lacks then, not at its first step."""
+    import torch
+
+    from rollout.rl.losses import PPO, LossConfig, policy_loss
+
+    loaded = config.load(
+        [
+            "trainer.loss_params.clip_high=0.3",
+            "trainer.loss_params.is_cap=3",
+            "trainer.token_mask_bounds=[0.5,2.0]",
+        ]
+    )
+    assert config.loss_config(loaded.trainer) == LossConfig(
+        PPO(is_cap=3.0, clip_high=0.3), token_mask_bounds=(0.5, 2.0)
+    )
+
+    (tmp_path / "my_losses.py").write_text(OWN_LOSS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    own = config.load(["trainer.loss=my_losses:ScaledReinforce", "trainer.loss_params.scale=0.5"])
+    made = config.loss_config(own.trainer)
+    assert made.loss.name == "scaled_reinforce" and made.loss.scale == 0.5
+    logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    loss, metrics = policy_loss(logprobs, logprobs.detach(), torch.ones((1, 2)), torch.ones((1, 2)), made)
+    assert loss.item() == pytest.approx(0.5 * (1.0 + 2.0) / 2) and metrics.tokens == 2
+
+    refusals = {
+        (
+            "trainer.loss=nope",
+        ): r"^bad value for 'trainer\.loss': no loss 'nope': name a built-in one \(ppo, ",
+        (
+            "trainer.loss_params.clip_hi=0.3",
+        ): r"^bad value for 'trainer\.loss_params': loss ppo does not take",
+        (
+            "trainer.loss_params.clip_low=1.5",
+        ): r"^bad value for 'trainer\.loss\w*': .*clip_low 1\.5: set 0 or more",
+        (
+            "trainer.loss=my_losses:not_a_loss",
+        ): r"^bad value for 'trainer\.loss': my_losses:not_a_loss is a object",
+        ("trainer.loss=my_losses:Missing",): r"has no attribute 'Missing'",
+        ("trainer.loss=elsewhere:Loss",): r"module 'elsewhere' does not import",
+        (
+            "trainer.token_mask_bounds=[2.0,0.5]",
+        ): r"^bad value for 'trainer\.token_mask_bounds': \[2\.0, 0\.5\]",
+        ("trainer.loss=my_losses:ScaledReinforce", "trainer.provider=tinker"): r"Tinker has no loss like",
+        ("trainer.token_mask_bounds=[0.5,2.0]", "trainer.provider=tinker"): r"Tinker's losses mask no token",
+    }
+    for overrides, said in refusals.items():
+        with pytest.raises(config.ConfigError, match=said) as raised:
+            config.load(list(overrides))
+        assert "\n" not in str(raised.value), overrides

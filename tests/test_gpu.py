@@ -89,11 +89,11 @@ def test_the_qlora_trainer_steps_in_four_bits_and_frees_the_gpu_between_steps(ti
     import torch
 
     from benchmarks.gpu import synthetic_batch
-    from rollout.rl.losses import LossConfig
+    from rollout.rl.losses import PPO, LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
 
     config = LocalTrainerConfig(lora_rank=8, lora_alpha=16, device="cuda", quantization="nf4")
-    trainer = LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))
+    trainer = LocalTrainer(tiny_qwen3, config, LossConfig(PPO()))
     assert any("4bit" in type(m).__name__ for m in trainer.model.modules()), "the base is quantized"
     batch = synthetic_batch(trainer.model.config.vocab_size)
     trainer.step(batch)

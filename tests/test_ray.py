@@ -158,11 +158,11 @@ def test_a_data_parallel_trainer_on_two_ray_workers_makes_the_one_process_update
     from safetensors.torch import load_file
 
     from benchmarks.gpu import synthetic_batch
-    from rollout.rl.losses import LossConfig
+    from rollout.rl.losses import PPO, LossConfig
     from rollout.training.data_parallel import DataParallel
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
 
-    config, loss = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3, device="cpu"), LossConfig("ppo")
+    config, loss = LocalTrainerConfig(lora_rank=None, learning_rate=1e-3, device="cpu"), LossConfig(PPO())
     alone = LocalTrainer(tiny_qwen3, config, loss)
     vocab = alone.model.config.vocab_size
     batches = [synthetic_batch(vocab, rows=4, length=48), synthetic_batch(vocab, rows=5, length=40)]

@@ -11,14 +11,14 @@ import pytest
 import torch
 
 from rollout.rl.batches import Batch, WeightedSegment
-from rollout.rl.losses import LossConfig
+from rollout.rl.losses import PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
 from rollout.training.flops import peak_tflops
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, NonFiniteLoss
 from rollout.training.logprobs import Layout, Rows, micro_batches, sampled_logprobs
 
-LOSS = LossConfig("truncated_is", is_cap=2.0)
+LOSS = LossConfig(TruncatedIS(is_cap=2.0))
 CONFIG = LocalTrainerConfig(lora_rank=4, lora_alpha=8, learning_rate=5e-3, max_grad_norm=100.0)
 
 
@@ -280,7 +280,7 @@ def test_a_quantized_trainer_is_refused_where_it_cannot_run(
 ) -> None:
     config = LocalTrainerConfig(lora_rank=lora_rank, device="cpu", quantization=quantization)
     with pytest.raises(ValueError, match=refusal):
-        LocalTrainer(tiny_qwen3, config, LossConfig("ppo"))
+        LocalTrainer(tiny_qwen3, config, LossConfig(PPO()))
 
 
 def test_several_updates_per_batch_let_ppos_clip_hold_the_policy_back(tiny_qwen3: str) -> None:
@@ -288,7 +288,7 @@ def test_several_updates_per_batch_let_ppos_clip_hold_the_policy_back(tiny_qwen3
     enough; unclipped importance sampling keeps pushing them."""
     weighted = [WeightedSegment(episode="e", agent="solver", advantage=1.0, segment=segment(300, 12, 8))]
     moved: dict[str, float] = {}
-    for name, loss in (("ppo", LossConfig("ppo")), ("is", LossConfig("truncated_is", is_cap=1e9))):
+    for name, loss in (("ppo", LossConfig(PPO())), ("is", LossConfig(TruncatedIS(is_cap=1e9)))):
         config = LocalTrainerConfig(**{**CONFIG.__dict__, "updates_per_batch": 6})
         trainer = LocalTrainer(tiny_qwen3, config, loss)
         batch = on_policy(trainer, weighted)

@@ -36,7 +36,7 @@ from rollout.ledger.queries import find_run, run_turns
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
-from rollout.rl.losses import LossConfig
+from rollout.rl.losses import PPO, LossConfig
 from rollout.serving import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
@@ -116,7 +116,7 @@ async def training_loop(
             holder="trainer-1",
             scratch=scratch / "trainer",
             config=LocalTrainerConfig(lora_rank=lora_rank or None, learning_rate=learning_rate, device="cpu"),
-            loss=LossConfig("ppo"),
+            loss=LossConfig(PPO()),
             gpu_lease=gpu,
             resolve=lambda spec: spec,  # a policy's own model here is a local folder, as given
         )

@@ -9,7 +9,16 @@ import pytest
 import torch
 
 from rollout.rl.advantages import AdvantageKind, group_advantages
-from rollout.rl.losses import LossConfig, LossKind, policy_loss, staleness_histogram
+from rollout.rl.losses import (
+    BUILT_IN,
+    CISPO,
+    PPO,
+    LossConfig,
+    TruncatedIS,
+    loss_from,
+    policy_loss,
+    staleness_histogram,
+)
 
 
 def log(*probabilities: float) -> torch.Tensor:
@@ -37,7 +46,7 @@ def test_truncated_importance_sampling_caps_weights_and_masks_tokens() -> None:
     behaviour = log(0.25, 0.4, 0.3)  # ρ = 2.0, 0.5, 3.0
     advantages = torch.full((1, 3), 1.5, dtype=torch.float64)
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
-    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig("truncated_is", is_cap=1.5))
+    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig(TruncatedIS(is_cap=1.5)))
     expected = -(1.5 * 1.5 * math.log(0.5) + 0.5 * 1.5 * math.log(0.2)) / 2
     assert loss.item() == pytest.approx(expected)
     loss.backward()
@@ -60,7 +69,7 @@ def test_decoupled_ppo_clips_the_ratio_to_the_old_policy_and_weights_by_old_over
     behaviour = log(0.25, 0.5, 0.5)  # π_old/μ = 2, 1, 1
     advantages = torch.tensor([[1.0, -2.0, 1.0]], dtype=torch.float64)
     mask = torch.ones((1, 3), dtype=torch.float64)
-    config = LossConfig("ppo", is_cap=3.0, clip_low=0.2, clip_high=0.1)
+    config = LossConfig(PPO(is_cap=3.0, clip_low=0.2, clip_high=0.1))
     loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, config, old_logprobs_BT=old)
     # r = 1.2 (A > 0: clipped to 1.1), 0.6 (A < 0: clipped to 0.8), 1.05 (inside the range)
     assert loss.item() == pytest.approx((2.0 * -1.1 + 1.0 * 2.0 * 0.8 + 1.0 * -1.05) / 3)
@@ -80,7 +89,7 @@ def test_cispo_clips_and_detaches_the_weight_and_keeps_every_token_in_the_gradie
     behaviour = log(0.25, 0.4)  # ρ = 2.0, 0.5
     advantages = torch.tensor([[1.0, -1.0]], dtype=torch.float64)
     mask = torch.ones((1, 2), dtype=torch.float64)
-    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig("cispo", clip_high=0.28))
+    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig(CISPO(clip_high=0.28)))
     assert loss.item() == pytest.approx(-(1.28 * math.log(0.5) - 0.5 * math.log(0.2)) / 2)
     loss.backward()
     assert logprobs.grad is not None
@@ -93,7 +102,7 @@ def test_icepop_bounds_drop_tokens_instead_of_clipping_them() -> None:
     behaviour = log(0.25, 0.4, 0.3)  # ρ = 2.0, 0.5, 1.0
     advantages = torch.ones((1, 3), dtype=torch.float64)
     mask = torch.ones((1, 3), dtype=torch.float64)
-    config = LossConfig("truncated_is", is_cap=10.0, token_mask_bounds=(0.6, 1.8))
+    config = LossConfig(TruncatedIS(is_cap=10.0), token_mask_bounds=(0.6, 1.8))
     loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, config)
     assert loss.item() == pytest.approx(-math.log(0.3) / 3), "normalised by every sampled token"
     loss.backward()
@@ -101,17 +110,17 @@ def test_icepop_bounds_drop_tokens_instead_of_clipping_them() -> None:
     assert metrics.masked_fraction == pytest.approx(2 / 3)
 
 
-KINDS: list[LossKind] = ["truncated_is", "ppo", "cispo"]
+KINDS = list(BUILT_IN)
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_masked_tokens_carry_no_gradient_whatever_they_hold(kind: LossKind) -> None:
+def test_masked_tokens_carry_no_gradient_whatever_they_hold(kind: str) -> None:
     # Padding may hold -inf logprobs and NaN advantages: the loss stays finite and they get zero gradient.
     logprobs = torch.tensor([[math.log(0.5), -math.inf]], dtype=torch.float64, requires_grad=True)
     behaviour = torch.tensor([[math.log(0.5), 0.0]], dtype=torch.float64)
     advantages = torch.tensor([[1.0, math.nan]], dtype=torch.float64)
     mask = torch.tensor([[1.0, 0.0]], dtype=torch.float64)
-    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig(kind))
+    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, LossConfig(loss_from(kind)))
     loss.backward()
     assert math.isfinite(loss.item()) and metrics.tokens == 1
     assert (

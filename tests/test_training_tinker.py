@@ -44,7 +44,7 @@ from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpo
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from rollout.rl.batches import Batch, WeightedSegment
-from rollout.rl.losses import LossConfig
+from rollout.rl.losses import PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
 from rollout.serving import engine_api_key
 from rollout.training.tinker_data import loss_function, tinker_datums
@@ -104,11 +104,11 @@ def test_a_segment_becomes_a_datum_shifted_by_one_with_loss_on_sampled_tokens_on
     # mean.
     assert first.advantages_T == (0.0, 0.5, 0.5, 0.0)
     assert second.advantages_T == (-0.25, -0.25)
-    assert loss_function(LossConfig("ppo", clip_low=0.2, clip_high=0.28)) == (
+    assert loss_function(LossConfig(PPO(clip_low=0.2, clip_high=0.28))) == (
         "ppo",
         {"clip_low_threshold": 0.8, "clip_high_threshold": 1.28},
     )
-    assert loss_function(LossConfig("truncated_is")) == ("importance_sampling", {})
+    assert loss_function(LossConfig(TruncatedIS())) == ("importance_sampling", {})
 
 
 @asynccontextmanager
@@ -199,7 +199,7 @@ def test_diagnostics_report_ratios_against_each_tokens_sampler() -> None:
     batch = _batch(([1, 2, 3], [0, 1, 1], [0.0, math.log(0.5), math.log(0.25)], 1.0))
     datums = tinker_datums(batch)
     current = [[math.log(0.5), math.log(0.5)]]  # the second sampled token is twice as likely now
-    metrics = diagnostics(datums, current, LossConfig("ppo"))
+    metrics = diagnostics(datums, current, LossConfig(PPO()))
     assert metrics["ratio_mean"] == pytest.approx(1.5) and metrics["ratio_max"] == pytest.approx(2.0)
 
 
@@ -239,7 +239,7 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
                 config=TinkerTrainerConfig(
                     BASE_MODEL, lora_rank=4, learning_rate=1e-3, base_url=url, api_key=KEY
                 ),
-                loss=LossConfig("ppo"),
+                loss=LossConfig(PPO()),
                 scratch=tmp_path / "trainer",
             )
             training = TrainingActivities(ledger, store, tinker, holder="tinker-trainer")

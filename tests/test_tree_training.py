@@ -15,7 +15,7 @@ from transformers import LlamaConfig, MistralConfig, Qwen3Config, Qwen3NextConfi
 
 from rollout.engines.models import SMOLLM2, resolve
 from rollout.rl.batches import Batch, WeightedSegment
-from rollout.rl.losses import LossConfig
+from rollout.rl.losses import CISPO, PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
 from rollout.training import logprobs
 from rollout.training.local import LocalTrainer, LocalTrainerConfig, _shard
@@ -24,10 +24,10 @@ from rollout.training.prefix_tree import PrefixForest
 
 CONFIG = LocalTrainerConfig(lora_rank=4, lora_alpha=8, learning_rate=1e-3, max_grad_norm=1e6, device="cpu")
 LOSSES = {
-    "truncated_is": LossConfig("truncated_is", is_cap=1.5),
-    "ppo": LossConfig("ppo"),
-    "cispo": LossConfig("cispo"),
-    "ppo with IcePop": LossConfig("ppo", token_mask_bounds=(0.5, 2.0)),
+    "truncated_is": LossConfig(TruncatedIS(is_cap=1.5)),
+    "ppo": LossConfig(PPO()),
+    "cispo": LossConfig(CISPO()),
+    "ppo with IcePop": LossConfig(PPO(), token_mask_bounds=(0.5, 2.0)),
 }
 
 

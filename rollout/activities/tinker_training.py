@@ -24,7 +24,7 @@ import math
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast, get_args
 
 from temporalio.exceptions import ApplicationError
 
@@ -102,6 +102,7 @@ class TinkerProvider:
 
     async def _train(self, client: TrainingClient, batch: Batch, step: int) -> dict[str, float]:
         import tinker
+        from tinker.types import LossFnType
 
         datums = tinker_datums(batch)
         if not datums:
@@ -109,8 +110,16 @@ class TinkerProvider:
                 "the batch has no sampled token to train on", type="EmptyBatch", non_retryable=True
             )
         loss_name, loss_config = loss_function(self.loss)
+        if loss_name not in get_args(LossFnType):  # a loss of a researcher's own, naming one Tinker lacks
+            raise ApplicationError(
+                f"Tinker has no loss {loss_name!r} (it has {', '.join(get_args(LossFnType))})",
+                type="UnknownLoss",
+                non_retryable=True,
+            )
         data = [to_tinker_datum(d) for d in datums]
-        output = await client.forward_backward(data, loss_name, loss_config).result_async()
+        output = await client.forward_backward(
+            data, cast("LossFnType", loss_name), loss_config
+        ).result_async()
         loss = float(output.metrics.get("loss:sum", float("nan")))
         if not math.isfinite(loss):
             raise NonFiniteLoss(f"step {step}: Tinker's loss is {loss}; no weights were changed")

@@ -20,9 +20,8 @@ from rollout.activities.local_training import LocalProvider
 from rollout.activities.tinker_training import TinkerProvider, TinkerTrainerConfig
 from rollout.activities.training import TrainingActivities
 from rollout.blobs import BlobStore
-from rollout.config import TrainerProvider, TrainerSettings
+from rollout.config import TrainerProvider, TrainerSettings, loss_config
 from rollout.ledger import Ledger
-from rollout.rl.losses import LossConfig
 
 if TYPE_CHECKING:
     from rollout.training.local import TrainerBuilder
@@ -91,7 +90,7 @@ def trainer_activities(
             ledger,
             store,
             config=config,
-            loss=LossConfig(spec.loss.value, is_cap=spec.is_cap),
+            loss=loss_config(spec),
             scratch=scratch,
         )
         training = TrainingActivities(ledger, store, tinker, holder=holder, lease_ttl_s=spec.lease_ttl_s)
@@ -100,7 +99,7 @@ def trainer_activities(
             bridges=BridgeActivities(
                 ledger, store, base_model=None, scratch=scratch, serving_key=serving_key
             ),
-            describe=f"{spec.tinker_base_model} on Tinker ({spec.loss.value})",
+            describe=f"{spec.tinker_base_model} on Tinker ({spec.loss})",
         )
     if model_path is None:
         raise TrainerSetupError("the local trainer needs the model's path (resolve trainer.model first)")
@@ -122,7 +121,7 @@ def trainer_activities(
         store,
         model_path=model_path,
         config=local,
-        loss=LossConfig(spec.loss.value, is_cap=spec.is_cap),
+        loss=loss_config(spec),
         holder=holder,
         scratch=scratch,
         gpu_lease=spec.gpu_lease,
@@ -146,7 +145,7 @@ def trainer_activities(
             resolve=resolve,
             serving_key=serving_key,
         ),
-        describe=f"{spec.model} ({spec.loss.value}{workers})",
+        describe=f"{spec.model} ({spec.loss}{workers})",
     )
 
 

@@ -10,22 +10,20 @@ Contract:
 - Tinker sums its losses over tokens and datums; rollout normalises by the batch's sampled tokens
   (docs/rl-math.md), so each advantage is divided by `batch.sampled_tokens`: Tinker's sum is then rollout's
   token mean.
-- `loss_function` maps rollout's loss kinds onto Tinker's built-in ones: `ppo` → `ppo` (clip thresholds 1 −
-  clip_low and 1 + clip_high), `cispo` → `cispo`, `truncated_is` → `importance_sampling` (Tinker applies no
-  cap: the trainer reports the ratios it saw).
+- `loss_function` maps rollout's loss onto the Tinker built-in loss it names (`PolicyLoss.tinker`): `ppo` →
+  `ppo` (clip thresholds 1 − clip_low and 1 + clip_high), `cispo` → `cispo`, `truncated_is` →
+  `importance_sampling` (Tinker applies no cap: the trainer reports the ratios it saw); a loss with none is
+  refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
 
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig
 
 TINKER_FILE = "tinker.json"  # what a checkpoint trained by Tinker holds: its state and sampler paths
-TinkerLoss = Literal["importance_sampling", "ppo", "cispo"]
-TINKER_LOSS: dict[str, TinkerLoss] = {"ppo": "ppo", "cispo": "cispo", "truncated_is": "importance_sampling"}
 
 
 @dataclass(frozen=True)
@@ -60,9 +58,9 @@ def tinker_datums(batch: Batch) -> list[TinkerDatum]:
     return datums
 
 
-def loss_function(config: LossConfig) -> tuple[TinkerLoss, dict[str, float]]:
-    """Tinker's loss name and its `loss_fn_config` for rollout's loss settings."""
-    name = TINKER_LOSS[config.kind]
-    if name == "importance_sampling":
-        return name, {}
-    return name, {"clip_low_threshold": 1.0 - config.clip_low, "clip_high_threshold": 1.0 + config.clip_high}
+def loss_function(config: LossConfig) -> tuple[str, dict[str, float]]:
+    """Tinker's loss name and its `loss_fn_config` for rollout's loss (refused when Tinker has none like
+    it)."""
+    if config.loss.tinker is None:
+        raise ValueError(f"Tinker has no loss like {config.loss.name}: choose ppo, truncated_is or cispo")
+    return config.loss.tinker, config.loss.tinker_config()
