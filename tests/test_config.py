@@ -4,7 +4,7 @@ import types
 import typing
 from collections.abc import Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import pytest
 
@@ -254,7 +254,7 @@ def test_a_loss_and_its_parameters_are_settings_checked_when_they_load(
     monkeypatch.syspath_prepend(str(tmp_path))
     own = config.load(["trainer.loss=my_losses:ScaledReinforce", "trainer.loss_params.scale=0.5"])
     made = config.loss_config(own.trainer)
-    assert made.loss.name == "scaled_reinforce" and made.loss.scale == 0.5
+    assert made.loss.name == "scaled_reinforce" and cast(Any, made.loss).scale == 0.5
     logprobs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     loss, metrics = policy_loss(logprobs, logprobs.detach(), torch.ones((1, 2)), torch.ones((1, 2)), made)
     assert loss.item() == pytest.approx(0.5 * (1.0 + 2.0) / 2) and metrics.tokens == 2

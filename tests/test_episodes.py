@@ -44,7 +44,7 @@ from rollout.workflows.episode_types import AgentAttempt
 from rollout.workflows.episodes import EpisodeWorkflow
 from rollout.workflows.names import episode_id, episode_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import MaxLagChange, RunInput, RunStatus
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import (
     AssembleInput,
@@ -182,8 +182,8 @@ async def test_updates_change_the_runs_settings_in_the_ledger(
     paused = await handle.execute_update(RunWorkflow.pause)
     assert paused.paused
     with pytest.raises(WorkflowUpdateFailedError):
-        await handle.execute_update(RunWorkflow.set_max_lag, -1)
-    assert (await handle.execute_update(RunWorkflow.set_max_lag, 3)).max_lag == 3
+        await handle.execute_update(RunWorkflow.set_max_lag, MaxLagChange(-1))
+    assert (await handle.execute_update(RunWorkflow.set_max_lag, MaxLagChange(3))).max_lag == 3
     row = await find_run(ledger, run)
     assert row is not None and row.settings["paused"] is True and row.settings["max_lag"] == 3
     assert (await run_handle(client, run).query(RunWorkflow.status)).paused

@@ -9,7 +9,10 @@ or worker module names an activity, workflow, signal, query or update with a str
 from __future__ import annotations
 
 import ast
+import dataclasses
+import importlib
 import inspect
+import typing
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -29,8 +32,9 @@ from rollout.activities.training import TrainingActivities, TrainingProvider
 from rollout.rl.losses import LossConfig
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.trainer import trainer_worker_activities
-from rollout.workflows import names, runner_stubs, trainer_stubs
+from rollout.workflows import runner_stubs, signals, trainer_stubs
 from rollout.workflows.run import RunWorkflow
+from rollout.workflows.training import TrainingWorkflow
 
 ROOT = Path(__file__).resolve().parent.parent
 SCANNED = sorted([*ROOT.glob("rollout/workflows/*.py"), *ROOT.glob("rollout/workers/*.py")])
@@ -179,9 +183,78 @@ def test_every_stub_is_called_by_a_workflow() -> None:
         assert unused == [], f"stubs no workflow calls: {unused}"
 
 
-def test_the_signals_sent_by_name_are_the_run_workflows_handlers() -> None:
-    handlers = workflow._Definition.must_from_class(RunWorkflow).signals
-    assert {names.TRAINING_PROGRESS, names.TRAINING_PAUSED} <= set(handlers)
+def _workflow_classes() -> list[type]:
+    found: list[type] = []
+    for path in sorted(ROOT.glob("rollout/workflows/*.py")):
+        module = importlib.import_module(f"rollout.workflows.{path.stem}")
+        found += [
+            value
+            for value in vars(module).values()
+            if isinstance(value, type)
+            and value.__module__ == module.__name__
+            and workflow._Definition.from_class(value) is not None
+        ]
+    return found
+
+
+def _inputs(fn: Callable[..., Any]) -> list[Any]:
+    hints = typing.get_type_hints(fn)
+    return [hints[name] for name in list(inspect.signature(fn).parameters)[1:]]
+
+
+def test_every_message_takes_at_most_one_record_and_every_query_returns_one() -> None:
+    """Temporal's guidance: one dataclass input per signal and update, so a field added later needs no new
+    argument; queries answer with a record, never a dict."""
+    classes = _workflow_classes()
+    assert RunWorkflow in classes and len(classes) >= 6
+    loose: list[str] = []
+    for cls in classes:
+        definition = workflow._Definition.must_from_class(cls)
+        handlers = [*definition.signals.values(), *definition.updates.values(), *definition.queries.values()]
+        for handler in handlers:
+            assert handler.fn is not None
+            inputs = _inputs(handler.fn)
+            if len(inputs) > 1 or any(not dataclasses.is_dataclass(given) for given in inputs):
+                loose.append(f"{cls.__name__}.{handler.fn.__name__} takes {inputs}")
+        for query in definition.queries.values():
+            assert query.fn is not None
+            answer = typing.get_type_hints(query.fn)["return"]
+            if not dataclasses.is_dataclass(answer):
+                loose.append(f"{cls.__name__}.{query.fn.__name__} answers {answer}")
+    assert loose == []
+
+
+def test_each_signal_stub_is_its_handler_by_name_and_input() -> None:
+    """A workflow that cannot import the one it signals calls a stub (rollout.workflows.signals): the stub's
+    name and record must be the handler's, or the signal would reach nothing, or fail to decode."""
+    for stubs_class, target in (
+        (signals.RunSignals, RunWorkflow),
+        (signals.TrainingSignals, TrainingWorkflow),
+    ):
+        handlers = workflow._Definition.must_from_class(target).signals
+        for name, stub in inspect.getmembers(stubs_class, inspect.isfunction):
+            defined = workflow._SignalDefinition.from_fn(stub)
+            assert defined is not None and defined.name in handlers, (name, target)
+            handler = handlers[defined.name].fn
+            assert handler is not None and _inputs(handler) == _inputs(stub), (name, target)
+
+
+def test_no_message_is_sent_by_a_name_written_at_its_call_site() -> None:
+    """Signals, updates and queries are sent by reference (a handler, or its stub), which carries the name and
+    the record: never a string, or a constant holding one."""
+    by_name: list[str] = []
+    for path in sorted(ROOT.glob("rollout/**/*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args):
+                continue
+            if node.func.attr not in {"signal", "execute_update", "start_update", "query"}:
+                continue
+            first = node.args[0]
+            if (isinstance(first, ast.Constant) and isinstance(first.value, str)) or (
+                isinstance(first, ast.Name) and first.id.isupper()
+            ):
+                by_name.append(f"{path.relative_to(ROOT)}:{node.lineno}")
+    assert by_name == []
 
 
 def test_no_activity_can_wait_on_a_dead_worker_for_long() -> None:

@@ -43,7 +43,7 @@ from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import MaxLagChange, RunInput, RunStatus
 from rollout.workflows.training_types import TrainingSpec
 from tests.sandboxutil import SANDBOX_KEY
 
@@ -298,7 +298,7 @@ async def test_max_lag_zero_trains_synchronously_and_a_change_mid_run_bounds_the
         )
         policy = run_policy(loop.run, "default")
         await _wait_for_version(ledger, policy, 2, 240)
-        changed = await handle.execute_update(RunWorkflow.set_max_lag, 2)
+        changed = await handle.execute_update(RunWorkflow.set_max_lag, MaxLagChange(2))
         assert changed.max_lag == 2
         status: RunStatus = await asyncio.wait_for(handle.result(), 300)
         assert status.trained == {"default": f"{policy}-step000004"}

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.config import TemporalSettings
-    from rollout.workflows.client import RunUpdate
+    from rollout.workflows.run_types import RunChange
 
 UPDATE_TIMEOUT_S = 60.0
 
@@ -49,7 +49,7 @@ class TemporalRunControl:
                     ) from error
             return self._client
 
-    async def _update(self, run: str, update: RunUpdate, value: int | None = None) -> Mapping[str, Any]:
+    async def _update(self, run: str, change: RunChange) -> Mapping[str, Any]:
         from temporalio.service import RPCError
 
         from rollout.gateway.operator import RunControlError
@@ -58,14 +58,14 @@ class TemporalRunControl:
         client = await self._connected()
         try:
             async with asyncio.timeout(UPDATE_TIMEOUT_S):
-                return asdict(await update_run(client, run, update, value))
+                return asdict(await update_run(client, run, change))
         except RunNotPlaying as error:
             raise RunControlError(404, str(error)) from error
         except RunUpdateRefused as error:
-            raise RunControlError(409, f"run {run} refused {update}: {error}") from error
+            raise RunControlError(409, f"run {run} refused {change.label}: {error}") from error
         except TimeoutError as error:
             raise RunControlError(
-                503, f"run {run} did not take {update} within {UPDATE_TIMEOUT_S:.0f}s: is a runner up?"
+                503, f"run {run} did not take {change.label} within {UPDATE_TIMEOUT_S:.0f}s: is a runner up?"
             ) from error
         except RPCError as error:  # Temporal away or overloaded: the operator may send it again
             raise RunControlError(
@@ -73,13 +73,19 @@ class TemporalRunControl:
             ) from error
 
     async def pause(self, run: str) -> Mapping[str, Any]:
-        return await self._update(run, "pause")
+        from rollout.workflows.run_types import PauseRun
+
+        return await self._update(run, PauseRun())
 
     async def resume(self, run: str) -> Mapping[str, Any]:
-        return await self._update(run, "resume")
+        from rollout.workflows.run_types import ResumeRun
+
+        return await self._update(run, ResumeRun())
 
     async def set_max_lag(self, run: str, max_lag: int) -> Mapping[str, Any]:
-        return await self._update(run, "set_max_lag", max_lag)
+        from rollout.workflows.run_types import MaxLagChange
+
+        return await self._update(run, MaxLagChange(max_lag))
 
 
 def gateway(

@@ -155,6 +155,7 @@ def follow_to_the_end(
     from rollout.control.tracking import settled_tracking, tracking_line
     from rollout.stack.embedded import Stack
     from rollout.workflows.client import run_handle
+    from rollout.workflows.run_types import PauseRun
 
     progresses = [TrainingProgress(run, policy) for policy in policies]
     stack = Stack(settings) if embedded else None
@@ -190,7 +191,7 @@ def follow_to_the_end(
             f"`rollout run status {run}` shows it; the stack keeps running."
         )
     except KeyboardInterrupt:
-        asyncio.run(update_run(settings, run, "pause"))
+        asyncio.run(update_run(settings, run, PauseRun()))
         err.print(
             f"\npaused run {run}. Come back to it with `rollout run attach {run}` (it resumes the run and restarts "
             "its trainer); the stack keeps running."

@@ -23,7 +23,7 @@ from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
 
 if TYPE_CHECKING:
-    from rollout.workflows.client import RunUpdate
+    from rollout.workflows.run_types import RunChange
 
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
 
@@ -258,34 +258,39 @@ def attach(
     follow_to_the_end(settings, run, policies, as_json=as_json, embedded=not cluster)
 
 
-def update_run(overrides: list[str] | None, run: str, update: RunUpdate, *args: int) -> dict[str, object]:
+def update_run(overrides: list[str] | None, run: str, change: RunChange) -> dict[str, object]:
     from rollout.control.runs import update_run as send
 
     settings = load_settings(overrides)
-    with err.status(f"run {run}: {update}…") as spinner:
+    with err.status(f"run {run}: {change.label}…") as spinner:
         return asyncio.run(
             send(
                 settings,
                 run,
-                update,
-                *args,
-                report=lambda line: spinner.update(line or f"run {run}: {update}…"),
+                change,
+                report=lambda line: spinner.update(line or f"run {run}: {change.label}…"),
             )
         )
 
 
-def _simple_update(update: RunUpdate, help_text: str) -> None:
-    def command(
-        run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
-    ) -> None:
-        _print_status(update_run(cluster_overrides(cluster, overrides), run, update), as_json)
+@app.command("pause")
+def pause(
+    run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
+) -> None:
+    """Pause a run: no new turns or episodes begin; recorded in the ledger."""
+    from rollout.workflows.run_types import PauseRun
 
-    command.__doc__ = help_text
-    app.command(update)(command)
+    _print_status(update_run(cluster_overrides(cluster, overrides), run, PauseRun()), as_json)
 
 
-_simple_update("pause", "Pause a run: no new turns or episodes begin; recorded in the ledger.")
-_simple_update("stop", "Stop a run once the episodes in flight finish.")
+@app.command("stop")
+def stop(
+    run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
+) -> None:
+    """Stop a run once the episodes in flight finish."""
+    from rollout.workflows.run_types import StopRun
+
+    _print_status(update_run(cluster_overrides(cluster, overrides), run, StopRun()), as_json)
 
 
 @app.command("resume")
@@ -300,7 +305,9 @@ def resume(
     overrides = cluster_overrides(cluster, overrides)
     if not cluster:
         asyncio.run(refuse_a_stack_serving_another_model(load_settings(overrides), run))
-    _print_status(update_run(overrides, run, "resume"), as_json)
+    from rollout.workflows.run_types import ResumeRun
+
+    _print_status(update_run(overrides, run, ResumeRun()), as_json)
 
 
 @app.command("set")
@@ -318,4 +325,6 @@ def set_(
             f"{setting!r}: the setting a run takes is max_lag=N, with N a whole number (0 = on-policy)",
             code=2,
         )
-    _print_status(update_run(cluster_overrides(cluster, overrides), run, "set_max_lag", int(value)), as_json)
+    from rollout.workflows.run_types import MaxLagChange
+
+    _print_status(update_run(cluster_overrides(cluster, overrides), run, MaxLagChange(int(value))), as_json)

@@ -37,8 +37,7 @@ if TYPE_CHECKING:
     from rollout.ledger import Ledger
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.ledger.views import StepRow
-    from rollout.workflows.client import RunUpdate
-    from rollout.workflows.run_types import RunStatus
+    from rollout.workflows.run_types import RunChange, RunStatus
 
 NO_SUCH_RUN = "the ledger has no run {run!r}: `rollout run list` shows the runs it has"
 
@@ -195,28 +194,28 @@ def policy_curves(run: str, steps: list[StepRow]) -> dict[str, dict[str, list[fl
 async def update_run(
     settings: Settings,
     run: str,
-    update: RunUpdate,
-    *args: int,
+    change: RunChange,
+    *,
     report: Callable[[str], None] = lambda line: None,
 ) -> dict[str, object]:
-    """Send `update` to run `run`'s workflow (once, however often Temporal's bad moments make it try again);
-    its status after the update, as a dict."""
+    """Make `change` to run `run` through its workflow (once, however often Temporal's bad moments make it try
+    again); its status after the update, as a dict."""
     from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
     from rollout.workflows.client import update_run as send_update
 
     client = await connect_temporal(settings, patience_s=30)
-    update_id = f"{update}-{uuid.uuid4().hex}"  # a retried update with this id is applied once
+    update_id = f"{change.label}-{uuid.uuid4().hex}"  # a retried update with this id is applied once
     try:
         status = await patiently(
-            lambda: send_update(client, run, update, *args, update_id=update_id),
-            f"run {run} to take {update}",
+            lambda: send_update(client, run, change, update_id=update_id),
+            f"run {run} to take {change.label}",
             settings,
             report=report,
             then=f"`rollout run status {run}` shows whether it took it; sending it again is harmless.",
             window_s=OUTAGE_S,
         )
     except RunUpdateRefused as error:
-        raise ControlError(f"run {run} refused {update}: {error}") from None
+        raise ControlError(f"run {run} refused {change.label}: {error}") from None
     except RunNotPlaying as error:
         raise ControlError(
             f"{error}: `rollout run list` shows the runs, `rollout run start` starts one"
@@ -299,5 +298,7 @@ async def reattach(settings: Settings, run: str) -> list[str]:
             "shows where it ended"
         )
     if status.paused and not status.pause_reason:
-        await update_run(settings, run, "resume")
+        from rollout.workflows.run_types import ResumeRun
+
+        await update_run(settings, run, ResumeRun())
     return list(status.trained) or ["default"]

@@ -25,8 +25,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.ledger import Ledger
-    from rollout.workflows.client import RunUpdate
-    from rollout.workflows.run_types import RunStatus
+    from rollout.workflows.run_types import RunChange, RunStatus
 
 OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
 LEDGER_PATIENCE_S = 2.0
@@ -66,10 +65,10 @@ class Monitor:
 
         return asyncio.run(go())
 
-    def update_run(self, run: str, update: RunUpdate, value: int | None = None) -> RunStatus:
+    def update_run(self, run: str, change: RunChange) -> RunStatus:
         from rollout.workflows.client import update_run
 
-        return self.temporal(lambda client: update_run(client, run, update, value))
+        return self.temporal(lambda client: update_run(client, run, change))
 
     def workflow_url(self, workflow_id: str) -> str | None:
         """The Temporal web UI's page of a workflow, when the UI's address is known."""

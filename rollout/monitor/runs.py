@@ -206,15 +206,16 @@ def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) 
     from temporalio.service import RPCError
 
     from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
+    from rollout.workflows.run_types import MaxLagChange, PauseRun, ResumeRun
 
     left, middle, right = st.columns(3)
     try:
         if left.button("Resume" if settings.get("paused") else "Pause", key="pause"):
-            monitor.update_run(run, "resume" if settings.get("paused") else "pause")
+            monitor.update_run(run, ResumeRun() if settings.get("paused") else PauseRun())
             st.rerun()
         lag = middle.number_input("max_lag", min_value=0, value=int(settings.get("max_lag") or 0), step=1)
         if right.button("Set max_lag", key="max_lag"):
-            monitor.update_run(run, "set_max_lag", int(lag))
+            monitor.update_run(run, MaxLagChange(int(lag)))
             st.rerun()
     except (RunNotPlaying, RunUpdateRefused) as error:
         st.error(plain(error))

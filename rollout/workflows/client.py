@@ -6,9 +6,10 @@ Contract:
   `handle.result()` is a `RunStatus`.
 - Callers spell no workflow, update or query name: they pass the handlers themselves, e.g.
   `await handle.query(RunWorkflow.status)`, `await handle.execute_update(RunWorkflow.pause)` (also `resume`,
-  `stop`, and `set_max_lag` with the new lag); each update returns the run's `RunStatus` after it.
-- `update_run` applies one of the run's updates by name (what `rollout run pause|resume|stop|set` and the
-  gateway's operator routes send) and returns the run's `RunStatus` after it; a run that is not playing raises
+  `stop`, and `set_max_lag` with a `MaxLagChange`); each update returns the run's `RunStatus` after it.
+- `update_run` makes a `RunChange` (`PauseRun()`, `ResumeRun()`, `StopRun()`, `MaxLagChange(n)`: what
+  `rollout run pause|resume|stop|set`, the dashboard and the gateway's operator routes send) through the run's
+  update for it and returns the run's `RunStatus` after it; a run that is not playing raises
   `RunNotPlaying`, an update the run refuses (a bad max_lag) raises `RunUpdateRefused`, each with the reason;
   Temporal's own trouble is its `RPCError`, and an update sent again under the same `update_id` applies once.
 - `run_state(client, run)` is the run workflow's execution status (RUNNING, COMPLETED, …; MISSING when there
@@ -24,7 +25,6 @@ Contract:
 from __future__ import annotations
 
 from datetime import timedelta
-from typing import Literal
 
 from temporalio.api.enums.v1 import TaskQueueType
 from temporalio.api.taskqueue.v1 import TaskQueue
@@ -41,7 +41,15 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import (
+    MaxLagChange,
+    PauseRun,
+    ResumeRun,
+    RunChange,
+    RunInput,
+    RunStatus,
+    StopRun,
+)
 
 
 async def start_run(
@@ -107,9 +115,6 @@ async def worker_polls(client: Client, task_queue: str) -> bool:
         return True
 
 
-RunUpdate = Literal["pause", "resume", "stop", "set_max_lag"]
-
-
 class RunNotPlaying(LookupError):
     """No workflow of that run is playing (never started, or already ended)."""
 
@@ -119,19 +124,22 @@ class RunUpdateRefused(ValueError):
 
 
 async def update_run(
-    client: Client, run: str, update: RunUpdate, value: int | None = None, *, update_id: str | None = None
+    client: Client, run: str, change: RunChange, *, update_id: str | None = None
 ) -> RunStatus:
-    """Apply `update` to run `run` (`set_max_lag` takes `value`) and return the run's status after it. Sent
+    """Make `change` to run `run` through its workflow's update and return the run's status after it. Sent
     again with the same `update_id`, an update the run has taken already is not applied twice. Temporal's own
     trouble (`RPCError`s other than NOT_FOUND) is raised as it is, for the caller to wait out."""
     handle = run_handle(client, run)
     try:
-        if update == "set_max_lag":
-            if value is None:
-                raise RunUpdateRefused("set_max_lag needs the new max_lag")
-            return await handle.execute_update(RunWorkflow.set_max_lag, value, id=update_id)
-        plain = {"pause": RunWorkflow.pause, "resume": RunWorkflow.resume, "stop": RunWorkflow.stop}
-        return await handle.execute_update(plain[update], id=update_id)
+        match change:
+            case MaxLagChange():
+                return await handle.execute_update(RunWorkflow.set_max_lag, change, id=update_id)
+            case PauseRun():
+                return await handle.execute_update(RunWorkflow.pause, id=update_id)
+            case ResumeRun():
+                return await handle.execute_update(RunWorkflow.resume, id=update_id)
+            case StopRun():
+                return await handle.execute_update(RunWorkflow.stop, id=update_id)
     except WorkflowUpdateFailedError as error:
         raise RunUpdateRefused(str(error.cause)) from error
     except RPCError as error:

@@ -225,3 +225,18 @@ class SupplyInput:
     straggler_factor: float = defaults.STRAGGLER_FACTOR
     straggler_after: int = defaults.STRAGGLER_AFTER
     group_seconds: list[float] = field(default_factory=list[float])  # how long the last groups took, in s
+
+
+@dataclass(frozen=True)
+class SupplyPaused:
+    """`EpisodeSupplyWorkflow.set_paused`: whether new groups may start."""
+
+    paused: bool
+
+
+@dataclass(frozen=True)
+class SupplyAllowance:
+    """`EpisodeSupplyWorkflow.set_allowance`: how many groups may have started in all (rollout.rl.selection's
+    supply allowance)."""
+
+    allowance: int

@@ -70,13 +70,17 @@ from rollout.workflows.episode_types import (
     EpisodeResult,
     PinRequest,
     SandboxGrant,
+    SupplyAllowance,
     SupplyCounts,
     SupplyInput,
+    SupplyPaused,
     episode_record,
 )
 from rollout.workflows.eval_types import ServingHold
-from rollout.workflows.names import EPISODES_FAILING, agent_workflow_id, episode_id, episode_workflow_id
+from rollout.workflows.names import agent_workflow_id, episode_id, episode_workflow_id
 from rollout.workflows.options import QUICK, heartbeating
+from rollout.workflows.run_types import PauseAsked
+from rollout.workflows.signals import RunSignals
 
 PLAY_HEARTBEAT = timedelta(seconds=10)
 PLAY_TIMEOUT = timedelta(hours=6)
@@ -341,9 +345,9 @@ class EpisodeSupplyWorkflow:
         self.watch_stragglers = False
 
     @workflow.signal
-    def set_paused(self, paused: bool) -> None:
-        self.paused = paused
-        if not paused:
+    def set_paused(self, paused: SupplyPaused) -> None:
+        self.paused = paused.paused
+        if not paused.paused:
             self.recent_failed = []  # resumed: the environment may be fixed, count afresh
 
     @workflow.signal
@@ -351,8 +355,8 @@ class EpisodeSupplyWorkflow:
         self.stopping = True
 
     @workflow.signal
-    def set_allowance(self, allowance: int) -> None:
-        self.allowance = allowance
+    def set_allowance(self, allowance: SupplyAllowance) -> None:
+        self.allowance = allowance.allowance
 
     @workflow.query
     def counts(self) -> SupplyCounts:
@@ -522,4 +526,6 @@ class EpisodeSupplyWorkflow:
         )
         parent = workflow.info().parent
         if parent is not None:
-            await workflow.get_external_workflow_handle(parent.workflow_id).signal(EPISODES_FAILING, reason)
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                RunSignals.episodes_failing, PauseAsked(reason)
+            )

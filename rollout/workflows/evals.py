@@ -55,8 +55,6 @@ from rollout.workflows.eval_types import (
     ServingHold,
 )
 from rollout.workflows.names import (
-    EVAL_GATE_PAUSE,
-    EVAL_GATE_ROLLBACK,
     bridge_workflow_id,
     eval_run,
     run_workflow_id,
@@ -64,8 +62,9 @@ from rollout.workflows.names import (
     training_workflow_id,
 )
 from rollout.workflows.options import QUICK, heartbeating
-from rollout.workflows.run_types import RunInput
-from rollout.workflows.training_types import BridgeInput
+from rollout.workflows.run_types import GateTripped, RunInput
+from rollout.workflows.signals import RunSignals, TrainingSignals
+from rollout.workflows.training_types import BridgeInput, RollbackAsked
 
 FOR_GOOD = [
     "UnknownCheckpoint",
@@ -153,11 +152,13 @@ class EvalWorkflow:
             if gate.action == "pause":
                 key = f"{given.suite}@{given.version}/{checkpoint}"
                 await workflow.get_external_workflow_handle(run_workflow_id(gate.run)).signal(
-                    EVAL_GATE_PAUSE, args=[key, decided.reason]
+                    RunSignals.eval_gate_pause, GateTripped(key, decided.reason)
                 )
             elif gate.action == "rollback" and decided.best is not None:
                 handle = workflow.get_external_workflow_handle(training_workflow_id(gate.run, gate.policy))
-                await handle.signal(EVAL_GATE_ROLLBACK, args=[decided.best, decided.reason])
+                await handle.signal(
+                    TrainingSignals.eval_gate_rollback, RollbackAsked(decided.best, decided.reason)
+                )
         except ApplicationError as error:  # the run (or its training) has ended: nothing is left to act on
             workflow.logger.warning("the eval gate could not %s %s: %s", gate.action, gate.run, error)
 

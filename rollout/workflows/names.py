@@ -7,7 +7,8 @@ Contract:
 - Workflows, activities and messages are otherwise called by reference (`RunWorkflow.run`,
   `runner_stubs.play_agent`, `EpisodeSupplyWorkflow.set_paused`), which carries their names and types. A
   message whose sender cannot import the receiving workflow's class (a child signalling its parent:
-  `TrainingWorkflow` → `RunWorkflow`) is named here, and the receiving handler's decorator uses the constant.
+  `TrainingWorkflow` → `RunWorkflow`) is named here: the receiving handler's decorator and its typed stub
+  (rollout.workflows.signals), which the sender calls, use the constant.
 - A trained policy is named per run in the ledger (`run_policy`: `{run}/{policy}`), so two runs that both
   train "default" never share checkpoints or staleness bounds.
 """
@@ -19,12 +20,12 @@ TRAINER_QUEUE = "rollout-trainer"  # training and bridge workflows and the train
 
 # Signals `TrainingWorkflow` sends its parent `RunWorkflow` (training.py cannot import run.py, which starts
 # it).
-TRAINING_PROGRESS = "training_progress"  # (policy, steps done)
-TRAINING_PAUSED = "training_paused"  # (reason)
-EPISODES_FAILING = "episodes_failing"  # (reason): the supply paused itself, too many episodes failed
+TRAINING_PROGRESS = "training_progress"  # TrainingAdvanced
+TRAINING_PAUSED = "training_paused"  # PauseAsked
+EPISODES_FAILING = "episodes_failing"  # PauseAsked: the supply paused itself, too many episodes failed
 # Signals an `EvalWorkflow` whose gate tripped sends (rollout.evals.gates).
-EVAL_GATE_PAUSE = "eval_gate_pause"  # to `RunWorkflow`: (gate key, reason)
-EVAL_GATE_ROLLBACK = "eval_gate_rollback"  # to `TrainingWorkflow`: (checkpoint to train on from, reason)
+EVAL_GATE_PAUSE = "eval_gate_pause"  # to `RunWorkflow`: GateTripped
+EVAL_GATE_ROLLBACK = "eval_gate_rollback"  # to `TrainingWorkflow`: RollbackAsked
 
 
 def run_policy(run: str, policy: str) -> str:

@@ -49,7 +49,13 @@ from temporalio.workflow import ParentClosePolicy
 from rollout.rl.selection import supply_allowance
 from rollout.run_settings import BadRunSetting, max_lag_of
 from rollout.workflows import runner_stubs
-from rollout.workflows.episode_types import EnvironmentInfo, SupplyCounts, SupplyInput
+from rollout.workflows.episode_types import (
+    EnvironmentInfo,
+    SupplyAllowance,
+    SupplyCounts,
+    SupplyInput,
+    SupplyPaused,
+)
 from rollout.workflows.episodes import EpisodeSupplyWorkflow
 from rollout.workflows.names import (
     EPISODES_FAILING,
@@ -61,7 +67,15 @@ from rollout.workflows.names import (
     training_workflow_id,
 )
 from rollout.workflows.options import QUICK, heartbeating
-from rollout.workflows.run_types import RunInput, RunStatus, SettingsChange
+from rollout.workflows.run_types import (
+    GateTripped,
+    MaxLagChange,
+    PauseAsked,
+    RunInput,
+    RunStatus,
+    SettingsChange,
+    TrainingAdvanced,
+)
 from rollout.workflows.tracking import TrackingWorkflow
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import TrainingInput, TrainingSpec
@@ -185,12 +199,13 @@ class RunWorkflow:
     async def _send_allowance(self) -> None:
         allowance = self._allowance()
         if allowance is not None:
-            await self._tell_supply(EpisodeSupplyWorkflow.set_allowance, allowance)
+            await self._tell_supply(EpisodeSupplyWorkflow.set_allowance, SupplyAllowance(allowance))
 
     @workflow.signal(name=TRAINING_PROGRESS)
-    async def training_progress(self, policy: str, steps: int, replaced: int = 0) -> None:
+    async def training_progress(self, advanced: TrainingAdvanced) -> None:
         """A training workflow has finished `steps` steps (trained, or skipped) of `policy`, and refill has
         replaced `replaced` tied groups of it (a waiting step's set-aside ones included)."""
+        policy, steps, replaced = advanced.policy, advanced.steps, advanced.replaced
         # Under the lock, so allowances reach the supply in the order they were computed (never a stale one
         # last).
         async with self.lock:
@@ -207,28 +222,28 @@ class RunWorkflow:
                 await self._send_allowance()
 
     @workflow.signal(name=TRAINING_PAUSED)
-    async def training_paused(self, reason: str) -> None:
+    async def training_paused(self, asked: PauseAsked) -> None:
         """A training step could not be published (`reason`): pause the run until `resume`."""
         async with self.lock:
             self.state.training_paused = True
-            await self._pause(reason)
+            await self._pause(asked.reason)
 
     @workflow.signal(name=EPISODES_FAILING)
-    async def episodes_failing(self, reason: str) -> None:
+    async def episodes_failing(self, asked: PauseAsked) -> None:
         """Too many recent episodes failed (`reason`): the supply paused itself; pause the run until
         `resume`."""
         async with self.lock:
-            await self._pause(reason)
+            await self._pause(asked.reason)
 
     @workflow.signal(name=EVAL_GATE_PAUSE)
-    async def eval_gate_pause(self, gate: str, reason: str) -> None:
+    async def eval_gate_pause(self, tripped: GateTripped) -> None:
         """An eval's gate tripped (`gate`: suite@version/checkpoint): pause the run until `resume`, once per
         gate."""
         async with self.lock:
-            if gate in self.state.gates_acted:
+            if tripped.gate in self.state.gates_acted:
                 return
-            self.state.gates_acted.append(gate)
-            await self._pause(reason)
+            self.state.gates_acted.append(tripped.gate)
+            await self._pause(tripped.reason)
 
     async def _pause(self, reason: str | None = None) -> None:
         changes: dict[str, bool | int | float | str] = {"paused": True}
@@ -273,7 +288,7 @@ class RunWorkflow:
             EpisodeSupplyWorkflow.run, supply_workflow_id(self.state.run)
         )
 
-    async def _tell_supply(self, signal: Any, *args: Any) -> None:
+    async def _tell_supply(self, signal: Any, *args: SupplyAllowance | SupplyPaused) -> None:
         """Signal the supply, unless it has ended: also when it ended after `_supply` looked (the signal then
         finds no workflow, before its completion reaches this one), since nothing is left to tell it."""
         if (supply := await self._supply()) is None:
@@ -285,7 +300,7 @@ class RunWorkflow:
                 raise
 
     async def _pause_supply(self, paused: bool) -> None:
-        await self._tell_supply(EpisodeSupplyWorkflow.set_paused, paused)
+        await self._tell_supply(EpisodeSupplyWorkflow.set_paused, SupplyPaused(paused))
 
     async def _stop_supply(self) -> None:
         await self._tell_supply(EpisodeSupplyWorkflow.stop)
@@ -315,17 +330,17 @@ class RunWorkflow:
             return self.status()
 
     @workflow.update
-    async def set_max_lag(self, max_lag: int) -> RunStatus:
+    async def set_max_lag(self, change: MaxLagChange) -> RunStatus:
         async with self.lock:
-            await self._change({"max_lag": max_lag})
-            self.state.max_lag = max_lag
+            await self._change({"max_lag": change.max_lag})
+            self.state.max_lag = change.max_lag
             await self._send_allowance()
             return self.status()
 
     @set_max_lag.validator
-    def _check_max_lag(self, max_lag: int) -> None:
+    def _check_max_lag(self, change: MaxLagChange) -> None:
         try:
-            max_lag_of(max_lag)
+            max_lag_of(change.max_lag)
         except BadRunSetting as error:
             raise ApplicationError(str(error)) from None
 

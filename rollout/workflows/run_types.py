@@ -1,6 +1,8 @@
 """The records of `RunWorkflow` (rollout.workflows.run): a run's start (`RunInput`, which the runner's
-`create_run` activity records), its state (`RunStatus`: its result and its `status` query) and a change of its
-settings (`SettingsChange`, which `change_settings` records).
+`create_run` activity records), its state (`RunStatus`: its result and its `status` query), a change of its
+settings (`SettingsChange`, which `change_settings` records), the changes its updates make (`RunChange`:
+`PauseRun`, `ResumeRun`, `StopRun`, `MaxLagChange`) and the signals it takes (`TrainingAdvanced`,
+`PauseAsked`, `GateTripped`).
 
 A workflow's records live in a module of their own beside it, all in one place, not in the workflow's
 module: the activity stubs carry most of them, the workflow's module imports the stubs, and a stubs module
@@ -70,3 +72,65 @@ class SettingsChange:
     run: str
     key: str  # the business key of this change (its update id)
     changes: dict[str, bool | int | float | str]
+
+
+@dataclass(frozen=True)
+class PauseRun:
+    """`RunWorkflow.pause`: no new turn or episode begins until the run is resumed."""
+
+    label = "pause"
+
+
+@dataclass(frozen=True)
+class ResumeRun:
+    """`RunWorkflow.resume`: the run plays again, and a training paused with it goes on."""
+
+    label = "resume"
+
+
+@dataclass(frozen=True)
+class StopRun:
+    """`RunWorkflow.stop`: the run ends once the episodes in flight finish."""
+
+    label = "stop"
+
+
+@dataclass(frozen=True)
+class MaxLagChange:
+    """`RunWorkflow.set_max_lag`: how many checkpoints a turn may sample behind the newest from now on."""
+
+    max_lag: int
+
+    @property
+    def label(self) -> str:
+        return f"max_lag={self.max_lag}"
+
+
+type RunChange = PauseRun | ResumeRun | StopRun | MaxLagChange
+"""What an update of a run changes (rollout.workflows.client.update_run sends it); `label` names it."""
+
+
+@dataclass(frozen=True)
+class TrainingAdvanced:
+    """`TrainingWorkflow` → `RunWorkflow`: `policy` has finished `steps` steps (trained, or skipped), and
+    refill has replaced `replaced` tied groups of it."""
+
+    policy: str
+    steps: int
+    replaced: int = 0
+
+
+@dataclass(frozen=True)
+class PauseAsked:
+    """To `RunWorkflow`: pause the run until it is resumed, for `reason` (a step that could not be published;
+    too many failing episodes)."""
+
+    reason: str
+
+
+@dataclass(frozen=True)
+class GateTripped:
+    """An eval's gate → `RunWorkflow`: pause the run, once per `gate` (suite@version/checkpoint)."""
+
+    gate: str
+    reason: str

@@ -58,18 +58,20 @@ from rollout.workflows.eval_types import EvalInput, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import (
     EVAL_GATE_ROLLBACK,
-    TRAINING_PAUSED,
-    TRAINING_PROGRESS,
     bridge_workflow_id,
     eval_workflow_id,
     run_policy,
 )
 from rollout.workflows.options import heartbeating
+from rollout.workflows.run_types import PauseAsked, TrainingAdvanced
+from rollout.workflows.signals import RunSignals
 from rollout.workflows.training_types import (
     AssembleInput,
     BridgeInput,
+    RollbackAsked,
     ServedWait,
     TrainingInput,
+    TrainingPosition,
     TrainingResult,
     TrainStepInput,
 )
@@ -101,14 +103,14 @@ class TrainingWorkflow:
         self.resumed = True
 
     @workflow.signal(name=EVAL_GATE_ROLLBACK)
-    def eval_gate_rollback(self, checkpoint: str, reason: str) -> None:
+    def eval_gate_rollback(self, asked: RollbackAsked) -> None:
         """An eval's gate tripped with action `rollback`: the next step trains from `checkpoint`."""
-        workflow.logger.warning("rolling back to %s: %s", checkpoint, reason)
-        self.rollback_to = checkpoint
+        workflow.logger.warning("rolling back to %s: %s", asked.checkpoint, asked.reason)
+        self.rollback_to = asked.checkpoint
 
     @workflow.query
-    def progress(self) -> dict[str, int | str | None]:
-        return {"step": self.step, "newest": self.newest}
+    def progress(self) -> TrainingPosition:
+        return TrainingPosition(self.step, self.newest)
 
     @workflow.run
     async def run(self, given: TrainingInput) -> TrainingResult:
@@ -248,7 +250,7 @@ class TrainingWorkflow:
         parent = workflow.info().parent
         if parent is not None:
             await workflow.get_external_workflow_handle(parent.workflow_id).signal(
-                TRAINING_PROGRESS, args=[given.policy, steps, self.replaced]
+                RunSignals.training_progress, TrainingAdvanced(given.policy, steps, self.replaced)
             )
 
     async def _pause_run(self, run: str, reason: str) -> None:
@@ -256,5 +258,7 @@ class TrainingWorkflow:
         self.resumed = False
         parent = workflow.info().parent
         if parent is not None:
-            await workflow.get_external_workflow_handle(parent.workflow_id).signal(TRAINING_PAUSED, reason)
+            await workflow.get_external_workflow_handle(parent.workflow_id).signal(
+                RunSignals.training_paused, PauseAsked(reason)
+            )
         await workflow.wait_condition(lambda: self.resumed)

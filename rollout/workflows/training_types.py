@@ -181,3 +181,19 @@ class BridgeResult:
 class ServedWait:
     checkpoint: str
     timeout_s: float
+
+
+@dataclass(frozen=True)
+class RollbackAsked:
+    """An eval's gate → `TrainingWorkflow`: the next step trains from `checkpoint`, for `reason`."""
+
+    checkpoint: str
+    reason: str
+
+
+@dataclass
+class TrainingPosition:
+    """`TrainingWorkflow.progress` (a query): the step it is on and its newest checkpoint."""
+
+    step: int
+    newest: str | None
