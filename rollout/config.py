@@ -41,7 +41,7 @@ from rollout.policy_settings import (
     policy_keys,
     set_policies,
 )
-from rollout.rl.advantages import AdvantageKind
+from rollout.rl.advantages import AdvantageError, advantage_from
 from rollout.rl.losses.core import LossConfig
 from rollout.rl.losses.registry import LossError, loss_from
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
@@ -286,7 +286,9 @@ class TrainerSettings:
     loss_params: dict[str, float] = field(default_factory=dict[str, float])
     # IcePop, with any loss: sampled tokens whose ratio π_θ/μ leaves [lo, hi] are dropped, not clipped.
     token_mask_bounds: list[float] | None = None
-    advantage: AdvantageKind = AdvantageKind.group_norm
+    # How a group's rewards become advantages: group_norm (GRPO), leave_one_out (RLOO), or your own function
+    # as package.module:attribute (rollout.rl.advantages).
+    advantage: str = "group_norm"
     device: str | None = None  # cpu or cuda; default cuda when there is one
     gpu_lease: str | None = None  # one-GPU mode: hold this GPU's lease while a step trains
     lease_ttl_s: float = 60.0  # a dead trainer's policy is free for another after this long
@@ -621,6 +623,10 @@ def _check_values(settings: Settings) -> None:
 
 
 def _check_loss(trainer: TrainerSettings) -> None:
+    try:
+        advantage_from(trainer.advantage)
+    except AdvantageError as error:
+        raise ConfigError(f"bad value for 'trainer.advantage': {error}") from None
     try:
         loss = loss_from(trainer.loss, trainer.loss_params)
     except LossError as error:

@@ -284,3 +284,11 @@ def test_a_loss_and_its_parameters_are_settings_checked_when_they_load(
         with pytest.raises(config.ConfigError, match=said) as raised:
             config.load(list(overrides))
         assert "\n" not in str(raised.value), overrides
+
+
+def test_an_advantage_method_is_checked_when_the_settings_load() -> None:
+    assert config.load(["trainer.advantage=leave_one_out"]).trainer.advantage == "leave_one_out"
+    assert config.load(["trainer.advantage=statistics:fmean"]).trainer.advantage == "statistics:fmean"
+    for wrong, said in (("grpo", "no advantage method 'grpo'"), ("math:pi", "is a float, not a function")):
+        with pytest.raises(config.ConfigError, match=rf"^bad value for 'trainer\.advantage': .*{said}"):
+            config.load([f"trainer.advantage={wrong}"])

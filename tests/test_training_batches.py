@@ -18,7 +18,6 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import SampledTurn
 from rollout.ledger.streams import seat_stream
 from rollout.rendering import ModelRenderer
-from rollout.rl.advantages import AdvantageKind
 from rollout.rl.batches import AgentEpisode, assemble_batch
 from rollout.rl.segments import TrainingSegment, segments_from_turns
 from rollout.rl.selection import EpisodeRecordView, Selection, ready_groups, select_groups, supply_allowance
@@ -149,7 +148,7 @@ def test_a_batch_gives_each_agent_its_group_advantage_and_skips_groups_without_s
             episode="g0-0", group=0, agent="judge", policy="frozen", reward=1.0, segments=(segment(9),)
         ),  # another policy: not in this batch
     ]
-    batch = assemble_batch(played, "default", AdvantageKind.leave_one_out)
+    batch = assemble_batch(played, "default", "leave_one_out")
     assert [(w.episode, w.agent, w.advantage) for w in batch.segments] == [
         ("g0-0", "A", 1.0),
         ("g0-1", "A", -1.0),

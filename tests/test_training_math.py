@@ -4,11 +4,12 @@ gradients, token masks and diagnostics."""
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pytest
 import torch
 
-from rollout.rl.advantages import AdvantageKind, group_advantages
+from rollout.rl.advantages import AdvantageError, advantage_from, group_advantages, group_norm, leave_one_out
 from rollout.rl.losses import (
     BUILT_IN,
     CISPO,
@@ -28,17 +29,31 @@ def log(*probabilities: float) -> torch.Tensor:
 def test_group_normalised_and_leave_one_out_advantages() -> None:
     rewards = [1.0, 0.0, 0.0, 1.0]
     # mean 0.5, population std 0.5
-    assert group_advantages(rewards, AdvantageKind.group_norm, eps=0.0) == [1.0, -1.0, -1.0, 1.0]
+    assert group_norm(rewards, eps=0.0) == [1.0, -1.0, -1.0, 1.0]
+    assert group_advantages(rewards, "group_norm") == pytest.approx([1.0, -1.0, -1.0, 1.0], abs=1e-5)
     # R_i − mean of the others: 1 − 1/3, 0 − 2/3
-    assert group_advantages(rewards, AdvantageKind.leave_one_out) == pytest.approx(
-        [2 / 3, -2 / 3, -2 / 3, 2 / 3]
-    )
-    assert group_advantages([0.5, 0.5, 0.5], AdvantageKind.group_norm) is None, (
-        "no signal: skipped, not trained on"
-    )
-    assert group_advantages([1.0], AdvantageKind.leave_one_out) is None
+    assert group_advantages(rewards, "leave_one_out") == pytest.approx([2 / 3, -2 / 3, -2 / 3, 2 / 3])
+    assert group_advantages([0.5, 0.5, 0.5], "group_norm") is None, "no signal: skipped, not trained on"
+    assert group_advantages([1.0], "leave_one_out") is None
     with pytest.raises(ValueError, match="finite"):
         group_advantages([1.0, math.nan])
+
+
+def test_an_advantage_method_of_your_own_is_a_function_and_is_held_to_one_finite_advantage_each() -> None:
+    def ranked(rewards: Sequence[float]) -> list[float]:
+        order = sorted(range(len(rewards)), key=lambda i: rewards[i])
+        return [float(order.index(i)) - (len(rewards) - 1) / 2 for i in range(len(rewards))]
+
+    assert group_advantages([0.1, 0.9, 0.5], ranked) == [-1.0, 1.0, 0.0]
+    assert advantage_from("leave_one_out") is leave_one_out
+    for wrong in (lambda rewards: [1.0], lambda rewards: [math.inf] * len(rewards)):
+        with pytest.raises(AdvantageError, match="one finite advantage per episode"):
+            group_advantages([0.0, 1.0], wrong)
+    with pytest.raises(AdvantageError, match="no advantage method 'grpo': name a built-in one"):
+        advantage_from("grpo")
+    with pytest.raises(AdvantageError, match="is a float, not a function"):
+        advantage_from("math:pi")
+    assert advantage_from("statistics:fmean") is not None, "any function, by its import path"
 
 
 def test_truncated_importance_sampling_caps_weights_and_masks_tokens() -> None:

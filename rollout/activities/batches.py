@@ -30,7 +30,6 @@ from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEve
 from rollout.ledger.payloads import EpisodeEnded, SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
-from rollout.rl.advantages import AdvantageKind
 from rollout.rl.batches import AgentEpisode, Batch, assemble_batch
 from rollout.rl.segments import segments_from_turns
 from rollout.rl.selection import EpisodeRecordView, select_groups
@@ -144,9 +143,7 @@ async def look_for_batch(ledger: Ledger, given: AssembleInput) -> BatchLookup:
     return BatchLookup(info, replaced_before + len(info.replaced_groups))
 
 
-async def load_batch(
-    ledger: Ledger, info: BatchInfo, advantage: AdvantageKind = AdvantageKind.group_norm
-) -> Batch:
+async def load_batch(ledger: Ledger, info: BatchInfo, advantage: str = "group_norm") -> Batch:
     records = _episode_records(await read_all(ledger, run_episodes_stream(info.run)))
     taken = [records[e] for e in info.episodes]
     return assemble_batch(await _agent_episodes(ledger, taken), info.policy, advantage)

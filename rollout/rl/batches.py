@@ -17,7 +17,7 @@ import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from rollout.rl.advantages import AdvantageKind, group_advantages
+from rollout.rl.advantages import group_advantages
 from rollout.rl.segments import TrainingSegment
 
 
@@ -67,9 +67,7 @@ class Batch:
         )
 
 
-def assemble_batch(
-    played: Sequence[AgentEpisode], policy: str, method: AdvantageKind = AdvantageKind.group_norm
-) -> Batch:
+def assemble_batch(played: Sequence[AgentEpisode], policy: str, method: str = "group_norm") -> Batch:
     mine = [p for p in played if p.policy == policy]
     groups: dict[tuple[int, str], list[AgentEpisode]] = {}
     for part in mine:

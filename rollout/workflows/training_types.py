@@ -16,7 +16,6 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rollout.records import Payload
-from rollout.rl.advantages import AdvantageKind
 from rollout.workflows.eval_types import EvalInput
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
@@ -41,7 +40,7 @@ class TrainingSpec:
 
     steps: int
     groups_per_batch: int = 2
-    advantage: AdvantageKind = AdvantageKind.group_norm
+    advantage: str = "group_norm"  # rollout.rl.advantages: a built-in name, or package.module:attribute
     # Refill (DAPO's dynamic sampling): a group whose rewards tie is replaced by a fresh one, at most
     # `refill_max` per step (None: twice groups_per_batch), so each step trains `groups_per_batch` groups with
     # signal.
@@ -96,7 +95,7 @@ class AssembleInput:
     step: int
     group_size: int
     groups_per_batch: int = 2
-    advantage: AdvantageKind = AdvantageKind.group_norm
+    advantage: str = "group_norm"  # rollout.rl.advantages: a built-in name, or package.module:attribute
     refill_max: int | None = None  # tied groups a step may replace by fresh ones (None: refill off)
     agents: list[str] | None = None  # whose rewards say a group's signal (None: every agent's)
 
@@ -144,7 +143,7 @@ class TrainStepInput:
     step: int
     batch: BatchInfo
     parent: str | None  # the checkpoint this step trains from; None for the base model
-    advantage: AdvantageKind = AdvantageKind.group_norm
+    advantage: str = "group_norm"  # rollout.rl.advantages: a built-in name, or package.module:attribute
     # The lineage's newest checkpoint when the step starts, what staleness is measured against: the parent,
     # unless an eval gate rolled training back to an older one (None: the parent).
     newest: str | None = None
