@@ -630,7 +630,7 @@ def _check_loss(trainer: TrainerSettings) -> None:
     try:
         loss = loss_from(trainer.loss, trainer.loss_params)
     except LossError as error:
-        key = "trainer.loss_params" if trainer.loss_params and "parameter" in str(error) else "trainer.loss"
+        key = "trainer.loss_params" if error.in_params else "trainer.loss"
         raise ConfigError(f"bad value for '{key}': {error}") from None
     bounds = trainer.token_mask_bounds
     if bounds is not None and not (len(bounds) == 2 and 0 <= bounds[0] < 1 < bounds[1] < math.inf):

@@ -25,7 +25,12 @@ BUILT_IN: dict[str, type[PolicyLoss]] = {PPO.name: PPO, TruncatedIS.name: Trunca
 
 
 class LossError(ValueError):
-    """A loss cannot be made from what names it; the message says what to set."""
+    """A loss cannot be made from what names it; the message says what to set. `in_params`: the loss was
+    found, and its parameters are what is wrong."""
+
+    def __init__(self, message: str, *, in_params: bool = False) -> None:
+        super().__init__(message)
+        self.in_params = in_params
 
 
 def loss_from(spec: str, params: Mapping[str, float] | None = None) -> PolicyLoss:
@@ -42,7 +47,8 @@ def loss_from(spec: str, params: Mapping[str, float] | None = None) -> PolicyLos
         elif params:
             raise LossError(
                 f"{spec} is a loss object, made already: it takes no parameters ({', '.join(params)}); name its "
-                "class instead, or set them where it is made"
+                "class instead, or set them where it is made",
+                in_params=True,
             )
         else:
             made = found
@@ -62,6 +68,6 @@ def _made(cls: type, spec: str, params: dict[str, float]) -> object:
     try:
         return cls(**params)
     except TypeError as error:
-        raise LossError(f"loss {spec} does not take these parameters: {error}") from None
+        raise LossError(f"loss {spec} does not take these parameters: {error}", in_params=True) from None
     except ValueError as error:
-        raise LossError(f"loss {spec}: {error}") from None
+        raise LossError(f"loss {spec}: {error}", in_params=bool(params)) from None
