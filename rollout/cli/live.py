@@ -103,12 +103,16 @@ async def follow_training(
             while await tick():
                 live.update(f"[{time.monotonic() - started:5.0f}s] {line()}")
                 await asyncio.sleep(1.0)
-    else:
-        last_line, last_at = "", 0.0
+    last_line, last_at = "", 0.0
+    if not err.is_terminal:
         while await tick():
             text, now = line(), time.monotonic()
             steps_changed = text.split(" · ")[0] != last_line.split(" · ")[0]
-            said_anew = any(said not in last_line for said in refusing)
+            # A tracking backend newly refusing, or a new reason episodes fail: said at once, not at the next
+            # step (the run may end first).
+            said_anew = any(said not in last_line for said in refusing) or _why_failing(text) != _why_failing(
+                last_line
+            )
             if text != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S or outage or said_anew):
                 err.print(f"[{now - started:5.0f}s] {text}", highlight=False, markup=False)
                 last_line, last_at = text, now
@@ -116,6 +120,8 @@ async def follow_training(
     final = await outlasting(handle.result)
     for progress in progresses:
         await outlasting(lambda progress=progress: progress.refresh(ledger))
+    if not err.is_terminal and (text := line()) != last_line:  # where it ended, what the last tick missed
+        err.print(f"[{time.monotonic() - started:5.0f}s] {text}", highlight=False, markup=False)
     return final
 
 
@@ -222,3 +228,8 @@ def follow_to_the_end(
         assert isinstance(scores, dict)
         shown = ", ".join(f"{e} {v:.3f}" for e, v in scores.items())
         out.print(f"eval {scored['suite']} of {scored['checkpoint']}: {shown}", highlight=False)
+
+
+def _why_failing(line: str) -> str:
+    """The reason a progress line gives for failing episodes (without their count), or ""."""
+    return next((part.partition("failed: ")[2] for part in line.split(" · ") if "failed: " in part), "")
