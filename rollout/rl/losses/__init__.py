@@ -1,23 +1,16 @@
 """Policy losses for off-policy RL on token sequences, as plug-ins (docs/rl-math.md).
 
-One module per loss (`ppo`, `truncated_is`, `cispo`), each a `PolicyLoss` with its own parameters, checked
-when it is made; `core` holds what they share (the token terms, IcePop's mask, normalisation and metrics) and
-`registry` names them, a researcher's own loss included (`trainer.loss=my_losses:MyLoss`).
+One module per loss (`ppo`, `truncated_is`, `cispo`), each a `PolicyLoss` (`terms`: what a loss is given and
+answers) with its own parameters, checked when it is made; `core` is the step around any loss (IcePop's mask,
+normalisation and metrics) and `registry` names them, a researcher's own loss included
+(`trainer.loss=my_losses:MyLoss`).
 """
 
 from rollout.rl.losses.cispo import CISPO
-from rollout.rl.losses.core import (
-    LossConfig,
-    LossMetrics,
-    NonFiniteLoss,
-    PolicyLoss,
-    TokenLoss,
-    TokenTerms,
-    policy_loss,
-    staleness_histogram,
-)
+from rollout.rl.losses.core import LossConfig, LossMetrics, NonFiniteLoss, policy_loss, staleness_histogram
 from rollout.rl.losses.ppo import PPO
 from rollout.rl.losses.registry import BUILT_IN, LossError, loss_from
+from rollout.rl.losses.terms import PolicyLoss, TokenLoss, TokenTerms
 from rollout.rl.losses.truncated_is import TruncatedIS
 
 __all__ = [

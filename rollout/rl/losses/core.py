@@ -1,5 +1,5 @@
-"""What every policy loss shares: the token terms it is given, what it returns, and the step around it that
-normalises, masks and measures (docs/rl-math.md). Pure: tensors in, a scalar loss and numbers out.
+"""The step around every policy loss: it builds the token terms a loss is given (rollout.rl.losses.terms),
+masks, normalises and measures (docs/rl-math.md). Pure: tensors in, a scalar loss and numbers out.
 
 Shapes: every tensor is `[B, T]` (segments × tokens), float. `mask_BT` is 1 on sampled tokens (the only ones
 that carry loss) and 0 on prompt, tool and environment tokens and padding. Logprobs are per token:
@@ -8,8 +8,7 @@ each token (μ, recorded with its turn: each token is corrected against its own 
 `old_logprobs_BT` the policy at the start of this training step (π_old, detached).
 
 Contract:
-- A loss is a `PolicyLoss`: given a batch's `TokenTerms` it returns each token's loss, the weight its gradient
-  carries and whether it clipped it (`TokenLoss`). It knows nothing of masks, normalisation or metrics.
+- A loss is a `PolicyLoss` (rollout.rl.losses.terms); it knows nothing of masks, normalisation or metrics.
 - `policy_loss` sums the kept tokens' losses and divides by the batch's sampled tokens (token-level
   normalisation; a batch with no sampled token gives a zero loss). Tokens with mask 0 contribute nothing and
   get no gradient, whatever their values; weights are detached: gradient flows only through `logprobs_BT`.
@@ -22,7 +21,10 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Protocol, runtime_checkable
+from typing import TYPE_CHECKING
+
+from rollout.rl.losses.ppo import PPO
+from rollout.rl.losses.terms import PolicyLoss, TokenTerms
 
 if TYPE_CHECKING:
     import torch
@@ -32,50 +34,7 @@ class NonFiniteLoss(FloatingPointError):
     """A step's loss (or gradient) is NaN or infinite: nothing was applied, nothing is published."""
 
 
-@dataclass(frozen=True)
-class TokenTerms:
-    """What a loss is given of a batch, each `[B, T]`; off the mask every term is neutral (ratio 1,
-    advantage 0)."""
-
-    logprobs: torch.Tensor  # π_θ, with gradient: the only term the loss may differentiate
-    old_logprobs: torch.Tensor  # π_old, detached (π_θ itself on a step's first update)
-    behaviour_logprobs: torch.Tensor  # μ, detached
-    ratio: torch.Tensor  # ρ = π_θ/μ, detached
-    advantages: torch.Tensor  # detached
-    mask: torch.Tensor  # 1 on sampled tokens
-
-
-@dataclass(frozen=True)
-class TokenLoss:
-    """A loss's answer for each token, `[B, T]`."""
-
-    per_token: torch.Tensor  # the token's loss: what is summed, with gradient through `logprobs`
-    weight: torch.Tensor  # the weight its gradient carries (detached): the weight ESS is measured on it
-    clipped: torch.Tensor  # 1 where the loss capped or clipped the token
-
-
-@runtime_checkable
-class PolicyLoss(Protocol):
-    """A policy loss (rollout.rl.losses.registry names the built-in ones and loads a researcher's own).
-
-    `name` is what runs and logs call it; `tinker` is the Tinker built-in loss that computes the same (None:
-    Tinker cannot train it, and a run on Tinker refuses it when its settings load), with `tinker_config()` its
-    `loss_fn_config`."""
-
-    @property
-    def name(self) -> str: ...
-
-    @property
-    def tinker(self) -> str | None: ...
-
-    def tinker_config(self) -> dict[str, float]: ...
-
-    def __call__(self, terms: TokenTerms) -> TokenLoss: ...
-
-
 def _default_loss() -> PolicyLoss:
-    from rollout.rl.losses.ppo import PPO
-
     return PPO()
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rollout.rl.losses.core import TokenLoss, TokenTerms
+from rollout.rl.losses.terms import TokenLoss, TokenTerms
 
 
 @dataclass(frozen=True)

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 
 from rollout.references import ReferenceLoadError, import_reference
 from rollout.rl.losses.cispo import CISPO
-from rollout.rl.losses.core import PolicyLoss
 from rollout.rl.losses.ppo import PPO
+from rollout.rl.losses.terms import PolicyLoss
 from rollout.rl.losses.truncated_is import TruncatedIS
 
 BUILT_IN: dict[str, type[PolicyLoss]] = {PPO.name: PPO, TruncatedIS.name: TruncatedIS, CISPO.name: CISPO}
