@@ -8,6 +8,7 @@ import asyncio
 import gc
 import time
 import uuid
+from collections.abc import Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -248,6 +249,33 @@ async def test_per_seat_state_is_bounded_and_dropped_when_the_seat_closes(
         assert seats[1][0].seat_id not in kept, "a closed seat's state is dropped"
 
 
+async def _timed_with_the_loops_gaps(
+    request: Coroutine[Any, Any, httpx.Response],
+) -> tuple[httpx.Response, float, list[float]]:
+    """`request`'s answer, how long it took, and the gaps between the event loop's ticks meanwhile (a tick
+    every 2 ms asked for): a gap as long as the request means the loop stood still for it."""
+    gaps: list[float] = []
+    turning = True
+
+    async def ticked() -> None:
+        last = time.perf_counter()
+        while turning:
+            await asyncio.sleep(0.002)
+            now = time.perf_counter()
+            gaps.append(now - last)
+            last = now
+
+    gc.freeze()  # as the gateway's process does once started (rollout.gateway.assembly)
+    ticker = asyncio.create_task(ticked())
+    started = time.perf_counter()
+    answer = await request
+    took = time.perf_counter() - started
+    turning = False
+    await ticker
+    gc.unfreeze()
+    return answer, took, gaps
+
+
 async def test_a_long_observation_renders_while_the_other_seats_go_on(
     ledger: Ledger, renderer: ModelRenderer, tmp_path: Any
 ) -> None:
@@ -268,26 +296,7 @@ async def test_a_long_observation_renders_while_the_other_seats_go_on(
             return await http.post(f"/s/{token}/v1/chat/completions", json=body)
 
         assert (await ask("warm the renderer up")).status_code == 200
-        gaps: list[float] = []
-        turning = True
-
-        async def ticked() -> None:
-            nonlocal turning
-            last = time.perf_counter()
-            while turning:
-                await asyncio.sleep(0.002)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        gc.freeze()  # as the gateway's process does once started (rollout.gateway.assembly)
-        ticker = asyncio.create_task(ticked())
-        started = time.perf_counter()
-        answer = await ask(observation)
-        took = time.perf_counter() - started
-        turning = False
-        await ticker
-        gc.unfreeze()
+        answer, took, gaps = await _timed_with_the_loops_gaps(ask(observation))
     assert (
         answer.status_code == 400 and "the model's context is 4096" in answer.text
     )  # rendered, then refused
@@ -315,26 +324,7 @@ async def test_a_token_count_renders_off_the_loop_and_counts_against_its_seats_c
             return await http.post(f"/s/{token}/v1/messages/count_tokens", json=body)
 
         assert (await count("warm the renderer up")).status_code == 200
-        gaps: list[float] = []
-        turning = True
-
-        async def ticked() -> None:
-            nonlocal turning
-            last = time.perf_counter()
-            while turning:
-                await asyncio.sleep(0.002)
-                now = time.perf_counter()
-                gaps.append(now - last)
-                last = now
-
-        gc.freeze()  # as the gateway's process does once started (rollout.gateway.assembly)
-        ticker = asyncio.create_task(ticked())
-        started = time.perf_counter()
-        answer = await count(observation)
-        took = time.perf_counter() - started
-        turning = False
-        await ticker
-        gc.unfreeze()
+        answer, took, gaps = await _timed_with_the_loops_gaps(count(observation))
         assert answer.status_code == 200 and answer.json()["input_tokens"] > 100_000
         assert took > 0.15, f"the count took {took:.3f} s: too short to show anything"
         assert max(gaps) < took / 3, f"the loop stalled {max(gaps):.3f} s of the count's {took:.3f} s"
