@@ -45,6 +45,7 @@ async def _train(
 ) -> dict[str, Any]:
     from rollout.ledger import Kind
     from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
+    from rollout.run_settings import RunSettings
     from rollout.workflows.names import run_policy, run_workflow_id
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.run_types import RunInput
@@ -55,8 +56,7 @@ async def _train(
         run,
         ENVIRONMENT,
         groups_in_flight=GROUPS_IN_FLIGHT,
-        max_lag=max_lag,
-        settings={"max_tokens": MAX_TOKENS},
+        settings=RunSettings(max_lag=max_lag, max_tokens=MAX_TOKENS),
         training=TrainingSpec(
             steps, groups_per_batch=GROUPS_PER_BATCH, wait_s=0.2, served_wait_s=120, task_queue=trainer_queue
         ),

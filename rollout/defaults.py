@@ -27,11 +27,3 @@ PREFIX_CACHE_MB = (
 # targets, and what vLLM reserves LoRA slots for (--lora-target-modules; without it, every module it
 # supports).
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj")
-
-# A run setting per policy answered by an external model: `external_model/POLICY` = `MODEL[@API_BASE]`
-# (recorded by the run from its environment's seats; the gateway answers that policy's seats with the model).
-EXTERNAL_MODEL_SETTING = "external_model/"
-# A run setting per policy on a base model of its own: `policy_model/POLICY` = the model's spec (recorded by
-# `rollout train` when the run's policies are on several base models; the gateway renders that policy's seats
-# with that model's tokenizer and routes them to engines serving it).
-POLICY_MODEL_SETTING = "policy_model/"

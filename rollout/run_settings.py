@@ -1,26 +1,34 @@
-"""A run's live settings as one typed record, checked once wherever a value enters.
+"""A run's settings as one typed record, from the command line to the ledger and back, checked once wherever
+a value enters.
 
 Contract:
 - `max_lag_of(value, setting)` is the one check of a max_lag: a whole number of checkpoints, 0 (on-policy) or
   more. The config's `run.max_lag`, `rollout run start --max-lag`, `rollout run set`, the operator route, the
   run workflow's update and its input all call it, so a bad value fails where it was given, in one line naming
-  `setting`, rather than leaving every turn unadmitted.
-- `RunSettings` is what the gateway's admission reads of a run: max_lag, paused, stopped, the run's caps on
-  sampled tokens and temperature, the policies an external model answers, and the base model of each policy
-  on one of its own.
-  `RunSettings.from_recorded(settings)` reads the run projection's settings (a payload from the ledger, so
-  checked like any input); a value that fails a check raises `BadRunSetting`.
+  `setting`, rather than leaving every turn unadmitted. `failure_bound_of` is the same for the run's bound on
+  failing episodes.
+- `RunSettings` is every setting a run records: what its start gives (`RunInput.settings`), what the runner's
+  `create_run` adds (how its agents' commands are confined), what the gateway's admission reads (max_lag,
+  paused, stopped, the caps on sampled tokens and temperature, the policies an external model answers, each
+  policy's base model), and what the dashboard and `rollout run status` show. `recorded()` is its form in the
+  ledger (`RunCreated`'s settings and the `run` projection: a flat object whose keys never change, since
+  recorded data depends on them); `from_recorded(settings)` reads that form back and checks it like any input
+  (it comes from the ledger): a value that fails raises `BadRunSetting`.
+- `RunSettingsChange` is what one update of a running run changes (pause, resume, stop, max_lag);
+  `recorded()` is its `SettingsChanged` payload, which the projection merges over the settings, and
+  `RunSettings.changed(change)` is the same merge on the record.
+- Nothing outside this module reads or writes a run setting by its recorded name.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rollout import defaults
 
-__all__ = ["BadRunSetting", "RunSettings", "max_lag_of"]
+__all__ = ["BadRunSetting", "RunSettings", "RunSettingsChange", "failure_bound_of", "max_lag_of"]
 
 
 class BadRunSetting(ValueError):
@@ -51,39 +59,114 @@ def failure_bound_of(rate: object, window: object, prefix: str = "") -> tuple[fl
     return float(rate), window
 
 
+# The recorded names of the settings that are not fields of the same name.
+_EVAL, _CHECKPOINT, _ISOLATION, _COMMAND_POOL = (
+    "eval",
+    "checkpoint",
+    "sandbox.isolation",
+    "sandbox.command_pool",
+)
+# A run setting per policy answered by an external model: `external_model/POLICY` = `MODEL[@API_BASE]`.
+_EXTERNAL_MODEL = "external_model/"
+# A run setting per policy on a base model of its own: `policy_model/POLICY` = the model's spec.
+_POLICY_MODEL = "policy_model/"
+
+type Recorded = dict[str, bool | int | float | str]
+
+
+@dataclass(frozen=True)
+class RunSettingsChange:
+    """What one update of a running run changes; a field left None stays as it was."""
+
+    paused: bool | None = None
+    pause_reason: str | None = None  # why the run paused itself; "" once the reason no longer holds
+    stopped: bool | None = None
+    max_lag: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_lag is not None:
+            max_lag_of(self.max_lag)
+
+    def recorded(self) -> Recorded:
+        """The `SettingsChanged` payload's changes."""
+        return {name: value for name, value in _fields(self).items() if value is not None}
+
+
 @dataclass(frozen=True)
 class RunSettings:
+    """Every setting a run records. The defaults are those of a run started with none given."""
+
     max_lag: int = defaults.MAX_LAG
     paused: bool = False
+    pause_reason: str | None = None  # why the run paused itself (a failure rate, a non-finite loss, a gate)
     stopped: bool = False  # a stopped run admits no more turns, paused or not
     max_tokens: int | None = None  # the run's cap on sampled tokens per turn (its `max_tokens` setting)
     temperature: float | None = None  # the run's sampling temperature, over the request's (an eval's setting)
-    # Policies an external model answers (`external_model/POLICY` settings): policy -> MODEL[@API_BASE].
+    eval_suite: str | None = None  # an eval's run: the suite it plays, `SUITE@VERSION`
+    eval_checkpoint: str | None = None  # an eval's run: the checkpoint it scores
+    # How the runner that created the run confined its agents' commands (its `sandbox.isolation`), and the
+    # pool of command hosts its command seats ran on (`sandbox.command_pool`), if any.
+    sandbox_isolation: str | None = None
+    command_pool: str | None = None
+    # Policies an external model answers: policy -> MODEL[@API_BASE] (the gateway answers their seats).
     external_models: dict[str, str] = field(default_factory=dict[str, str])
-    # The base model each policy samples (`policy_model/POLICY` settings): policy -> model spec. Empty: every
-    # policy samples the stack's one model.
+    # The base model each policy samples: policy -> model spec (the gateway renders and routes each policy's
+    # seats by it). Empty: every policy samples the stack's one model.
     policy_models: dict[str, str] = field(default_factory=dict[str, str])
 
     def __post_init__(self) -> None:
         max_lag_of(self.max_lag)
-        if self.max_tokens is not None and self.max_tokens < 1:
+        if self.max_tokens is not None and (
+            isinstance(self.max_tokens, bool) or not isinstance(self.max_tokens, int) or self.max_tokens < 1
+        ):
             raise BadRunSetting(f"bad value for 'max_tokens': {self.max_tokens!r}; it takes 1 or more")
         if self.temperature is not None and not self.temperature >= 0:
             raise BadRunSetting(f"bad value for 'temperature': {self.temperature!r}; it takes 0 or more")
 
+    @property
+    def is_eval(self) -> bool:
+        return self.eval_suite is not None
+
+    def changed(self, change: RunSettingsChange) -> RunSettings:
+        """These settings after `change`, as the `run` projection folds it."""
+        return RunSettings.from_recorded({**self.recorded(), **change.recorded()})
+
+    def recorded(self) -> Recorded:
+        """The ledger's form: a flat object, each setting by its recorded name (absent when unset)."""
+        values = _fields(self)
+        named: dict[str, Any] = {
+            "max_lag": self.max_lag,
+            "paused": self.paused,
+            "stopped": self.stopped,
+            **{name: values[name] for name in ("pause_reason", "max_tokens", "temperature")},
+            _EVAL: self.eval_suite,
+            _CHECKPOINT: self.eval_checkpoint,
+            _ISOLATION: self.sandbox_isolation,
+            _COMMAND_POOL: self.command_pool,
+            **{_EXTERNAL_MODEL + policy: model for policy, model in self.external_models.items()},
+            **{_POLICY_MODEL + policy: model for policy, model in self.policy_models.items()},
+        }
+        return {name: value for name, value in named.items() if value is not None}
+
     @classmethod
     def from_recorded(cls, settings: Mapping[str, Any]) -> RunSettings:
         """The settings a run recorded (its projection in the ledger); absent ones are the defaults."""
-        cap, temperature = settings.get("max_tokens"), settings.get("temperature")
+        if not isinstance(settings, Mapping):
+            raise BadRunSetting(f"a run's recorded settings are not an object: {settings!r}")
         try:
             return cls(
                 max_lag=max_lag_of(settings.get("max_lag", defaults.MAX_LAG)),
-                paused=bool(settings.get("paused", False)),
-                stopped=bool(settings.get("stopped", False)),
-                max_tokens=int(cap) if cap else None,
-                temperature=None if temperature is None else float(temperature),
-                external_models=_prefixed(settings, defaults.EXTERNAL_MODEL_SETTING),
-                policy_models=_prefixed(settings, defaults.POLICY_MODEL_SETTING),
+                paused=_flag(settings, "paused"),
+                pause_reason=_text(settings, "pause_reason") or None,
+                stopped=_flag(settings, "stopped"),
+                max_tokens=_whole(settings, "max_tokens"),
+                temperature=_number(settings, "temperature"),
+                eval_suite=_text(settings, _EVAL),
+                eval_checkpoint=_text(settings, _CHECKPOINT),
+                sandbox_isolation=_text(settings, _ISOLATION),
+                command_pool=_text(settings, _COMMAND_POOL),
+                external_models=_prefixed(settings, _EXTERNAL_MODEL),
+                policy_models=_prefixed(settings, _POLICY_MODEL),
             )
         except (TypeError, ValueError) as error:
             if isinstance(error, BadRunSetting):
@@ -91,8 +174,46 @@ class RunSettings:
             raise BadRunSetting(f"a run's recorded settings do not parse: {error}") from error
 
 
+def _fields(record: object) -> dict[str, Any]:
+    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
+
+
+def _flag(settings: Mapping[str, Any], name: str) -> bool:
+    value = settings.get(name, False)
+    if not isinstance(value, bool):
+        raise BadRunSetting(f"a run's recorded {name!r} is not true or false: {value!r}")
+    return value
+
+
+def _text(settings: Mapping[str, Any], name: str) -> str | None:
+    value = settings.get(name)
+    if value is not None and not isinstance(value, str):
+        raise BadRunSetting(f"a run's recorded {name!r} is not text: {value!r}")
+    return value
+
+
+def _whole(settings: Mapping[str, Any], name: str) -> int | None:
+    value = settings.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadRunSetting(f"a run's recorded {name!r} is not a whole number: {value!r}")
+    return value
+
+
+def _number(settings: Mapping[str, Any], name: str) -> float | None:
+    value = settings.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise BadRunSetting(f"a run's recorded {name!r} is not a number: {value!r}")
+    return float(value)
+
+
 def _prefixed(settings: Mapping[str, Any], prefix: str) -> dict[str, str]:
     """The settings named `PREFIX + POLICY`, by policy."""
-    return {
-        name.removeprefix(prefix): str(value) for name, value in settings.items() if name.startswith(prefix)
-    }
+    found = {name.removeprefix(prefix): value for name, value in settings.items() if name.startswith(prefix)}
+    for policy, value in found.items():
+        if not isinstance(value, str):
+            raise BadRunSetting(f"a run's recorded {prefix}{policy} is not text: {value!r}")
+    return found

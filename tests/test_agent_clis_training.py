@@ -19,6 +19,7 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
+from rollout.run_settings import RunSettings
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workflows.names import run_policy, run_workflow_id
@@ -67,8 +68,9 @@ async def test_claude_code_and_codex_train_on_the_coding_environment(
                     loop.run,
                     "tests.example_envs:coding_clis",
                     groups_in_flight=1,
-                    max_lag=0,  # synchronous: the second group plays only once checkpoint 1 is served
-                    settings={"max_tokens": 16},
+                    settings=RunSettings(
+                        max_lag=0, max_tokens=16
+                    ),  # synchronous: the second group plays only once checkpoint 1 is served
                     training=TrainingSpec(
                         2, groups_per_batch=1, wait_s=0.5, served_wait_s=120, task_queue=loop.trainer_queue
                     ),

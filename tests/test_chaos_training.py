@@ -22,6 +22,7 @@ from rollout.config import Settings
 from rollout.ledger import Fence, Kind, Ledger, StaleFenceError
 from rollout.ledger.queries import find_lease
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream, run_batches_stream, trainer_lease
+from rollout.run_settings import RunSettings
 from rollout.serving import ServingAck
 from rollout.training.checkpoints import publish_checkpoint
 from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
@@ -39,8 +40,7 @@ def training_run(run: str, steps: int, trainer_queue: str) -> RunInput:
         run,
         "tests.example_envs:coin",
         groups_in_flight=2,
-        max_lag=1,
-        settings={"max_tokens": 4},
+        settings=RunSettings(max_lag=1, max_tokens=4),
         training=TrainingSpec(
             steps, groups_per_batch=1, wait_s=0.2, served_wait_s=120, task_queue=trainer_queue, heartbeat_s=6
         ),

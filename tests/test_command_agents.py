@@ -22,6 +22,7 @@ from rollout.ledger.payloads import ExternalTurn, SampledTurn, episode_ended, tu
 from rollout.ledger.queries import find_run, read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
 from rollout.net import free_port
+from rollout.run_settings import RunSettings
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput, RunStatus
@@ -65,7 +66,7 @@ async def test_a_command_agent_trains_its_rewritten_history_not_its_side_task_an
                         loop.run,
                         "tests.example_envs:conversing_judged",
                         groups_in_flight=1,
-                        settings={"max_tokens": 8},
+                        settings=RunSettings(max_tokens=8),
                         training=TrainingSpec(
                             1, groups_per_batch=1, wait_s=0.2, served_wait_s=60, task_queue=loop.trainer_queue
                         ),
@@ -82,7 +83,7 @@ async def test_a_command_agent_trains_its_rewritten_history_not_its_side_task_an
     assert policy == "default", "the command agent's policy trains; no training starts for the judge's"
     assert checkpoint is not None and checkpoint.endswith("step000001")
     run = await find_run(ledger, loop.run)
-    assert run is not None and run.settings["external_model/judge"].startswith("openai/judge-model@http://")
+    assert run is not None and run.settings.external_models["judge"].startswith("openai/judge-model@http://")
     (assembled,) = [
         BatchInfo.from_payload(e.payload)
         for e in await read_all(ledger, run_batches_stream(loop.run, run_policy(loop.run, policy)))

@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from rollout import config
-from rollout.run_settings import BadRunSetting, RunSettings
+from rollout.run_settings import BadRunSetting, RunSettings, RunSettingsChange
 from rollout.workflows.run_types import RunInput
 
 
@@ -187,19 +187,25 @@ def test_a_max_lag_that_would_admit_no_turn_is_refused_wherever_it_enters() -> N
     with pytest.raises(config.ConfigError, match=r"bad value for 'run\.max_lag': -1"):
         config.load(["run.max_lag=-1"])
     with pytest.raises(BadRunSetting, match="bad value for 'max_lag': -1"):
-        RunInput(run="r", environment="e", max_lag=-1)
+        RunInput(run="r", environment="e", settings=RunSettings(max_lag=-1))
     with pytest.raises(BadRunSetting, match="'max_lag'"):
         RunSettings.from_recorded({"max_lag": "2"})
     with pytest.raises(BadRunSetting, match="'max_tokens'"):
         RunSettings.from_recorded({"max_tokens": -5})
-    recorded = RunSettings.from_recorded(
-        {"max_lag": 3, "paused": True, "external_model/coach": "gpt@http://x"}
+    with pytest.raises(BadRunSetting, match="'paused'"):
+        RunSettings.from_recorded({"paused": "yes"})
+    recorded_coach = RunSettings(external_models={"coach": "gpt"}).recorded()
+    with pytest.raises(BadRunSetting, match="coach"):
+        RunSettings.from_recorded({**recorded_coach, **{k: 7 for k in recorded_coach if k.endswith("coach")}})
+    given = RunSettings(
+        max_lag=3, paused=True, pause_reason="a gate", external_models={"coach": "gpt@http://x"}
     )
-    assert (recorded.max_lag, recorded.paused, recorded.external_models) == (
-        3,
-        True,
-        {"coach": "gpt@http://x"},
-    )
+    assert RunSettings.from_recorded(given.recorded()) == given, "the ledger's form reads back as it was"
+    assert RunSettings.from_recorded({}) == RunSettings(), "absent settings are the defaults"
+    resumed = given.changed(RunSettingsChange(paused=False, pause_reason=""))
+    assert (resumed.paused, resumed.pause_reason, resumed.max_lag) == (False, None, 3)
+    with pytest.raises(BadRunSetting, match="'max_lag'"):
+        RunSettingsChange(max_lag=-1)
 
 
 OWN_LOSS = '''

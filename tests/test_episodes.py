@@ -34,6 +34,7 @@ from rollout.ledger.streams import (
     seat_stream,
 )
 from rollout.rendering import ModelRenderer
+from rollout.run_settings import RunSettings
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workers.runner import runner_worker
@@ -129,7 +130,7 @@ async def test_a_run_plays_its_groups_and_records_every_episode_once(
         prompts.setdefault(seat.split("/")[1][:7], set()).add(tuple(turn.payload["prompt_ids_delta"]))
     assert [len(p) for p in prompts.values()] == [1, 1]
     created = await find_run(ledger, run)
-    assert created is not None and created.settings["max_lag"] == defaults.MAX_LAG  # the one default
+    assert created is not None and created.settings.max_lag == defaults.MAX_LAG  # the one default
     # One seat, replayable, no sandbox: played and recorded in one activity.
     history = await client.get_workflow_handle(episode_workflow_id(run, episode_id(0, 0))).fetch_history()
     scheduled = [
@@ -185,7 +186,7 @@ async def test_updates_change_the_runs_settings_in_the_ledger(
         await handle.execute_update(RunWorkflow.set_max_lag, MaxLagChange(-1))
     assert (await handle.execute_update(RunWorkflow.set_max_lag, MaxLagChange(3))).max_lag == 3
     row = await find_run(ledger, run)
-    assert row is not None and row.settings["paused"] is True and row.settings["max_lag"] == 3
+    assert row is not None and row.settings.paused and row.settings.max_lag == 3
     assert (await run_handle(client, run).query(RunWorkflow.status)).paused
     await handle.execute_update(RunWorkflow.resume)
     await handle.execute_update(RunWorkflow.stop)
@@ -443,7 +444,7 @@ async def test_refill_trains_full_batches_of_groups_with_signal_within_its_bound
                 run,
                 "tests.example_envs:odd_groups_tie",
                 groups_in_flight=2,
-                max_lag=0,
+                settings=RunSettings(max_lag=0),
                 training=trains(3, trainer_queue, refill_max=2),
             ),
             id=run_workflow_id(run),
@@ -478,7 +479,7 @@ async def test_refill_where_every_group_ties_draws_its_bound_then_skips_the_step
                 run,
                 "tests.example_envs:every_group_ties",
                 groups_in_flight=2,
-                max_lag=0,
+                settings=RunSettings(max_lag=0),
                 training=trains(2, trainer_queue, refill_max=2),
             ),
             id=run_workflow_id(run),
@@ -512,7 +513,7 @@ async def test_two_hung_groups_stop_holding_the_supplys_slots_and_training_goes_
                 run,
                 "tests.example_envs:hangs_in_groups_3_and_4",
                 groups_in_flight=2,
-                max_lag=1,
+                settings=RunSettings(max_lag=1),
                 max_failure_rate=1.0,
                 straggler_floor_s=1.0,
                 training=trains(5, trainer_queue, groups_per_batch=1, refill_max=None),

@@ -77,8 +77,8 @@ async def test_every_second_checkpoint_is_scored_once_and_eval_episodes_never_tr
             assert {t.payload["seat"] for t in turns} == set(result.seats)
             assert result.run not in batches, "no batch of the training run holds an eval episode"
             run_row = await find_run(ledger, result.run)
-            assert run_row is not None and run_row.settings["eval"] == suite.ref
-            assert run_row.settings["temperature"] == 0.0
+            assert run_row is not None and run_row.settings.eval_suite == suite.ref
+            assert run_row.settings.temperature == 0.0
         # Each checkpoint was asked for and released.
         requests = [
             e

@@ -28,6 +28,7 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, run_stream, seat_stream
 from rollout.net import free_port
 from rollout.rendering import ModelRenderer
+from rollout.run_settings import RunSettings
 from rollout.serving import Served, ServingAck, engine_api_key
 from tests.gatewayutil import serve_gateway, tool_loop_script
 
@@ -82,7 +83,7 @@ async def test_a_run_cannot_send_its_turns_to_an_api_base_the_gateway_was_not_co
     the model's name (LiteLLM's huggingface provider posts to a URL there)."""
     run = f"ext-{uuid.uuid4().hex[:8]}"
     elsewhere = "http://127.0.0.1:9/v1"  # nothing listens on the discard port
-    settings = {"external_model/judge": named.format(base=elsewhere)}
+    settings = RunSettings(external_models={"judge": named.format(base=elsewhere)}).recorded()
     await ledger.append_one(
         run_stream(run),
         NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": settings}),

@@ -79,3 +79,31 @@ def test_benchmarks_and_the_harness_never_import_tests() -> None:
         if imports_tests.search(path.read_text())
     ]
     assert offenders == []
+
+
+def test_only_the_run_settings_module_names_a_run_setting() -> None:
+    """A run's settings are one record (`rollout.run_settings.RunSettings`): nothing else reads them by key
+    (`….settings["paused"]`, `….settings.get("max_lag")`) or spells a per-policy setting's recorded name."""
+    import ast
+
+    owner = ROOT / "rollout" / "run_settings.py"
+    offenders = []
+    for folder in ("rollout", "benchmarks", "testing", "tests"):
+        for path in (ROOT / folder).rglob("*.py"):
+            if path in (owner, Path(__file__)):
+                continue
+            for node in ast.walk(ast.parse(path.read_text())):
+                keyed = isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
+                got = (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and node.func.attr == "get"
+                    and isinstance(node.func.value, ast.Attribute)
+                )
+                target = node.value if keyed else node.func.value if got else None  # type: ignore[union-attr]
+                named = isinstance(node, ast.Constant) and isinstance(node.value, str)
+                if (isinstance(target, ast.Attribute) and target.attr == "settings") or (
+                    named and node.value.startswith(("external_model/", "policy_model/"))  # type: ignore[union-attr]
+                ):
+                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")  # type: ignore[attr-defined]
+    assert offenders == [], f"run settings read by key outside rollout.run_settings: {offenders}"

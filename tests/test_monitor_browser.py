@@ -26,6 +26,7 @@ from rollout.config import Settings
 from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run
 from rollout.net import free_port
+from rollout.run_settings import RunSettings
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput
@@ -71,7 +72,12 @@ async def test_a_browser_sees_every_view_and_pauses_a_run(
             # A run that keeps playing (no training) until it is stopped: its controls show.
             playing = await loop.client.start_workflow(
                 RunWorkflow.run,
-                RunInput(loop.run, "tests.example_envs:coin", groups_in_flight=1, settings={"max_tokens": 4}),
+                RunInput(
+                    loop.run,
+                    "tests.example_envs:coin",
+                    groups_in_flight=1,
+                    settings=RunSettings(max_tokens=4),
+                ),
                 id=run_workflow_id(loop.run),
                 task_queue=loop.queue,
             )
@@ -205,7 +211,7 @@ async def _exists(ledger: Ledger, run: str) -> bool:
 
 async def _paused(ledger: Ledger, run: str) -> bool:
     found = await find_run(ledger, run)
-    return found is not None and found.settings.get("paused") is True
+    return found is not None and found.settings.paused
 
 
 async def _healthy(url: str) -> bool:

@@ -20,7 +20,7 @@ from rollout.control.policy_models import (
     check_policy_models,
     models_said,
     own_models,
-    policy_model_settings,
+    policy_models,
 )
 from rollout.control.preflight import PreflightFailed, confirm_trainers_poll
 from rollout.engines.follower import FollowerConfig, ServingFollower
@@ -61,7 +61,7 @@ def test_policies_are_set_from_the_command_line_and_recorded_in_the_launch() -> 
 def test_each_policy_has_its_model_and_the_run_records_them_when_there_are_several() -> None:
     quickstart = load(["preset=cpu-quickstart"])
     assert base_models(quickstart, signals) == ["smollm2"] and own_models(quickstart, signals) == {}
-    assert policy_model_settings(quickstart, signals) == {}, "one model: nothing recorded, nothing routed"
+    assert policy_models(quickstart, signals) == {}, "one model: nothing recorded, nothing routed"
     assert models_said(quickstart, signals) == "smollm2"
     assert base_models(quickstart, two_models) == ["smollm2", "tiny-qwen3"]
     assert models_said(quickstart, two_models) == "speaker on tiny-qwen3, listener on smollm2"
@@ -138,7 +138,7 @@ async def test_a_seat_renders_with_its_models_tokenizer_once_an_engine_serves_it
 ) -> None:
     run, key = f"run-{uuid.uuid4().hex[:8]}", uuid.uuid4().bytes
     other = f"other-{run}"  # a model no other test's engine serves
-    settings = {"policy_model/speaker": other, "policy_model/listener": "smollm2"}
+    settings = RunSettings(policy_models={"speaker": other, "listener": "smollm2"}).recorded()
     await ledger.append_one(
         run_stream(run),
         NewEvent("created", Kind.RUN_CREATED, {"run": run, "environment": "e", "settings": settings}),

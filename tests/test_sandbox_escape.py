@@ -30,6 +30,7 @@ from coding.tasks import task_named
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger, RecordedEvent
 from rollout.ledger.streams import run_episodes_stream, run_stream
+from rollout.run_settings import RunSettings
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
@@ -72,7 +73,7 @@ def _port(url: str) -> int:
 
 async def _play(
     settings: Settings, task_queue: str, run: str
-) -> tuple[RunStatus, list[RecordedEvent], dict[str, object]]:
+) -> tuple[RunStatus, list[RecordedEvent], RunSettings]:
     client = await Client.connect(settings.temporal_address)
     status: RunStatus = await asyncio.wait_for(
         client.execute_workflow(
@@ -86,7 +87,11 @@ async def _play(
     async with await Ledger.connect(settings.ledger_url) as ledger:
         events = await ledger.read(run_episodes_stream(run))
         created = (await ledger.read(run_stream(run)))[0]
-    return status, [e for e in events if e.kind == Kind.EPISODE_FINISHED], dict(created.payload["settings"])
+    return (
+        status,
+        [e for e in events if e.kind == Kind.EPISODE_FINISHED],
+        RunSettings.from_recorded(created.payload["settings"]),
+    )
 
 
 @pytest.mark.timeout(900)
@@ -142,9 +147,9 @@ def test_a_hostile_policy_and_a_hostile_command_seat_get_nowhere(
         run = f"red-team-{uuid.uuid4().hex[:6]}"
         status, finished, settings = asyncio.run(_play(stack_settings, cluster.task_queue, run))
         if seat_host == "command host":
-            assert settings["sandbox.command_pool"] == pool, "the run records where its command seats ran"
+            assert settings.command_pool == pool, "the run records where its command seats ran"
         else:
-            assert "sandbox.command_pool" not in settings
+            assert settings.command_pool is None
         assert status.episodes_finished == 2 and status.episodes_failed == 0, status
 
         names = [name for name, _ in attacks(targets)]

@@ -69,7 +69,7 @@ def test_command_seats_train_and_pinned_or_external_model_seats_do_not() -> None
         replayable=False,
     )
     assert trained_policies(info) == ["coder"]
-    assert info.external_model_settings() == {"external_model/judge": "anthropic/claude-sonnet-4-5"}
+    assert info.external_models() == {"judge": "anthropic/claude-sonnet-4-5"}
 
 
 def test_an_environments_seats_and_sandbox_cross_temporal_as_they_are() -> None:

@@ -37,6 +37,7 @@ from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpo
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from rollout.rl.losses import PPO, LossConfig
+from rollout.run_settings import RunSettings
 from rollout.serving import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
@@ -152,8 +153,7 @@ def run_input(
         loop.run,
         "tests.example_envs:coin",
         groups_in_flight=2,
-        max_lag=max_lag,
-        settings={"max_tokens": 4},
+        settings=RunSettings(max_lag=max_lag, max_tokens=4),
         training=TrainingSpec(
             steps,
             groups_per_batch=1,
@@ -270,7 +270,7 @@ async def test_a_non_finite_loss_publishes_nothing_and_pauses_the_run_with_the_r
         bad_step = int(status.pause_reason.split()[1])
         assert bad_step not in versions, "the step with the non-finite loss published nothing"
         row = await find_run(ledger, loop.run)
-        assert row is not None and row.settings["paused"] is True and "finite" in row.settings["pause_reason"]
+        assert row is not None and row.settings.paused and "finite" in (row.settings.pause_reason or "")
         await handle.terminate("test over")
 
 

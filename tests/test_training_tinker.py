@@ -46,6 +46,7 @@ from rollout.rendering import ModelRenderer
 from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
+from rollout.run_settings import RunSettings
 from rollout.serving import engine_api_key
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
@@ -248,8 +249,7 @@ async def test_a_run_trains_through_tinker_and_its_engines_sample_each_checkpoin
                 run,
                 "tests.example_envs:coin",
                 groups_in_flight=2,
-                max_lag=1,
-                settings={"max_tokens": 4},
+                settings=RunSettings(max_lag=1, max_tokens=4),
                 training=TrainingSpec(
                     2,
                     groups_per_batch=1,

@@ -153,14 +153,13 @@ class RunnerActivities:
     @activity.defn(name=runner_stubs.create_run.__name__)
     async def create_run(self, run: RunInput) -> None:
         # This runner's isolation is the run's record of how its agents' commands were confined.
-        settings = {
-            "max_lag": run.max_lag,
-            "paused": False,
-            **run.settings,
-            "sandbox.isolation": self.isolation.value,
-            **({"sandbox.command_pool": self.command_pool} if self.command_pool else {}),
-        }
-        payload = {"run": run.run, "environment": run.environment, "settings": settings}
+        settings = replace(
+            run.settings,
+            paused=False,
+            sandbox_isolation=self.isolation.value,
+            command_pool=self.command_pool or None,
+        )
+        payload = {"run": run.run, "environment": run.environment, "settings": settings.recorded()}
         events = [NewEvent("created", Kind.RUN_CREATED, payload)]
         if run.launch is not None:
             events.append(NewEvent(LAUNCHED, Kind.RUN_LAUNCHED, run.launch.to_payload()))
@@ -168,7 +167,8 @@ class RunnerActivities:
 
     @activity.defn(name=runner_stubs.change_settings.__name__)
     async def change_settings(self, change: SettingsChange) -> None:
-        changes = {name: scrub(v) if isinstance(v, str) else v for name, v in change.changes.items()}
+        recorded = change.changes.recorded()
+        changes = {name: scrub(v) if isinstance(v, str) else v for name, v in recorded.items()}
         payload = {"run": change.run, "changes": changes}
         await self.ledger.append_one(
             run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)

@@ -10,6 +10,7 @@ live to the end.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from dataclasses import asdict
@@ -319,12 +320,17 @@ def set_(
     as_json: JsonFlag = False,
 ) -> None:
     """Change a run's setting while it plays (max_lag=N); the gateway applies it on the next turn."""
-    key, _, value = setting.partition("=")
-    if key != "max_lag" or not value.strip().isdigit():
-        fail(
-            f"{setting!r}: the setting a run takes is max_lag=N, with N a whole number (0 = on-policy)",
-            code=2,
-        )
+    from rollout.run_settings import BadRunSetting, max_lag_of
     from rollout.workflows.run_types import MaxLagChange
 
-    _print_status(update_run(cluster_overrides(cluster, overrides), run, MaxLagChange(int(value))), as_json)
+    key, _, value = setting.partition("=")
+    if key != "max_lag":
+        fail(f"{setting!r}: the setting a run takes while it plays is max_lag=N (0 = on-policy)", code=2)
+    given: object = value
+    with contextlib.suppress(ValueError):
+        given = int(value)
+    try:
+        lag = max_lag_of(given, "max_lag")
+    except BadRunSetting as error:
+        fail(str(error), code=2)
+    _print_status(update_run(cluster_overrides(cluster, overrides), run, MaxLagChange(lag)), as_json)

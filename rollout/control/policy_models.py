@@ -8,7 +8,7 @@ Contract:
   (`trainer_queue`), by name, as `TrainingSpec.models` carries them; a policy with none of its own is left
   out.
 - `base_models(settings, environment)`: every base model the run's policies sample, `trainer.model` first.
-- `policy_model_settings(settings, environment)`: the run's `policy_model/POLICY` settings, every sampled
+- `policy_models(settings, environment)`: the run's `RunSettings.policy_models`, every sampled
   policy's model, when any policy is on a model other than `trainer.model` (the gateway then routes and
   renders each policy by its model); none otherwise.
 - `models_said(settings, environment)`: the models the run trains, in words, for the command line.
@@ -24,7 +24,6 @@ import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from rollout import defaults
 from rollout.control.errors import ControlError
 
 if TYPE_CHECKING:
@@ -66,13 +65,10 @@ def base_models(settings: Settings, environment: Environment) -> list[str]:
     return list(dict.fromkeys([settings.trainer.model, *models]))
 
 
-def policy_model_settings(settings: Settings, environment: Environment) -> dict[str, str]:
+def policy_models(settings: Settings, environment: Environment) -> dict[str, str]:
     if len(base_models(settings, environment)) < 2:
         return {}
-    return {
-        f"{defaults.POLICY_MODEL_SETTING}{policy}": _model_of(settings, environment, policy)
-        for policy in sampled_policies(environment)
-    }
+    return {policy: _model_of(settings, environment, policy) for policy in sampled_policies(environment)}
 
 
 def models_said(settings: Settings, environment: Environment) -> str:

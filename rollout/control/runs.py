@@ -56,7 +56,7 @@ async def start_run(
     """Start a run of `environment` (played by runner workers, training nothing); its status once it ends with
     `wait` (`report` hears what holds the wait up), else its id and workflow id."""
     from rollout.control.preflight import confirm_runner_loads
-    from rollout.run_settings import BadRunSetting, max_lag_of
+    from rollout.run_settings import BadRunSetting, RunSettings, max_lag_of
     from rollout.workflows.client import start_run as start_workflow
     from rollout.workflows.run_types import RunInput
 
@@ -70,10 +70,9 @@ async def start_run(
         environment=environment,
         groups_in_flight=settings.run.groups_in_flight if in_flight is None else in_flight,
         max_groups=groups,
-        max_lag=lag,
         max_failure_rate=settings.run.max_failure_rate,
         failure_window=settings.run.failure_window,
-        settings={"max_tokens": settings.run.max_tokens},
+        settings=RunSettings(max_lag=lag, max_tokens=settings.run.max_tokens),
     )
     client = await connect_temporal(settings)
     await patiently(
@@ -115,7 +114,7 @@ def _row(run: RunRow, progress: RunProgress, state: str, status: RunStatus | Non
         "environment": run.environment,
         "created_at": run.created_at.isoformat(timespec="seconds"),
         "state": state_word(state, status),
-        "max_lag": status.max_lag if status is not None else run.settings.get("max_lag"),
+        "max_lag": status.max_lag if status is not None else run.settings.max_lag,
         "episodes_finished": progress.episodes_finished,
         "episodes_failed": progress.episodes_failed,
         "groups_recorded": progress.groups_recorded,

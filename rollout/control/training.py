@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 
 from rollout.control.connections import connect_temporal, ledger_session, local_model
 from rollout.control.errors import ControlError
-from rollout.control.policy_models import base_models, check_policy_models, own_models, policy_model_settings
+from rollout.control.policy_models import base_models, check_policy_models, own_models, policy_models
 from rollout.control.waits import OUTAGE_S, patiently
 
 if TYPE_CHECKING:
@@ -150,6 +150,7 @@ def run_input(
     from rollout.control.tracking import tracking_input
     from rollout.launches import LAUNCH_SECTIONS, RunLaunch
     from rollout.overrides import overrides_for
+    from rollout.run_settings import RunSettings
     from rollout.workflows.run_types import RunInput
     from rollout.workflows.training_types import TrainingSpec
 
@@ -176,13 +177,13 @@ def run_input(
         run=run,
         environment=environment,
         groups_in_flight=settings.run.groups_in_flight,
-        max_lag=settings.run.max_lag,
         max_failure_rate=settings.run.max_failure_rate,
         failure_window=settings.run.failure_window,
-        settings={
-            "max_tokens": settings.run.max_tokens,
-            **(policy_model_settings(settings, loaded) if loaded is not None else {}),
-        },
+        settings=RunSettings(
+            max_lag=settings.run.max_lag,
+            max_tokens=settings.run.max_tokens,
+            policy_models=policy_models(settings, loaded) if loaded is not None else {},
+        ),
         training=training,
         launch=launch,
         tracking=tracking_input(settings, run, environment),

@@ -14,12 +14,12 @@ Contract:
   returned callable ends it; `served(conversation, slot)` records where a conversation's turn began.
 - A seat pinned to a checkpoint goes only to engines serving that checkpoint; a seat with no run is not
   limited.
-- A seat whose run names its policy's base model (`policy_model/POLICY`) goes only to engines serving that
-  model (`EngineSlot.model`), its checkpoints and its base alike; a seat of a run naming none, to engines of
-  the gateway's own model (when it has one).
+- A seat whose run names its policy's base model (`RunSettings.policy_models`) goes only to engines serving
+  that model (`EngineSlot.model`), its checkpoints and its base alike; a seat of a run naming none, to engines
+  of the gateway's own model (when it has one).
 - A run's `max_tokens` setting caps the tokens sampled per turn (read with the other settings); its
   `temperature` setting, when set (an eval's), is the temperature every turn of the run samples with. Its
-  `external_model/POLICY` settings name the policies an external model answers (never admitted to an engine).
+  `external_models` name the policies an external model answers (never admitted to an engine).
 - Which engine serves what comes from `rollout.gateway.routing` (the engines' `ServingAck`s).
 - While the run is paused, or no engine qualifies or answers, the turn waits, up to `wait_s`, then
   `EngineUnavailable` (the gateway's 503 with Retry-After); once `close()` was called (the gateway is
@@ -82,9 +82,9 @@ def eligible(
 
 
 def policy_model(seat: Seat, models: Mapping[str, str]) -> str | None:
-    """The base model the seat's run samples its policy from (`models`: its run's `policy_model/POLICY`
-    settings), or None when the run names none (every policy on the stack's one model). A run trains its own
-    lineage of a policy (`{run}/{policy}`): the setting names the policy's last part."""
+    """The base model the seat's run samples its policy from (`models`: its run's
+    `RunSettings.policy_models`), or None when the run names none (every policy on the stack's one model). A
+    run trains its own lineage of a policy (`{run}/{policy}`): the setting names the policy's last part."""
     return models.get(seat.policy.rpartition("/")[2])
 
 
@@ -126,7 +126,7 @@ class Admission:
         if run is None:
             return RunSettings(max_lag=1 << 30)
         found = await find_run(self.ledger, run)
-        return RunSettings.from_recorded(found.settings if found else {})
+        return found.settings if found else RunSettings()
 
     async def newest_version(self, policy: str) -> int:
         return await newest_checkpoint_version(self.ledger, policy)

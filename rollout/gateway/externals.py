@@ -1,6 +1,6 @@
 """Which external model (LiteLLM) answers a seat: one the gateway was started with for the seat's policy
 (`--external POLICY=MODEL`), or one the seat's run recorded for it (its environment seats the model under that
-policy: the run's `external_model/POLICY` settings).
+policy: the run's `RunSettings.external_models`).
 
 Contract: a run's external models are fixed when the run is made, so they are read from the ledger once per
 run and kept (the newest `MAX_RUNS_REMEMBERED` runs); a seat of no run has only the configured ones. A run

@@ -1,5 +1,6 @@
 """Which model's renderer (tokenizer and chat template) a seat's turns use: the gateway's own model's, or that
-of the base model the seat's policy is on when its run's policies are on several (`policy_model/POLICY`).
+of the base model the seat's policy is on when its run's policies are on several
+(`RunSettings.policy_models`).
 
 Contract:
 - `Renderers.for_seat(seat)` is the renderer a seat's turns are rendered, tokenised, cut at stop strings and

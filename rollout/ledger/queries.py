@@ -9,6 +9,7 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 import json
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -26,6 +27,7 @@ from rollout.ledger.streams import (
     sandbox_leases_prefix,
     seat_stream,
 )
+from rollout.run_settings import BadRunSetting, RunSettings
 
 # ---- runs --------------------------------------------------------------------------------------------------
 
@@ -36,7 +38,7 @@ class RunRow:
 
     run: str
     environment: str
-    settings: dict[str, Any]
+    settings: RunSettings
     created_at: datetime
     updated_seq: int  # the seq, on `run/{run}`, of the last event folded into the row
 
@@ -48,19 +50,24 @@ def _run(row: dict[str, Any]) -> RunRow:
     return RunRow(
         run=row["run_id"],
         environment=row["environment"],
-        settings=dict(row["settings"]),
+        settings=RunSettings.from_recorded(row["settings"]),
         created_at=row["created_at"],
         updated_seq=int(row["updated_seq"]),
     )
 
 
 async def list_runs(ledger: Ledger, *, limit: int | None = None, offset: int = 0) -> list[RunRow]:
-    """Every run (or a page of `limit` from `offset`), newest first."""
+    """Every run (or a page of `limit` from `offset`), newest first; a run whose recorded settings do not
+    parse (forged) is passed over."""
     rows = await ledger._fetch_all(
         f"SELECT {_RUN_COLUMNS} FROM run ORDER BY created_at DESC, run_id DESC LIMIT %s OFFSET %s",
         (limit, offset),
     )
-    return [_run(row) for row in rows]
+    found = []
+    for row in rows:
+        with contextlib.suppress(BadRunSetting):
+            found.append(_run(row))
+    return found
 
 
 async def count_runs(ledger: Ledger) -> int:
@@ -69,7 +76,8 @@ async def count_runs(ledger: Ledger) -> int:
 
 
 async def find_run(ledger: Ledger, run: str) -> RunRow | None:
-    """The run named `run`, if it was created."""
+    """The run named `run`, if it was created. Raises `BadRunSetting` when its recorded settings do not parse
+    (forged): a caller that admits turns by them refuses."""
     row = await ledger._fetch_one(f"SELECT {_RUN_COLUMNS} FROM run WHERE run_id = %s", (run,))
     return None if row is None else _run(row)
 

@@ -24,7 +24,7 @@ MAX_NODES = 200
 
 def render(monitor: Monitor) -> None:
     st.title("Checkpoint tree")
-    runs = [r.run for r in monitor.read(list_runs) if not r.settings.get("eval")]
+    runs = [r.run for r in monitor.read(list_runs) if not r.settings.is_eval]
     options = ["(all)", *runs]
     wanted = st.query_params.get("run")
     run = st.selectbox("run", options, index=options.index(wanted) if wanted in options else 0)

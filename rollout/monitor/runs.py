@@ -29,6 +29,7 @@ from rollout.ledger.queries import (
 )
 from rollout.ledger.views import EpisodeRate, StepRow, episode_rate, run_activity, run_steps
 from rollout.monitor.plain import plain
+from rollout.run_settings import RunSettings
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -70,13 +71,13 @@ def render(monitor: Monitor) -> None:
         {
             "run": r.run,
             "environment": r.environment,
-            "kind": "eval" if r.settings.get("eval") else "training",
-            "state": states.get(r.run, "no workflow") + (", paused" if r.settings.get("paused") else ""),
+            "kind": "eval" if r.settings.is_eval else "training",
+            "state": states.get(r.run, "no workflow") + (", paused" if r.settings.paused else ""),
             "episodes": activity[r.run][0].finished,
             "failed": activity[r.run][0].failed,
             "episodes/s": round(activity[r.run][0].per_second, 2),
             "steps": activity[r.run][1],
-            "max_lag": r.settings.get("max_lag"),
+            "max_lag": r.settings.max_lag,
             "agents' commands": _isolation(r.settings),
             "created": r.created_at.strftime("%Y-%m-%d %H:%M:%S"),
         }
@@ -97,11 +98,11 @@ def render(monitor: Monitor) -> None:
     show_run(monitor, chosen)
 
 
-def _isolation(settings: dict[str, Any]) -> str:
+def _isolation(settings: RunSettings) -> str:
     """How a run's agents' commands were confined, in words (runs created before it was recorded say so)."""
     try:
-        return said(SandboxIsolation(str(settings["sandbox.isolation"])))
-    except (KeyError, ValueError):
+        return said(SandboxIsolation(settings.sandbox_isolation or ""))
+    except ValueError:
         return "isolation not recorded"
 
 
@@ -130,7 +131,7 @@ def show_run(monitor: Monitor, run: str) -> None:
     if url := monitor.workflow_url(f"run/{run}"):
         st.markdown(f"[The run's workflow in the Temporal web UI]({url})")
     with st.expander("settings"):
-        st.json(row.settings)
+        st.json(row.settings.recorded())
     _controls(monitor, run, row.settings, state)
     _failures(failures, run)
     if not steps:
@@ -200,7 +201,7 @@ def _workflow_states(monitor: Monitor) -> dict[str, str]:
         return {}
 
 
-def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) -> None:
+def _controls(monitor: Monitor, run: str, settings: RunSettings, state: str) -> None:
     if state != "running":
         return
     from temporalio.service import RPCError
@@ -210,10 +211,10 @@ def _controls(monitor: Monitor, run: str, settings: dict[str, Any], state: str) 
 
     left, middle, right = st.columns(3)
     try:
-        if left.button("Resume" if settings.get("paused") else "Pause", key="pause"):
-            monitor.update_run(run, ResumeRun() if settings.get("paused") else PauseRun())
+        if left.button("Resume" if settings.paused else "Pause", key="pause"):
+            monitor.update_run(run, ResumeRun() if settings.paused else PauseRun())
             st.rerun()
-        lag = middle.number_input("max_lag", min_value=0, value=int(settings.get("max_lag") or 0), step=1)
+        lag = middle.number_input("max_lag", min_value=0, value=settings.max_lag, step=1)
         if right.button("Set max_lag", key="max_lag"):
             monitor.update_run(run, MaxLagChange(int(lag)))
             st.rerun()

@@ -37,14 +37,10 @@ class EnvironmentInfo:
     sandbox: SandboxSpec | None = None
     tasks: str = "train"  # which of its task sources episodes draw from: train, eval (held out), seed:N
 
-    def external_model_settings(self) -> dict[str, str]:
-        """The run settings naming the policies an external model answers (`external_model/POLICY`), which the
-        gateway reads to answer their seats."""
-        return {
-            f"{defaults.EXTERNAL_MODEL_SETTING}{a.policy}": a.model
-            for a in self.agents
-            if a.model is not None
-        }
+    def external_models(self) -> dict[str, str]:
+        """The policies an external model answers, with their models (`RunSettings.external_models`), which
+        the gateway reads to answer their seats."""
+        return {a.policy: a.model for a in self.agents if a.model is not None}
 
 
 @dataclass

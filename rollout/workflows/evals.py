@@ -38,6 +38,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from rollout.environment import AgentSeatSpec
+from rollout.run_settings import RunSettings
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.episode_types import SupplyInput
@@ -190,18 +191,17 @@ class EvalWorkflow:
             **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
         playing = replace(info, agents=eval_seats(info.agents, chosen.name), group_size=1, tasks=target.tasks)
-        settings: dict[str, bool | int | float | str] = {
-            "eval": f"{given.suite}@{given.version}",
-            "checkpoint": chosen.name,
-            "temperature": float(target.temperature),
-            **playing.external_model_settings(),
-        }
-        max_tokens = target.max_tokens or given.default_max_tokens
-        if max_tokens is not None:
-            settings["max_tokens"] = max_tokens
+        settings = RunSettings(
+            max_lag=0,
+            eval_suite=f"{given.suite}@{given.version}",
+            eval_checkpoint=chosen.name,
+            temperature=float(target.temperature),
+            max_tokens=target.max_tokens or given.default_max_tokens,
+            external_models=playing.external_models(),
+        )
         await workflow.execute_activity(
             runner_stubs.create_run,
-            RunInput(run=run, environment=target.reference, max_lag=0, settings=settings),
+            RunInput(run=run, environment=target.reference, settings=settings),
             **QUICK,
         )
         await workflow.execute_child_workflow(

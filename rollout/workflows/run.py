@@ -8,8 +8,8 @@ Contract:
   group while paused. Updates are serialised by a lock; queries (`status`) keep working while paused.
 - An update that arrives before the run is recorded waits for it, so `SettingsChanged` always follows
   `RunCreated` in the ledger.
-- The run records, with its settings, which policies an external model answers (`external_model/POLICY`), so
-  the gateway answers their seats with that model.
+- The run records, with its settings, which policies an external model answers
+  (`RunSettings.external_models`), so the gateway answers their seats with that model.
 - With `training`, it starts one `TrainingWorkflow` per trained policy of the environment (agents that are
   neither pinned to a checkpoint nor answered by an external model; command agents train), on the trainer
   queue (a policy's own, `PolicyModel.task_queue`, where it names one). When every one has trained its steps
@@ -47,7 +47,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 from rollout.rl.selection import supply_allowance
-from rollout.run_settings import BadRunSetting, max_lag_of
+from rollout.run_settings import BadRunSetting, RunSettingsChange, max_lag_of
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     EnvironmentInfo,
@@ -119,13 +119,13 @@ class RunWorkflow:
 
     @workflow.run
     async def run(self, given: RunInput) -> RunStatus:
-        self.state.run, self.state.max_lag = given.run, given.max_lag
+        self.state.run, self.state.max_lag = given.run, given.settings.max_lag
         environment = await workflow.execute_activity(
             runner_stubs.describe_environment,
             given.environment,
             **heartbeating(timedelta(minutes=2), RetryPolicy(maximum_attempts=3)),
         )
-        settings = {**given.settings, **environment.external_model_settings()}
+        settings = replace(given.settings, external_models=environment.external_models())
         await workflow.execute_activity(runner_stubs.create_run, replace(given, settings=settings), **QUICK)
         self.created = True
         if given.training is not None:
@@ -246,10 +246,7 @@ class RunWorkflow:
             await self._pause(tripped.reason)
 
     async def _pause(self, reason: str | None = None) -> None:
-        changes: dict[str, bool | int | float | str] = {"paused": True}
-        if reason is not None:
-            changes["pause_reason"] = reason
-        await self._change(changes)
+        await self._change(RunSettingsChange(paused=True, pause_reason=reason))
         self.state.paused, self.state.pause_reason = True, reason
         await self._pause_supply(True)
 
@@ -268,7 +265,7 @@ class RunWorkflow:
             trained=dict(self.state.trained or {}),
         )
 
-    async def _change(self, changes: dict[str, bool | int | float | str]) -> None:
+    async def _change(self, changes: RunSettingsChange) -> None:
         # An update that arrives with the run's start waits for RunCreated: a change must follow it in the
         # ledger.
         await workflow.wait_condition(lambda: self.created)
@@ -314,10 +311,10 @@ class RunWorkflow:
     @workflow.update
     async def resume(self) -> RunStatus:
         async with self.lock:
-            changes: dict[str, bool | int | float | str] = {"paused": False}
-            if self.state.pause_reason:
-                changes["pause_reason"] = ""  # the reason no longer holds
-            await self._change(changes)
+            # A reason the run paused itself no longer holds.
+            await self._change(
+                RunSettingsChange(paused=False, pause_reason="" if self.state.pause_reason else None)
+            )
             self.state.paused, self.state.pause_reason = False, None
             await self._pause_supply(False)
             if self.state.training_paused:
@@ -332,7 +329,7 @@ class RunWorkflow:
     @workflow.update
     async def set_max_lag(self, change: MaxLagChange) -> RunStatus:
         async with self.lock:
-            await self._change({"max_lag": change.max_lag})
+            await self._change(RunSettingsChange(max_lag=change.max_lag))
             self.state.max_lag = change.max_lag
             await self._send_allowance()
             return self.status()
@@ -347,7 +344,7 @@ class RunWorkflow:
     @workflow.update
     async def stop(self) -> RunStatus:
         async with self.lock:
-            await self._change({"stopped": True})
+            await self._change(RunSettingsChange(stopped=True))
             self.state.stopped = True
             await self._stop_supply()
             return self.status()

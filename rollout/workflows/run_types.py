@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from rollout import defaults
 from rollout.launches import RunLaunch
-from rollout.run_settings import failure_bound_of, max_lag_of
+from rollout.run_settings import RunSettings, RunSettingsChange, failure_bound_of
 from rollout.workflows.tracking_types import TrackingInput
 from rollout.workflows.training_types import TrainingSpec
 
@@ -29,8 +29,9 @@ class RunInput:
     environment: str
     groups_in_flight: int = defaults.GROUPS_IN_FLIGHT
     max_groups: int | None = None
-    max_lag: int = defaults.MAX_LAG
-    settings: dict[str, bool | int | float | str] = field(default_factory=dict[str, bool | int | float | str])
+    # Its settings as it starts (max_lag, the caps on tokens and temperature, each policy's model, …): the run
+    # adds the policies an external model answers, the runner how its commands are confined, and records them.
+    settings: RunSettings = field(default_factory=RunSettings)
     training: TrainingSpec | None = None
     # It pauses itself, with the reason, when more than this share of its last `failure_window` episodes
     # failed.
@@ -45,7 +46,6 @@ class RunInput:
     tracking: TrackingInput | None = None
 
     def __post_init__(self) -> None:
-        max_lag_of(self.max_lag)  # a run that admits no turn is refused before it starts
         failure_bound_of(self.max_failure_rate, self.failure_window)
 
 
@@ -71,7 +71,7 @@ class RunStatus:
 class SettingsChange:
     run: str
     key: str  # the business key of this change (its update id)
-    changes: dict[str, bool | int | float | str]
+    changes: RunSettingsChange
 
 
 @dataclass(frozen=True)
