@@ -43,7 +43,7 @@ from rollout.policy_settings import (
 )
 from rollout.rl.advantages import AdvantageError, advantage_from
 from rollout.rl.losses.core import LossConfig
-from rollout.rl.losses.registry import LossError, loss_from
+from rollout.rl.losses.registry import LossError, loss_from, on_tinker
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 from rollout.vllm_facts import VLLM_LORA_RANKS
 
@@ -279,9 +279,9 @@ class TrainerSettings:
     max_grad_norm: float = 1.0
     micro_batch_tokens: int = 4096
     updates_per_batch: int = 1  # optimiser steps over each batch (PPO's epochs; the local trainer)
-    # The policy loss (rollout.rl.losses): ppo, truncated_is, cispo, or your own as package.module:attribute;
-    # `loss_params` its keyword arguments (ppo: is_cap, clip_low, clip_high; truncated_is: is_cap; cispo:
-    # clip_low, clip_high), checked when the settings load.
+    # The policy loss: a built-in one by name (rollout.rl.losses.registry.BUILT_IN: ppo, the default, …), or
+    # your own as package.module:attribute; `loss_params` its keyword arguments (ppo: is_cap, clip_low,
+    # clip_high; each loss's own in docs/rl-math.md), checked when the settings load.
     loss: str = "ppo"
     loss_params: dict[str, float] = field(default_factory=dict[str, float])
     # IcePop, with any loss: sampled tokens whose ratio π_θ/μ leaves [lo, hi] are dropped, not clipped.
@@ -641,7 +641,7 @@ def _check_loss(trainer: TrainerSettings) -> None:
     if trainer.provider == TrainerProvider.tinker and loss.tinker is None:
         raise ConfigError(
             f"bad value for 'trainer.loss': Tinker has no loss like {trainer.loss}; on trainer.provider=tinker "
-            "choose ppo, truncated_is or cispo"
+            f"choose {on_tinker()}"
         )
     if trainer.provider == TrainerProvider.tinker and bounds is not None:
         raise ConfigError(

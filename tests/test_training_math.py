@@ -15,6 +15,7 @@ from rollout.rl.losses import (
     CISPO,
     PPO,
     LossConfig,
+    LossError,
     TruncatedIS,
     loss_from,
     policy_loss,
@@ -110,6 +111,28 @@ def test_cispo_clips_and_detaches_the_weight_and_keeps_every_token_in_the_gradie
     assert logprobs.grad is not None
     assert logprobs.grad[0].tolist() == pytest.approx([-1.28 / 2, 0.5 / 2])
     assert metrics.clipped_fraction == pytest.approx(0.5)
+
+
+def test_gspo_clips_each_sequence_once_by_the_geometric_mean_of_its_ratios() -> None:
+    # Row 0: π_θ = π_old (s = 1), behaviour weights 2 and 0.5 (their geometric mean: w = 1). Row 1: one
+    # sampled token whose π_θ/π_old = 2 (s = 2, past 1 + ε_high with A > 0: clipped), then padding.
+    logprobs = torch.tensor([[math.log(0.5), math.log(0.2)], [math.log(0.6), -math.inf]], dtype=torch.float64)
+    logprobs.requires_grad_()
+    old = torch.tensor([[math.log(0.5), math.log(0.2)], [math.log(0.3), 0.0]], dtype=torch.float64)
+    behaviour = torch.tensor([[math.log(0.25), math.log(0.4)], [math.log(0.3), 0.0]], dtype=torch.float64)
+    advantages = torch.ones((2, 2), dtype=torch.float64)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]], dtype=torch.float64)
+    config = LossConfig(loss_from("gspo"))
+    loss, metrics = policy_loss(logprobs, behaviour, advantages, mask, config, old_logprobs_BT=old)
+    assert loss.item() == pytest.approx((-1.0 - 1.0 - 1.0004) / 3), "row 1 at its clip, 1 + 4e-4"
+    loss.backward()
+    assert logprobs.grad is not None
+    # Each token of an unclipped sequence: −w · A · s / N; a clipped sequence's tokens get none.
+    assert logprobs.grad.flatten().tolist() == pytest.approx([-1 / 3, -1 / 3, 0.0, 0.0])
+    assert metrics.clipped_fraction == pytest.approx(1 / 3)
+    assert loss_from("gspo", {"clip_high": 1.5}).clip_high == 1.5  # type: ignore[attr-defined]
+    with pytest.raises(LossError, match=r"clip_low 1\.0: set 0 or more and below 1"):
+        loss_from("gspo", {"clip_low": 1.0})
 
 
 def test_icepop_bounds_drop_tokens_instead_of_clipping_them() -> None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig
+from rollout.rl.losses.registry import on_tinker
 
 TINKER_FILE = "tinker.json"  # what a checkpoint trained by Tinker holds: its state and sampler paths
 
@@ -62,5 +63,5 @@ def loss_function(config: LossConfig) -> tuple[str, dict[str, float]]:
     """Tinker's loss name and its `loss_fn_config` for rollout's loss (refused when Tinker has none like
     it)."""
     if config.loss.tinker is None:
-        raise ValueError(f"Tinker has no loss like {config.loss.name}: choose ppo, truncated_is or cispo")
+        raise ValueError(f"Tinker has no loss like {config.loss.name}: choose {on_tinker()}")
     return config.loss.tinker, config.loss.tinker_config()

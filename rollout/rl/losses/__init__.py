@@ -1,6 +1,6 @@
 """Policy losses for off-policy RL on token sequences, as plug-ins (docs/rl-math.md).
 
-One module per loss (`ppo`, `truncated_is`, `cispo`), each a `PolicyLoss` (`terms`: what a loss is given and
+One module per loss (`registry.BUILT_IN` names them), each a `PolicyLoss` (`terms`: what a loss is given and
 answers) with its own parameters, checked when it is made; `core` is the step around any loss (IcePop's mask,
 normalisation and metrics) and `registry` names them, a researcher's own loss included
 (`trainer.loss=my_losses:MyLoss`).

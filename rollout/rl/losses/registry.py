@@ -1,8 +1,8 @@
 """Losses by name: the built-in ones, and a researcher's own by `package.module:attribute`.
 
 Contract:
-- `BUILT_IN` maps each built-in loss's name (`ppo`, `truncated_is`, `cispo`) to its class; a new built-in loss
-  is one module beside these and one entry here.
+- `BUILT_IN` maps each built-in loss's name (`ppo`, `truncated_is`, `cispo`, `gspo`) to its class; a new
+  built-in loss is one module beside these and one entry here. `on_tinker()` names those Tinker can train.
 - `loss_from(spec, params)` is the loss `spec` names, made with `params` (its keyword arguments, such as
   `clip_high`): a built-in name, or a reference to a class (made with `params`) or to a loss object (which
   takes no `params`), imported from the installed packages, the working directory or $PYTHONPATH
@@ -17,11 +17,23 @@ from collections.abc import Mapping
 
 from rollout.references import ReferenceLoadError, import_reference
 from rollout.rl.losses.cispo import CISPO
+from rollout.rl.losses.gspo import GSPO
 from rollout.rl.losses.ppo import PPO
 from rollout.rl.losses.terms import PolicyLoss
 from rollout.rl.losses.truncated_is import TruncatedIS
 
-BUILT_IN: dict[str, type[PolicyLoss]] = {PPO.name: PPO, TruncatedIS.name: TruncatedIS, CISPO.name: CISPO}
+BUILT_IN: dict[str, type[PolicyLoss]] = {
+    PPO.name: PPO,
+    TruncatedIS.name: TruncatedIS,
+    CISPO.name: CISPO,
+    GSPO.name: GSPO,
+}
+
+
+def on_tinker() -> str:
+    """The built-in losses a run on Tinker can train, in words."""
+    names = [name for name, loss in BUILT_IN.items() if loss.tinker is not None]
+    return ", ".join(names[:-1]) + " or " + names[-1]
 
 
 class LossError(ValueError):
