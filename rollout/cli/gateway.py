@@ -4,88 +4,12 @@ routes (seats, run control) an agent host on another machine uses."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
-from dataclasses import asdict
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from rollout.cli.common import Overrides, as_service, err, fail, load_settings
 from rollout.control.connections import local_model
-
-if TYPE_CHECKING:
-    from temporalio.client import Client
-
-    from rollout.config import TemporalSettings
-    from rollout.workflows.run_types import RunChange
-
-UPDATE_TIMEOUT_S = 60.0
-
-
-class TemporalRunControl:
-    """The gateway's run control: each operator action is the run workflow's update, as `rollout run` sends
-    it. The Temporal client is made on first use, so a gateway starts (and serves turns) without Temporal."""
-
-    def __init__(self, temporal: TemporalSettings, address: str) -> None:
-        self.temporal, self.address = temporal, address
-        self._client: Client | None = None
-        self._lock = asyncio.Lock()
-
-    async def _connected(self) -> Client:
-        from temporalio.client import Client
-
-        from rollout.gateway.operator import RunControlError
-        from rollout.temporal_tls import temporal_tls
-
-        async with self._lock:
-            if self._client is None:
-                try:
-                    self._client = await Client.connect(
-                        self.address, namespace=self.temporal.namespace, tls=temporal_tls(self.temporal)
-                    )
-                except (RuntimeError, ValueError) as error:  # ValueError: a TLS file it cannot read
-                    raise RunControlError(
-                        503, f"Temporal at {self.address} is not answering: {error}"
-                    ) from error
-            return self._client
-
-    async def _update(self, run: str, change: RunChange) -> Mapping[str, Any]:
-        from temporalio.service import RPCError
-
-        from rollout.gateway.operator import RunControlError
-        from rollout.workflows.client import RunNotPlaying, RunUpdateRefused, update_run
-
-        client = await self._connected()
-        try:
-            async with asyncio.timeout(UPDATE_TIMEOUT_S):
-                return asdict(await update_run(client, run, change))
-        except RunNotPlaying as error:
-            raise RunControlError(404, str(error)) from error
-        except RunUpdateRefused as error:
-            raise RunControlError(409, f"run {run} refused {change.label}: {error}") from error
-        except TimeoutError as error:
-            raise RunControlError(
-                503, f"run {run} did not take {change.label} within {UPDATE_TIMEOUT_S:.0f}s: is a runner up?"
-            ) from error
-        except RPCError as error:  # Temporal away or overloaded: the operator may send it again
-            raise RunControlError(
-                503, f"Temporal did not answer ({error.status.name.lower()}: {error.message}); try again"
-            ) from error
-
-    async def pause(self, run: str) -> Mapping[str, Any]:
-        from rollout.workflows.run_types import PauseRun
-
-        return await self._update(run, PauseRun())
-
-    async def resume(self, run: str) -> Mapping[str, Any]:
-        from rollout.workflows.run_types import ResumeRun
-
-        return await self._update(run, ResumeRun())
-
-    async def set_max_lag(self, run: str, max_lag: int) -> Mapping[str, Any]:
-        from rollout.workflows.run_types import MaxLagChange
-
-        return await self._update(run, MaxLagChange(max_lag))
 
 
 def gateway(
@@ -133,6 +57,7 @@ def gateway(
     from transformers import AutoTokenizer
 
     from rollout.config import LedgerWriter
+    from rollout.control.runs import OperatorRuns
     from rollout.gateway.assembly import parse_externals, serve_gateway
     from rollout.gateway.operator import OPERATOR_KEY_FILE, load_operator_key
     from rollout.gateway.seats import load_secret
@@ -197,7 +122,7 @@ def gateway(
                 routing=settings.routing,
                 operator_key=operator_key,
                 seat_secret=seat_secret,
-                runs=TemporalRunControl(settings.services.temporal, settings.temporal_address),
+                runs=OperatorRuns(settings),
             )
         )
     except LedgerError as error:

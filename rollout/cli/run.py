@@ -264,7 +264,7 @@ def update_run(overrides: list[str] | None, run: str, change: RunChange) -> dict
 
     settings = load_settings(overrides)
     with err.status(f"run {run}: {change.label}…") as spinner:
-        return asyncio.run(
+        status = asyncio.run(
             send(
                 settings,
                 run,
@@ -272,6 +272,7 @@ def update_run(overrides: list[str] | None, run: str, change: RunChange) -> dict
                 report=lambda line: spinner.update(line or f"run {run}: {change.label}…"),
             )
         )
+    return asdict(status)
 
 
 @app.command("pause")

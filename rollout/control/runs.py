@@ -10,8 +10,12 @@ Contract:
   without any).
 - `start_run` first has a runner confirm it can load the environment (`PreflightFailed` otherwise: nothing
   starts); a `max_lag` below 0 is refused before anything is asked of a service.
-- `update_run` sends pause, resume, stop or set_max_lag; a refused update or a run that is not playing is a
-  `ControlError` saying what to do. A run the ledger does not hold is `NotFound`.
+- `update_run` is the one run control of every face (the CLI, the dashboard's buttons, the gateway's operator
+  routes through `OperatorRuns`): it sends a `RunChange` (pause, resume, stop, max_lag) once, riding out
+  Temporal's bad moments for `window_s`, and answers the run's `RunStatus` after it. A change the run refuses
+  is `RunRefused`; a run that is not playing is `NotFound`; Temporal not answering is `Unreachable`.
+- `OperatorRuns` is the gateway's `RunControl` (its operator routes) on `update_run`: each failure above
+  becomes its HTTP status (409, 404, 503).
 - `recorded_launch` reads how a training run was launched (its trainer settings, the model it trains, where
   its environment was imported from); `bring_stack_to` brings the embedded stack to it (an engine serving
   another model is restarted on the run's); `reattach` then resumes a run paused by hand (it must be playing).
@@ -28,10 +32,12 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from rollout.control.connections import connect_temporal, ledger_session
-from rollout.control.errors import ControlError, NotFound
+from rollout.control.errors import ControlError, NotFound, Unreachable
 from rollout.control.waits import OUTAGE_S, patiently, workflow_result
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
     from rollout.config import Settings
     from rollout.launches import RunLaunch
     from rollout.ledger import Ledger
@@ -190,36 +196,97 @@ def policy_curves(run: str, steps: list[StepRow]) -> dict[str, dict[str, list[fl
     return curves
 
 
+class RunRefused(ControlError):
+    """The run's workflow refused the change (its check of the value)."""
+
+
 async def update_run(
     settings: Settings,
     run: str,
     change: RunChange,
     *,
     report: Callable[[str], None] = lambda line: None,
-) -> dict[str, object]:
-    """Make `change` to run `run` through its workflow (once, however often Temporal's bad moments make it try
-    again); its status after the update, as a dict."""
+    window_s: float = OUTAGE_S,
+    client: Client | None = None,
+) -> RunStatus:
+    """Make `change` to run `run` through its workflow (once, however often Temporal's bad moments within
+    `window_s` make it try again); its status after the change."""
     from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
     from rollout.workflows.client import update_run as send_update
 
-    client = await connect_temporal(settings, patience_s=30)
+    client = client or await connect_temporal(settings, patience_s=min(30.0, window_s))
     update_id = f"{change.label}-{uuid.uuid4().hex}"  # a retried update with this id is applied once
     try:
-        status = await patiently(
+        return await patiently(
             lambda: send_update(client, run, change, update_id=update_id),
             f"run {run} to take {change.label}",
             settings,
             report=report,
             then=f"`rollout run status {run}` shows whether it took it; sending it again is harmless.",
-            window_s=OUTAGE_S,
+            window_s=window_s,
         )
     except RunUpdateRefused as error:
-        raise ControlError(f"run {run} refused {change.label}: {error}") from None
+        raise RunRefused(f"run {run} refused {change.label}: {error}") from None
     except RunNotPlaying as error:
-        raise ControlError(
+        raise NotFound(
             f"{error}: `rollout run list` shows the runs, `rollout run start` starts one"
         ) from None
-    return asdict(status)
+
+
+class OperatorRuns:
+    """The gateway's run control (`rollout.gateway.operator.RunControl`): `update_run`, each failure as the
+    HTTP status the operator routes answer. Temporal is connected on first use, so a gateway starts (and
+    serves turns) without it."""
+
+    WINDOW_S = 30.0  # how long one route rides out Temporal's bad moments before it answers 503
+    # An update waits for a runner to take it: without one, the route answers 503 after this long.
+    UPDATE_TIMEOUT_S = 60.0
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._client: Client | None = None
+        self._lock = asyncio.Lock()
+
+    async def _change(self, run: str, change: RunChange) -> dict[str, Any]:
+        from rollout.gateway.operator import RunControlError
+
+        try:
+            async with self._lock:
+                if self._client is None:
+                    self._client = await connect_temporal(self.settings)
+            async with asyncio.timeout(self.UPDATE_TIMEOUT_S):
+                status = await update_run(
+                    self.settings, run, change, window_s=self.WINDOW_S, client=self._client
+                )
+        except TimeoutError as error:
+            raise RunControlError(
+                503,
+                f"run {run} did not take {change.label} within {self.UPDATE_TIMEOUT_S:.0f}s: is a runner up?",
+            ) from error
+        except RunRefused as error:
+            raise RunControlError(409, str(error)) from error
+        except NotFound as error:
+            raise RunControlError(404, str(error)) from error
+        except Unreachable as error:
+            raise RunControlError(503, str(error)) from error
+        except ControlError as error:  # a Temporal TLS file it cannot read
+            raise RunControlError(503, str(error)) from error
+        return asdict(status)
+
+    async def pause(self, run: str) -> dict[str, Any]:
+        from rollout.workflows.run_types import PauseRun
+
+        return await self._change(run, PauseRun())
+
+    async def resume(self, run: str) -> dict[str, Any]:
+        from rollout.workflows.run_types import ResumeRun
+
+        return await self._change(run, ResumeRun())
+
+    async def set_max_lag(self, run: str, max_lag: int) -> dict[str, Any]:
+        from rollout.workflows.run_types import MaxLagChange
+
+        return await self._change(run, MaxLagChange(max_lag))
 
 
 async def recorded_launch(settings: Settings, run: str) -> RunLaunch:

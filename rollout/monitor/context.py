@@ -5,8 +5,9 @@ Contract:
   set by `rollout monitor`), so the app reads the same stack as the command that started it.
 - `read(query)` runs one async ledger query on a fresh connection with a short reconnect window: a ledger that
   is down raises `LedgerError` within seconds (the app shows a banner and tries again), never hangs a view.
-- `temporal(call)` does the same with a Temporal client; `update_run` goes through the run's workflow updates,
-  like `rollout run pause|resume|set`, so every change is recorded in the ledger by the run itself.
+- `temporal(call)` does the same with a Temporal client; `update_run` is the run control `rollout run
+  pause|resume|set` and the gateway's operator routes use (rollout.control.runs), so every change goes through
+  the run's workflow and is recorded in the ledger by the run itself.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ if TYPE_CHECKING:
 
 OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
 LEDGER_PATIENCE_S = 2.0
+UPDATE_WINDOW_S = 5.0  # how long a button rides out Temporal's bad moments before it says so
 
 
 @dataclass(frozen=True)
@@ -66,9 +68,11 @@ class Monitor:
         return asyncio.run(go())
 
     def update_run(self, run: str, change: RunChange) -> RunStatus:
-        from rollout.workflows.client import update_run
+        """`change` made to `run` by the run control every face uses (rollout.control.runs.update_run); a
+        `ControlError` says why not. A page waits a few seconds at most for Temporal."""
+        from rollout.control.runs import update_run
 
-        return self.temporal(lambda client: update_run(client, run, change))
+        return asyncio.run(update_run(self.settings, run, change, window_s=UPDATE_WINDOW_S))
 
     def workflow_url(self, workflow_id: str) -> str | None:
         """The Temporal web UI's page of a workflow, when the UI's address is known."""

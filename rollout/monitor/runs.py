@@ -204,9 +204,7 @@ def _workflow_states(monitor: Monitor) -> dict[str, str]:
 def _controls(monitor: Monitor, run: str, settings: RunSettings, state: str) -> None:
     if state != "running":
         return
-    from temporalio.service import RPCError
-
-    from rollout.workflows.client import RunNotPlaying, RunUpdateRefused
+    from rollout.control.errors import ControlError
     from rollout.workflows.run_types import MaxLagChange, PauseRun, ResumeRun
 
     left, middle, right = st.columns(3)
@@ -218,12 +216,8 @@ def _controls(monitor: Monitor, run: str, settings: RunSettings, state: str) -> 
         if right.button("Set max_lag", key="max_lag"):
             monitor.update_run(run, MaxLagChange(int(lag)))
             st.rerun()
-    except (RunNotPlaying, RunUpdateRefused) as error:
+    except ControlError as error:  # refused, not playing, or Temporal away: nothing a retry would repeat
         st.error(plain(error))
-    except RPCError as error:  # Temporal away or overloaded: nothing was changed that a retry would repeat
-        st.error(
-            f"Temporal did not answer ({error.status.name.lower()}: {error.message}); try again in a moment"
-        )
 
 
 def step_curves(run: str, steps: list[StepRow]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
