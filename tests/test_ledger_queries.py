@@ -34,6 +34,7 @@ from rollout.ledger.streams import (
     sandbox_lease,
     seat_stream,
 )
+from rollout.run_settings import RunSettings
 from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
 from rollout.workflows.names import run_policy
 from rollout.workflows.training_types import BatchInfo
@@ -58,7 +59,7 @@ async def test_runs_are_listed_newest_first_with_their_current_settings(ledger: 
 
     ours = [r for r in await list_runs(ledger) if r.run in (older, newer)]
     assert [r.run for r in ours] == [newer, older]
-    assert ours[0].settings == {"max_lag": 2, "paused": True} and ours[0].updated_seq == 2
+    assert ours[0].settings == RunSettings(max_lag=2, paused=True) and ours[0].updated_seq == 2
     assert ours[1].environment == "arithmetic.environment:environment" and ours[1].updated_seq == 1
     assert ours[0].created_at > ours[1].created_at
     found = await find_run(ledger, newer)
