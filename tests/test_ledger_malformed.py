@@ -1,6 +1,6 @@
 """Readers that take one event kind across streams pass over a payload no writer of ours made, and read
 the rest: the followers' serving requests, the dashboard's steps, episodes and eval results, the registered
-suites.
+suites, the runs' list, and `rollout train`'s live line (checkpoints, batches, engines' acks).
 A payload that is no JSON object is refused when it is appended (migration 0011).
 
 Per-kind logins keep most writers off these kinds, but the owner, `rollout_worker` and an older ledger are
@@ -17,20 +17,28 @@ import pytest
 from psycopg.types.json import Jsonb
 
 from rollout.config import Settings
+from rollout.control.progress import TrainingProgress
 from rollout.evals.records import EvalResult, every_result, register, registered_suites, results
 from rollout.evals.suites import suite_from_payload
 from rollout.ledger import Ledger, NewEvent, migrate
 from rollout.ledger.events import Kind
 from rollout.ledger.payloads import EpisodeEnded
+from rollout.ledger.queries import find_run, list_runs
 from rollout.ledger.streams import (
     EVAL_SUITES,
+    SERVING_ACKS,
     SERVING_REQUESTS,
     eval_results_stream,
     policy_checkpoints_stream,
+    run_batches_stream,
     run_episodes_stream,
+    run_stream,
 )
 from rollout.ledger.views import checkpoint_tree, find_episodes, run_steps
+from rollout.run_settings import BadRunSetting
 from rollout.serving import ServingRequest, ServingRequests
+from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
+from rollout.workflows.names import run_policy
 
 # What a forger might append: fields missing, of the wrong type, or of another kind's shape.
 FORGED: list[dict[str, object]] = [{}, {"holder": 7, "checkpoint": ["x"]}, {"run": None, "suite": 1}]
@@ -153,3 +161,28 @@ async def test_a_payload_that_is_no_json_object_is_refused(
                 (stream, ["not-an-object"], ["Anything"], [Jsonb(payload)]),
             )
     assert await owner.read(stream) == []
+
+
+async def test_runs_and_a_training_runs_progress_read_around_forged_ones(owner: Ledger) -> None:
+    run = f"forged-{uuid.uuid4().hex[:6]}"
+    # A run whose recorded settings do not parse is passed over in the list, and refused when named.
+    forged = {"run": run, "environment": "e", "settings": {"max_lag": "all of them"}}
+    await owner.append_one(run_stream(run), NewEvent("created", Kind.RUN_CREATED.value, forged))
+    assert run not in [r.run for r in await list_runs(owner)]
+    with pytest.raises(BadRunSetting, match="max_lag"):
+        await find_run(owner, run)
+    # `rollout train`'s live line reads checkpoints, batches and the engines' acks around forged ones.
+    policy = run_policy(run, "default")
+    await _forge(owner, policy_checkpoints_stream(policy), Kind.CHECKPOINT_CREATED)
+    await _forge(owner, run_batches_stream(run, policy), Kind.BATCH_ASSEMBLED)
+    await _forge(owner, SERVING_ACKS, Kind.SERVING_ACK)
+    created = CheckpointRecord(
+        name=checkpoint_name(policy, 1), policy=policy, version=1, parent=None, run=run, files={}
+    )
+    await owner.append_one(
+        policy_checkpoints_stream(policy),
+        NewEvent("step/1", Kind.CHECKPOINT_CREATED.value, created.to_payload()),
+    )
+    progress = TrainingProgress(run, "default")
+    await progress.refresh(owner)
+    assert [s.name for s in progress.steps] == [created.name] and progress.batches == 0

@@ -5,8 +5,9 @@ Contract:
 - `TrainingProgress` reads checkpoints with their metrics, which of them an engine has served, the batches
   assembled (and which were skipped: every group's rewards equal, so no signal; how many tied groups refill
   replaced by fresh ones; and the share of their prompt tokens the engines' prefix caches held, skipped or
-  not), episodes finished, and why
-  episodes failed (the top reasons, with where in the environment's code). It
+  not), episodes finished, and why episodes failed (the top reasons, with where in the environment's code).
+  Each is read as its record; a payload that does not parse (forged: any ledger writer may append) is passed
+  over. It
   shows only what is durable, so a reader can come and go (a killed `rollout train`, a later `run attach`).
   One reads one policy's lineage; `run_line` puts a run's policies side by side.
 - Nothing here decides anything a workflow decides: stopping at `trainer.steps` is `RunWorkflow`'s job.
@@ -14,12 +15,13 @@ Contract:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollout.failures import advice
-from rollout.ledger import Kind, Ledger
+from rollout.ledger import Kind, Ledger, RecordedEvent
 from rollout.ledger.queries import FailureCount, count_events, failure_counts
 from rollout.ledger.streams import (
     SERVING_ACKS,
@@ -27,8 +29,11 @@ from rollout.ledger.streams import (
     run_batches_stream,
     run_episodes_stream,
 )
+from rollout.records import Payload
 from rollout.serving import ServingAck
+from rollout.training.checkpoints import CheckpointRecord
 from rollout.workflows.names import run_policy
+from rollout.workflows.training_types import BatchInfo
 
 
 @dataclass
@@ -63,29 +68,20 @@ class TrainingProgress:
     async def refresh(self, ledger: Ledger) -> None:
         created = await ledger.read(policy_checkpoints_stream(self.ledger_policy), limit=100000)
         self.steps = [
-            Step(
-                version=int(e.payload["version"]),
-                name=str(e.payload["name"]),
-                metrics=dict(e.payload.get("metrics", {})),
-            )
-            for e in created
-            if e.kind == Kind.CHECKPOINT_CREATED
+            Step(version=c.version, name=c.name, metrics=dict(c.metrics))
+            for c in _parsed(created, Kind.CHECKPOINT_CREATED, CheckpointRecord)
         ]
-        batches = [
-            e.payload
-            for e in await ledger.read(run_batches_stream(self.run, self.ledger_policy), limit=100000)
-            if e.kind == Kind.BATCH_ASSEMBLED
-        ]
+        assembled = await ledger.read(run_batches_stream(self.run, self.ledger_policy), limit=100000)
+        batches = _parsed(assembled, Kind.BATCH_ASSEMBLED, BatchInfo)
         self.batches = len(batches)
-        self.batches_skipped = sum(1 for b in batches if int(b["sampled_tokens"]) == 0)
-        self.prompt_tokens = sum(int(b.get("prompt_tokens", 0)) for b in batches)
-        self.cached_tokens = sum(int(b.get("cached_tokens", 0)) for b in batches)
-        self.groups_skipped = sum(int(b["skipped_groups"]) for b in batches)
-        self.groups_replaced = sum(int(b.get("groups_replaced", 0)) for b in batches)
+        self.batches_skipped = sum(1 for b in batches if b.sampled_tokens == 0)
+        self.prompt_tokens = sum(b.prompt_tokens for b in batches)
+        self.cached_tokens = sum(b.cached_tokens for b in batches)
+        self.groups_skipped = sum(b.skipped_groups for b in batches)
+        self.groups_replaced = sum(b.groups_replaced for b in batches)
         while events := await ledger.read(SERVING_ACKS, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
-            for event in events:
-                ack = ServingAck.from_payload(dict(event.payload))
+            for ack in _parsed(events, Kind.SERVING_ACK, ServingAck):
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
         self.episodes = await count_events(ledger, run_episodes_stream(self.run), Kind.EPISODE_FINISHED)
         self.failures = await failure_counts(ledger, self.run)
@@ -215,3 +211,14 @@ def run_line(progresses: Sequence[TrainingProgress]) -> str:
     prompt, cached = sum(p.prompt_tokens for p in progresses), sum(p.cached_tokens for p in progresses)
     cache = f" · cache {cached / prompt:.0%}" if prompt else ""
     return f"{each} · {first.episodes} episodes{said}{cache}{first.failed()}"
+
+
+def _parsed[R: Payload](events: Sequence[RecordedEvent], kind: Kind, record: type[R]) -> list[R]:
+    """The events of `kind` as `record`s; any ledger writer may append to these streams, so a payload that
+    does not parse (forged) is passed over."""
+    found = []
+    for event in events:
+        if event.kind == kind:
+            with contextlib.suppress(TypeError, ValueError):
+                found.append(record.from_payload(dict(event.payload)))
+    return found
