@@ -369,17 +369,22 @@ def run_matrix(
     models_dir: Path,
     scratch: Path,
     emit: Callable[[dict[str, Any]], None] = print,
+    warm_up: bool = True,
 ) -> list[dict[str, Any]]:
-    """The baseline, then every case, on one stack in `scratch`; each case's line is passed to `emit`."""
+    """The baseline, then every case, on one stack in `scratch`; each case's line is passed to `emit`. Without
+    `warm_up` the baseline is the stack's first run, so it lasts longer than the cases' runs (the trainer's
+    start, the model's first load) and kills are drawn from a longer window: each still lands by the run's
+    last step."""
     stack = ChaosStack(data_dir=scratch / "data", models_dir=models_dir, cwd=scratch)
     lines: list[dict[str, Any]] = []
     try:
         stack.up(steps)
         # A first run warms what only a first run pays for (the trainer's start, the model's first load), so
         # the baseline's duration is that of a run like the cases' own: kills are drawn within it.
-        warm = play(stack, Case(name="warm-up", steps=steps), base_s=0.0, baseline=None, scratch=scratch)
-        emit(warm)
-        lines.append(warm)
+        if warm_up:
+            warm = play(stack, Case(name="warm-up", steps=steps), base_s=0.0, baseline=None, scratch=scratch)
+            emit(warm)
+            lines.append(warm)
         first = play(stack, Case(name="baseline", steps=steps), base_s=0.0, baseline=None, scratch=scratch)
         base_s = first["wall_s"]
         emit(first)
