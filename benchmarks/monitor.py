@@ -38,6 +38,7 @@ from rollout.ledger.streams import (
     seat_stream,
 )
 from rollout.net import free_port
+from rollout.stack.embedded import give_service_logins
 from rollout.stack.postgres import EmbeddedPostgres
 
 VIEWS = ("runs", "transcripts", "checkpoints", "evals", "machines")
@@ -334,6 +335,8 @@ async def _seeded(data_dir: Path, **sizes: int) -> tuple[EmbeddedPostgres, confi
     ]
     settings = config.load(overrides)
     await asyncio.to_thread(migrate.upgrade, settings.ledger_url)
+    # The dashboard reads as the stack's read-only role, which logs in as `rollout up` lets it.
+    await asyncio.to_thread(give_service_logins, settings)
     async with await Ledger.connect(settings.ledger_url) as ledger:
         run = await seed(ledger, **sizes)
     return postgres, settings, overrides, run

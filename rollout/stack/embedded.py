@@ -5,7 +5,8 @@ Contract:
 - `up` is idempotent and serialised by a lock file in the data directory: running it twice, or from two
   shells at once, leaves one of each service running. It migrates the ledger to the newest schema, waiting
   out an embedded Postgres that was killed and is being restarted (up to `LEDGER_OUTAGE_S`), and gives the
-  embedded server's worker role its password (kept in the data directory, as the owner's is). It runs
+  embedded server's service roles their passwords (kept in the data directory, as the owner's is:
+  `give_service_logins`). It runs
   `services.engine.replicas` engines (rollout.stack.replicas), stopping any replica beyond that number.
 - `down` stops only what `up` started (embedded services, and the sandboxes and policies' engines `rollout
   train` asked for: `keep_sandboxes`, `keep_policy_engines`), and is a no-op when nothing runs. It returns
@@ -81,6 +82,13 @@ class StackStopped:
 
     stopped: list[str]
     killed: list[str]
+
+
+def give_service_logins(settings: Settings) -> None:
+    """On the embedded Postgres, after the migrations made the services' roles: each logs in with the password
+    kept in its file under the data directory (made on first use)."""
+    for role in SERVICE_LEDGER_ROLES:
+        migrate.set_password(settings.ledger_url, role, ledger_password(settings.data_path, role))
 
 
 class Stack:
@@ -213,10 +221,8 @@ class Stack:
         while True:
             try:
                 migrate.upgrade(self.settings.ledger_url)
-                if self.postgres is not None:  # the roles the migrations made log in with their passwords
-                    for role in SERVICE_LEDGER_ROLES:
-                        password = ledger_password(self.data_dir, role)
-                        migrate.set_password(self.settings.ledger_url, role, password)
+                if self.postgres is not None:
+                    give_service_logins(self.settings)
                 return
             except LedgerUnreachableError:
                 if time.monotonic() > deadline:
