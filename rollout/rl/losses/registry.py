@@ -32,7 +32,8 @@ BUILT_IN: dict[str, type[PolicyLoss]] = {
 
 def on_tinker() -> str:
     """The built-in losses a run on Tinker can train, in words."""
-    names = [name for name, loss in BUILT_IN.items() if loss.tinker is not None]
+    # `tinker` is a class attribute of each built-in loss (the protocol states it of instances).
+    names = [name for name, loss in BUILT_IN.items() if getattr(loss, "tinker", None) is not None]
     return ", ".join(names[:-1]) + " or " + names[-1]
 
 
