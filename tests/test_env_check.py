@@ -76,7 +76,10 @@ def test_train_refuses_a_trainer_setting_out_of_range_in_one_line_before_anythin
 
 
 def test_run_set_takes_max_lag_only() -> None:
-    refused = rollout("run", "set", "some-run", "max_lag=-1")
-    assert refused.returncode == 2 and "max_lag=N" in refused.stderr
+    for bad in ("-1", "lots"):  # checked as every max_lag is, in one line naming the setting and its range
+        refused = rollout("run", "set", "some-run", f"max_lag={bad}")
+        said = refused.stderr
+        assert refused.returncode == 2 and "bad value for 'max_lag'" in said and bad in said, said
+        assert "0 (on-policy) or more" in said and "Traceback" not in said
     refused = rollout("run", "set", "some-run", "temperature=2")
     assert refused.returncode == 2 and "max_lag=N" in refused.stderr
