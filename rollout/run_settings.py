@@ -23,7 +23,7 @@ Contract:
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollout import defaults
@@ -89,7 +89,7 @@ class RunSettingsChange:
 
     def recorded(self) -> Recorded:
         """The `SettingsChanged` payload's changes."""
-        return {name: value for name, value in _fields(self).items() if value is not None}
+        return {name: value for name, value in asdict(self).items() if value is not None}
 
 
 @dataclass(frozen=True)
@@ -133,7 +133,7 @@ class RunSettings:
 
     def recorded(self) -> Recorded:
         """The ledger's form: a flat object, each setting by its recorded name (absent when unset)."""
-        values = _fields(self)
+        values = asdict(self)
         named: dict[str, Any] = {
             "max_lag": self.max_lag,
             "paused": self.paused,
@@ -174,10 +174,6 @@ class RunSettings:
             raise BadRunSetting(f"a run's recorded settings do not parse: {error}") from error
 
 
-def _fields(record: object) -> dict[str, Any]:
-    return {f.name: getattr(record, f.name) for f in fields(record)}  # type: ignore[arg-type]
-
-
 def _flag(settings: Mapping[str, Any], name: str) -> bool:
     value = settings.get(name, False)
     if not isinstance(value, bool):
@@ -193,21 +189,17 @@ def _text(settings: Mapping[str, Any], name: str) -> str | None:
 
 
 def _whole(settings: Mapping[str, Any], name: str) -> int | None:
-    value = settings.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    value = _number(settings, name)
+    if value is not None and not value.is_integer():
         raise BadRunSetting(f"a run's recorded {name!r} is not a whole number: {value!r}")
-    return value
+    return None if value is None else int(value)
 
 
 def _number(settings: Mapping[str, Any], name: str) -> float | None:
     value = settings.get(name)
-    if value is None:
-        return None
-    if isinstance(value, bool) or not isinstance(value, int | float):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, int | float)):
         raise BadRunSetting(f"a run's recorded {name!r} is not a number: {value!r}")
-    return float(value)
+    return None if value is None else float(value)
 
 
 def _prefixed(settings: Mapping[str, Any], prefix: str) -> dict[str, str]:

@@ -93,17 +93,21 @@ def test_only_the_run_settings_module_names_a_run_setting() -> None:
             if path in (owner, Path(__file__)):
                 continue
             for node in ast.walk(ast.parse(path.read_text())):
-                keyed = isinstance(node, ast.Subscript) and isinstance(node.value, ast.Attribute)
-                got = (
+                read: ast.expr | None = None  # what is read by key: `X[...]` or `X.get(...)`
+                if isinstance(node, ast.Subscript):
+                    read = node.value
+                elif (
                     isinstance(node, ast.Call)
                     and isinstance(node.func, ast.Attribute)
                     and node.func.attr == "get"
-                    and isinstance(node.func.value, ast.Attribute)
-                )
-                target = node.value if keyed else node.func.value if got else None  # type: ignore[union-attr]
-                named = isinstance(node, ast.Constant) and isinstance(node.value, str)
-                if (isinstance(target, ast.Attribute) and target.attr == "settings") or (
-                    named and node.value.startswith(("external_model/", "policy_model/"))  # type: ignore[union-attr]
                 ):
-                    offenders.append(f"{path.relative_to(ROOT)}:{node.lineno}")  # type: ignore[attr-defined]
+                    read = node.func.value
+                by_key = isinstance(read, ast.Attribute) and read.attr == "settings"
+                spelled = (
+                    isinstance(node, ast.Constant)
+                    and isinstance(node.value, str)
+                    and node.value.startswith(("external_model/", "policy_model/"))
+                )
+                if by_key or spelled:
+                    offenders.append(f"{path.relative_to(ROOT)}:{getattr(node, 'lineno', 0)}")
     assert offenders == [], f"run settings read by key outside rollout.run_settings: {offenders}"

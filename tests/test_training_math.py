@@ -21,6 +21,7 @@ from rollout.rl.losses import (
     policy_loss,
     staleness_histogram,
 )
+from rollout.rl.losses.gspo import GSPO
 
 
 def log(*probabilities: float) -> torch.Tensor:
@@ -130,7 +131,8 @@ def test_gspo_clips_each_sequence_once_by_the_geometric_mean_of_its_ratios() -> 
     # Each token of an unclipped sequence: −w · A · s / N; a clipped sequence's tokens get none.
     assert logprobs.grad.flatten().tolist() == pytest.approx([-1 / 3, -1 / 3, 0.0, 0.0])
     assert metrics.clipped_fraction == pytest.approx(1 / 3)
-    assert loss_from("gspo", {"clip_high": 1.5}).clip_high == 1.5  # type: ignore[attr-defined]
+    made = loss_from("gspo", {"clip_high": 1.5})
+    assert isinstance(made, GSPO) and made.clip_high == 1.5
     with pytest.raises(LossError, match=r"clip_low 1\.0: set 0 or more and below 1"):
         loss_from("gspo", {"clip_low": 1.0})
 
