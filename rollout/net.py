@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import os
 import random
 import socket
 import threading
@@ -39,6 +40,11 @@ def reachable_host(host: str) -> str:
     except OSError:
         return "127.0.0.1"
 
+
+PORT_SLICE_VARIABLE = "ROLLOUT_PORT_SLICE"
+"""`K/N`: this process and its children pick ports only from the K-th of N equal slices of the range, so
+that N process trees on one machine (parallel test workers) never pick a port another has picked and not yet
+bound (a port is checked free when picked, and nothing holds it until its server binds)."""
 
 _handed_out: set[int] = set()
 _handing_out = threading.Lock()
@@ -75,10 +81,25 @@ def _outside_ephemeral_range(width: int = 12_000) -> tuple[int, int] | None:
     except (OSError, ValueError):
         low, high = 32768, 60999
     if low - 1024 >= 2_000:
-        return max(1024, low - width), low
-    if 65535 - high >= 2_000:
-        return high + 1, min(65536, high + 1 + width)
-    return None
+        span = max(1024, low - width), low
+    elif 65535 - high >= 2_000:
+        span = high + 1, min(65536, high + 1 + width)
+    else:
+        return None
+    return _this_slice(span, os.environ.get(PORT_SLICE_VARIABLE, ""))
+
+
+def _this_slice(span: tuple[int, int], given: str) -> tuple[int, int]:
+    """The K-th of N slices of `span` that PORT_SLICE_VARIABLE's `K/N` names; the whole span when unset or
+    malformed (ports are still checked free, so a bad value costs only the slices' guarantee)."""
+    try:
+        index, count = map(int, given.split("/"))
+    except ValueError:
+        return span
+    if not 0 <= index < count:
+        return span
+    width = (span[1] - span[0]) // count
+    return span[0] + index * width, span[0] + (index + 1) * width
 
 
 SHUTDOWN_GRACE_S = 5

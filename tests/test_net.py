@@ -3,6 +3,7 @@ nothing takes one between its pick and the server binding it."""
 
 from __future__ import annotations
 
+import os
 import socket
 from pathlib import Path
 
@@ -20,3 +21,22 @@ def test_a_free_port_is_outside_the_ephemeral_range_and_can_be_bound() -> None:
         server.listen()
         assert not port_is_free("127.0.0.1", port)
     assert port_is_free("127.0.0.1", port)
+
+
+def test_processes_given_different_slices_never_pick_the_same_port() -> None:
+    import subprocess
+    import sys
+
+    from rollout.net import PORT_SLICE_VARIABLE
+
+    def picks(slice_: str) -> set[int]:
+        script = "from rollout.net import free_port; print(*(free_port() for _ in range(200)))"
+        environment = {**os.environ, PORT_SLICE_VARIABLE: slice_}
+        out = subprocess.run(
+            [sys.executable, "-c", script], env=environment, capture_output=True, text=True, check=True
+        )
+        return set(map(int, out.stdout.split()))
+
+    first, second = picks("0/2"), picks("1/2")
+    assert len(first) == len(second) == 200
+    assert max(first) < min(second), "the first slice lies wholly below the second"
