@@ -70,7 +70,8 @@ def staged(path: Path, uid: int, *, writable: bool = False) -> Path:
     root = stage_root()
     for folder in (*reversed(root.parents), root):
         if not folder.exists():
-            folder.mkdir(mode=0o711)
+            with contextlib.suppress(FileExistsError):  # made by another process since
+                folder.mkdir(mode=0o711)
     kind = "rw" if writable else "ro"
     target = root / f"{hashlib.sha256(str(path).encode()).hexdigest()[:16]}-{kind}"
     if path.is_dir():

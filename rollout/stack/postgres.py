@@ -23,6 +23,7 @@ import pwd
 import shutil
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -55,12 +56,29 @@ def _ensure_service_user() -> str | None:
     try:
         pwd.getpwnam(SERVICE_USER)
     except KeyError:
-        subprocess.run(
+        made = subprocess.run(
             ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVICE_USER],
-            check=True,
             capture_output=True,
         )
+        # Two stacks starting at once on one machine both find no user; the one that loses the race fails
+        # (the user exists, or /etc/passwd is locked) and uses the winner's, once it is there.
+        if made.returncode != 0 and not _user_appears(SERVICE_USER):
+            raise subprocess.CalledProcessError(
+                made.returncode, made.args, made.stdout, made.stderr
+            ) from None
     return SERVICE_USER
+
+
+def _user_appears(name: str, timeout_s: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            pwd.getpwnam(name)
+            return True
+        except KeyError:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
 
 
 def _grant_traverse(path: Path) -> None:
