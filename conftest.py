@@ -10,7 +10,7 @@ went) and `otlp_receiver` (where its traces went) are in its namespace.
 from sybil import Sybil
 from sybil.parsers.markdown import PythonCodeBlockParser
 
-pytest_plugins = ["tests.fixtures"]
+pytest_plugins = ["tests.fixtures", "tests.scheduling"]
 
 pytest_collect_file = Sybil(
     parsers=[PythonCodeBlockParser()],
