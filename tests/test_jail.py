@@ -141,6 +141,33 @@ async def test_limits_hold_and_a_commands_whole_tree_dies_with_it(tmp_path: Path
         await world.close()
 
 
+async def test_what_other_jails_run_under_the_shared_uid_never_uses_up_a_jails_process_budget(
+    tmp_path: Path,
+) -> None:
+    # Every jail runs under one uid, and RLIMIT_NPROC counts that uid's tasks on the whole host: another
+    # episode's fork bomb, held at its own jail's cap, must not leave this jail unable to start a command.
+    tiny = JailLimits(processes=8, memory_bytes=256 * MiB)
+    world = ShellWorld(tmp_path / "box", seats=1, limits=tiny)
+    others: list[subprocess.Popen[bytes]] = []
+    try:
+        assert (await _sh(world, "echo first"))["output"] == "first\n"
+        uid = jail_uid()
+        # More of the uid's tasks than this jail's whole share (16 x its cap with a cgroup, its cap without).
+        for _ in range(tiny.processes * 16 + 16):
+            others.append(
+                await asyncio.to_thread(
+                    subprocess.Popen, ["sleep", "60"], user=uid if os.geteuid() == 0 else None
+                )
+            )
+        ran = await _sh(world, "echo $(echo nested) still")
+        assert ran["output"] == "nested still\n", ran
+    finally:
+        for other in others:
+            other.kill()
+            other.wait()
+        await world.close()
+
+
 async def test_unjailed_only_when_chosen(tmp_path: Path) -> None:
     workspace = Workspace(tmp_path / "plain", disk_bytes=SMALL.disk_bytes, owner=jail_uid())
     jail = Jail(workspace, limits=SMALL, isolation=SandboxIsolation.none)

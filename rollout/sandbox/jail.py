@@ -294,12 +294,13 @@ class Jail:
         return await asyncio.to_thread(disk_used, self.workspace.path) > self.limits.disk_bytes
 
     def _process_limit(self) -> int:
-        """RLIMIT_NPROC for the next command. It counts every task of the jail's uid on the host: with a
-        cgroup capping the jail, it is only a backstop (the uid's tasks of every jail); without one, what the
-        uid runs already plus the jail's share."""
-        if self.cgroup is not None:
-            return self.limits.processes * 16
-        return tasks_of_uid(self.uid) + self.limits.processes
+        """RLIMIT_NPROC for the next command: what the jail's uid runs already plus the jail's share. It
+        counts every task of the uid on the host, every jail's (they share it), so a fixed number would let
+        other jails use it up: one episode's fork bomb, held at its own cap, would make every other jail's
+        next command fail to start. With a cgroup capping the jail, its share is only a backstop (16 times
+        its cap); without one, its cap."""
+        share = self.limits.processes * 16 if self.cgroup is not None else self.limits.processes
+        return tasks_of_uid(self.uid) + share
 
     async def run(
         self,
