@@ -17,6 +17,9 @@ Contract:
 - `RunSettingsChange` is what one update of a running run changes (pause, resume, stop, max_lag);
   `recorded()` is its `SettingsChanged` payload, which the projection merges over the settings, and
   `RunSettings.changed(change)` is the same merge on the record.
+- `RunStatus` is a run's state as its workflow reports it (its `status` query and its result), and `RunChange`
+  (`PauseRun`, `ResumeRun`, `StopRun`, `MaxLagChange`) what one update changes: the records every face (the
+  CLI, the dashboard, the gateway's operator routes) reads and sends through rollout.control.runs.
 - Nothing outside this module reads or writes a run setting by its recorded name.
 """
 
@@ -28,7 +31,19 @@ from typing import Any
 
 from rollout import defaults
 
-__all__ = ["BadRunSetting", "RunSettings", "RunSettingsChange", "failure_bound_of", "max_lag_of"]
+__all__ = [
+    "BadRunSetting",
+    "MaxLagChange",
+    "PauseRun",
+    "ResumeRun",
+    "RunChange",
+    "RunSettings",
+    "RunSettingsChange",
+    "RunStatus",
+    "StopRun",
+    "failure_bound_of",
+    "max_lag_of",
+]
 
 
 class BadRunSetting(ValueError):
@@ -209,3 +224,57 @@ def _prefixed(settings: Mapping[str, Any], prefix: str) -> dict[str, str]:
         if not isinstance(value, str):
             raise BadRunSetting(f"a run's recorded {prefix}{policy} is not text: {value!r}")
     return found
+
+
+@dataclass
+class RunStatus:
+    """A run's state (`RunWorkflow.status`, and its result). The episode and group counts are the supply's
+    (`SupplyCounts`), known once it has ended: 0 while it plays."""
+
+    run: str
+    paused: bool
+    stopped: bool
+    max_lag: int
+    episodes_finished: int
+    episodes_failed: int
+    groups_finished: int
+    pause_reason: str | None = None
+    trained: dict[str, str | None] = field(
+        default_factory=dict[str, str | None]
+    )  # policy -> newest checkpoint
+
+
+@dataclass(frozen=True)
+class PauseRun:
+    """`RunWorkflow.pause`: no new turn or episode begins until the run is resumed."""
+
+    label = "pause"
+
+
+@dataclass(frozen=True)
+class ResumeRun:
+    """`RunWorkflow.resume`: the run plays again, and a training paused with it goes on."""
+
+    label = "resume"
+
+
+@dataclass(frozen=True)
+class StopRun:
+    """`RunWorkflow.stop`: the run ends once the episodes in flight finish."""
+
+    label = "stop"
+
+
+@dataclass(frozen=True)
+class MaxLagChange:
+    """`RunWorkflow.set_max_lag`: how many checkpoints a turn may sample behind the newest from now on."""
+
+    max_lag: int
+
+    @property
+    def label(self) -> str:
+        return f"max_lag={self.max_lag}"
+
+
+type RunChange = PauseRun | ResumeRun | StopRun | MaxLagChange
+"""What an update of a run changes (rollout.control.runs.update_run sends it); `label` names it."""

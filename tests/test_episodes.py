@@ -34,7 +34,7 @@ from rollout.ledger.streams import (
     seat_stream,
 )
 from rollout.rendering import ModelRenderer
-from rollout.run_settings import RunSettings
+from rollout.run_settings import MaxLagChange, RunSettings, RunStatus
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workers.runner import runner_worker
@@ -45,7 +45,7 @@ from rollout.workflows.episode_types import AgentAttempt
 from rollout.workflows.episodes import EpisodeWorkflow
 from rollout.workflows.names import episode_id, episode_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import MaxLagChange, RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import (
     AssembleInput,

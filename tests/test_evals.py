@@ -28,12 +28,13 @@ from rollout.ledger.streams import (
     policy_checkpoints_stream,
     run_batches_stream,
 )
+from rollout.run_settings import RunStatus
 from rollout.serving import ServingTarget, desired
 from rollout.workflows.eval_types import EvalGate, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import eval_workflow_id, run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from tests.test_training_loop import Loop, run_input, training_loop
 
 

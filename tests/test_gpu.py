@@ -16,11 +16,11 @@ from temporalio.client import Client
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream
+from rollout.run_settings import RunStatus
 from rollout.serving import ServingAck
 from rollout.stack.engine import has_cuda_gpu
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunStatus
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_training import training_run
 

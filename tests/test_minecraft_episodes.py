@@ -21,10 +21,11 @@ from temporalio.client import Client
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import held_sandbox
 from rollout.ledger.streams import run_episodes_stream
+from rollout.run_settings import RunStatus
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import agent_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import play_attempts, seat_turns, wait_for
 

@@ -30,11 +30,11 @@ from coding.tasks import task_named
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger, RecordedEvent
 from rollout.ledger.streams import run_episodes_stream, run_stream
-from rollout.run_settings import RunSettings
+from rollout.run_settings import RunSettings, RunStatus
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from rollout_testing.cluster import Cluster
 from tests.red_team import HARMFUL, KIND, SEAT_FAILURE, SEAT_VENV, SHELL_FILE_LIMIT, TARGETS, attacks
 

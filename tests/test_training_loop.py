@@ -37,14 +37,14 @@ from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpo
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from rollout.rl.losses import PPO, LossConfig
-from rollout.run_settings import RunSettings
+from rollout.run_settings import MaxLagChange, RunSettings, RunStatus
 from rollout.serving import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import MaxLagChange, RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from rollout.workflows.training_types import TrainingSpec
 from tests.sandboxutil import SANDBOX_KEY
 

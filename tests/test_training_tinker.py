@@ -46,14 +46,14 @@ from rollout.rendering import ModelRenderer
 from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
-from rollout.run_settings import RunSettings
+from rollout.run_settings import RunSettings, RunStatus
 from rollout.serving import engine_api_key
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import RunInput, RunStatus
+from rollout.workflows.run_types import RunInput
 from rollout.workflows.training_types import TrainingSpec
 from rollout_testing.tinker_service import FakeTinkerState, build_app
 from rollout_testing.tinker_training import FakeTinkerTraining

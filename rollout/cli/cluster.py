@@ -17,6 +17,7 @@ Contract:
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 from dataclasses import asdict, dataclass
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from rollout.cli.common import JsonFlag, err, fail, ledger_call, load_settings, out
+from rollout.cli.common import JsonFlag, err, fail, load_settings, out
 
 if TYPE_CHECKING:
     from rollout.config import Settings
@@ -114,7 +115,7 @@ def cluster_settings(preset: str, overrides: list[str] | None) -> Settings:
     import tempfile
 
     from rollout.config import ConfigError, load
-    from rollout.ledger import Ledger
+    from rollout.control.connections import ledger_session
     from rollout.presets import PresetVersion, UnknownPreset, newest, write_presets
 
     base = cluster_overrides(True, overrides)
@@ -128,11 +129,11 @@ def cluster_settings(preset: str, overrides: list[str] | None) -> Settings:
     reach = load_settings(base)
 
     async def find() -> PresetVersion:
-        async with await Ledger.connect(reach.ledger_url) as ledger:
+        async with ledger_session(reach) as ledger:
             return await newest(ledger, name, int(version) if version else None)
 
     try:
-        found = ledger_call(find())
+        found = asyncio.run(find())
     except UnknownPreset as error:
         if version or not (Path(__file__).parents[1] / "conf" / "preset" / f"{name}.yaml").is_file():
             fail(str(error), code=2)

@@ -1,5 +1,4 @@
-"""What every command shares: the consoles, the one-paragraph error, settings from overrides, and running a
-command's ledger work.
+"""What every command shares: the consoles, the one-paragraph error, and settings from overrides.
 
 Contract: long work says how it goes through `progress` (a spinner on a terminal, plain lines elsewhere). A
 command that cannot go on calls `fail(message)` or lets the control layer's `ControlError` reach
@@ -11,9 +10,9 @@ an error they can fix.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Coroutine, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, NoReturn
 
 import typer
 from rich.console import Console
@@ -91,16 +90,3 @@ def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
         # One line per HTTP request (a runner makes one per turn) drowns what matters.
         for chatty in ("httpx", "httpcore", "httpx2", "httpcore2"):
             logging.getLogger(chatty).setLevel(logging.WARNING)
-
-
-def ledger_call[T](call: Coroutine[Any, Any, T]) -> T:
-    """Run a command's ledger work; a ledger that cannot be reached is one clear message."""
-    import asyncio
-
-    from rollout.control.errors import STACK_HINT, Unreachable
-    from rollout.ledger.errors import LedgerError
-
-    try:
-        return asyncio.run(call)
-    except LedgerError as error:
-        raise Unreachable(f"{error}\n{STACK_HINT}") from None

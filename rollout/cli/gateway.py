@@ -61,7 +61,6 @@ def gateway(
     from rollout.gateway.assembly import parse_externals, serve_gateway
     from rollout.gateway.operator import OPERATOR_KEY_FILE, load_operator_key
     from rollout.gateway.seats import load_secret
-    from rollout.ledger.errors import LedgerError
     from rollout.net import port_is_free
     from rollout.rendering import ModelRenderer, renderer_for_model
     from rollout.serving import engine_api_key, load_engine_key
@@ -101,32 +100,30 @@ def gateway(
                 highlight=False,
             )
     err.print(f"operator routes need the key in {settings.data_path / OPERATOR_KEY_FILE}")
-    try:
-        asyncio.run(
-            serve_gateway(
-                ledger_url=settings.writer_ledger_url(LedgerWriter.gateway),
-                renderer=model_renderer,
-                model=model,
-                renderers=renderer_of,
-                engine_urls=engine_url,
-                host=host,
-                port=port,
-                max_context=max_context,
-                externals=externals,
-                external_api_bases=served.external_api_bases,
-                ack_key=engine_key,
-                engine_api_key=engine_api_key(engine_key),
-                max_request_bytes=settings.services.gateway.max_request_bytes,
-                default_max_tokens=settings.services.gateway.default_max_tokens,
-                max_turns_in_flight_per_seat=settings.services.gateway.max_turns_in_flight_per_seat,
-                routing=settings.routing,
-                operator_key=operator_key,
-                seat_secret=seat_secret,
-                runs=OperatorRuns(settings),
-            )
+    # A ledger that cannot be reached is one paragraph (rollout.cli.app.main), as for any command.
+    asyncio.run(
+        serve_gateway(
+            ledger_url=settings.writer_ledger_url(LedgerWriter.gateway),
+            renderer=model_renderer,
+            model=model,
+            renderers=renderer_of,
+            engine_urls=engine_url,
+            host=host,
+            port=port,
+            max_context=max_context,
+            externals=externals,
+            external_api_bases=served.external_api_bases,
+            ack_key=engine_key,
+            engine_api_key=engine_api_key(engine_key),
+            max_request_bytes=settings.services.gateway.max_request_bytes,
+            default_max_tokens=settings.services.gateway.default_max_tokens,
+            max_turns_in_flight_per_seat=settings.services.gateway.max_turns_in_flight_per_seat,
+            routing=settings.routing,
+            operator_key=operator_key,
+            seat_secret=seat_secret,
+            runs=OperatorRuns(settings),
         )
-    except LedgerError as error:
-        fail(str(error))
+    )
 
 
 def _answers(url: str) -> bool:

@@ -1,126 +1,78 @@
 """Following a training run while it plays: a live line on a terminal, plain progress lines elsewhere (CI
 logs, `tee`), and what to say when it pauses or ends.
 
-Contract: `follow_training` returns when the run's workflow is no longer running (its final status), and exits
-the command with the pause reason and how to resume when the run pauses itself (a non-finite loss). It reads
-progress from the ledger only, so following can stop and start again at any time (`rollout run attach`).
-A service that dies meanwhile (Postgres, Temporal: the supervisor restarts it) does not end the command: the
-line says what it waits for, and following resumes when the service is back. A stack stopped on purpose (its
-supervisor gone: nothing will bring the service back) ends it, saying how to continue. A tracking backend that
-refuses the run's records (rollout.control.tracking) shows on the line, with the setting to look at, until it
-takes them again (training goes on meanwhile), and after the summary when it still refused as the run ended.
+Contract: `follow_to_the_end` returns once the run's workflow is no longer running (after its summary), and
+exits the command with the pause reason and how to resume when the run pauses itself (a non-finite loss). What
+it shows comes from rollout.control.following (the ledger's numbers, the run's state, what holds following up:
+a service the supervisor brings back, a tracking backend that refuses the run's records, with the setting to
+look at); a stack stopped on purpose (`rollout down`) ends it, saying how to continue.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import typer
-from temporalio.client import WorkflowFailureError
-from temporalio.service import RPCError
 
 from rollout.cli.common import err, fail, out
-from rollout.control.connections import outlasting
-from rollout.control.progress import TrainingProgress, run_line
-from rollout.control.waits import READ_TIMEOUT
-from rollout.failures import one_line
-from rollout.ledger import Ledger
-from rollout.ledger.errors import LedgerUnreachableError
 
 if TYPE_CHECKING:
-    from temporalio.client import Client, WorkflowHandle
-
     from rollout.config import Settings
-    from rollout.workflows.run import RunWorkflow
-    from rollout.workflows.run_types import RunStatus
+    from rollout.control.following import Following, Tick
+    from rollout.control.progress import TrainingProgress
+    from rollout.run_settings import RunStatus
 
-TRACKING_SETTLE_S = 20.0  # as a run ends: how long to wait for its feed's first report
-TRACKING_EVERY_S = 5.0  # how often the line asks how the run's tracking backends stand
 PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (and whenever a step lands)
 
 
-async def follow_training(
-    ledger: Ledger,
-    handle: WorkflowHandle[RunWorkflow, RunStatus],
-    progresses: Sequence[TrainingProgress],
-    stack_stopped: Callable[[], bool] = lambda: False,
-    client: Client | None = None,
-) -> RunStatus:
+async def show_until_it_ends(following: Following) -> RunStatus:
+    """Draw the run's line until its workflow ends (live on a terminal, lines elsewhere); its final state."""
     from rich.live import Live
 
-    from rollout.control.tracking import tracking_line, tracking_state
-    from rollout.workflows.run import RunWorkflow
+    run, started = following.run, time.monotonic()
 
-    run = progresses[0].run
-    started = time.monotonic()
-
-    outage: list[str] = []  # what the last tick could not reach, shown on the line until it answers again
-    refusing: list[str] = []  # a tracking backend that refuses, shown until it takes the run's records again
-    tracking_read = [0.0]
-
-    async def tick() -> bool:
-        """Refresh; False once the run's workflow has ended."""
-        try:
-            for progress in progresses:
-                await progress.refresh(ledger)
-            # Bounded reads: a Temporal that stopped answering shows on the line within seconds.
-            description = await handle.describe(rpc_timeout=READ_TIMEOUT)
-            if description.status is not None and description.status.name != "RUNNING":
-                return False
-            status = await handle.query(RunWorkflow.status, rpc_timeout=READ_TIMEOUT)
-        except (LedgerUnreachableError, RPCError) as error:
-            if stack_stopped():
-                fail(
-                    f"the stack was stopped (`rollout down`), so run {run} does not play now; it is kept as it "
-                    f"was. Start the stack with `rollout up`, then `rollout run attach {run}` (it brings the stack "
-                    "to the run's model and settings, resumes the run and follows it)."
-                )
-            if isinstance(error, LedgerUnreachableError):
-                outage[:] = ["waiting for Postgres to come back (the stack's supervisor restarts it)"]
-            else:
-                outage[:] = [
-                    f"waiting for Temporal to answer ({error.status.name.lower()}; the supervisor restarts it if it died)"
-                ]
-            return True
-        outage.clear()
-        if client is not None and time.monotonic() - tracking_read[0] >= TRACKING_EVERY_S:
-            tracking_read[0] = time.monotonic()
-            state = await tracking_state(client, run)
-            failing = state is not None and not all(b.ok for b in state.backends)
-            refusing[:] = [tracking_line(state)] if state is not None and failing else []
-        if status.pause_reason:
-            fail(f"run {run} paused: {status.pause_reason}\nFix the cause, then `rollout run resume {run}`.")
-        return True
-
-    def line() -> str:
-        return run_line(progresses) + "".join(f" · {said}" for said in (*outage, *refusing))
+    async def tick() -> Tick:
+        now = await following.tick()
+        if now.stack_stopped:
+            fail(
+                f"the stack was stopped (`rollout down`), so run {run} does not play now; it is kept as it "
+                f"was. Start the stack with `rollout up`, then `rollout run attach {run}` (it brings the stack "
+                "to the run's model and settings, resumes the run and follows it)."
+            )
+        if now.status is not None and now.status.pause_reason:
+            fail(
+                f"run {run} paused: {now.status.pause_reason}\nFix the cause, then `rollout run resume {run}`."
+            )
+        return now
 
     if err.is_terminal:
         with Live(console=err, refresh_per_second=2) as live:
-            while await tick():
-                live.update(f"[{time.monotonic() - started:5.0f}s] {line()}")
+            while (await tick()).playing:
+                live.update(f"[{time.monotonic() - started:5.0f}s] {following.line()}")
                 await asyncio.sleep(1.0)
     last_line, last_at = "", 0.0
     if not err.is_terminal:
-        while await tick():
-            text, now = line(), time.monotonic()
+        while (now := await tick()).playing:
+            text, at = following.line(), time.monotonic()
             steps_changed = text.split(" · ")[0] != last_line.split(" · ")[0]
             # A tracking backend newly refusing, or a new reason episodes fail: said at once, not at the next
             # step (the run may end first).
-            said_anew = any(said not in last_line for said in refusing) or _why_failing(text) != _why_failing(
-                last_line
-            )
-            if text != last_line and (steps_changed or now - last_at >= PLAIN_EVERY_S or outage or said_anew):
-                err.print(f"[{now - started:5.0f}s] {text}", highlight=False, markup=False)
-                last_line, last_at = text, now
+            said_anew = any(said not in last_line for said in now.refusing) or _why_failing(
+                text
+            ) != _why_failing(last_line)
+            if text != last_line and (
+                steps_changed or at - last_at >= PLAIN_EVERY_S or now.outage or said_anew
+            ):
+                err.print(f"[{at - started:5.0f}s] {text}", highlight=False, markup=False)
+                last_line, last_at = text, at
             await asyncio.sleep(1.0)
-    final = await outlasting(handle.result)
-    for progress in progresses:
-        await outlasting(lambda progress=progress: progress.refresh(ledger))
-    if not err.is_terminal and (text := line()) != last_line:  # where it ended, what the last tick missed
+    final = await following.finish()
+    if (
+        not err.is_terminal and (text := following.line()) != last_line
+    ):  # where it ended, what the last tick missed
         err.print(f"[{time.monotonic() - started:5.0f}s] {text}", highlight=False, markup=False)
     return final
 
@@ -154,16 +106,13 @@ def follow_to_the_end(
     import json
     import logging
 
-    from rollout.control.connections import connect_temporal
     from rollout.control.errors import ControlError
     from rollout.control.evals import run_eval_scores
+    from rollout.control.following import Following, RunFailed
     from rollout.control.runs import update_run
-    from rollout.control.tracking import settled_tracking, tracking_line
+    from rollout.run_settings import PauseRun
     from rollout.stack.embedded import Stack
-    from rollout.workflows.client import run_handle
-    from rollout.workflows.run_types import PauseRun
 
-    progresses = [TrainingProgress(run, policy) for policy in policies]
     stack = Stack(settings) if embedded else None
 
     def stopped() -> bool:
@@ -172,30 +121,21 @@ def follow_to_the_end(
     # The pool's own warnings about a lost server would break the progress line, which says it better.
     logging.getLogger("psycopg.pool").setLevel(logging.ERROR)
 
+    following = Following(settings, run, policies, stopped)
     refused: list[str] = []  # a tracking backend that refused the run, said with the summary
 
     async def follow() -> RunStatus:
-        client = await connect_temporal(settings)
-        handle = run_handle(client, run)
-        # A short reconnect window: the live line says what it waits for instead of hanging in a ledger call.
-        ledger = await outlasting(lambda: Ledger.connect(settings.ledger_url, reconnect_window_s=3))
-        async with ledger:
-            status = await follow_training(ledger, handle, progresses, stopped, client)
-        if settings.tracking.backends:
-            state = await settled_tracking(client, run, TRACKING_SETTLE_S)
-            if state is not None and not all(b.ok for b in state.backends):
-                refused.append(tracking_line(state))
+        async with following:
+            status = await show_until_it_ends(following)
+            if (said := await following.tracking_refused()) is not None:
+                refused.append(said)
         return status
 
     followed_at = time.monotonic()
     try:
         status = asyncio.run(follow())
-    except WorkflowFailureError as error:
-        cause = error.cause if error.cause is not None else error
-        fail(
-            f"run {run} failed: {one_line(str(cause))}. What it played and trained stays in the ledger: "
-            f"`rollout run status {run}` shows it; the stack keeps running."
-        )
+    except RunFailed as error:
+        fail(str(error))
     except KeyboardInterrupt:
         asyncio.run(update_run(settings, run, PauseRun()))
         err.print(
@@ -209,18 +149,18 @@ def follow_to_the_end(
         with contextlib.suppress(ControlError):
             evals = asyncio.run(run_eval_scores(settings, run))
     if as_json:
-        summary = progresses[0].summary() | {
+        summary = following.progresses[0].summary() | {
             "episodes_failed": status.episodes_failed,
             "evals": evals,
             "run_s": round(time.monotonic() - followed_at, 1),  # the run itself: the stack's start excluded
             "tracking_refused": refused,
         }
-        if len(progresses) > 1:
-            summary["policies"] = [progress.summary() for progress in progresses]
+        if len(following.progresses) > 1:
+            summary["policies"] = [progress.summary() for progress in following.progresses]
         print(json.dumps(summary))
         return
-    for progress in progresses:
-        print_summary(progress, status, named=len(progresses) > 1)
+    for progress in following.progresses:
+        print_summary(progress, status, named=len(following.progresses) > 1)
     for said in refused:
         err.print(said, highlight=False, markup=False)
     for scored in evals:

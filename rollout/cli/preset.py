@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import tempfile
 from pathlib import Path
@@ -11,7 +12,7 @@ from typing import Annotated
 import typer
 
 from rollout.cli.cluster import ClusterFlag, cluster_overrides
-from rollout.cli.common import JsonFlag, Overrides, err, fail, ledger_call, load_settings, out
+from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
 
 app = typer.Typer(help="Presets stored in the ledger (a cluster's runs compose them).", no_args_is_help=True)
 
@@ -29,7 +30,7 @@ def load_presets(
     the same content stores nothing. Each must compose onto the defaults (`rollout config show
     preset=NAME`)."""
     from rollout.config import ConfigError, load
-    from rollout.ledger import Ledger
+    from rollout.control.connections import ledger_session
     from rollout.presets import BadPreset, PresetVersion, check_preset, store, write_presets
 
     files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
@@ -52,10 +53,10 @@ def load_presets(
     settings = load_settings(cluster_overrides(cluster, overrides))
 
     async def store_all() -> list[tuple[PresetVersion, bool]]:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with ledger_session(settings) as ledger:
             return [await store(ledger, name, text) for name, text in texts.items()]
 
-    results = ledger_call(store_all())
+    results = asyncio.run(store_all())
     if as_json:
         print(json.dumps([{"preset": p.ref, "stored": new, "sha256": p.sha256} for p, new in results]))
         return
@@ -69,16 +70,16 @@ def list_presets(
     overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Every stored preset version, oldest first."""
-    from rollout.ledger import Ledger
+    from rollout.control.connections import ledger_session
     from rollout.presets import PresetVersion, stored
 
     settings = load_settings(cluster_overrides(cluster, overrides))
 
     async def read() -> list[PresetVersion]:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with ledger_session(settings) as ledger:
             return await stored(ledger)
 
-    presets = ledger_call(read())
+    presets = asyncio.run(read())
     if as_json:
         print(json.dumps([{"preset": p.ref, "sha256": p.sha256} for p in presets]))
         return

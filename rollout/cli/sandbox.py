@@ -46,8 +46,7 @@ def serve(
     claim it."""
     import signal
 
-    from rollout.ledger import Ledger
-    from rollout.ledger.errors import LedgerError
+    from rollout.control.connections import ledger_session
     from rollout.net import free_port, port_is_free
     from rollout.sandbox import load_kind
     from rollout.sandbox.claims import SandboxNameTaken
@@ -95,7 +94,7 @@ def serve(
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
         names = [name] if count == 1 else [f"{name}-{i}" for i in range(count)]
         async with (
-            await Ledger.connect(settings.sandbox_ledger_url) as ledger,
+            ledger_session(settings, url=settings.sandbox_ledger_url) as ledger,
             contextlib.AsyncExitStack() as boxes,
         ):
             for each in names:
@@ -122,7 +121,7 @@ def serve(
 
     try:
         asyncio.run(serve())
-    except (LedgerError, SandboxNameTaken, SandboxSetupError) as error:
+    except (SandboxNameTaken, SandboxSetupError) as error:
         fail(str(error))
 
 

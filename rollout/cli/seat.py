@@ -38,14 +38,13 @@ def new(
 ) -> None:
     """Open a seat by hand (to point Claude Code or Codex at a checkpoint, say): prints its base URL and key.
     With --cluster, the cluster's gateway opens it (its operator route, with the context's operator key)."""
+    from rollout.control.connections import ledger_session
     from rollout.gateway.seats import load_secret, open_seat
-    from rollout.ledger import Ledger
-    from rollout.ledger.errors import LedgerError
 
     settings = load_settings(overrides)  # with --cluster the gateway opens the seat: these are not needed
 
     async def make() -> tuple[str, str]:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with ledger_session(settings) as ledger:
             seat, token = await open_seat(
                 ledger,
                 load_secret(settings.data_path / "gateway.secret"),
@@ -63,10 +62,7 @@ def new(
             {"agent": agent, "policy": policy, "run": run, "episode": episode, "checkpoint": checkpoint}
         )
     else:
-        try:
-            seat_id, token = asyncio.run(make())
-        except LedgerError as error:
-            fail(str(error))
+        seat_id, token = asyncio.run(make())
     base_url = f"{gateway_url.rstrip('/')}/s/{token}/v1"
     # The one output that hands a seat's key out: it is written past the scrubbing every other output gets.
     clear = unscrubbed(sys.stdout)

@@ -33,9 +33,8 @@ def sft(
     import os
     import socket
 
+    from rollout.control.connections import ledger_session
     from rollout.control.warm_start import WarmStartExists, warm_start
-    from rollout.ledger import Ledger
-    from rollout.ledger.errors import LedgerError
     from rollout.training.sft import ConversationError, SftConfig, read_conversations
 
     settings = load_settings(overrides)
@@ -55,7 +54,7 @@ def sft(
     holder = f"sft-{socket.gethostname()}-{os.getpid()}"
 
     async def run() -> dict[str, Any]:
-        async with await Ledger.connect(settings.ledger_url) as ledger:
+        async with ledger_session(settings) as ledger:
             record = await warm_start(
                 ledger,
                 blob_store(settings),
@@ -72,8 +71,6 @@ def sft(
         summary = asyncio.run(run())
     except WarmStartExists as error:
         fail(str(error), code=2)
-    except LedgerError as error:
-        fail(str(error))
     if as_json:
         print(json.dumps(summary))
         return

@@ -17,8 +17,8 @@ from rollout.control.connections import stack_action
 from rollout.control.tracking import feeding, tracking_line
 
 if TYPE_CHECKING:
+    from rollout.control.tracking import TrackingState
     from rollout.stack.embedded import ServiceStatus
-    from rollout.workflows.tracking_types import TrackingState
 
 
 def print_status(services: list[ServiceStatus], as_json: bool, feeds: Sequence[TrackingState] = ()) -> None:

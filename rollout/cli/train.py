@@ -1,10 +1,8 @@
 """`rollout train`: start what is missing, start a run that trains, and show it live until it is done
-(rollout.control.training does the work; rollout.cli.live shows it)."""
+(rollout.control.training.start_training does the work; rollout.cli.live shows it)."""
 
 from __future__ import annotations
 
-import asyncio
-import uuid
 from typing import Annotated
 
 import typer
@@ -44,40 +42,16 @@ def train(
     ENVIRONMENT.
     """
     from rollout.cli.live import follow_to_the_end
-    from rollout.control.policy_models import models_said
-    from rollout.control.training import (
-        begin_training,
-        check_training,
-        evaluation,
-        ready_stack,
-        run_input,
-        trained_policies,
-    )
-    from rollout.references import import_path
-    from rollout.stack.embedded import Stack
+    from rollout.control.training import start_training
 
     if cluster:
         settings = cluster_settings(preset, overrides)
     else:
         settings = load_settings([f"preset={preset}", *(overrides or [])])
-    loaded = check_training(settings, environment, cluster=cluster)
-    if not cluster:
-        with err.status("starting the stack…") as spinner:
-            ready_stack(Stack(settings), settings, loaded, report=lambda line: spinner.update(line))
-    run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
-    given = run_input(
-        settings,
-        environment,
-        run_id,
-        import_path=import_path(),
-        evaluation=asyncio.run(evaluation(settings)),
-        loaded=loaded,
-    )
-    with err.status("a runner loads the environment…"):
-        asyncio.run(begin_training(settings, given))
-    models = models_said(settings, loaded)
-    err.print(f"run {run_id}: training {models} for {settings.trainer.steps} steps on {environment}")
-    follow_to_the_end(settings, run_id, trained_policies(loaded), as_json=as_json, embedded=not cluster)
+    with err.status("checking the settings…") as spinner:
+        started = start_training(settings, environment, run=run, cluster=cluster, report=spinner.update)
+    err.print(f"run {started.run}: training {started.models} for {started.steps} steps on {environment}")
+    follow_to_the_end(settings, started.run, started.policies, as_json=as_json, embedded=not cluster)
 
 
 def register(app: typer.Typer) -> None:

@@ -85,18 +85,19 @@ async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Cl
 
 @asynccontextmanager
 async def ledger_session(
-    settings: Settings, *, reconnect_window_s: float | None = None
+    settings: Settings, *, reconnect_window_s: float | None = None, url: str | None = None
 ) -> AsyncIterator[Ledger]:
-    """The ledger at `settings.ledger_url`; a ledger error inside the block is `Unreachable`, with the
-    hint."""
+    """The ledger at `settings.ledger_url`, or at `url` (one of its narrower logins); a ledger error inside
+    the block is `Unreachable`, with the hint."""
     from rollout.ledger import Ledger
     from rollout.ledger.errors import LedgerError
 
+    url = url or settings.ledger_url
     try:
         if reconnect_window_s is None:
-            ledger = await Ledger.connect(settings.ledger_url)
+            ledger = await Ledger.connect(url)
         else:
-            ledger = await Ledger.connect(settings.ledger_url, reconnect_window_s=reconnect_window_s)
+            ledger = await Ledger.connect(url, reconnect_window_s=reconnect_window_s)
         async with ledger:
             yield ledger
     except LedgerError as error:

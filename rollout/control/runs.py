@@ -43,7 +43,7 @@ if TYPE_CHECKING:
     from rollout.ledger import Ledger
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.ledger.views import StepRow
-    from rollout.workflows.run_types import RunChange, RunStatus
+    from rollout.run_settings import RunChange, RunStatus
 
 NO_SUCH_RUN = "the ledger has no run {run!r}: `rollout run list` shows the runs it has"
 
@@ -274,17 +274,17 @@ class OperatorRuns:
         return asdict(status)
 
     async def pause(self, run: str) -> dict[str, Any]:
-        from rollout.workflows.run_types import PauseRun
+        from rollout.run_settings import PauseRun
 
         return await self._change(run, PauseRun())
 
     async def resume(self, run: str) -> dict[str, Any]:
-        from rollout.workflows.run_types import ResumeRun
+        from rollout.run_settings import ResumeRun
 
         return await self._change(run, ResumeRun())
 
     async def set_max_lag(self, run: str, max_lag: int) -> dict[str, Any]:
-        from rollout.workflows.run_types import MaxLagChange
+        from rollout.run_settings import MaxLagChange
 
         return await self._change(run, MaxLagChange(max_lag))
 
@@ -364,7 +364,7 @@ async def reattach(settings: Settings, run: str) -> list[str]:
             "shows where it ended"
         )
     if status.paused and not status.pause_reason:
-        from rollout.workflows.run_types import ResumeRun
+        from rollout.run_settings import ResumeRun
 
         await update_run(settings, run, ResumeRun())
     return list(status.trained) or ["default"]

@@ -7,7 +7,8 @@ Contract:
   shape training (`trainer.*`, `run.*`, `eval.*`, `policies.*`, the served model and the environment), one
   `key: value` each. No secret is a setting, so none is in it. The run's workflow fills in
   the trained policies and starts the feed (rollout.workflows.tracking).
-- `tracking_state(client, run)` is what the feed last reported (its heartbeat's `TrackingState`; once it
+- `tracking_state(client, run)` is what the feed last reported (its heartbeat's `TrackingState`, the record
+  every face reads a feed's state as; once it
   has ended, its result), or None when the run has no feed or it has not reported yet; Temporal's own
   trouble is None too: tracking never stands in the way of a status.
 - `settled_tracking(client, run, within_s)` is `tracking_state` once the feed has tried every backend (what
@@ -23,12 +24,22 @@ from typing import TYPE_CHECKING
 
 from rollout.config import TrackingBackend, WandbMode
 from rollout.overrides import overrides_for
+from rollout.workflows.tracking_types import TrackingState
 
 if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.config import Settings
-    from rollout.workflows.tracking_types import TrackingInput, TrackingState
+    from rollout.workflows.tracking_types import TrackingInput
+
+__all__ = [
+    "TrackingState",
+    "feeding",
+    "settled_tracking",
+    "tracking_input",
+    "tracking_line",
+    "tracking_state",
+]
 
 # The settings that shape a run's training: what a researcher compares runs by.
 CONFIG_SECTIONS = ("trainer", "run", "eval", "policies", "services.gateway.model", "services.engine.kind")
@@ -77,7 +88,6 @@ async def tracking_state(client: Client, run: str) -> TrackingState | None:
 
     from rollout.control.waits import READ_TIMEOUT
     from rollout.workflows.names import tracking_workflow_id
-    from rollout.workflows.tracking_types import TrackingState
 
     handle = client.get_workflow_handle(tracking_workflow_id(run), result_type=TrackingState)
     try:

@@ -16,13 +16,19 @@ Contract:
 - `begin_training` has a runner confirm it loads the environment, then starts the run's workflow, riding out
   a Temporal that the supervisor is restarting (the stack was just started); a run id already playing is
   refused.
+- `start_training` is `rollout train` up to the live line, in that order: check, ready the embedded stack
+  (not with `cluster`: the cluster's services play and train it), build the run (its id `run`, or the
+  environment's name and a new suffix), start it. `report` hears each phase and what the stack starts; it
+  answers what started (`TrainingStarted`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+import uuid
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -87,6 +93,50 @@ def check_training(settings: Settings, environment: str, *, cluster: bool = Fals
 
         refuse_without_jail(settings, f"{environment} runs commands its agents choose")
     return loaded
+
+
+@dataclass(frozen=True)
+class TrainingStarted:
+    """A run that trains, started: its id, the policies it trains, its models in words (`smollm2`, or
+    `speaker on smollm2, listener on tiny-qwen3`) and its steps."""
+
+    run: str
+    environment: str
+    policies: list[str]
+    models: str
+    steps: int
+
+
+def start_training(
+    settings: Settings,
+    environment: str,
+    *,
+    run: str | None = None,
+    cluster: bool = False,
+    report: Callable[[str], None] = lambda line: None,
+) -> TrainingStarted:
+    from rollout.control.policy_models import models_said
+    from rollout.references import import_path
+    from rollout.stack.embedded import Stack
+
+    loaded = check_training(settings, environment, cluster=cluster)
+    if not cluster:
+        report("starting the stack…")
+        ready_stack(Stack(settings), settings, loaded, report=report)
+    run_id = run or f"{loaded.name}-{uuid.uuid4().hex[:6]}"
+    given = run_input(
+        settings,
+        environment,
+        run_id,
+        import_path=import_path(),
+        evaluation=asyncio.run(evaluation(settings)),
+        loaded=loaded,
+    )
+    report("a runner loads the environment…")
+    asyncio.run(begin_training(settings, given))
+    return TrainingStarted(
+        run_id, environment, trained_policies(loaded), models_said(settings, loaded), settings.trainer.steps
+    )
 
 
 def trained_policies(environment: Environment) -> list[str]:

@@ -100,8 +100,15 @@ def away_paragraph(settings: Settings, waiting_for: str, error: BaseException, t
 
 
 def stray_paragraph(error: BaseException) -> str | None:
-    """The paragraph for a Temporal error no wait of a command caught (None for any other error): what
-    Temporal said, where its log is, what to do."""
+    """The paragraph for a service's error that no call of a command made a `ControlError` (None for any
+    other error): a Temporal error (what Temporal said, where its log is, what to do), or a ledger error
+    (what it said, and how to start the stack)."""
+    if "rollout.ledger.errors" in sys.modules:  # else no ledger was ever opened: it is not the ledger's
+        from rollout.control.errors import STACK_HINT
+        from rollout.ledger.errors import LedgerError
+
+        if isinstance(error, LedgerError):
+            return f"{error}\n{STACK_HINT}"
     if "temporalio.service" not in sys.modules:  # no Temporal call was ever made: it is not Temporal's
         return None
     from temporalio.service import RPCError

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import streamlit as st
 
-from rollout.ledger.errors import LedgerError
+from rollout.control.reads import LedgerUnreachable, list_runs
 from rollout.monitor import checkpoints, evals, machines, runs, transcripts
 from rollout.monitor.context import Monitor
 from rollout.monitor.login import logged_in
@@ -32,7 +32,7 @@ def _guarded(render: Callable[[Monitor], None]) -> None:
     monitor = _monitor()
     try:
         render(monitor)
-    except LedgerError as error:
+    except LedgerUnreachable as error:
         st.error(
             f"The ledger at {redact_url(monitor.settings.reader_ledger_url)} is not answering ({error}). Trying "
             f"again every {RETRY_S:.0f} s; `rollout status` shows the stack."
@@ -43,11 +43,9 @@ def _guarded(render: Callable[[Monitor], None]) -> None:
 @st.fragment(run_every=RETRY_S)
 def _until_the_ledger_answers(monitor: Monitor) -> None:
     # Runs again every few seconds on its own; once the ledger answers, the whole page is drawn again.
-    from rollout.ledger.queries import list_runs
-
     try:
         monitor.read(list_runs)
-    except LedgerError:
+    except LedgerUnreachable:
         st.caption(f"still not answering at {time.strftime('%H:%M:%S')}")
         return
     st.rerun(scope="app")

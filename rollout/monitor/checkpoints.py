@@ -11,12 +11,11 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.control.reads import CheckpointNode, checkpoint_tree, engines, list_runs
 from rollout.evals.records import every_result
-from rollout.ledger.queries import list_runs
-from rollout.ledger.views import CheckpointNode, checkpoint_tree, engines
 
 if TYPE_CHECKING:
-    from rollout.ledger import Ledger
+    from rollout.control.reads import LedgerReader
     from rollout.monitor.context import Monitor
 
 MAX_NODES = 200
@@ -29,7 +28,7 @@ def render(monitor: Monitor) -> None:
     wanted = st.query_params.get("run")
     run = st.selectbox("run", options, index=options.index(wanted) if wanted in options else 0)
 
-    async def read(ledger: Ledger) -> tuple[Any, ...]:
+    async def read(ledger: LedgerReader) -> tuple[Any, ...]:
         return await checkpoint_tree(ledger), await engines(ledger), await every_result(ledger)
 
     nodes, engine_rows, results = monitor.read(read)

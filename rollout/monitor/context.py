@@ -3,8 +3,9 @@
 Contract:
 - `Monitor.from_environment()` loads settings from the overrides in `$ROLLOUT_MONITOR_OVERRIDES` (a JSON list,
   set by `rollout monitor`), so the app reads the same stack as the command that started it.
-- `read(query)` runs one async ledger query on a fresh connection with a short reconnect window: a ledger that
-  is down raises `LedgerError` within seconds (the app shows a banner and tries again), never hangs a view.
+- `read(query)` runs one async ledger query (rollout.control.reads) on a fresh connection with a short
+  reconnect window: a ledger that is down raises `LedgerUnreachable` within seconds (the app shows a banner
+  and tries again), never hangs a view.
 - `temporal(call)` does the same with a Temporal client; `update_run` is the run control `rollout run
   pause|resume|set` and the gateway's operator routes use (rollout.control.runs), so every change goes through
   the run's workflow and is recorded in the ledger by the run itself.
@@ -25,8 +26,8 @@ from rollout import config
 if TYPE_CHECKING:
     from temporalio.client import Client
 
-    from rollout.ledger import Ledger
-    from rollout.workflows.run_types import RunChange, RunStatus
+    from rollout.control.reads import LedgerReader
+    from rollout.run_settings import RunChange, RunStatus
 
 OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
 LEDGER_PATIENCE_S = 2.0
@@ -42,16 +43,10 @@ class Monitor:
         overrides = json.loads(os.environ.get(OVERRIDES_VARIABLE) or "[]")
         return Monitor(config.load(list(overrides)))
 
-    def read[T](self, query: Callable[[Ledger], Awaitable[T]]) -> T:
-        from rollout.ledger import Ledger
+    def read[T](self, query: Callable[[LedgerReader], Awaitable[T]]) -> T:
+        from rollout.control.reads import read_ledger
 
-        async def go() -> T:
-            async with await Ledger.connect(
-                self.settings.reader_ledger_url, max_size=2, reconnect_window_s=LEDGER_PATIENCE_S
-            ) as ledger:
-                return await query(ledger)
-
-        return asyncio.run(go())
+        return asyncio.run(read_ledger(self.settings, query, LEDGER_PATIENCE_S))
 
     def temporal[T](self, call: Callable[[Client], Awaitable[T]]) -> T:
         from temporalio.client import Client

@@ -9,15 +9,12 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
+from rollout.control.reads import engines, leases, list_runs, sandbox_claim, sandbox_host_lease
 from rollout.engine_load import EngineLoad, fetch_engine_load
-from rollout.ledger.queries import list_runs
-from rollout.ledger.streams import sandbox_host_leases_prefix, sandbox_leases_prefix
-from rollout.ledger.views import engines, leases
 from rollout.monitor.plain import plain
-from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE, run_workflow_id
 
 if TYPE_CHECKING:
-    from rollout.ledger import Ledger
+    from rollout.control.reads import LedgerReader
     from rollout.monitor.context import Monitor
 
 WORKFLOWS = 200  # the newest workflow executions listed, and runs offered to pick from
@@ -28,7 +25,7 @@ def render(monitor: Monitor) -> None:
     st.subheader("Services")
     st.dataframe(_services(monitor), hide_index=True, width="stretch")
 
-    async def read(ledger: Ledger) -> tuple[Any, ...]:
+    async def read(ledger: LedgerReader) -> tuple[Any, ...]:
         return await engines(ledger), await leases(ledger), await list_runs(ledger, limit=WORKFLOWS)
 
     engine_rows, lease_rows, runs = monitor.read(read)
@@ -59,13 +56,13 @@ def render(monitor: Monitor) -> None:
     st.subheader("Temporal workers")
     st.dataframe(_pollers(monitor), hide_index=True, width="stretch")
     st.subheader("Sandboxes")
-    hosts = [lease for lease in lease_rows if lease.resource.startswith(sandbox_host_leases_prefix(""))]
-    claims = [lease for lease in lease_rows if lease.resource.startswith(sandbox_leases_prefix(""))]
+    hosts = [lease for lease in lease_rows if sandbox_host_lease(lease.resource) is not None]
+    claims = [lease for lease in lease_rows if sandbox_claim(lease.resource)]
     if hosts or claims:
         st.dataframe(
             [
                 {
-                    "sandbox": lease.resource.removeprefix(sandbox_host_leases_prefix("")),
+                    "sandbox": sandbox_host_lease(lease.resource),
                     "address": lease.holder.partition("@")[2] or lease.holder,  # holder: SEATS@ADDRESS
                     "in the pool": lease.live,
                     "claimed by": next(
@@ -142,40 +139,24 @@ def _services(monitor: Monitor) -> list[dict[str, Any]]:
 
 
 def _pollers(monitor: Monitor) -> list[dict[str, Any]]:
-    from temporalio.api.enums.v1 import TaskQueueType
-    from temporalio.api.taskqueue.v1 import TaskQueue
-    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+    from rollout.control.workflow_reads import queue_pollers
 
-    async def describe(client: Any) -> list[dict[str, Any]]:
-        rows = []
-        for queue in (RUNNER_QUEUE, TRAINER_QUEUE):
-            for kind, label in (
-                (TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW, "workflows"),
-                (TaskQueueType.TASK_QUEUE_TYPE_ACTIVITY, "activities"),
-            ):
-                found = await client.workflow_service.describe_task_queue(
-                    DescribeTaskQueueRequest(
-                        namespace=monitor.settings.services.temporal.namespace,
-                        task_queue=TaskQueue(name=queue),
-                        task_queue_type=kind,
-                    )
-                )
-                rows.append(
-                    {
-                        "queue": queue,
-                        "polls for": label,
-                        "workers": len(found.pollers),
-                        "identities": ", ".join(sorted({p.identity for p in found.pollers})),
-                    }
-                )
-        return rows
-
+    namespace = monitor.settings.services.temporal.namespace
     try:
-        return monitor.temporal(describe)
+        found = monitor.temporal(lambda client: queue_pollers(client, namespace))
     except RuntimeError as error:
         return [
             {"queue": "—", "polls for": "—", "workers": 0, "identities": f"Temporal unreachable: {error}"}
         ]
+    return [
+        {
+            "queue": q.queue,
+            "polls for": q.polls_for,
+            "workers": q.workers,
+            "identities": ", ".join(q.identities),
+        }
+        for q in found
+    ]
 
 
 def _workflows(monitor: Monitor, runs: list[str]) -> None:
@@ -188,32 +169,27 @@ def _workflows(monitor: Monitor, runs: list[str]) -> None:
     run = st.selectbox("workflows of run", runs, key="workflows_of")
     if run is None:
         return
-    root = run_workflow_id(run)
-    query = f"WorkflowId = '{_quoted(root)}' OR WorkflowId STARTS_WITH '{_quoted(root)}/'"
-
-    async def listing(client: Any) -> list[dict[str, Any]]:
-        rows = []
-        async for execution in client.list_workflows(query, limit=WORKFLOWS):
-            rows.append(
-                {
-                    "workflow": execution.id,
-                    "type": execution.workflow_type,
-                    "state": execution.status.name.lower() if execution.status is not None else "unknown",
-                    "started": execution.start_time.strftime("%Y-%m-%d %H:%M:%S"),
-                    "Temporal web UI": monitor.workflow_url(execution.id),
-                }
-            )
-        return rows
-
     from temporalio.service import RPCError
 
+    from rollout.control.workflow_reads import run_workflows
+
     try:
-        rows = monitor.temporal(listing)
+        found = monitor.temporal(lambda client: run_workflows(client, run, WORKFLOWS))
     except (RuntimeError, RPCError) as error:
         st.warning(
             plain(f"Temporal at {monitor.settings.temporal_address} did not list the workflows: {error}")
         )
         return
+    rows = [
+        {
+            "workflow": w.workflow_id,
+            "type": w.workflow_type,
+            "state": w.state,
+            "started": w.started.strftime("%Y-%m-%d %H:%M:%S"),
+            "Temporal web UI": monitor.workflow_url(w.workflow_id),
+        }
+        for w in found
+    ]
     if not rows:
         st.caption(
             f"Temporal has no workflow of run {plain(repr(run))} (its history may have passed retention)."
@@ -227,8 +203,3 @@ def _workflows(monitor: Monitor, runs: list[str]) -> None:
     )
     if len(rows) == WORKFLOWS:
         st.caption(f"The newest {WORKFLOWS} of the run's workflows.")
-
-
-def _quoted(text: str) -> str:
-    # A visibility query's string literal: a run name cannot end it early.
-    return text.replace("\\", "\\\\").replace("'", "\\'")

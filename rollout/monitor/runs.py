@@ -16,23 +16,27 @@ from urllib.parse import quote
 
 import streamlit as st
 
-from rollout.failures import advice
-from rollout.isolation import SandboxIsolation, said
-from rollout.ledger.queries import (
+from rollout.control.reads import (
+    EpisodeRate,
     FailureCount,
     RunRow,
+    StepRow,
     count_runs,
+    episode_rate,
     failure_counts,
     find_run,
     list_runs,
+    run_activity,
     run_progress,
+    run_steps,
 )
-from rollout.ledger.views import EpisodeRate, StepRow, episode_rate, run_activity, run_steps
+from rollout.failures import advice
+from rollout.isolation import SandboxIsolation, said
 from rollout.monitor.plain import plain
 from rollout.run_settings import RunSettings
 
 if TYPE_CHECKING:
-    from rollout.ledger import Ledger
+    from rollout.control.reads import LedgerReader
     from rollout.monitor.context import Monitor
 
 CURVES = {
@@ -61,7 +65,7 @@ def render(monitor: Monitor) -> None:
         pages = -(-total // PAGE)
         page = int(st.number_input(f"page (of {pages}, newest first)", min_value=1, max_value=pages, value=1))
 
-    async def read(ledger: Ledger) -> tuple[list[RunRow], dict[str, tuple[EpisodeRate, int]]]:
+    async def read(ledger: LedgerReader) -> tuple[list[RunRow], dict[str, tuple[EpisodeRate, int]]]:
         rows = await list_runs(ledger, limit=PAGE, offset=(page - 1) * PAGE)
         return rows, await run_activity(ledger, [r.run for r in rows])
 
@@ -107,7 +111,7 @@ def _isolation(settings: RunSettings) -> str:
 
 
 def show_run(monitor: Monitor, run: str) -> None:
-    async def read(ledger: Ledger) -> tuple[Any, ...]:
+    async def read(ledger: LedgerReader) -> tuple[Any, ...]:
         return (
             await find_run(ledger, run),
             await run_progress(ledger, run),
@@ -155,48 +159,22 @@ def _failures(failures: list[FailureCount], run: str) -> None:
 
 
 def _workflow_state(monitor: Monitor, run: str) -> str:
-    from temporalio.service import RPCError
-
-    from rollout.workflows.client import run_handle
-
-    async def describe(client: Any) -> str:
-        try:
-            description = await run_handle(client, run).describe()
-        except RPCError:
-            return "no workflow"
-        return description.status.name.lower() if description.status is not None else "unknown"
+    from rollout.control.workflow_reads import run_state
 
     try:
-        return monitor.temporal(describe)
+        return monitor.temporal(lambda client: run_state(client, run))
     except RuntimeError:
         return "Temporal unreachable"
 
 
 def _workflow_states(monitor: Monitor) -> dict[str, str]:
-    """Each run's state by run, from one visibility listing (newest executions first): its `RunWorkflow`'s, or
-    for an eval run (played by an `EvalWorkflow`) its episode supply's."""
-    from rollout.workflows.names import run_workflow_id, supply_workflow_id
-
-    prefix, suffix = run_workflow_id(""), supply_workflow_id("").removeprefix(run_workflow_id(""))
-    query = "WorkflowType = 'RunWorkflow' OR WorkflowType = 'EpisodeSupplyWorkflow'"
-
-    async def listing(client: Any) -> dict[str, str]:
-        owners: dict[str, str] = {}
-        supplies: dict[str, str] = {}
-        async for execution in client.list_workflows(query, limit=PAGE * 10):
-            if execution.status is None:
-                continue
-            state = execution.status.name.lower()
-            if execution.workflow_type == "RunWorkflow":
-                owners.setdefault(execution.id.removeprefix(prefix), state)
-            else:
-                supplies.setdefault(execution.id.removeprefix(prefix).removesuffix(suffix), state)
-        return supplies | owners
-
+    """Each run's state by run, from one visibility listing (rollout.control.workflow_reads)."""
     from temporalio.service import RPCError
 
+    from rollout.control.workflow_reads import run_states
+
     try:
-        return monitor.temporal(listing)
+        return monitor.temporal(lambda client: run_states(client, PAGE * 10))
     except (RuntimeError, RPCError):
         return {}
 
@@ -205,7 +183,7 @@ def _controls(monitor: Monitor, run: str, settings: RunSettings, state: str) -> 
     if state != "running":
         return
     from rollout.control.errors import ControlError
-    from rollout.workflows.run_types import MaxLagChange, PauseRun, ResumeRun
+    from rollout.run_settings import MaxLagChange, PauseRun, ResumeRun
 
     left, middle, right = st.columns(3)
     try:

@@ -19,10 +19,14 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from rollout.ledger.payloads import SampledTurn, turn_recorded
-from rollout.ledger.queries import list_runs, read_all
-from rollout.ledger.streams import seat_stream
-from rollout.ledger.views import EpisodeRow, find_episodes
+from rollout.control.reads import (
+    EpisodeRow,
+    SampledTurn,
+    find_episodes,
+    list_runs,
+    seat_events,
+    turn_recorded,
+)
 from rollout.monitor.plain import plain
 from rollout.tracking.spans import episode_trace_id
 
@@ -108,7 +112,7 @@ def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
     for agent, seat in seats.items():
         reward = episode.rewards.get(agent)
         shown = reward if reward is not None else "—"
-        events = monitor.read(lambda ledger, seat=seat: read_all(ledger, seat_stream(seat)))
+        events = monitor.read(lambda ledger, seat=seat: seat_events(ledger, seat))
         opened = next((e.payload.get("checkpoint") for e in events if e.kind == "SeatOpened"), None)
         pinned = episode.pinned.get(agent) or opened
         against = f" · pinned to {plain(pinned)}" if pinned else ""

@@ -39,17 +39,10 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
+from rollout.run_settings import MaxLagChange, PauseRun, ResumeRun, RunChange, RunStatus, StopRun
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
-from rollout.workflows.run_types import (
-    MaxLagChange,
-    PauseRun,
-    ResumeRun,
-    RunChange,
-    RunInput,
-    RunStatus,
-    StopRun,
-)
+from rollout.workflows.run_types import RunInput
 
 
 async def start_run(

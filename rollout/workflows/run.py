@@ -47,7 +47,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 from rollout.rl.selection import supply_allowance
-from rollout.run_settings import BadRunSetting, RunSettingsChange, max_lag_of
+from rollout.run_settings import BadRunSetting, MaxLagChange, RunSettingsChange, RunStatus, max_lag_of
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     EnvironmentInfo,
@@ -67,15 +67,7 @@ from rollout.workflows.names import (
     training_workflow_id,
 )
 from rollout.workflows.options import QUICK, heartbeating
-from rollout.workflows.run_types import (
-    GateTripped,
-    MaxLagChange,
-    PauseAsked,
-    RunInput,
-    RunStatus,
-    SettingsChange,
-    TrainingAdvanced,
-)
+from rollout.workflows.run_types import GateTripped, PauseAsked, RunInput, SettingsChange, TrainingAdvanced
 from rollout.workflows.tracking import TrackingWorkflow
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import TrainingInput, TrainingSpec

@@ -1,8 +1,8 @@
 """The records of `RunWorkflow` (rollout.workflows.run): a run's start (`RunInput`, which the runner's
-`create_run` activity records), its state (`RunStatus`: its result and its `status` query), a change of its
-settings (`SettingsChange`, which `change_settings` records), the changes its updates make (`RunChange`:
-`PauseRun`, `ResumeRun`, `StopRun`, `MaxLagChange`) and the signals it takes (`TrainingAdvanced`,
-`PauseAsked`, `GateTripped`).
+`create_run` activity records), a change of its settings (`SettingsChange`, which `change_settings` records)
+and the signals it takes (`TrainingAdvanced`, `PauseAsked`, `GateTripped`). Its state (`RunStatus`) and the
+changes its updates make (`RunChange`) are the run's settings' own (rollout.run_settings): every face reads
+and sends them without reaching into the workflows.
 
 A workflow's records live in a module of their own beside it, all in one place, not in the workflow's
 module: the activity stubs carry most of them, the workflow's module imports the stubs, and a stubs module
@@ -50,64 +50,10 @@ class RunInput:
 
 
 @dataclass
-class RunStatus:
-    """A run's state (`RunWorkflow.status`, and its result). The episode and group counts are the supply's
-    (`SupplyCounts`), known once it has ended: 0 while it plays."""
-
-    run: str
-    paused: bool
-    stopped: bool
-    max_lag: int
-    episodes_finished: int
-    episodes_failed: int
-    groups_finished: int
-    pause_reason: str | None = None
-    trained: dict[str, str | None] = field(
-        default_factory=dict[str, str | None]
-    )  # policy -> newest checkpoint
-
-
-@dataclass
 class SettingsChange:
     run: str
     key: str  # the business key of this change (its update id)
     changes: RunSettingsChange
-
-
-@dataclass(frozen=True)
-class PauseRun:
-    """`RunWorkflow.pause`: no new turn or episode begins until the run is resumed."""
-
-    label = "pause"
-
-
-@dataclass(frozen=True)
-class ResumeRun:
-    """`RunWorkflow.resume`: the run plays again, and a training paused with it goes on."""
-
-    label = "resume"
-
-
-@dataclass(frozen=True)
-class StopRun:
-    """`RunWorkflow.stop`: the run ends once the episodes in flight finish."""
-
-    label = "stop"
-
-
-@dataclass(frozen=True)
-class MaxLagChange:
-    """`RunWorkflow.set_max_lag`: how many checkpoints a turn may sample behind the newest from now on."""
-
-    max_lag: int
-
-    @property
-    def label(self) -> str:
-        return f"max_lag={self.max_lag}"
-
-
-type RunChange = PauseRun | ResumeRun | StopRun | MaxLagChange
-"""What an update of a run changes (rollout.workflows.client.update_run sends it); `label` names it."""
 
 
 @dataclass(frozen=True)
