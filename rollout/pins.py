@@ -22,7 +22,7 @@ from dataclasses import dataclass
 
 LATEST = "latest"
 SAMPLE = "sample"
-BASE_CHECKPOINT = "base"  # rollout.serving.BASE_CHECKPOINT (not imported: that module is not light)
+BASE_CHECKPOINT = "base"  # rollout.records.serving.BASE_CHECKPOINT (not imported: it brings the blob store)
 SAMPLE_WINDOW = 8  # `sample` draws from this many of the newest checkpoints
 
 _PIN = re.compile(r"(latest|sample)(?:-([1-9][0-9]*))?")

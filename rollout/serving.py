@@ -45,23 +45,20 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Self, cast
+from typing import TYPE_CHECKING
 
 from rollout.keyfiles import secret_file
 from rollout.ledger.events import Kind
 from rollout.ledger.streams import SERVING_ACKS, SERVING_REQUESTS
-from rollout.records import Payload
-from rollout.training.checkpoints import CheckpointFile, checked_checkpoint_name, checked_file_names
+from rollout.records.serving import ServingAck, ServingRequest, ServingTarget
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
 
-BASE_CHECKPOINT = "base"
 ENGINE_KEY_FILE = "engine.key"
 ENGINE_API_KEY_PREFIX = "re-"  # + 64 hex digits; rollout.redaction blanks it out wherever it appears
 _ENGINE_API_KEY_LABEL = b"rollout engine API key, v1"
@@ -116,99 +113,6 @@ def load_serving_key(data_dir: Path) -> bytes:
     return mounted or serving_target_key(load_engine_key(data_dir))
 
 
-class SignedPayload(Payload):
-    """A record any ledger writer could append, believed only when signed: `signature` is the HMAC-SHA256 of
-    its other fields (sorted JSON) under a key its readers hold."""
-
-    signature: str
-
-    def _signed_bytes(self) -> bytes:
-        fields = {k: v for k, v in self.to_payload().items() if k != "signature"}
-        return json.dumps(fields, sort_keys=True, separators=(",", ":")).encode()
-
-    def signed(self, key: bytes) -> Self:
-        digest = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
-        return replace(cast("Any", self), signature=digest)
-
-    def signed_by(self, key: bytes) -> bool:
-        expected = hmac.new(key, self._signed_bytes(), hashlib.sha256).hexdigest()
-        return hmac.compare_digest(self.signature, expected)
-
-
-FORMATS = ("lora", "full", "tinker")
-
-
-@dataclass(frozen=True)
-class ServingTarget(SignedPayload):
-    policy: str
-    checkpoint: str
-    version: int
-    run: str
-    format: str
-    files: dict[str, CheckpointFile] = field(default_factory=dict[str, CheckpointFile])
-    location: str | None = None  # where the format is not files (a Tinker sampler path)
-    # The base model its files apply to (a model spec: smollm2, tiny-qwen3, …): only engines serving that
-    # model load it. "" for any engine (a run whose policies all share the stack's one model).
-    model: str = ""
-    signature: str = ""  # HMAC-SHA256 of the rest, under `load_serving_key` (`signed`): engines verify it
-
-    OMITTED_AT_DEFAULT = ("signature",)
-
-    def __post_init__(self) -> None:
-        # Read from the ledger, then joined to an engine's cache folder: checked before any is used as a path.
-        checked_checkpoint_name(self.checkpoint)
-        checked_file_names(self.files)
-        if self.format not in FORMATS:
-            raise ValueError(f"a serving target's format {self.format!r} is not one of {', '.join(FORMATS)}")
-        # An engine hands `location` to its loader as it is (vLLM would fetch a Hub repository it names): only
-        # Tinker's own sampler paths, and only for the format that has no files.
-        if self.location is not None and (
-            self.format != "tinker" or not self.location.startswith("tinker://")
-        ):
-            raise ValueError(
-                f"a serving target's location {self.location!r} does not fit its format {self.format!r}: only a "
-                "tinker target has one, a tinker:// sampler path"
-            )
-
-    @property
-    def key(self) -> str:
-        return f"{self.policy}/{self.version}/{self.format}"
-
-
-@dataclass(frozen=True)
-class Served:
-    """A checkpoint an engine serves: requests name it by `checkpoint`."""
-
-    policy: str
-    checkpoint: str
-    version: int
-
-
-@dataclass(frozen=True)
-class ServingAck(SignedPayload):
-    engine: str
-    url: str
-    incarnation: str
-    n: int  # the ack's number within the incarnation
-    base: str = BASE_CHECKPOINT  # the name the engine serves its base model under
-    model: str = ""  # the base model it serves (a model spec); "" where its acks said none (the stack's own)
-    serving: tuple[Served, ...] = ()
-    sleeping: bool = False
-    gpu: str | None = None  # the GPU lease this engine gives way to (one-GPU mode)
-    failed: dict[str, str] | None = None  # {"checkpoint", "error"} of the last load that failed
-    # The checkpoints it holds beyond each policy's newest (requested, or released and kept within budget).
-    opponents: tuple[str, ...] = ()
-    opponent_budget: int = 0  # how many it keeps loaded once released (services.engine.opponent_adapters)
-    signature: str = ""  # HMAC-SHA256 of the rest, under the engines' and gateway's key (`signed`)
-
-    @property
-    def key(self) -> str:
-        return f"{self.engine}/{self.incarnation}/{self.n}"
-
-    def serves(self, checkpoint: str) -> bool:
-        return any(s.checkpoint == checkpoint for s in self.serving)
-
-
 @dataclass
 class EngineStates:
     """Each engine's state: its newest ack that `accept` believes, by engine URL (a later ack replaces an
@@ -233,22 +137,6 @@ class EngineStates:
 
     def values(self) -> list[ServingAck]:
         return list(self.by_url.values())
-
-
-@dataclass(frozen=True)
-class ServingRequest(Payload):
-    """`holder` (an eval's workflow id) needs `checkpoint` served until it releases it."""
-
-    holder: str
-    checkpoint: str
-
-    @property
-    def requested_key(self) -> str:
-        return f"{self.holder}/{self.checkpoint}/requested"
-
-    @property
-    def released_key(self) -> str:
-        return f"{self.holder}/{self.checkpoint}/released"
 
 
 @dataclass

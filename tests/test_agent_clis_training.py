@@ -19,13 +19,14 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
+from rollout.records.batches import BatchInfo
 from rollout.run_settings import RunSettings, RunStatus
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput
-from rollout.workflows.training_types import BatchInfo, TrainingSpec
+from rollout.workflows.training_types import TrainingSpec
 from tests.sandboxutil import SANDBOX_KEY
 from tests.test_agent_clis import cli
 from tests.test_training_loop import training_loop

@@ -427,8 +427,8 @@ def test_two_policies_on_two_base_models_train_each_on_its_own_model(
     from transformers import AutoTokenizer
 
     from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
-    from rollout.serving import ServingAck, ServingTarget
-    from rollout.training.checkpoints import CheckpointRecord
+    from rollout.records.checkpoints import CheckpointRecord
+    from rollout.records.serving import ServingAck, ServingTarget
 
     project, overrides = tmp_path / "project", user_stack.overrides
     project.mkdir()

@@ -33,6 +33,7 @@ from rollout.ledger.streams import (
     sandbox_lease,
     seat_stream,
 )
+from rollout.records.batches import BatchInfo
 from rollout.rendering import ModelRenderer
 from rollout.run_settings import MaxLagChange, RunSettings, RunStatus
 from rollout.sandbox.hosting import hosted_sandbox
@@ -49,7 +50,6 @@ from rollout.workflows.run_types import RunInput
 from rollout.workflows.training import TrainingWorkflow
 from rollout.workflows.training_types import (
     AssembleInput,
-    BatchInfo,
     BatchLookup,
     CheckpointInfo,
     TrainingSpec,

@@ -17,8 +17,8 @@ from temporalio.client import WorkflowUpdateFailedError
 from rollout.config import ConfigError, Settings, load
 from rollout.control.evals import eval_input, suite_named
 from rollout.evals import EvalEnvironment, Suite, SuiteVersionTaken, UnknownSuite, load_suite
-from rollout.evals.gates import GateDecision, decide
-from rollout.evals.records import EvalResult, find_suite, record_result, register, results
+from rollout.evals.gates import decide
+from rollout.evals.records import find_suite, record_result, register, results
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import count_events, find_run, read_all, run_turns
 from rollout.ledger.streams import (
@@ -28,8 +28,10 @@ from rollout.ledger.streams import (
     policy_checkpoints_stream,
     run_batches_stream,
 )
+from rollout.records.evals import EvalResult, GateDecision
+from rollout.records.serving import ServingTarget
 from rollout.run_settings import RunStatus
-from rollout.serving import ServingTarget, desired
+from rollout.serving import desired
 from rollout.workflows.eval_types import EvalGate, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import eval_workflow_id, run_policy, run_workflow_id

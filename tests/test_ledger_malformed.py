@@ -18,7 +18,7 @@ from psycopg.types.json import Jsonb
 
 from rollout.config import Settings
 from rollout.control.progress import TrainingProgress
-from rollout.evals.records import EvalResult, every_result, register, registered_suites, results
+from rollout.evals.records import every_result, register, registered_suites, results
 from rollout.evals.suites import suite_from_payload
 from rollout.ledger import Ledger, NewEvent, migrate
 from rollout.ledger.events import Kind
@@ -35,9 +35,12 @@ from rollout.ledger.streams import (
     run_stream,
 )
 from rollout.ledger.views import checkpoint_tree, find_episodes, run_steps
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.evals import EvalResult
+from rollout.records.serving import ServingRequest
 from rollout.run_settings import BadRunSetting
-from rollout.serving import ServingRequest, ServingRequests
-from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
+from rollout.serving import ServingRequests
+from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.names import run_policy
 
 # What a forger might append: fields missing, of the wrong type, or of another kind's shape.
@@ -78,16 +81,10 @@ async def test_the_dashboard_lists_steps_and_episodes_around_forged_ones(owner: 
             for i, p in enumerate(FORGED)
         ],
     )
-    step = {
-        "run": run,
-        "policy": f"{run}-policy",
-        "version": 1,
-        "name": f"{run}-policy-000001",
-        "metrics": {},
-    }
-    await owner.append_one(checkpoints, NewEvent("good", Kind.CHECKPOINT_CREATED.value, step))
+    step = CheckpointRecord(f"{run}-policy-000001", f"{run}-policy", 1, None, run, {})  # as a trainer writes
+    await owner.append_one(checkpoints, NewEvent("good", Kind.CHECKPOINT_CREATED.value, step.to_payload()))
     assert [s.version for s in await run_steps(owner, run)] == [1]
-    assert [n.name for n in await checkpoint_tree(owner, run=run)] == [step["name"]]
+    assert [n.name for n in await checkpoint_tree(owner, run=run)] == [step.name]
 
     episodes = run_episodes_stream(run)
     await _forge(owner, episodes, Kind.EPISODE_FINISHED)

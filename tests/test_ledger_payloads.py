@@ -17,8 +17,8 @@ from rollout.ledger.payloads import (
     episode_ended,
     turn_recorded,
 )
+from rollout.records.batches import BatchInfo
 from rollout.workflows.episode_types import EpisodeRecord, EpisodeResult
-from rollout.workflows.training_types import BatchInfo
 
 SAMPLED = {
     "seat": "r/g000000-0/solver",

@@ -34,10 +34,11 @@ from rollout.ledger.streams import (
     sandbox_lease,
     seat_stream,
 )
+from rollout.records.batches import BatchInfo
+from rollout.records.checkpoints import CheckpointRecord
 from rollout.run_settings import RunSettings
-from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
+from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.names import run_policy
-from rollout.workflows.training_types import BatchInfo
 
 
 def unique(prefix: str) -> str:

@@ -34,8 +34,8 @@ from rollout.launches import LAUNCH_SECTIONS, RunLaunch
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
 from rollout.overrides import overrides_for
+from rollout.records.serving import ServingAck, ServingTarget
 from rollout.rendering import ModelRenderer
-from rollout.serving import ServingAck, ServingTarget
 from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.training_types import PolicyModel
@@ -120,7 +120,7 @@ def test_a_turn_goes_only_to_engines_of_its_policys_model(renderer: ModelRendere
 
 
 async def _ack(ledger: Ledger, key: bytes, url: str, model: str, serving: tuple[str, ...] = ()) -> None:
-    from rollout.serving import Served
+    from rollout.records.serving import Served
 
     ack = ServingAck(
         engine=f"engine-{uuid.uuid4().hex[:6]}",

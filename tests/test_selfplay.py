@@ -29,13 +29,14 @@ from rollout.ledger.streams import (
 )
 from rollout.monitor.plain import plain
 from rollout.pins import SAMPLE_WINDOW, RelativePin, parse_pin
-from rollout.serving import ServingTarget
-from rollout.training.checkpoints import CheckpointRecord, checkpoint_name
+from rollout.records.batches import BatchInfo
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.serving import ServingTarget
+from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.episode_types import EnvironmentInfo, PinRequest
 from rollout.workflows.evals import eval_seats
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow, trained_policies
-from rollout.workflows.training_types import BatchInfo
 from tests.example_envs import coin_selfplay
 from tests.test_monitor import view
 from tests.test_training_loop import run_input, training_loop

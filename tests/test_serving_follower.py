@@ -16,7 +16,8 @@ from rollout.config import ConfigError, Settings, load
 from rollout.engines.follower import FollowerConfig, ServingFollower
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_REQUESTS, SERVING_TARGETS
-from rollout.serving import ServingRequest, ServingTarget, desired, opponents_in, serving_target_key
+from rollout.records.serving import ServingRequest, ServingTarget
+from rollout.serving import desired, opponents_in, serving_target_key
 from rollout.stack.health import engine_opponents
 from tests.test_policy_models import RecordingEngine
 

@@ -19,10 +19,9 @@ from rollout.ledger.streams import (
     policy_checkpoints_stream,
     trainer_lease,
 )
-from rollout.serving import ServingTarget
+from rollout.records.checkpoints import CheckpointFile, CheckpointRecord
+from rollout.records.serving import ServingTarget
 from rollout.training.checkpoints import (
-    CheckpointFile,
-    CheckpointRecord,
     ForeignCheckpoint,
     download_files,
     fetch_checkpoint,

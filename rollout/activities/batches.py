@@ -29,11 +29,14 @@ from collections.abc import Sequence
 from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.payloads import EpisodeEnded, SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
+from rollout.records.batches import BatchInfo
+from rollout.records.seats import SeatOpened
 from rollout.rl.batches import AgentEpisode, Batch, assemble_batch
 from rollout.rl.segments import segments_from_turns
 from rollout.rl.selection import EpisodeRecordView, select_groups
-from rollout.workflows.training_types import AssembleInput, BatchInfo, BatchLookup
+from rollout.workflows.training_types import AssembleInput, BatchLookup
 
 
 def _episode_records(events: Sequence[RecordedEvent]) -> dict[str, EpisodeEnded]:
@@ -48,7 +51,7 @@ async def _agent_episodes(ledger: Ledger, records: Sequence[EpisodeEnded]) -> li
             continue  # consumed with its group, never trained
         for agent, seat in sorted(record.seats.items()):
             events = await read_all(ledger, seat_stream(seat))
-            if any(e.kind == Kind.SEAT_OPENED and e.payload.get("checkpoint") for e in events):
+            if any(opened.checkpoint for opened in records_of(events, SeatOpened)):
                 continue  # a pinned seat (a fixed checkpoint or a self-play pin) never trains its policy
             turns = [turn_recorded(e.payload) for e in events if e.kind == Kind.TURN_RECORDED]
             policy = next((t.policy for t in turns if t.policy), "default")

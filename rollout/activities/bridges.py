@@ -21,42 +21,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from rollout.activities.heartbeat import heartbeating
 from rollout.blobs import BlobStore
-from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent
+from rollout.ledger import KeyConflictError, Kind, Ledger, NewEvent, RecordedEvent
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
-from rollout.serving import EngineStates, ServingTarget
+from rollout.records.checkpoints import CheckpointConverted
+from rollout.records.serving import ServingTarget
+from rollout.serving import EngineStates
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
-from rollout.training.checkpoints import files_of, find_checkpoint, policy_of
+from rollout.training.checkpoints import find_checkpoint, policy_of
 from rollout.workflows import trainer_stubs
 from rollout.workflows.training_types import BridgeInput, BridgeResult, ServedWait
 
 SERVING_FORMAT = {"lora": "lora", "full": "full", "merged": "full", "tinker": "tinker"}
 
 
-def _check_bridge(given: BridgeInput, payload: Mapping[str, Any]) -> None:
+def _check_bridge(given: BridgeInput, event: RecordedEvent) -> CheckpointConverted:
     """A bridge record is on a stream any ledger writer may append to: it is signed into a serving target only
-    when it is this checkpoint's, and every file it names is one of the checkpoint's own
+    when it is a bridge record, this checkpoint's, and every file it names is one of the checkpoint's own
     blobs or its bridge's (`checkpoints/POLICY/NAME/…`, `bridges/POLICY/NAME/…`)."""
     name, lineages = given.checkpoint, {given.policy, policy_of(given.checkpoint)}
     prefixes = tuple(f"{top}/{p}/{name}/" for top in ("checkpoints", "bridges") for p in lineages)
-    files = payload.get("files")
-    keys = (
-        [f.get("key") if isinstance(f, dict) else None for f in files.values()]
-        if isinstance(files, dict)
-        else []
-    )
+    bridged = next(iter(records_of([event], CheckpointConverted)), None)
     if (
-        payload.get("name") != name
-        or not keys
-        or not all(isinstance(k, str) and k.startswith(prefixes) for k in keys)
+        bridged is None
+        or bridged.name != name
+        or not bridged.files
+        or not all(f.key.startswith(prefixes) for f in bridged.files.values())
     ):
         raise ApplicationError(
             f"the {given.format} bridge recorded for {name} names files that are not {name}'s: another writer "
@@ -64,6 +62,7 @@ def _check_bridge(given: BridgeInput, payload: Mapping[str, Any]) -> None:
             type="ForeignBridge",
             non_retryable=True,
         )
+    return bridged
 
 
 def _bridge_key(given: BridgeInput) -> str:
@@ -111,28 +110,18 @@ class BridgeActivities:
                 location = await asyncio.to_thread(bridge_location, record, given.format, self.store)
             except BridgeError as error:
                 raise ApplicationError(str(error), type="BridgeError", non_retryable=True) from error
-            payload = {
-                "name": record.name,
-                "version": record.version,
-                "format": given.format,
-                "files": ServingTarget(
-                    policy=given.policy,
-                    checkpoint=record.name,
-                    version=record.version,
-                    run=given.run,
-                    format=SERVING_FORMAT[given.format],  # a merged checkpoint is served as full weights
-                    files=files,
-                ).to_payload()["files"],
-                "location": location,
-            }
+            converted = CheckpointConverted(record.name, record.version, given.format, files, location)
             try:
                 recorded = await self.ledger.append_one(
-                    stream, NewEvent(_bridge_key(given), Kind.CHECKPOINT_CONVERTED, payload)
+                    stream, NewEvent(_bridge_key(given), Kind.CHECKPOINT_CONVERTED, converted.to_payload())
                 )
             except KeyConflictError:  # a racing attempt recorded first; its files are the bridge
                 recorded = await self.ledger.find(stream, _bridge_key(given))
                 assert recorded is not None
-        return BridgeResult(given.format, SERVING_FORMAT[given.format], len(recorded.payload["files"]))
+        bridged = records_of([recorded], CheckpointConverted)
+        return BridgeResult(
+            given.format, SERVING_FORMAT[given.format], len(bridged[0].files) if bridged else 0
+        )
 
     @activity.defn(name=trainer_stubs.publish_serving.__name__)
     async def publish_serving(self, given: BridgeInput) -> None:
@@ -143,15 +132,15 @@ class BridgeActivities:
         converted = await self.ledger.find(policy_bridges_stream(given.policy), _bridge_key(given))
         if converted is None:
             raise ApplicationError(f"{given.checkpoint} has no {given.format} bridge yet", non_retryable=True)
-        _check_bridge(given, converted.payload)  # what it names is signed next: engines will load it
+        bridged = _check_bridge(given, converted)  # what it names is signed next: engines will load it
         target = ServingTarget(
             policy=given.policy,
             checkpoint=given.checkpoint,
             version=given.version,
             run=given.run,
             format=SERVING_FORMAT[given.format],
-            files=files_of(converted.payload["files"]),
-            location=converted.payload.get("location"),
+            files=bridged.files,
+            location=bridged.location,
             model=given.model or self.model,
         )
         if self.serving_key is not None:

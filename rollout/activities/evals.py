@@ -24,13 +24,15 @@ from temporalio.exceptions import ApplicationError
 from rollout.activities.heartbeat import heartbeating
 from rollout.evals.checkpoints import UnknownCheckpoint, resolve
 from rollout.evals.gates import decide
-from rollout.evals.records import EvalResult, find_result, record_result
+from rollout.evals.records import find_result, record_result
 from rollout.evals.scoring import MetricError, score
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.payloads import episode_ended
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import SERVING_REQUESTS, run_episodes_stream
-from rollout.serving import EngineStates, ServingRequest
+from rollout.records.evals import EvalResult
+from rollout.records.serving import ServingRequest
+from rollout.serving import EngineStates
 from rollout.workflows import runner_stubs
 from rollout.workflows.eval_types import (
     CheckpointChoice,

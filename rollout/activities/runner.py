@@ -78,6 +78,7 @@ from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
 from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ended_key, turn_recorded
 from rollout.ledger.queries import count_events, read_all
 from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
+from rollout.records.runs import RunCreated, SettingsChanged
 from rollout.redaction import scrub
 from rollout.sandbox import (
     NoSandboxFree,
@@ -159,8 +160,8 @@ class RunnerActivities:
             sandbox_isolation=self.isolation.value,
             command_pool=self.command_pool or None,
         )
-        payload = {"run": run.run, "environment": run.environment, "settings": settings.recorded()}
-        events = [NewEvent("created", Kind.RUN_CREATED, payload)]
+        created = RunCreated(run.run, run.environment, settings.recorded())
+        events = [NewEvent("created", Kind.RUN_CREATED, created.to_payload())]
         if run.launch is not None:
             events.append(NewEvent(LAUNCHED, Kind.RUN_LAUNCHED, run.launch.to_payload()))
         await self.ledger.append(run_stream(run.run), events)
@@ -169,9 +170,10 @@ class RunnerActivities:
     async def change_settings(self, change: SettingsChange) -> None:
         recorded = change.changes.recorded()
         changes = {name: scrub(v) if isinstance(v, str) else v for name, v in recorded.items()}
-        payload = {"run": change.run, "changes": changes}
+        changed = SettingsChanged(change.run, changes)
         await self.ledger.append_one(
-            run_stream(change.run), NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, payload)
+            run_stream(change.run),
+            NewEvent(f"settings/{change.key}", Kind.SETTINGS_CHANGED, changed.to_payload()),
         )
 
     @activity.defn(name=runner_stubs.resolve_pins.__name__)

@@ -31,9 +31,10 @@ from temporalio.exceptions import ApplicationError
 from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
+from rollout.records.checkpoints import CheckpointRecord
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, NonFiniteLoss, policy_loss
-from rollout.training.checkpoints import CheckpointRecord, checkpoint_name, fetch_checkpoint
+from rollout.training.checkpoints import checkpoint_name, fetch_checkpoint
 from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
 from rollout.workflows.training_types import TrainStepInput
 

@@ -37,10 +37,10 @@ from rollout.activities.trainer_lease import LEASE_TTL_S, PolicyLeases
 from rollout.blobs import BlobStore
 from rollout.ledger import Fence, Ledger
 from rollout.ledger.streams import trainer_lease
+from rollout.records.checkpoints import CheckpointRecord
 from rollout.rl.batches import Batch
 from rollout.rl.losses import NonFiniteLoss, staleness_histogram
 from rollout.training.checkpoints import (
-    CheckpointRecord,
     ForeignCheckpoint,
     find_checkpoint,
     lineage_version,

@@ -15,25 +15,24 @@ Contract:
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from rollout.failures import advice
-from rollout.ledger import Kind, Ledger, RecordedEvent
+from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import FailureCount, count_events, failure_counts
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import (
     SERVING_ACKS,
     policy_checkpoints_stream,
     run_batches_stream,
     run_episodes_stream,
 )
-from rollout.records import Payload
-from rollout.serving import ServingAck
-from rollout.training.checkpoints import CheckpointRecord
+from rollout.records.batches import BatchInfo
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.serving import ServingAck
 from rollout.workflows.names import run_policy
-from rollout.workflows.training_types import BatchInfo
 
 
 @dataclass
@@ -69,10 +68,10 @@ class TrainingProgress:
         created = await ledger.read(policy_checkpoints_stream(self.ledger_policy), limit=100000)
         self.steps = [
             Step(version=c.version, name=c.name, metrics=dict(c.metrics))
-            for c in _parsed(created, Kind.CHECKPOINT_CREATED, CheckpointRecord)
+            for c in records_of(created, CheckpointRecord)
         ]
         assembled = await ledger.read(run_batches_stream(self.run, self.ledger_policy), limit=100000)
-        batches = _parsed(assembled, Kind.BATCH_ASSEMBLED, BatchInfo)
+        batches = records_of(assembled, BatchInfo)
         self.batches = len(batches)
         self.batches_skipped = sum(1 for b in batches if b.sampled_tokens == 0)
         self.prompt_tokens = sum(b.prompt_tokens for b in batches)
@@ -81,7 +80,7 @@ class TrainingProgress:
         self.groups_replaced = sum(b.groups_replaced for b in batches)
         while events := await ledger.read(SERVING_ACKS, after=self._acks_cursor):
             self._acks_cursor = events[-1].seq
-            for ack in _parsed(events, Kind.SERVING_ACK, ServingAck):
+            for ack in records_of(events, ServingAck):
                 self.served |= {s.checkpoint for s in ack.serving if s.policy == self.ledger_policy}
         self.episodes = await count_events(ledger, run_episodes_stream(self.run), Kind.EPISODE_FINISHED)
         self.failures = await failure_counts(ledger, self.run)
@@ -211,14 +210,3 @@ def run_line(progresses: Sequence[TrainingProgress]) -> str:
     prompt, cached = sum(p.prompt_tokens for p in progresses), sum(p.cached_tokens for p in progresses)
     cache = f" · cache {cached / prompt:.0%}" if prompt else ""
     return f"{each} · {first.episodes} episodes{said}{cache}{first.failed()}"
-
-
-def _parsed[R: Payload](events: Sequence[RecordedEvent], kind: Kind, record: type[R]) -> list[R]:
-    """The events of `kind` as `record`s; any ledger writer may append to these streams, so a payload that
-    does not parse (forged) is passed over."""
-    found = []
-    for event in events:
-        if event.kind == kind:
-            with contextlib.suppress(TypeError, ValueError):
-                found.append(record.from_payload(dict(event.payload)))
-    return found

@@ -11,7 +11,8 @@ Contract:
     (`FailureCount`); `run_steps` (`StepRow`: each step's metrics); `episode_rate` and `run_activity`
     (`EpisodeRate`).
   - Episodes and transcripts: `find_episodes` (`EpisodeRow`), `seat_events(ledger, seat)` (a seat's events in
-    order) and `turn_recorded` (one `TurnRecorded` payload as its `SampledTurn`).
+    order), `turn_recorded` (one `TurnRecorded` payload as its `SampledTurn`) and `records_of(events, cls)`
+    (the events that read as a record, such as the seat's `SeatOpened`: rollout.ledger.records).
   - Checkpoints, engines and leases: `checkpoint_tree` (`CheckpointNode`), `engines` (`EngineRow`), `leases`
     (`LeaseRow`), with `sandbox_host_lease(resource)` and `sandbox_claim(resource)` naming which leases are
     sandbox hosts' and which their claims.
@@ -34,6 +35,7 @@ from rollout.ledger.queries import (
     read_all,
     run_progress,
 )
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import sandbox_host_leases_prefix, sandbox_leases_prefix, seat_stream
 from rollout.ledger.views import (
     CheckpointNode,
@@ -50,6 +52,7 @@ from rollout.ledger.views import (
     run_activity,
     run_steps,
 )
+from rollout.records.seats import SeatOpened
 
 if TYPE_CHECKING:
     from rollout.config import Settings
@@ -67,6 +70,7 @@ __all__ = [
     "LedgerUnreachable",
     "RunRow",
     "SampledTurn",
+    "SeatOpened",
     "StepRow",
     "checkpoint_tree",
     "count_runs",
@@ -78,6 +82,7 @@ __all__ = [
     "leases",
     "list_runs",
     "read_ledger",
+    "records_of",
     "run_activity",
     "run_progress",
     "run_steps",

@@ -20,11 +20,8 @@ from typing import Any
 from rollout.blobs import BlobStore
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import policy_checkpoints_stream, trainer_lease
-from rollout.training.checkpoints import (
-    CheckpointRecord,
-    checkpoint_name,
-    publish_checkpoint,
-)
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.training.checkpoints import checkpoint_name, publish_checkpoint
 from rollout.training.sft import SftConfig, sft_warm_start
 
 SFT_RUN = "sft"

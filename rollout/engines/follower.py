@@ -41,16 +41,8 @@ from rollout.engines.protocol import CheckpointRef
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.queries import live_lease_holder
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, gpu_lease
-from rollout.serving import (
-    BASE_CHECKPOINT,
-    Served,
-    ServingAck,
-    ServingRequests,
-    ServingTarget,
-    desired,
-    opponents_in,
-    serving_target_key,
-)
+from rollout.records.serving import BASE_CHECKPOINT, Served, ServingAck, ServingTarget
+from rollout.serving import ServingRequests, desired, opponents_in, serving_target_key
 from rollout.training.checkpoints import download_files
 
 log = logging.getLogger(__name__)

@@ -6,9 +6,10 @@ The public API: declare a `Suite` of `EvalEnvironment`s (or write it in YAML) an
 `checkpoints` (which checkpoint a reference names).
 """
 
-from rollout.evals.records import EvalResult, SuiteVersionTaken, UnknownSuite
+from rollout.evals.records import SuiteVersionTaken, UnknownSuite
 from rollout.evals.scoring import MetricError, Score, score
 from rollout.evals.suites import EvalEnvironment, Suite, SuiteError, load_suite
+from rollout.records.evals import EvalResult
 
 __all__ = [
     "EvalEnvironment",

@@ -6,8 +6,8 @@ Contract:
   `latest:RUN/POLICY` is that policy's newest checkpoint when it is resolved (a schedule resolves it each time
   it fires). A reference that names nothing raises `UnknownCheckpoint` naming the closest recorded ones.
 - `needs_serving` is False only for the base model: any other checkpoint must be requested from the engines
-  (rollout.serving.ServingRequest) and needs a `ServingTarget` in some format (`formats`; none yet for an SFT
-  adapter, which an eval bridges first).
+  (rollout.records.serving.ServingRequest) and needs a `ServingTarget` in some format (`formats`; none yet
+  for an SFT adapter, which an eval bridges first).
 """
 
 from __future__ import annotations
@@ -22,7 +22,8 @@ from rollout.ledger.queries import (
     newest_checkpoint_version,
     serving_target_formats,
 )
-from rollout.serving import BASE_CHECKPOINT
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.serving import BASE_CHECKPOINT
 from rollout.training.checkpoints import checkpoint_name
 
 if TYPE_CHECKING:
@@ -68,14 +69,16 @@ async def resolve(ledger: Ledger, reference: str) -> ChosenCheckpoint:
         return await resolve(ledger, checkpoint_name(policy, version))
     policy = policy_of(reference)
     payload = await checkpoint_payload(ledger, policy, reference) if policy else None
-    if payload is None:
+    try:
+        record = None if payload is None else CheckpointRecord.from_payload(payload)
+    except ValueError:
+        record = None  # what no trainer of ours recorded names no checkpoint
+    if record is None:
         raise UnknownCheckpoint(
             f"no checkpoint {reference!r} is recorded" + await _closest(ledger, reference, "checkpoints")
         )
     formats = tuple(await serving_target_formats(ledger, reference))
-    return ChosenCheckpoint(
-        reference, str(payload["policy"]), int(payload["version"]), formats, str(payload.get("run") or "")
-    )
+    return ChosenCheckpoint(reference, record.policy, record.version, formats, record.run)
 
 
 async def _closest(ledger: Ledger, wanted: str, what: str, *, policies: bool = False) -> str:

@@ -20,31 +20,11 @@ import contextlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from rollout.evals.records import EvalResult, results
+from rollout.evals.records import results
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.streams import eval_gates_stream
-from rollout.records import Payload
-
-
-@dataclass(frozen=True, kw_only=True)
-class GateDecision(Payload):
-    """What a gate decided for one checkpoint on one suite version."""
-
-    suite: str
-    version: str
-    checkpoint: str
-    lineage: str  # the ledger policy (`{run}/{policy}`) whose checkpoints were compared
-    tripped: bool
-    action: str  # rollout.config.GateAction's value: pause, rollback, warn
-    max_drop: float
-    reason: str  # why it tripped, in a sentence ("" when it did not)
-    best: str | None = None  # the best earlier checkpoint where it tripped: what `rollback` trains from
-    decided_by: str = ""  # the Temporal run of the eval that recorded it
-
-    @property
-    def key(self) -> str:
-        return f"{self.version}/{self.checkpoint}"
+from rollout.records.evals import EvalResult, GateDecision
 
 
 @dataclass(frozen=True)

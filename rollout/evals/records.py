@@ -17,17 +17,16 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from rollout.evals.suites import Suite, suite_from_payload
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import EVAL_SUITES, eval_results_stream
-from rollout.ledger.views import eval_result_payloads
-from rollout.records import Payload
+from rollout.ledger.views import eval_results
+from rollout.records.evals import EvalResult, result_key
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -39,36 +38,6 @@ class SuiteVersionTaken(ValueError):
 
 class UnknownSuite(LookupError):
     """No suite (or no such version of it) is registered."""
-
-
-@dataclass(frozen=True)
-class EvalResult(Payload):
-    """One environment's score for one checkpoint under one suite version."""
-
-    suite: str
-    version: str
-    suite_hash: str
-    checkpoint: str  # the checkpoint's name (`base` for the base model)
-    checkpoint_version: int  # its step in its lineage (0 for the base model)
-    policy: str | None  # the ledger policy it belongs to (None for the base model)
-    environment: str  # the suite's name for the environment
-    reference: str  # package.module:attribute
-    metric: str
-    score: float
-    low: float  # 95% confidence interval
-    high: float
-    episodes: int  # finished episodes scored
-    failed: int  # episodes that failed (not scored)
-    run: str  # the eval's run: its episodes and transcripts are under it
-    seats: list[str] = field(default_factory=list[str])  # every scored seat: `rollout ledger tail seat/SEAT`
-
-    @property
-    def key(self) -> str:
-        return result_key(self.version, self.checkpoint, self.environment)
-
-
-def result_key(version: str, checkpoint: str, environment: str) -> str:
-    return f"{version}/{checkpoint}/{environment}"
 
 
 async def register(ledger: Ledger, suite: Suite) -> bool:
@@ -145,22 +114,10 @@ async def results(ledger: Ledger, suite: str | None = None) -> list[EvalResult]:
     names = [suite] if suite is not None else sorted({s.name for s, _ in await registered_suites(ledger)})
     found: list[EvalResult] = []
     for name in names:
-        found.extend(_parsed(dict(e.payload) for e in await read_all(ledger, eval_results_stream(name))))
+        found.extend(records_of(await read_all(ledger, eval_results_stream(name)), EvalResult))
     return found
 
 
 async def every_result(ledger: Ledger) -> list[EvalResult]:
     """Every recorded result of every suite, registered or not, oldest first (one indexed read by kind)."""
-    return _parsed(await eval_result_payloads(ledger))
-
-
-def _parsed(payloads: Iterable[dict[str, Any]]) -> list[EvalResult]:
-    """The payloads that are results: one no eval of ours recorded is passed over, never the reason the
-    others go unread."""
-    parsed: list[EvalResult] = []
-    for payload in payloads:
-        try:
-            parsed.append(EvalResult.from_payload(payload))
-        except ValueError:
-            continue
-    return parsed
+    return await eval_results(ledger)

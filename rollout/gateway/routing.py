@@ -24,7 +24,8 @@ from dataclasses import dataclass, replace
 
 from rollout.engines.protocol import Engine
 from rollout.ledger import Ledger
-from rollout.serving import BASE_CHECKPOINT, EngineStates, ServingAck
+from rollout.records.serving import BASE_CHECKPOINT, ServingAck
+from rollout.serving import EngineStates
 
 
 @dataclass

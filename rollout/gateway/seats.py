@@ -29,6 +29,7 @@ from rollout.keyfiles import secret_file
 from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.queries import SeatRow, seat_and_turn_by_token_hash, seat_by_token_hash
 from rollout.ledger.streams import seat_stream
+from rollout.records.seats import SeatClosed, SeatOpened
 
 
 @dataclass(frozen=True)
@@ -72,23 +73,14 @@ async def open_seat(
 ) -> tuple[Seat, str]:
     token = seat_token(secret, seat_id)
     seat = Seat(seat_id=seat_id, agent=agent, policy=policy, run=run, episode=episode, checkpoint=checkpoint)
-    payload = {
-        "seat": seat_id,
-        "token_sha256": _sha(token),
-        "run": run,
-        "episode": episode,
-        "agent": agent,
-        "policy": policy,
-        "checkpoint": checkpoint,
-    }
-    await ledger.append_one(seat.stream, NewEvent("opened", Kind.SEAT_OPENED, payload))
+    opened = SeatOpened(seat_id, _sha(token), run, episode, agent, policy, checkpoint)
+    await ledger.append_one(seat.stream, NewEvent("opened", Kind.SEAT_OPENED, opened.to_payload()))
     return seat, token
 
 
 async def close_seat(ledger: Ledger, seat_id: str, reason: str = "finished") -> None:
-    await ledger.append_one(
-        seat_stream(seat_id), NewEvent("closed", Kind.SEAT_CLOSED, {"seat": seat_id, "reason": reason})
-    )
+    closed = SeatClosed(seat_id, reason)
+    await ledger.append_one(seat_stream(seat_id), NewEvent("closed", Kind.SEAT_CLOSED, closed.to_payload()))
 
 
 def _seat(row: SeatRow) -> Seat:

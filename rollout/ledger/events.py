@@ -10,15 +10,13 @@ from typing import Any
 
 
 class Kind(StrEnum):
-    """The event kinds the platform writes. Streams may carry other kinds; these are the known ones."""
+    """The event kinds the platform writes (rollout.ledger.records: each one's record). Streams may carry
+    other kinds; these are the known ones."""
 
     RUN_CREATED = "RunCreated"
     RUN_LAUNCHED = "RunLaunched"  # how a training run was launched (rollout.launches), beside its RunCreated
     SETTINGS_CHANGED = "SettingsChanged"
-    EPISODE_SCHEDULED = "EpisodeScheduled"
-    EPISODE_STARTED = "EpisodeStarted"
     TURN_RECORDED = "TurnRecorded"
-    REWARD_ASSIGNED = "RewardAssigned"
     EPISODE_FINISHED = "EpisodeFinished"
     EPISODE_ABANDONED = "EpisodeAbandoned"
     BATCH_ASSEMBLED = "BatchAssembled"

@@ -9,8 +9,7 @@ Contract:
 - On `run/{run}/episodes` (written by the runner), `EpisodeFinished` and the `EpisodeAbandoned` of an
   episode that failed as a whole are an `EpisodeEnded`; the `EpisodeAbandoned` of one agent's attempt (the
   episode goes on with a new attempt) is an `AttemptAbandoned`. `episode_ended` picks out the first.
-- `CheckpointCreated` is `rollout.training.checkpoints.CheckpointRecord`; `BatchAssembled` is
-  `rollout.workflows.training_types.BatchInfo`: each lives with its writer.
+- The other kinds' records are in rollout.records; rollout.ledger.records maps every kind to its record.
 """
 
 from __future__ import annotations

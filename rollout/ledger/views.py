@@ -5,9 +5,9 @@ Contract:
 - Read-only, like rollout.ledger.queries; typed rows out. Reads of one kind across streams use the
   `event_kind_recorded` index (migration 0004); reads of one stream use its primary key. Every list is bounded
   (`limit`, and `offset` where a person pages), so a view costs the same with 100,000 turns in the ledger.
-- Payload fields are read as the writers record them (rollout.ledger.payloads, rollout.training.checkpoints,
-  rollout.serving, rollout.evals.records); a field added later may be absent from older events, and an event
-  whose payload no writer of ours made (a field missing or of the wrong type) is left out of a list.
+- Payloads are read as their kinds' records (rollout.ledger.records: the records of rollout.records and
+  rollout.ledger.payloads), checked like any input; a field added later may be absent from older events, and
+  an event whose payload no writer of ours made (not its record) is left out of a list.
 """
 
 from __future__ import annotations
@@ -21,6 +21,9 @@ from rollout.ledger.events import Kind
 from rollout.ledger.payloads import EpisodeEnded
 from rollout.ledger.store import Ledger
 from rollout.ledger.streams import SERVING_ACKS, run_episodes_stream
+from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.evals import EvalResult
+from rollout.records.serving import ServingAck
 
 
 @dataclass(frozen=True)
@@ -33,6 +36,7 @@ class StepRow:
     parent: str | None
     metrics: dict[str, float]
     recorded_at: datetime
+    run: str = ""
 
 
 async def run_steps(ledger: Ledger, run: str, *, limit: int = 5000) -> list[StepRow]:
@@ -47,18 +51,13 @@ async def run_steps(ledger: Ledger, run: str, *, limit: int = 5000) -> list[Step
 
 def _step(payload: dict[str, Any], recorded_at: datetime) -> StepRow | None:
     """The step a `CheckpointCreated` payload records; None for one no trainer of ours wrote."""
-    metrics, parent = payload.get("metrics") or {}, payload.get("parent")
     try:
-        return StepRow(
-            policy=str(payload["policy"]),
-            version=int(payload["version"]),
-            name=str(payload["name"]),
-            parent=parent if isinstance(parent, str) else None,
-            metrics={k: float(v) for k, v in dict(metrics).items() if isinstance(v, (int, float))},
-            recorded_at=recorded_at,
-        )
-    except (KeyError, TypeError, ValueError):
+        record = CheckpointRecord.from_payload(payload)
+    except (TypeError, ValueError):
         return None
+    return StepRow(
+        record.policy, record.version, record.name, record.parent, record.metrics, recorded_at, record.run
+    )
 
 
 @dataclass(frozen=True)
@@ -243,7 +242,7 @@ async def checkpoint_tree(
                 policy=step.policy,
                 version=step.version,
                 parent=step.parent,
-                run=str(row["payload"].get("run") or ""),
+                run=step.run,
                 metrics=step.metrics,
                 recorded_at=step.recorded_at,
                 formats=sorted(formats.get(step.name, [])),
@@ -279,30 +278,35 @@ async def engines(ledger: Ledger) -> list[EngineRow]:
 
 
 def _engine_row(row: dict[str, Any]) -> EngineRow | None:
-    payload = row["payload"]
     try:
-        return EngineRow(
-            engine=str(payload["engine"]),
-            url=str(payload["url"]),
-            serving=[str(s["checkpoint"]) for s in payload.get("serving") or []],
-            sleeping=bool(payload.get("sleeping")),
-            failed=payload.get("failed"),
-            recorded_at=row["recorded_at"],
-            opponents=[str(name) for name in payload.get("opponents") or []],
-            opponent_budget=int(payload.get("opponent_budget") or 0),
-        )
-    except (KeyError, TypeError, ValueError):
+        ack = ServingAck.from_payload(row["payload"])
+    except (TypeError, ValueError):
         return None
+    return EngineRow(
+        engine=ack.engine,
+        url=ack.url,
+        serving=[served.checkpoint for served in ack.serving],
+        sleeping=ack.sleeping,
+        failed=ack.failed,
+        recorded_at=row["recorded_at"],
+        opponents=list(ack.opponents),
+        opponent_budget=ack.opponent_budget,
+    )
 
 
-async def eval_result_payloads(ledger: Ledger, *, limit: int = 20000) -> list[dict[str, Any]]:
-    """Every `EvalResult` payload across suites, oldest first (rollout.evals.records reads them as
-    records)."""
+async def eval_results(ledger: Ledger, *, limit: int = 20000) -> list[EvalResult]:
+    """Every `EvalResult` across suites, oldest first; a payload that is not one is passed over."""
     rows = await ledger._fetch_all(
         "SELECT payload FROM event WHERE kind = %s ORDER BY recorded_at LIMIT %s",
         (Kind.EVAL_RESULT.value, limit),
     )
-    return [dict(row["payload"]) for row in rows]
+    found = []
+    for row in rows:
+        try:
+            found.append(EvalResult.from_payload(row["payload"]))
+        except (TypeError, ValueError):
+            continue
+    return found
 
 
 @dataclass(frozen=True)

@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING, Any
 
 import streamlit as st
 
-from rollout.evals.records import EvalResult, every_result
+from rollout.evals.records import every_result
 from rollout.monitor.plain import plain
+from rollout.records.evals import EvalResult
 
 if TYPE_CHECKING:
     from rollout.monitor.context import Monitor

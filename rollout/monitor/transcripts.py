@@ -22,8 +22,10 @@ import streamlit as st
 from rollout.control.reads import (
     EpisodeRow,
     SampledTurn,
+    SeatOpened,
     find_episodes,
     list_runs,
+    records_of,
     seat_events,
     turn_recorded,
 )
@@ -113,7 +115,7 @@ def show_episode(monitor: Monitor, episode: EpisodeRow) -> None:
         reward = episode.rewards.get(agent)
         shown = reward if reward is not None else "—"
         events = monitor.read(lambda ledger, seat=seat: seat_events(ledger, seat))
-        opened = next((e.payload.get("checkpoint") for e in events if e.kind == "SeatOpened"), None)
+        opened = next((o.checkpoint for o in records_of(events, SeatOpened)), None)
         pinned = episode.pinned.get(agent) or opened
         against = f" · pinned to {plain(pinned)}" if pinned else ""
         st.markdown(f"**{plain(agent)}** · seat {plain(seat)} · reward {plain(shown)}{against}")

@@ -31,7 +31,6 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.evals.records import EvalResult
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.payloads import episode_ended, episode_ended_key, turn_recorded
 from rollout.ledger.queries import read_all, run_progress
@@ -42,11 +41,12 @@ from rollout.ledger.streams import (
     run_episodes_stream,
     seat_stream,
 )
+from rollout.records.batches import BatchInfo
+from rollout.records.evals import EvalResult
 from rollout.tracking.spans import Span
 from rollout.tracking.step_metrics import StepMetrics, step_metrics
 from rollout.workflows.names import run_policy
 from rollout.workflows.tracking_types import TrackingInput
-from rollout.workflows.training_types import BatchInfo
 
 TRACE_STREAMS = "traces/"
 SAMPLE_COLUMNS = ("step", "episode", "agent", "checkpoint", "reward", "turns", "replies")

@@ -20,17 +20,18 @@ Contract:
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rollout.ledger import Kind, Ledger
+from rollout.ledger import Ledger
 from rollout.ledger.payloads import EpisodeEnded, episode_ended, episode_ended_key
 from rollout.ledger.queries import read_all
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_episodes_stream
+from rollout.records.batches import BatchInfo
+from rollout.records.checkpoints import CheckpointRecord
 from rollout.workflows.names import run_policy
-from rollout.workflows.training_types import BatchInfo
 
 
 @dataclass(frozen=True)
@@ -140,24 +141,25 @@ class RecordedStep:
 
     batch: BatchInfo
     at: datetime  # when its checkpoint (skipped: its batch) was recorded
-    checkpoint: Mapping[str, Any]  # the `CheckpointCreated` payload ({} when skipped)
+    checkpoint: CheckpointRecord | None  # its `CheckpointCreated` (None when skipped)
     batch_at: datetime  # when its batch was recorded (training starts)
 
 
 async def recorded_steps(ledger: Ledger, run: str, ledger_policy: str) -> list[RecordedStep]:
-    """The policy's complete steps, in step order (see the module contract)."""
+    """The policy's complete steps, in step order (see the module contract). A payload on these streams that
+    is not a batch or a checkpoint (any ledger writer may append there) is passed over."""
     batches = sorted(
         (
-            (e.recorded_at, BatchInfo.from_payload(e.payload))
-            for e in await read_all(ledger, run_batches_stream(run, ledger_policy))
-            if e.kind == Kind.BATCH_ASSEMBLED
+            (event.recorded_at, batch)
+            for event in await read_all(ledger, run_batches_stream(run, ledger_policy))
+            for batch in records_of([event], BatchInfo)
         ),
         key=lambda b: b[1].step,
     )
     checkpoints = {
-        e.key: (e.recorded_at, e.payload)
-        for e in await read_all(ledger, policy_checkpoints_stream(ledger_policy))
-        if e.kind == Kind.CHECKPOINT_CREATED
+        event.key: (event.recorded_at, record)
+        for event in await read_all(ledger, policy_checkpoints_stream(ledger_policy))
+        for record in records_of([event], CheckpointRecord)
     }
     steps: list[RecordedStep] = []
     for index, (batch_at, batch) in enumerate(batches):
@@ -165,7 +167,7 @@ async def recorded_steps(ledger: Ledger, run: str, ledger_policy: str) -> list[R
         if published is not None:
             steps.append(RecordedStep(batch, published[0], published[1], batch_at))
         elif not batch.sampled_tokens:
-            steps.append(RecordedStep(batch, batch_at, {}, batch_at))  # skipped: every group tied
+            steps.append(RecordedStep(batch, batch_at, None, batch_at))  # skipped: every group tied
         elif index == len(batches) - 1:
             break  # being trained (the next step's batch is assembled only once this one has ended)
         # else: its training ended without a checkpoint (a loss that was not finite): it never will publish
@@ -213,11 +215,7 @@ def _record(
     run: str, policy: str, step: RecordedStep, consumed: list[EpisodeEnded], previous: datetime | None
 ) -> StepMetrics:
     batch, at, checkpoint = step.batch, step.at, step.checkpoint
-    recorded = {
-        _RENAMED.get(str(k), str(k)): float(v)
-        for k, v in (checkpoint.get("metrics") or {}).items()
-        if isinstance(v, (int, float))
-    }
+    recorded = {_RENAMED.get(k, k): v for k, v in (checkpoint.metrics if checkpoint else {}).items()}
     trainer = {name: recorded.get(name) for name in _FIELDS}
     train_s = trainer["train_s"]
     step_s = None if previous is None else (at - previous).total_seconds()
@@ -231,9 +229,9 @@ def _record(
         policy=policy,
         environment=next((e.environment for e in consumed if e.environment), ""),
         step=batch.step,
-        trained=bool(checkpoint),
-        checkpoint=checkpoint.get("name"),
-        parent=checkpoint.get("parent"),
+        trained=checkpoint is not None,
+        checkpoint=checkpoint.name if checkpoint else None,
+        parent=checkpoint.parent if checkpoint else None,
         recorded_at=at.isoformat(),
         step_s=step_s,
         reward_mean=batch.reward_mean,

@@ -34,10 +34,13 @@ from collections.abc import Mapping
 from datetime import datetime, timedelta
 
 from rollout.ledger import Kind, Ledger
-from rollout.ledger.events import RecordedEvent
 from rollout.ledger.payloads import EpisodeEnded, ExternalTurn, SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import first_served, read_all, run_progress, serving_targets_of
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import policy_bridges_stream, run_episodes_stream, seat_stream
+from rollout.records.checkpoints import CheckpointConverted
+from rollout.records.seats import SeatOpened
+from rollout.records.serving import ServingTarget
 from rollout.tracking.entries import Entry, stream_part
 from rollout.tracking.spans import AttributeValue, Span, episode_trace_id, span, step_trace_id
 from rollout.tracking.step_metrics import RecordedStep, recorded_steps
@@ -76,7 +79,8 @@ async def episode_spans(ledger: Ledger, run: str, ended: EpisodeEnded, ended_at:
             turn_spans = _turn_spans(trace, seat_path, turn, event.recorded_at)
             seat_start = min(seat_start, turn_spans[0].start)
             spans += turn_spans
-        policy = opened.payload.get("policy") if opened is not None else None
+        opening = records_of([opened], SeatOpened) if opened is not None else []
+        policy = opening[0].policy if opening else None
         spans.append(
             span(
                 trace,
@@ -174,14 +178,16 @@ def _turn_spans(trace: str, seat_path: str, turn: SampledTurn | ExternalTurn, at
 async def step_spans(ledger: Ledger, run: str, policy: str, step: RecordedStep) -> list[Span]:
     """The trace of one complete step of `policy` (its name in the environment)."""
     trace = step_trace_id(run, policy, step.batch.step)
-    checkpoint = step.checkpoint.get("name")
+    checkpoint = step.checkpoint.name if step.checkpoint is not None else None
     spans: list[Span] = []
     end = step.at
-    if isinstance(checkpoint, str):
+    if checkpoint is not None:
         spans.append(span(trace, "train", "train", step.batch_at, step.at, parent="step"))
         for event in await read_all(ledger, policy_bridges_stream(run_policy(run, policy))):
-            if event.kind == Kind.CHECKPOINT_CONVERTED and event.payload.get("name") == checkpoint:
-                form = str(event.payload.get("format", "?"))
+            for bridged in records_of([event], CheckpointConverted):
+                if bridged.name != checkpoint:
+                    continue
+                form = bridged.format
                 spans.append(
                     span(trace, f"bridge/{form}", f"bridge {form}", step.at, event.recorded_at, parent="step")
                 )
@@ -211,12 +217,15 @@ async def step_spans(ledger: Ledger, run: str, policy: str, step: RecordedStep) 
                     asked,
                     done,
                     parent="step",
-                    attributes={"rollout.formats": ",".join(sorted({_format(t) for t in targets}))},
+                    attributes={
+                        "rollout.formats": ",".join(
+                            sorted({t.format for t in records_of(targets, ServingTarget)})
+                        )
+                    },
                 )
             )
             end = max(end, done)
-    metrics = step.checkpoint.get("metrics") or {}
-    loss = metrics.get("loss") if isinstance(metrics, Mapping) else None
+    loss = step.checkpoint.metrics.get("loss") if step.checkpoint is not None else None
     root = span(
         trace,
         "step",
@@ -228,18 +237,14 @@ async def step_spans(ledger: Ledger, run: str, policy: str, step: RecordedStep) 
             "rollout.run": run,
             "rollout.policy": policy,
             "rollout.step": step.batch.step,
-            "rollout.trained": isinstance(checkpoint, str),
-            "rollout.checkpoint": checkpoint if isinstance(checkpoint, str) else None,
+            "rollout.trained": checkpoint is not None,
+            "rollout.checkpoint": checkpoint,
             "rollout.tokens_trained": step.batch.sampled_tokens,
             "rollout.episodes": len(step.batch.episodes),
-            "rollout.loss": float(loss) if isinstance(loss, int | float) else None,
+            "rollout.loss": loss,
         },
     )
     return [root, *spans]
-
-
-def _format(target: RecordedEvent) -> str:
-    return str(target.payload.get("format", "?"))
 
 
 def _seconds(value: float) -> timedelta:

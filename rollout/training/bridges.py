@@ -22,7 +22,8 @@ import tempfile
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.training.checkpoints import CheckpointFile, CheckpointRecord, download_files
+from rollout.records.checkpoints import CheckpointFile, CheckpointRecord
+from rollout.training.checkpoints import download_files
 from rollout.training.local import OPTIMIZER_STATE, TRAINER_STATE
 from rollout.training.tinker_data import TINKER_FILE
 

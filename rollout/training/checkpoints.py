@@ -14,24 +14,23 @@ Contract:
   gateway's admission reads `version` from these events.
 - `fetch_checkpoint` downloads a recorded checkpoint and verifies every file's hash.
 - A checkpoint's name and its files' names come from the ledger, and engines and trainers join them to their
-  own folders: `CheckpointRecord` refuses (on read, as a bad payload) a name or a file name that is not a
-  plain relative path (`..`, absolute, a backslash, a control character: `rollout.blobs.checked_key`), and
-  `download_files` writes nothing outside its directory, a symbolic link there included.
+  own folders: `CheckpointRecord` (rollout.records.checkpoints) refuses (on read, as a bad payload) a name or
+  a file name that is not a plain relative path (`..`, absolute, a backslash, a control character:
+  `rollout.blobs.checked_key`), and `download_files` writes nothing outside its directory, a symbolic link
+  there included.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
-from rollout.blobs import BlobRef, BlobStore, checked_key
+from rollout.blobs import BlobStore, checked_key
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent
 from rollout.ledger.queries import checkpoint_payload, written_under
 from rollout.ledger.streams import policy_checkpoints_stream
-from rollout.records import Payload
+from rollout.records.checkpoints import CheckpointFile, CheckpointRecord
 
 
 def checkpoint_name(policy: str, step: int) -> str:
@@ -46,59 +45,6 @@ def lineage_version(policy: str, checkpoint: str | None) -> int:
     if checkpoint is None or not checkpoint.startswith(prefix) or not checkpoint[len(prefix) :].isdigit():
         return 0
     return int(checkpoint[len(prefix) :])
-
-
-@dataclass(frozen=True)
-class CheckpointFile(Payload):
-    """One file of a checkpoint in the blob store: its key, and the reference its bytes are checked
-    against."""
-
-    key: str  # the blob store key
-    uri: str
-    sha256: str
-    size: int
-
-    @staticmethod
-    def stored(key: str, ref: BlobRef) -> CheckpointFile:
-        return CheckpointFile(key, ref.uri, ref.sha256, ref.size)
-
-    @property
-    def ref(self) -> BlobRef:
-        return BlobRef(self.uri, self.sha256, self.size)
-
-
-def checked_file_names(files: Mapping[str, object]) -> None:
-    """Refuse a checkpoint file name that could leave the checkpoint's folder (`ValueError`)."""
-    for name in files:
-        checked_key(name, "a checkpoint's file name")
-
-
-def checked_checkpoint_name(name: str) -> None:
-    """Refuse a checkpoint name that is not a plain relative path (`ValueError`): it names blob prefixes and
-    folders (`{run}/{policy}-step000003`)."""
-    checked_key(name, "a checkpoint's name")
-
-
-def files_of(payload: Mapping[str, Any]) -> dict[str, CheckpointFile]:
-    """A payload's `files` (by path relative to the checkpoint directory), each checked."""
-    return {str(name): CheckpointFile.from_payload(f) for name, f in payload.items()}
-
-
-@dataclass(frozen=True)
-class CheckpointRecord(Payload):
-    """A `CheckpointCreated` (on `policy/{policy}/checkpoints`, keyed `step/{step}`)."""
-
-    name: str
-    policy: str
-    version: int
-    parent: str | None
-    run: str
-    files: dict[str, CheckpointFile]  # by path relative to the checkpoint directory
-    metrics: dict[str, float] = field(default_factory=dict[str, float])
-
-    def __post_init__(self) -> None:
-        checked_checkpoint_name(self.name)
-        checked_file_names(self.files)
 
 
 def _key(record_name: str, policy: str, epoch: int, relative: str) -> str:

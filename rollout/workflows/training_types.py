@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout.records import Payload
+from rollout.records.batches import BatchInfo
 from rollout.workflows.eval_types import EvalInput
 from rollout.workflows.names import RUNNER_QUEUE, TRAINER_QUEUE
 
@@ -98,33 +98,6 @@ class AssembleInput:
     advantage: str = "group_norm"  # rollout.rl.advantages: a built-in name, or package.module:attribute
     refill_max: int | None = None  # tied groups a step may replace by fresh ones (None: refill off)
     agents: list[str] | None = None  # whose rewards say a group's signal (None: every agent's)
-
-
-@dataclass
-class BatchInfo(Payload):
-    """A `BatchAssembled` record: exactly the episodes (of whole groups) a step trains on, and the tied groups
-    it consumed without training (refill replaced them by fresh ones)."""
-
-    run: str
-    policy: str
-    step: int
-    groups: list[int]
-    episodes: list[str]
-    trained_episodes: list[str]
-    skipped_groups: int
-    sampled_tokens: int  # 0: every group was skipped for having no signal, and the step trains nothing
-    reward_mean: float  # over every group drawn, replaced ones included
-    reward_std: float
-    # Over every turn of the batch's episodes, trained or skipped: the prompt tokens sent to the engines, and
-    # how many of them the engines' prefix caches held.
-    prompt_tokens: int = 0
-    cached_tokens: int = 0
-    # Refill: the tied groups consumed without training (each replaced by a fresh group), and the groups the
-    # step drew (kept + replaced), kept (`groups`) and replaced. 0 in a batch recorded before refill.
-    replaced_groups: list[int] = field(default_factory=list[int])
-    groups_drawn: int = 0
-    groups_kept: int = 0
-    groups_replaced: int = 0
 
 
 @dataclass

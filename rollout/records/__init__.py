@@ -13,6 +13,11 @@ Contract:
 - `from_payload(record.to_payload()) == record` for every record.
 - pydantic is imported on first use, not with this module: workflow code imports records (their types cross
   the Temporal boundary) and never encodes them.
+
+The records of the ledger's event kinds live in this package's modules, below every module that reads them
+(`runs`, `seats`, `batches`, `checkpoints`, `serving`, `evals`; a turn's and an episode's in
+rollout.ledger.payloads), and rollout.ledger.records is the one table from kind to record. A module here
+imports only the codec and the core's pure checks: readers in the ledger itself parse with them.
 """
 
 from __future__ import annotations
