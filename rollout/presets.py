@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import re
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -27,8 +26,9 @@ import yaml
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
+from rollout.ledger.records import records_of
 from rollout.ledger.streams import PRESETS
-from rollout.records import Payload
+from rollout.records.presets import PresetVersion
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -45,18 +45,6 @@ class BadPreset(ValueError):
     """The text is not a preset; the message says why."""
 
 
-@dataclass(frozen=True)
-class PresetVersion(Payload):
-    name: str
-    version: int
-    sha256: str
-    text: str
-
-    @property
-    def ref(self) -> str:
-        return f"{self.name}@{self.version}"
-
-
 def check_preset(name: str, text: str) -> None:
     """Refuse a name Hydra cannot choose, or text that is not a YAML mapping."""
     if not NAME.match(name):
@@ -70,7 +58,7 @@ def check_preset(name: str, text: str) -> None:
 
 
 async def stored(ledger: Ledger) -> list[PresetVersion]:
-    return [PresetVersion.from_payload(dict(e.payload)) for e in await read_all(ledger, PRESETS)]
+    return records_of(await read_all(ledger, PRESETS), PresetVersion)
 
 
 async def store(ledger: Ledger, name: str, text: str) -> tuple[PresetVersion, bool]:

@@ -14,7 +14,8 @@ import pytest
 
 from rollout.config import Settings, load
 from rollout.ledger import Ledger
-from rollout.presets import PresetVersion, UnknownPreset, newest, store, stored, write_presets
+from rollout.presets import UnknownPreset, newest, store, stored, write_presets
+from rollout.records.presets import PresetVersion
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART_PRESETS = ROOT / "charts" / "rollout" / "files" / "presets"

@@ -116,7 +116,8 @@ def cluster_settings(preset: str, overrides: list[str] | None) -> Settings:
 
     from rollout.config import ConfigError, load
     from rollout.control.connections import ledger_session
-    from rollout.presets import PresetVersion, UnknownPreset, newest, write_presets
+    from rollout.presets import UnknownPreset, newest, write_presets
+    from rollout.records.presets import PresetVersion
 
     base = cluster_overrides(True, overrides)
     if preset == "none":

@@ -31,7 +31,8 @@ def load_presets(
     preset=NAME`)."""
     from rollout.config import ConfigError, load
     from rollout.control.connections import ledger_session
-    from rollout.presets import BadPreset, PresetVersion, check_preset, store, write_presets
+    from rollout.presets import BadPreset, check_preset, store, write_presets
+    from rollout.records.presets import PresetVersion
 
     files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
     if not files:
@@ -71,7 +72,8 @@ def list_presets(
 ) -> None:
     """Every stored preset version, oldest first."""
     from rollout.control.connections import ledger_session
-    from rollout.presets import PresetVersion, stored
+    from rollout.presets import stored
+    from rollout.records.presets import PresetVersion
 
     settings = load_settings(cluster_overrides(cluster, overrides))
 

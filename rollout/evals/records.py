@@ -23,10 +23,10 @@ from rollout.evals.suites import Suite, suite_from_payload
 from rollout.ledger.errors import KeyConflictError
 from rollout.ledger.events import Kind, NewEvent
 from rollout.ledger.queries import read_all
-from rollout.ledger.records import records_of
+from rollout.ledger.records import record_of, records_of
 from rollout.ledger.streams import EVAL_SUITES, eval_results_stream
 from rollout.ledger.views import eval_results
-from rollout.records.evals import EvalResult, result_key
+from rollout.records.evals import EvalResult, SuiteRegistered, result_key
 
 if TYPE_CHECKING:
     from rollout.ledger import Ledger
@@ -42,10 +42,10 @@ class UnknownSuite(LookupError):
 
 async def register(ledger: Ledger, suite: Suite) -> bool:
     """Record `suite` under `name@version`; True when this call recorded it."""
-    payload = {"suite": suite.payload(), "content_hash": suite.content_hash()}
+    registered = SuiteRegistered(suite.payload(), suite.content_hash())
     try:
         recorded = await ledger.append_one(
-            EVAL_SUITES, NewEvent(suite.ref, Kind.EVAL_SUITE_REGISTERED, payload)
+            EVAL_SUITES, NewEvent(suite.ref, Kind.EVAL_SUITE_REGISTERED, registered.to_payload())
         )
     except KeyConflictError:
         raise SuiteVersionTaken(
@@ -58,13 +58,14 @@ async def registered_suites(ledger: Ledger) -> list[tuple[Suite, str]]:
     """Every registered suite version with its content hash, in registration order."""
     registered: list[tuple[Suite, str]] = []
     for event in await read_all(ledger, EVAL_SUITES):
-        content_hash = event.payload.get("content_hash")
         try:
-            suite = suite_from_payload(event.payload.get("suite"), event.key)
+            record = record_of(event)
+            if not isinstance(record, SuiteRegistered):
+                continue
+            suite = suite_from_payload(record.suite, event.key)
         except (TypeError, ValueError):  # SuiteError, or a field of a type no check foresaw
             continue  # not a registration of ours: no suite of that name is on record for it
-        if isinstance(content_hash, str):
-            registered.append((suite, content_hash))
+        registered.append((suite, record.content_hash))
     return registered
 
 

@@ -22,8 +22,10 @@ from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, ExternalTurn
 from rollout.records import Payload
 from rollout.records.batches import BatchInfo
 from rollout.records.checkpoints import CheckpointConverted, CheckpointRecord
-from rollout.records.evals import EvalResult, GateDecision
+from rollout.records.evals import EvalResult, GateDecision, SuiteRegistered
+from rollout.records.presets import PresetVersion
 from rollout.records.runs import RunCreated, SettingsChanged
+from rollout.records.sandboxes import SandboxRegistered
 from rollout.records.seats import SeatClosed, SeatOpened
 from rollout.records.serving import ServingAck, ServingRequest, ServingTarget
 
@@ -45,6 +47,9 @@ KIND_RECORDS: dict[Kind, type[Payload]] = {
     Kind.EVAL_GATE_DECIDED: GateDecision,
     Kind.SEAT_OPENED: SeatOpened,
     Kind.SEAT_CLOSED: SeatClosed,
+    Kind.EVAL_SUITE_REGISTERED: SuiteRegistered,
+    Kind.SANDBOX_REGISTERED: SandboxRegistered,
+    Kind.PRESET_STORED: PresetVersion,
 }
 """The record of each kind's payload (where `MARKED` names no other for it)."""
 

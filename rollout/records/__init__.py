@@ -15,9 +15,9 @@ Contract:
   the Temporal boundary) and never encodes them.
 
 The records of the ledger's event kinds live in this package's modules, below every module that reads them
-(`runs`, `seats`, `batches`, `checkpoints`, `serving`, `evals`; a turn's and an episode's in
-rollout.ledger.payloads), and rollout.ledger.records is the one table from kind to record. A module here
-imports only the codec and the core's pure checks: readers in the ledger itself parse with them.
+(`runs`, `seats`, `batches`, `checkpoints`, `serving`, `evals`, `sandboxes`, `presets`; a turn's and an
+episode's in rollout.ledger.payloads), and rollout.ledger.records is the one table from kind to record. A
+module here imports only the codec and the core's pure checks: readers in the ledger itself parse with them.
 """
 
 from __future__ import annotations

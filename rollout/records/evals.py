@@ -1,13 +1,24 @@
-"""The eval records in the ledger: each environment's score for one checkpoint under one suite version
-(`EvalResult`, on `evals/{suite}/results`, keyed `result_key(…)`), and what a gate decided for one checkpoint
-(`GateDecision`, on `evals/{suite}/gates`). Pure data: rollout.evals records and reads them.
+"""The eval records in the ledger: a suite version registered (`SuiteRegistered`, on `evals/suites`, keyed
+`name@version`), each environment's score for one checkpoint under one suite version (`EvalResult`, on
+`evals/{suite}/results`, keyed `result_key(…)`), and what a gate decided for one checkpoint (`GateDecision`,
+on `evals/{suite}/gates`). Pure data: rollout.evals records and reads them.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from rollout.records import Payload
+
+
+@dataclass(frozen=True)
+class SuiteRegistered(Payload):
+    """A suite's declaration as registered (rollout.evals.suites reads it back as its `Suite`, checking
+    every field), and the hash of its content."""
+
+    suite: dict[str, Any]
+    content_hash: str
 
 
 @dataclass(frozen=True)

@@ -38,13 +38,13 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
 from rollout.ledger import Kind, Lease, Ledger, NewEvent
 from rollout.ledger.queries import held_sandbox, live_sandbox_hosts
 from rollout.ledger.streams import sandbox_host_lease, sandbox_lease, sandbox_pool_stream
+from rollout.records.sandboxes import SandboxRegistered
 from rollout.sandbox.keys import host_proof, kind_key, lease_secret, same_secret
 
 
@@ -85,15 +85,11 @@ class SandboxPool:
         return lease_secret(self.key, resource, holder) if self.key is not None else None
 
     async def register(self, sandbox: SandboxRegistration) -> None:
-        payload = {
-            "kind": sandbox.kind,
-            "name": sandbox.name,
-            "address": sandbox.address,
-            "seats": sandbox.seats,
-        }
+        registered = SandboxRegistered(sandbox.kind, sandbox.name, sandbox.address, sandbox.seats)
         key = f"{sandbox.name}@{sandbox.address}/{sandbox.seats}"
         await self.ledger.append_one(
-            sandbox_pool_stream(sandbox.kind), NewEvent(key, Kind.SANDBOX_REGISTERED, payload)
+            sandbox_pool_stream(sandbox.kind),
+            NewEvent(key, Kind.SANDBOX_REGISTERED, registered.to_payload()),
         )
 
     @asynccontextmanager
@@ -217,29 +213,18 @@ class SandboxPool:
         await self.ledger.release(claim.lease)
 
 
-SANDBOX_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 # A host lease's holder: SEATS@ADDRESS#PROOF (rollout.sandbox.keys.host_proof; hosts from before gave none).
 _SEATS_AT = re.compile(r"^([1-9][0-9]{0,5})@(.+?)(?:#([0-9a-f]{32}))?$")
 
 
 def _registration(kind: str, payload: Mapping[str, Any]) -> SandboxRegistration | None:
-    """The registration a `SandboxRegistered` payload says, or None when any of it is not what a server
-    writes."""
-    name, address, seats = payload.get("name"), payload.get("address"), payload.get("seats")
-    if not isinstance(name, str) or not SANDBOX_NAME.match(name):
-        return None
-    if not isinstance(seats, int) or isinstance(seats, bool) or seats < 1:
-        return None
-    if not isinstance(address, str):
-        return None
+    """The registration a `SandboxRegistered` payload says (of the stream's `kind`, whatever the payload
+    says), or None when any of it is not what a server writes."""
     try:
-        parts = urlsplit(address)
-        parts.port  # noqa: B018 - raises on a port that is not a number
-    except ValueError:
+        found = SandboxRegistered.from_payload({**payload, "kind": kind})
+    except (TypeError, ValueError):
         return None
-    if parts.scheme not in ("http", "https") or not parts.hostname or parts.username or parts.password:
-        return None
-    return SandboxRegistration(kind=kind, name=name, address=address, seats=seats)
+    return SandboxRegistration(kind=kind, name=found.name, address=found.address, seats=found.seats)
 
 
 def _none_free(kind: str, seats: int, wait_s: float, *, registered: int) -> str:
