@@ -7,6 +7,7 @@ import contextlib
 import os
 import signal
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -93,6 +94,37 @@ async def test_past_the_reconnect_window_the_caller_gets_a_clear_error(tmp_path:
             assert time.monotonic() - started < 10
             assert f"{postgres.port}" in str(raised.value) and "rollout up" in str(raised.value)
     finally:
+        await asyncio.to_thread(postgres.remove)
+
+
+async def test_a_lock_left_behind_by_a_dead_server_whose_pid_lives_on_does_not_stop_a_start(
+    tmp_path: Path,
+) -> None:
+    # A postmaster killed with SIGKILL leaves its lock file; its pid can still be a zombie no one has
+    # reaped yet, or another program's by the time the supervisor starts Postgres again. Postgres refuses
+    # such a lock.
+    postgres = EmbeddedPostgres(tmp_path, "127.0.0.1", free_port())
+    await asyncio.to_thread(postgres.start)
+    lock = postgres.cluster_dir / "postmaster.pid"
+    left = lock.read_text().splitlines()
+    await asyncio.to_thread(postgres.stop)
+    owner = postgres.cluster_dir.stat()
+    # Postgres's own user's: a process of another user Postgres already takes for a stale lock's.
+    mine = os.geteuid() == owner.st_uid
+    other = await asyncio.to_thread(
+        subprocess.Popen,
+        ["sleep", "60"],
+        user=None if mine else owner.st_uid,
+        group=None if mine else owner.st_gid,
+    )
+    try:
+        lock.write_text("\n".join([str(other.pid), *left[1:]]) + "\n")
+        os.chown(lock, owner.st_uid, owner.st_gid)
+        assert await asyncio.to_thread(postgres.start), "started at the first try"
+        assert port_answers(postgres.port) and postgres.pid() != other.pid
+    finally:
+        other.kill()
+        other.wait()
         await asyncio.to_thread(postgres.remove)
 
 

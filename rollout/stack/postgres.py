@@ -9,9 +9,12 @@ Contract:
   gets nowhere. A cluster made before (trust auth) is given the password and switched over when it starts.
   Postgres refuses to run as root, so when we are root it runs as a dedicated system user that owns the
   cluster directory.
-- `start` is idempotent: a running server is left alone; a stale `postmaster.pid` (after a SIGKILL) is
-  handled by pg_ctl itself. `stop` uses fast shutdown and is a no-op when nothing runs; `halt` kills what a
-  fast shutdown did not stop in time.
+- `start` is idempotent: a running server is left alone. A `postmaster.pid` left by a server killed with
+  SIGKILL is taken over by Postgres itself when its pid is gone; when that pid is still a zombie (the dead
+  postmaster not yet reaped by whoever adopted it) or was reused by another program, Postgres would refuse to
+  start, so the lock is removed first (backends of the dead server still holding its shared memory stop a
+  second server anyway: Postgres checks that too). `stop` uses fast shutdown and is a no-op when nothing
+  runs; `halt` kills what a fast shutdown did not stop in time.
 """
 
 from __future__ import annotations
@@ -189,6 +192,7 @@ class EmbeddedPostgres:
         if self.pid() is not None:
             return False
         self.ensure_cluster()
+        self._remove_stale_lock()
         if _ensure_service_user() is not None:
             # Something may have tightened a parent directory since initdb (pytest resets its temp root to
             # 700).
@@ -219,6 +223,19 @@ class EmbeddedPostgres:
             )
         self._require_passwords()
         return True
+
+    def _remove_stale_lock(self) -> None:
+        """Remove `postmaster.pid` when its pid is a zombie or another program (see the module's contract)."""
+        lock = self.cluster_dir / "postmaster.pid"
+        try:
+            process = psutil.Process(int(lock.read_text().splitlines()[0]))
+            stale = process.status() == psutil.STATUS_ZOMBIE or process.name() != "postgres"
+        except (FileNotFoundError, IndexError, ValueError, psutil.NoSuchProcess):
+            return  # no lock, or one whose pid is gone: Postgres takes it over itself
+        except (PermissionError, psutil.AccessDenied):
+            return  # a server we cannot look into is left to Postgres's own check
+        if stale:
+            lock.unlink(missing_ok=True)
 
     def _require_passwords(self) -> None:
         """A cluster made with trust auth (before passwords): give `postgres` its password, then have every
