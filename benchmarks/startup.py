@@ -69,6 +69,8 @@ def main(*, quick: bool = False) -> int:
     print(
         json.dumps(
             {
+                "benchmark": "startup",
+                "machine": f"{platform.machine()} {os.cpu_count()} cpus",
                 "p50_s": with_cache,
                 "p50_without_bytecode_cache_s": without_cache,
                 "targets_s": TARGETS_S,
