@@ -10,6 +10,7 @@ import json
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,16 @@ from rollout.workflows.names import run_policy
 from rollout_testing.otlp_receiver import OtlpReceiver
 
 APP = str(Path(__file__).resolve().parent.parent / "rollout" / "monitor" / "app.py")
+
+
+@pytest.fixture(autouse=True)
+def main_module_kept() -> Iterator[None]:
+    """Every AppTest run leaves its script installed as `__main__` (Streamlit's script runner does so): a
+    process a later test spawns in this worker would run that script instead of its own. Put back after each
+    test, whichever of its runs left it."""
+    main = sys.modules["__main__"]
+    yield
+    sys.modules["__main__"] = main
 
 
 def view(name: str, settings: Settings, **params: str) -> AppTest:
@@ -47,12 +58,7 @@ def opened(app: AppTest, **params: str) -> AppTest:
     """`app` run once with the page's query parameters; it must draw without an exception."""
     for key, value in params.items():
         app.query_params[key] = value
-    main = sys.modules["__main__"]
-    try:
-        app.run()
-    finally:
-        # AppTest leaves its script as __main__: a later test's spawned process would run that script.
-        sys.modules["__main__"] = main
+    app.run()
     assert not app.exception, [e.value for e in app.exception]
     return app
 
