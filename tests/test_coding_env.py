@@ -7,15 +7,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from coding.agents import seat_folder
 from coding.environment import CommandCoding, ShellCoding, command_agent, environment
+from coding.grader.harness import PER_TEST_S
+from coding.grader.harness import grade as grade_in_jail
 from coding.grading import grade, grade_files, lay_out, read_back
 from coding.solver import solve, write_files_command
 from coding.tasks import HELD_OUT, coding_tasks, held_out_tasks, task_named, training_tasks
@@ -28,6 +31,7 @@ from rollout.isolation import SandboxIsolation
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
+from rollout.sandbox.jail import Jail
 from rollout.sandbox.keys import kind_key
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
@@ -136,6 +140,21 @@ async def test_a_repository_that_does_not_import_or_hangs_fails_its_tests(tmp_pa
             "HiddenClampTest.test_floats_above",
         }
         assert all("timed out after 5 s" in why for why in hanging.failed.values())
+
+
+def test_a_jail_slow_to_start_does_not_use_up_a_tests_time(monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a loaded host, the jail and its interpreter may take longer to start than a test may run: that
+    start is not the graded code's time, so the solution still passes every test."""
+    task = task_named("clamp")
+    spawn = Jail.spawn
+
+    def slow_spawn(jail: Jail, command: Sequence[str], **options: Any) -> subprocess.Popen[bytes]:
+        return spawn(jail, ["sh", "-c", f'sleep {PER_TEST_S + 1:g}; exec "$@"', "sh", *command], **options)
+
+    monkeypatch.setattr(Jail, "spawn", slow_spawn)
+    files = {path: content.encode() for path, content in {**task.files, **task.solution}.items()}
+    verdict = grade_in_jail(files, task.hidden_tests, SandboxIsolation.none)
+    assert not verdict["error"] and sorted(verdict["passed"]) == sorted(task.hidden_test_names())
 
 
 # A wrong solution that tries every way it has to pass anyway (tests.red_team.FORGER: it patches unittest,

@@ -3,7 +3,8 @@
     python3 -I -S -B graded_server.py REPOSITORY
 
 Contract:
-- Serves the grader's requests, one JSON object per line on stdin, each answered by one line on the stdout it
+- Says `{"ready": true}` once started, before anything of the repository runs. Then serves the grader's
+  requests, one JSON object per line on stdin, each answered by one line on the stdout it
   was started with: `{"value": ...}` or `{"raised": {"mro": [...], "message": ...}}`. Requests name a target
   (a module attribute by `path`, or a `handle` this process gave out) and an `op`: `get` (an attribute),
   `call`, `len`, `iter`, `getitem`, `contains`, `bool`, `str`.
@@ -135,6 +136,7 @@ def main() -> None:
     os.dup2(sink, 2)
     sys.stdout = sys.stderr = open(os.devnull, "w")  # noqa: SIM115  # for as long as the process lives
     handles = Handles()
+    replies.write(json.dumps({"ready": True}) + "\n")  # nothing of the repository has run yet
     for line in sys.stdin:
         try:
             reply: dict[str, Any] = {"value": encode(answer(json.loads(line), handles), handles)}

@@ -16,7 +16,8 @@ Contract:
 - A repository's exception reaches the tests as a class of this process with the same name and the standard
   bases of its MRO (`assertRaises(ValueError)` and `assertRaises(InsufficientFunds)` both hold); one of a
   class the tests never imported as the nearest standard exception.
-- Each test gets `PER_TEST_S` seconds of the jailed process's time; a test still waiting then fails as timed
+- Each test gets `PER_TEST_S` seconds of the jailed process's time, not counting its start (up to `START_S`,
+  until it says it is ready: a loaded host's jail is slow to start); a test still waiting then fails as timed
   out, the process is killed, and the next test gets a fresh one (module attributes the tests imported are
   looked up again by name; objects of the killed process are gone).
 - VERDICT (JSON on stdout, this process's own, which the jailed process does not share): `passed` (names),
@@ -54,6 +55,8 @@ from rollout.sandbox.jail import Jail, jail_uid
 from rollout.sandbox.workspace import Workspace
 
 PER_TEST_S = 5.0
+START_S = 60.0  # for the jail and its interpreter to start; a loaded host's, never a test's, time
+READY = b'{"ready": true}'
 REASON_CHARS = 300
 MAX_ANSWER_BYTES = 4 * 1024 * 1024
 GRADER_LIMITS = JailLimits(
@@ -86,12 +89,23 @@ class Graded:
         self._buffer = b""
 
     def _start(self) -> None:
+        """A fresh jailed process, once it said it is ready: the time it took to start is added to the
+        running test's, which counts only the graded code's."""
+        started = time.monotonic()
         inside = self.jail.inside
         self._process = self.jail.spawn(
             ["python3", "-I", "-S", "-B", f"{inside}/graded_server.py", f"{inside}/repo"], cwd="repo"
         )
         self._buffer = b""
         self.generation += 1
+        try:
+            ready = self._line(started + START_S)
+        except TestTimedOut:
+            raise GradedProcessLost(f"the graded code's process did not start within {START_S:g} s") from None
+        if ready != READY:
+            self.kill()
+            raise GradedProcessLost("the graded code's process did not start")
+        self.deadline += time.monotonic() - started
 
     def kill(self) -> None:
         if self._process is not None and self._process.poll() is None:
@@ -112,23 +126,7 @@ class Graded:
         except (BrokenPipeError, OSError):
             self.kill()
             raise GradedProcessLost("the graded code's process died") from None
-        while b"\n" not in self._buffer:
-            left = self.deadline - time.monotonic()
-            if left <= 0:
-                self.kill()
-                raise TestTimedOut(f"timed out after {PER_TEST_S:g} s")
-            ready, _, _ = select.select([process.stdout], [], [], min(left, 1.0))
-            if not ready:
-                continue
-            chunk = os.read(process.stdout.fileno(), 65536)
-            if not chunk:
-                self.kill()
-                raise GradedProcessLost("the graded code's process died")
-            self._buffer += chunk
-            if len(self._buffer) > MAX_ANSWER_BYTES:
-                self.kill()
-                raise GradedProcessLost(f"an answer over {MAX_ANSWER_BYTES} bytes")
-        line, _, self._buffer = self._buffer.partition(b"\n")
+        line = self._line(self.deadline)
         try:
             reply = json.loads(line)
         except (ValueError, RecursionError):
@@ -144,6 +142,29 @@ class Graded:
             return self.decode(reply.get("value"), path)
         except (TypeError, ValueError, KeyError, RecursionError) as error:  # an unhashable key, say
             raise GradedProcessLost(f"an answer that is no value: {error}") from None
+
+    def _line(self, deadline: float) -> bytes:
+        """The jailed process's next line, read by `deadline` (TestTimedOut after it, the process killed)."""
+        process = self._process
+        assert process is not None and process.stdout is not None
+        while b"\n" not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.kill()
+                raise TestTimedOut(f"timed out after {PER_TEST_S:g} s")
+            ready, _, _ = select.select([process.stdout], [], [], min(left, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                self.kill()
+                raise GradedProcessLost("the graded code's process died")
+            self._buffer += chunk
+            if len(self._buffer) > MAX_ANSWER_BYTES:
+                self.kill()
+                raise GradedProcessLost(f"an answer over {MAX_ANSWER_BYTES} bytes")
+        line, _, self._buffer = self._buffer.partition(b"\n")
+        return line
 
     def _exception(self, mro: Any) -> type[BaseException]:
         names = [str(name) for name in mro] if isinstance(mro, list) else []
