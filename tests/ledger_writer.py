@@ -1,14 +1,24 @@
-"""A ledger writer run in child processes by the concurrency tests (spawned, so it imports only this)."""
+"""Ledger writers the concurrency tests run in child processes, each a fresh interpreter.
+
+    python -m tests.ledger_writer overlap KEYS SEED STREAM...   # prints how many appends it made
+    python -m tests.ledger_writer die STREAM KEY                # appends KEY, then SIGKILLs itself
+
+The ledger's URL comes in `LEDGER_URL` (a password never goes in argv). A writer that has not finished after
+`STUCK_S` dumps every thread's stack to stderr and exits, so a hang fails its test with where it hung.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import faulthandler
 import os
 import random
 import signal
 import sys
 
 from rollout.ledger import Ledger, NewEvent
+
+STUCK_S = 120
 
 
 async def write_overlapping(url: str, streams: list[str], keys: int, seed: int) -> int:
@@ -27,10 +37,6 @@ async def write_overlapping(url: str, streams: list[str], keys: int, seed: int) 
     return appended
 
 
-def process_main(url: str, streams: list[str], keys: int, seed: int) -> int:
-    return asyncio.run(write_overlapping(url, streams, keys, seed))
-
-
 async def append_then_die(url: str, stream: str, key: str) -> None:
     async with await Ledger.connect(url) as ledger:
         await ledger.append_one(stream, NewEvent(key, "Test", {"key": key}))
@@ -38,5 +44,17 @@ async def append_then_die(url: str, stream: str, key: str) -> None:
         os.kill(os.getpid(), signal.SIGKILL)
 
 
+def main(argv: list[str]) -> None:
+    faulthandler.dump_traceback_later(STUCK_S, exit=True)
+    url = os.environ["LEDGER_URL"]
+    match argv:
+        case ["overlap", keys, seed, *streams]:
+            print(asyncio.run(write_overlapping(url, streams, int(keys), int(seed))))
+        case ["die", stream, key]:
+            asyncio.run(append_then_die(url, stream, key))
+        case _:
+            sys.exit(__doc__)
+
+
 if __name__ == "__main__":
-    asyncio.run(append_then_die(sys.argv[1], sys.argv[2], sys.argv[3]))
+    main(sys.argv[1:])

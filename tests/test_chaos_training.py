@@ -76,8 +76,16 @@ async def _a_trainer_killed_mid_step_loses_nothing_and_its_lease_can_no_longer_p
             return False
 
     await wait_for(started, 120, "the first train_step to start")
-    first.kill()  # mid-step: it was loading the model or training
     policy = run_policy(run, "default")
+
+    async def first_holds_the_lease() -> bool:
+        lease = await find_lease(ledger, trainer_lease(policy))
+        return lease is not None and lease.holder == "trainer-1"
+
+    # Killed once it holds the lease (a loaded machine may still be starting the step before that), so the
+    # second trainer's claim must fence the first one's epoch out.
+    await wait_for(first_holds_the_lease, 120, "the first trainer to hold the policy's lease")
+    first.kill()  # mid-step: it was loading the model or training
     assert not [
         e for e in await ledger.read(policy_checkpoints_stream(policy)) if e.kind == Kind.CHECKPOINT_CREATED
     ], "the killed step published nothing"

@@ -1,16 +1,16 @@
-"""Many writers, threads and processes, with overlapping keys; a writer SIGKILLed after its commit."""
+"""Many writers, threads and processes (each a fresh interpreter), with overlapping keys; a writer SIGKILLed
+after its commit."""
 
 import asyncio
-import multiprocessing
+import os
 import signal
-import subprocess
 import sys
 import threading
 import uuid
 from pathlib import Path
 
 from rollout.ledger import Ledger, NewEvent
-from tests.ledger_writer import process_main, write_overlapping
+from tests.ledger_writer import write_overlapping
 
 KEYS = 40
 
@@ -44,14 +44,29 @@ async def test_threads_with_overlapping_keys_append_each_key_once(ledger: Ledger
     await assert_each_key_once_gap_free(ledger, streams)
 
 
+async def writer_process(ledger_url: str, *argv: str) -> asyncio.subprocess.Process:
+    """`python -m tests.ledger_writer ARGV...` writing to `ledger_url`, its stdout and stderr piped."""
+    return await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.ledger_writer",
+        *argv,
+        cwd=Path(__file__).parent.parent,
+        env={**os.environ, "LEDGER_URL": ledger_url},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+
+
 async def test_processes_with_overlapping_keys_append_each_key_once(ledger: Ledger, ledger_url: str) -> None:
     streams = [f"procs/{uuid.uuid4().hex[:8]}/{i}" for i in range(3)]
-    context = multiprocessing.get_context("spawn")
-    with context.Pool(4) as pool:
-        counts = await asyncio.to_thread(
-            pool.starmap, process_main, [(ledger_url, streams, KEYS, s) for s in range(4)]
-        )
-    assert sum(counts) == len(streams) * KEYS
+    writers = [
+        await writer_process(ledger_url, "overlap", str(KEYS), str(seed), *streams) for seed in range(4)
+    ]
+    outputs = await asyncio.gather(*(writer.communicate() for writer in writers))
+    for writer, (_, errors) in zip(writers, outputs, strict=True):
+        assert writer.returncode == 0, errors.decode()[-4000:]
+    assert sum(int(printed) for printed, _ in outputs) == len(streams) * KEYS
     await assert_each_key_once_gap_free(ledger, streams)
 
 
@@ -59,14 +74,9 @@ async def test_a_writer_killed_after_commit_then_retried_leaves_one_event(
     ledger: Ledger, ledger_url: str
 ) -> None:
     stream, key = f"sigkill/{uuid.uuid4().hex[:8]}", "episode-7/turn/3"
-    child = await asyncio.to_thread(
-        subprocess.run,
-        [sys.executable, "-m", "tests.ledger_writer", ledger_url, stream, key],
-        cwd=Path(__file__).parent.parent,
-        capture_output=True,
-        timeout=60,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    child = await writer_process(ledger_url, "die", stream, key)
+    _, errors = await asyncio.wait_for(child.communicate(), 60)
+    assert child.returncode == -signal.SIGKILL, errors.decode()
     (retry,) = await ledger.append(stream, [NewEvent(key, "Test", {"key": key})])
     assert retry.appended is False
     assert [(e.seq, e.key) for e in await ledger.read(stream)] == [(1, key)]
