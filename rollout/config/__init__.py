@@ -12,11 +12,10 @@ Contract:
 - `rollout.overrides` writes settings back out as overrides that `load` reads as they were.
 
 Its modules, behind this one public API: `schema` (every key, its type and default), `loading` (composing and
-reading the schema back), `checks` (every value checked when settings load) and `errors`.
+reading the schema back) and `checks` (every value checked when settings load; `ConfigError`, the one error).
 """
 
-from rollout.config.checks import loss_config
-from rollout.config.errors import ConfigError
+from rollout.config.checks import ConfigError, loss_config
 from rollout.config.loading import LOSS_PARAMS_PREFIX, as_dict, load, valid_keys
 from rollout.config.schema import (
     LEDGER_READER_ROLE,

@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from rollout.config.errors import ConfigError
 from rollout.config.schema import Settings, TrackingSettings, TrainerProvider, TrainerSettings
 from rollout.overrides import setting_at
 from rollout.rl.advantages import AdvantageError, advantage_from
@@ -20,6 +19,10 @@ from rollout.rl.losses.core import LossConfig
 from rollout.rl.losses.registry import LossError, loss_from, on_tinker
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
 from rollout.vllm_facts import VLLM_LORA_RANKS
+
+
+class ConfigError(ValueError):
+    """A configuration key or value is wrong; the message says which and what would be right."""
 
 
 def check_values(settings: Settings) -> None:

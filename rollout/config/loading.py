@@ -15,8 +15,7 @@ from hydra.errors import HydraException
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
-from rollout.config.checks import check_values
-from rollout.config.errors import ConfigError
+from rollout.config.checks import ConfigError, check_values
 from rollout.config.schema import Settings
 from rollout.policy_settings import (
     POLICIES_PREFIX,
