@@ -119,6 +119,31 @@ def test_config_errors_name_the_key_and_exit_2() -> None:
     assert "unknown setting 'services.temporal.uiport'" in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("command", "code", "said"),
+    [
+        (["gateway", "--port", "PORT"], 1, "is taken: choose another with `--port PORT`"),
+        (["engine", "serve", "--port", "PORT", "--kind", "scripted", "--script", "x:y"], 1, "is taken"),
+        (["engine", "serve", "--kind", "teapot"], 2, "--kind must be local, vllm, tinker or scripted"),
+        (["engine", "serve", "--kind", "scripted"], 2, "--kind scripted needs --script"),
+        (["engine", "follow", "--engine-url", "ftp://x"], 2, "--engine-url must be an http(s) URL"),
+        (["sandbox", "serve", "--seats", "0"], 2, "--seats and --count must be at least 1"),
+        (["sandbox", "serve", "--count", "2", "--port", "PORT"], 2, "leave out --port"),
+        (["sandbox", "serve", "--port", "PORT"], 1, "is taken"),
+    ],
+)
+def test_a_service_that_cannot_start_as_asked_says_why_in_one_paragraph(
+    tmp_path: Path, command: list[str], code: int, said: str
+) -> None:
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = str(held.getsockname()[1])
+        done = rollout(*(port if part == "PORT" else part for part in command), f"data_dir={tmp_path}")
+    assert done.returncode == code, done.stderr
+    assert said in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
 def test_an_unreachable_ledger_names_the_url_without_its_password(tmp_path: Path) -> None:
     port = socket.socket()
     port.bind(("127.0.0.1", 0))

@@ -5,7 +5,6 @@
 from __future__ import annotations
 
 import asyncio
-import shutil
 from typing import TYPE_CHECKING, Annotated
 
 import typer
@@ -19,11 +18,11 @@ from rollout.cli.placement import (
     check_placement,
     rerun_on_ray,
 )
-from rollout.control.connections import blob_store, local_model
+from rollout.control.connections import blob_store
 
 if TYPE_CHECKING:
     from rollout.config import Settings
-    from rollout.engines.follower import FollowerConfig
+    from rollout.engines.startup import EnginePlan
 
 app = typer.Typer(help="Run inference engines.", no_args_is_help=True)
 
@@ -113,126 +112,73 @@ def serve(
     DATA_DIR/engine.key, which the gateway shares); vLLM gets it in its environment (VLLM_API_KEY), never on
     its command line, and checks it on its /v1 routes only (docs/serving.md).
     """
-    from rollout.config import LedgerWriter
-    from rollout.engines.factory import (
-        SERVED_FORMATS,
-        EngineSetupError,
-        EngineSpec,
-        build_engine,
-        check_engine_options,
-        serve_engine,
+    from rollout.catalog import ModelNotPulled
+    from rollout.engines.factory import EngineSetupError, build_engine
+    from rollout.engines.startup import (
+        EngineAsked,
+        EnginePortTaken,
+        engine_kind,
+        plan_engine,
+        serve_planned,
     )
-    from rollout.engines.follower import FollowerConfig
-    from rollout.net import port_is_free, reachable_host
-    from rollout.serving import engine_api_key, load_engine_key
 
     settings = load_settings(overrides)
-    engine_key = load_engine_key(settings.data_path)
-    api_key = engine_api_key(engine_key)
-    as_service(settings, api_key)
-    # What is not given is read from the settings: the embedded stack starts this command with its own.
-    gateway, trainer = settings.services.gateway, settings.trainer
-    kind = kind or settings.engine_kind.value
-    model = model or gateway.model
-    host = host or gateway.engine_host
-    port = port or gateway.engine_port
-    device = device or settings.services.engine.device
-    tinker_base_model = tinker_base_model or trainer.tinker_base_model
-    tinker_url = tinker_url or trainer.tinker_url
-    if kind not in (*SERVED_FORMATS, "vllm"):
-        fail(f"--kind must be local, vllm, tinker or scripted, not {kind!r}", code=2)
-    check_placement(placement)
-    if placement == "ray":  # the whole command runs where Ray places it: it resolves its model and port there
-        if gpus <= 0 and kind == "vllm":
-            fail("vLLM needs a GPU: give the engine one with `--gpus 1`", code=2)
-        rerun_on_ray(f"{kind} engine", gpus=gpus, address=ray_address, group=ray_group)
-        return
-    if kind != "vllm":
-        try:
-            check_engine_options(kind, script=script)
-        except EngineSetupError as error:
-            fail(str(error), code=2)
-    if not port_is_free(host, port):
-        fail(f"port {port} on {host} is taken: choose another with `--port PORT`")
-    model_path = local_model(model, settings)
-    follower = FollowerConfig(
-        engine=name or f"engine-{port}",
-        url=f"http://{reachable_host(host)}:{port}",  # where the gateway reaches it, read from its acks
-        base=served_name,
-        model=model,
-        formats=SERVED_FORMATS[kind],
-        opponent_adapters=settings.services.engine.opponent_adapters,
-        gpu=gpu or settings.gpu_lease,  # gpu.mode=shared gives way to the stack's GPU lease
-        ack_key=engine_key,
-    )
-    if kind == "vllm":
-        if shutil.which("vllm") is None:
-            fail("vLLM is not installed here: `uv sync --extra vllm` (it needs a CUDA GPU)")
-        _serve_vllm(settings, model_path, host, port, served_name, api_key, follower if follow else None)
-        return
-    spec = EngineSpec(
+    asked = EngineAsked(
         kind=kind,
         model=model,
-        model_path=model_path,
-        served_name=served_name,
+        host=host,
+        port=port,
         device=device,
-        prefix_cache_mb=settings.services.engine.prefix_cache_mb,
+        served_name=served_name,
         script=script,
-        think_s=think_ms / 1000,
+        think_ms=think_ms,
         tinker_base_model=tinker_base_model,
         tinker_url=tinker_url,
+        name=name,
+        follow=follow,
+        gpu=gpu,
     )
     try:
-        with err.status(f"loading {model}…"):
-            engine = build_engine(spec)
+        chosen = engine_kind(settings, asked)
     except EngineSetupError as error:
         fail(str(error), code=2)
-    err.print(f"{spec.describe()} as '{served_name}' on http://{host}:{port}")
+    check_placement(placement)
+    if placement == "ray":  # the whole command runs where Ray places it: it resolves its model and port there
+        if gpus <= 0 and chosen == "vllm":
+            fail("vLLM needs a GPU: give the engine one with `--gpus 1`", code=2)
+        rerun_on_ray(f"{chosen} engine", gpus=gpus, address=ray_address, group=ray_group)
+        return
+    try:
+        plan = plan_engine(settings, asked)
+    except EngineSetupError as error:
+        fail(str(error), code=2)
+    except (EnginePortTaken, ModelNotPulled) as error:
+        fail(str(error))
+    as_service(settings, plan.api_key)
+    if plan.kind == "vllm":
+        _serve_vllm(plan, settings)
+        return
+    try:
+        with err.status(f"loading {plan.spec.model}…"):
+            engine = build_engine(plan.spec)
+    except EngineSetupError as error:
+        fail(str(error), code=2)
+    err.print(f"{plan.spec.describe()} as '{plan.spec.served_name}' on http://{plan.host}:{plan.port}")
     if (no_cache := getattr(engine, "prefix_cache_off", None)) is not None:
         err.print(f"no prefix cache: {no_cache}")
-    asyncio.run(
-        serve_engine(
-            engine,
-            host=host,
-            port=port,
-            api_key=api_key,
-            follower=follower if follow else None,
-            ledger_url=settings.writer_ledger_url(LedgerWriter.serving),
-            store=lambda: blob_store(settings),
-            cache_dir=settings.data_path / "engines",
-            report=err.print,
-        )
+    asyncio.run(serve_planned(plan, engine, lambda: blob_store(settings), err.print))
+
+
+def _serve_vllm(plan: EnginePlan, settings: Settings) -> None:
+    from rollout.engines.startup import serve_planned_vllm, vllm_log
+    from rollout.engines.vllm_process import VLLMStartError
+
+    log_path = vllm_log(plan)
+    err.print(
+        f"starting vllm serve {plan.spec.model_path} on http://{plan.host}:{plan.port} (its output: {log_path})"
     )
-
-
-def _serve_vllm(
-    settings: Settings,
-    model_path: str,
-    host: str,
-    port: int,
-    served_name: str,
-    api_key: str,
-    follower: FollowerConfig | None,
-) -> None:
-    from rollout.config import LedgerWriter
-    from rollout.engines.vllm_launcher import launch_for
-    from rollout.engines.vllm_process import VLLMStartError, serve_vllm
-
-    launch = launch_for(settings, model_path, host=host, port=port, served_name=served_name, api_key=api_key)
-    log_path = settings.data_path / "logs" / f"vllm-{port}.log"
-    err.print(f"starting vllm serve {model_path} on http://{host}:{port} (its output: {log_path})")
     try:
-        status = asyncio.run(
-            serve_vllm(
-                launch,
-                follower=follower,
-                ledger_url=settings.writer_ledger_url(LedgerWriter.serving),
-                store=lambda: blob_store(settings),
-                cache_dir=settings.data_path / "engines",
-                log_path=log_path,
-                report=err.print,
-            )
-        )
+        status = asyncio.run(serve_planned_vllm(plan, lambda: blob_store(settings), err.print))
     except VLLMStartError as error:
         fail(str(error))
     except asyncio.CancelledError:  # stopped (SIGTERM, Ctrl-C): vLLM was stopped with it
@@ -282,52 +228,28 @@ def follow(
     It sends the engine API key of DATA_DIR/engine.key: start your `vllm serve` with it in its environment,
     `VLLM_API_KEY="$(rollout engine api-key)" vllm serve …`, not among its arguments.
     """
-    from urllib.parse import urlsplit
-
-    from rollout.config import LedgerWriter
-    from rollout.engines.factory import SERVED_FORMATS, follow_forever
-    from rollout.engines.follower import FollowerConfig
-    from rollout.engines.vllm_client import VLLMEngine
-    from rollout.serving import engine_api_key, load_engine_key
+    from rollout.engines.factory import EngineSetupError
+    from rollout.engines.startup import FollowAsked, follow_planned, plan_follower
 
     settings = load_settings(overrides)
-    engine_key = load_engine_key(settings.data_path)
-    api_key = engine_api_key(engine_key)
-    as_service(settings, api_key)
-    if kind not in SERVED_FORMATS or kind == "scripted":
-        fail(f"--kind must be vllm, local or tinker, not {kind!r}", code=2)
-    address = urlsplit(engine_url)
-    if address.scheme not in ("http", "https") or not address.hostname:
-        fail(f"--engine-url must be an http(s) URL such as http://127.0.0.1:8100, not {engine_url!r}", code=2)
-    engine_name = name or f"engine-{address.port or 80}"
-    engine = VLLMEngine(engine_url, api_key=api_key, name=engine_name)
-    config = FollowerConfig(
-        engine=engine_name,
-        url=engine_url.rstrip("/"),
-        base=served_name,
-        model=model or settings.services.gateway.model,
-        formats=SERVED_FORMATS[kind],
-        opponent_adapters=settings.services.engine.opponent_adapters,
+    asked = FollowAsked(
+        engine_url=engine_url,
+        kind=kind,
+        name=name,
+        served_name=served_name,
+        model=model,
         gpu=gpu,
         runs=tuple(run or ()),
-        ack_key=engine_key,
     )
-    err.print(f"following {engine_url} as {engine_name!r} ({kind}: loads {', '.join(config.formats)})")
-
-    async def follow_engine() -> None:
-        try:
-            await follow_forever(
-                engine,
-                config,
-                settings.writer_ledger_url(LedgerWriter.serving),
-                blob_store(settings),
-                settings.data_path / "engines",
-                err.print,
-            )
-        finally:
-            await engine.close()
-
-    asyncio.run(follow_engine())
+    try:
+        plan = plan_follower(settings, asked)
+    except EngineSetupError as error:
+        fail(str(error), code=2)
+    as_service(settings, plan.api_key)
+    err.print(
+        f"following {engine_url} as {plan.config.engine!r} ({kind}: loads {', '.join(plan.config.formats)})"
+    )
+    asyncio.run(follow_planned(plan, lambda: blob_store(settings), err.print))
 
 
 @app.command("api-key")

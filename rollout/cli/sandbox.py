@@ -5,7 +5,6 @@ default; `--count N` serves N from one process, named NAME-0 … NAME-(N-1), eac
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 from pathlib import Path
 from typing import Annotated
@@ -47,26 +46,33 @@ def serve(
     import signal
 
     from rollout.control.connections import ledger_session
-    from rollout.net import free_port, port_is_free
-    from rollout.sandbox import load_kind
+    from rollout.redaction import register_secret
     from rollout.sandbox.claims import SandboxNameTaken
-    from rollout.sandbox.hosting import hosted_sandbox, sandbox_workdir, stack_endpoints
-    from rollout.sandbox.world import SandboxSetupError, UnknownSandboxKind, jailed
+    from rollout.sandbox.keys import SandboxKeyMissing
+    from rollout.sandbox.startup import (
+        SandboxAsked,
+        SandboxOptionError,
+        SandboxPortTaken,
+        hosted_sandboxes,
+        plan_sandboxes,
+    )
+    from rollout.sandbox.world import SandboxSetupError
 
     settings = load_settings(overrides)
     as_service(settings)
     _use_data_directory(settings.data_path)
-    if seats < 1 or count < 1:
-        fail("--seats and --count must be at least 1", code=2)
-    if count > 1 and port:
-        fail("--count serves each sandbox on a free port of its own: leave out --port", code=2)
     try:
-        factory = load_kind(kind)
-    except UnknownSandboxKind as error:
+        plan = plan_sandboxes(
+            settings, SandboxAsked(kind=kind, name=name, seats=seats, host=host, port=port, count=count)
+        )
+    except SandboxOptionError as error:
         fail(str(error), code=2)
-    if jailed(factory):
+    except (SandboxKeyMissing, SandboxPortTaken) as error:
+        fail(str(error))
+    register_secret(plan.key)
+    if plan.jailed:
         refuse_without_jail(settings, f"the {kind!r} sandbox runs what its agents drive")
-    if kind.partition("#")[0] in INSTALLABLE:
+    if plan.installable:
         # Before the event loop: the first install (npm) takes a while, and Ctrl-C must still stop it.
         from rollout.sandbox.minecraft.install import ensure_installed, minecraft_home
 
@@ -74,49 +80,16 @@ def serve(
             ensure_installed(minecraft_home(settings.data_path))
         except SandboxSetupError as error:
             fail(str(error))
-    from rollout.redaction import register_secret
-    from rollout.sandbox.keys import SandboxKeyMissing, load_host_key
-
-    try:
-        # Beyond loopback the key must be the runners' own: a fresh one would authenticate no claim.
-        key = load_host_key(settings.data_path, kind, create=host in ("127.0.0.1", "localhost", "::1"))
-    except SandboxKeyMissing as error:
-        fail(str(error))
-    register_secret(key)
-    port = port or free_port()
-    if not port_is_free(host, port):
-        fail(f"port {port} on {host} is taken: choose another with `--port PORT` (or 0 for a free one)")
 
     async def serve() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(signum, stop.set)  # leave the pool cleanly: release the host lease
-        names = [name] if count == 1 else [f"{name}-{i}" for i in range(count)]
         async with (
             ledger_session(settings, url=settings.sandbox_ledger_url) as ledger,
-            contextlib.AsyncExitStack() as boxes,
+            hosted_sandboxes(plan, ledger, err.print),
         ):
-            for each in names:
-                box = await boxes.enter_async_context(
-                    hosted_sandbox(
-                        ledger,
-                        kind,
-                        each,
-                        seats=seats,
-                        workdir=sandbox_workdir(settings.data_path, kind, each),
-                        key=key,
-                        host=host,
-                        port=port if count == 1 else free_port(),
-                        isolation=settings.sandbox.isolation,
-                        refused_endpoints=stack_endpoints(settings),
-                        readable_roots=[Path(folder) for folder in settings.sandbox.command_readable],
-                        refused_roots=[settings.data_path],
-                    )
-                )
-                err.print(
-                    f"sandbox {each!r} ({kind}, {seats} seats) on {box.address}, in the pool until stopped"
-                )
             await stop.wait()
 
     try:
@@ -132,9 +105,6 @@ def _use_data_directory(data_path: Path) -> None:
     os.environ.setdefault(HOME_VARIABLE, str(minecraft_home(data_path)))
 
 
-INSTALLABLE = ("minecraft",)
-
-
 @app.command("install")
 def install(
     kind: Annotated[str, typer.Argument(help="The kind to install: minecraft.")],
@@ -147,6 +117,7 @@ def install(
     import time
 
     from rollout.sandbox.minecraft.install import MinecraftInstallError, ensure_installed, minecraft_home
+    from rollout.sandbox.startup import INSTALLABLE
 
     if kind not in INSTALLABLE:
         fail(f"{kind!r} needs no installing: only {', '.join(INSTALLABLE)} does", code=2)
