@@ -150,33 +150,31 @@ def _no_worse(rewards: list[float], baseline: list[float]) -> bool:
 
 
 def main(quick: bool = False) -> int:
-    from rollout import config
+    from benchmarks.stack import bench_stack
     from rollout.engines.models import TINY_QWEN3, resolve
-    from rollout.stack.embedded import Stack
     from rollout_testing.cluster import Cluster
-    from rollout_testing.stacks import isolated_overrides
 
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
     resolve(TINY_QWEN3, models_dir)
-    steps = 3 if quick else 40
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-async-") as scratch:
-        settings = config.load(isolated_overrides(Path(scratch) / "data"))
-        stack = Stack(settings)
+    steps = 2 if quick else 40
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-async-") as scratch,
+        bench_stack(Path(scratch)) as bench,
+    ):
+        settings = bench.settings
         cluster = Cluster(
             settings=settings, root=Path(scratch) / "cluster", models_dir=models_dir, task_queue="bench-async"
         )
         trainer_queue = f"{cluster.task_queue}-trainer"
         try:
-            stack.up()
             _, engine_url = cluster.local_engine("engine-bench")
             cluster.runner("runner-1", cluster.gateway(engine_url))
             cluster.trainer("trainer-1", trainer_queue)
             results = asyncio.run(measure(settings, cluster.task_queue, trainer_queue, steps))
         finally:
             cluster.close()
-            stack.down()
     if not quick:
         _plot(results)
     by_lag = {r["max_lag"]: r for r in results}

@@ -151,10 +151,8 @@ async def measure(settings: Any, queue: str, quick: bool) -> dict[str, Any]:
 
 
 def main(quick: bool = False) -> int:
-    from rollout import config
-    from rollout.stack.embedded import Stack
+    from benchmarks.stack import bench_stack
     from rollout_testing.cluster import Cluster
-    from rollout_testing.stacks import isolated_overrides
 
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
@@ -162,9 +160,11 @@ def main(quick: bool = False) -> int:
     from rollout.engines.models import TINY_QWEN3, resolve
 
     resolve(TINY_QWEN3, models_dir)
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-episodes-") as scratch:
-        settings = config.load(isolated_overrides(Path(scratch) / "data"))
-        stack = Stack(settings)
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-episodes-") as scratch,
+        bench_stack(Path(scratch)) as bench,
+    ):
+        settings = bench.settings
         cluster = Cluster(
             settings=settings,
             root=Path(scratch) / "cluster",
@@ -172,14 +172,12 @@ def main(quick: bool = False) -> int:
             task_queue="bench-runner",
         )
         try:
-            stack.up()
             gateway = cluster.gateway(cluster.engine(think_ms=0))
             cluster.runner("runner-1", gateway)
             cluster.runner("runner-2", gateway)
             results = asyncio.run(measure(settings, cluster.task_queue, quick))
         finally:
             cluster.close()
-            stack.down()
     one, ten = results["one_turn"], results["ten_turn"]
     summary = {
         "benchmark": "episodes",

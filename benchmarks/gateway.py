@@ -198,21 +198,17 @@ def start_gateway(
 
 
 def main(quick: bool = False) -> int:
-    from rollout import config
-    from rollout.stack.embedded import Stack
-    from rollout_testing.stacks import isolated_overrides
+    from benchmarks.stack import bench_stack
 
     requests_for = {1: 200, 16: 640, 64: 1280} if not quick else {1: 10, 16: 32, 64: 64}
     processes: list[subprocess.Popen[bytes]] = []
     with (
         tempfile.TemporaryDirectory(prefix="rollout-bench-gw-") as scratch,
         open(Path(scratch) / "servers.log", "wb") as log,
+        bench_stack(Path(scratch)) as bench,
     ):
-        overrides = isolated_overrides(Path(scratch) / "data")
-        stack = Stack(config.load(overrides))
-        stack.up()
         try:
-            served = start_gateway(overrides, log, processes)
+            served = start_gateway(bench.overrides, log, processes)
             backend = served.backend
             litellm_port = free_port()
             master_key = f"sk-{uuid.uuid4().hex}{uuid.uuid4().hex}"
@@ -277,7 +273,6 @@ def main(quick: bool = False) -> int:
         finally:
             for process in processes:
                 terminate(process.pid)
-            stack.down()
     summary: dict[str, Any] = {
         "benchmark": "gateway",
         "machine": f"{os.uname().machine} {os.cpu_count()} cpus",

@@ -22,7 +22,8 @@ same conversation (the cache's invariant).
   gateway, the engine). Reported: process CPU per turn (an upper bound for the gateway: it includes the
   clients and the scripted engine), and ledger appends per turn and per conversation, counted in the seats'
   streams. What docs/deploy.md sizes fleets from.
-The last line printed is one JSON object with every number.
+The last line printed is one JSON object with every number. `--quick` checks that it works: the tiny random
+Qwen3 model instead of SmolLM2, fewer and shorter conversations.
 """
 
 from __future__ import annotations
@@ -342,7 +343,7 @@ def _plot(cache: dict[str, Any]) -> None:
 async def _measure(quick: bool, scratch: Path, ledger_url: str) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from rollout.engines.models import SMOLLM2, resolve
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
     from rollout.gateway.seats import load_secret
     from rollout.ledger import Ledger
     from rollout.rendering import ModelRenderer, renderer_for_model
@@ -350,8 +351,9 @@ async def _measure(quick: bool, scratch: Path, ledger_url: str) -> dict[str, Any
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
-    model = resolve(SMOLLM2, models_dir)
-    renderer = ModelRenderer(AutoTokenizer.from_pretrained(model), renderer_for_model(SMOLLM2))
+    spec = TINY_QWEN3 if quick else SMOLLM2  # quick only checks that it works: the tiny random model
+    model = resolve(spec, models_dir)
+    renderer = ModelRenderer(AutoTokenizer.from_pretrained(model), renderer_for_model(spec))
     async with await Ledger.connect(ledger_url) as ledger:
         secret = load_secret(scratch / "secret")
         cache = await _cache(ledger, renderer, model, secret, 6 if quick else TURNS)
@@ -372,18 +374,13 @@ async def _measure(quick: bool, scratch: Path, ledger_url: str) -> dict[str, Any
 
 
 def main(quick: bool = False) -> int:
-    from rollout import config
-    from rollout.stack.embedded import Stack
-    from rollout_testing.stacks import isolated_overrides
+    from benchmarks.stack import bench_stack
 
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-multiturn-") as scratch:
-        settings = config.load(isolated_overrides(Path(scratch) / "data"))
-        stack = Stack(settings)
-        stack.up()
-        try:
-            result = asyncio.run(_measure(quick, Path(scratch), settings.ledger_url))
-        finally:
-            stack.down()
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-multiturn-") as scratch,
+        bench_stack(Path(scratch)) as bench,
+    ):
+        result = asyncio.run(_measure(quick, Path(scratch), bench.settings.ledger_url))
     if not quick:
         _plot(result["cache"])
     cache, routing = result["cache"], result["routing"]

@@ -15,7 +15,8 @@ lowest level, `in_flight` 2.
 
 Temporal has fallen behind at a level when the probe's p95 passes `PROBE_P95_LIMIT_MS`, its log shows an
 error, or the overhead per turn is more than `OVERHEAD_FACTOR` times the baseline's. The last line's
-`healthy_up_to` is the highest level before the first that fell behind (the levels stop there).
+`healthy_up_to` is the highest level before the first that fell behind (the levels stop there). `--quick`
+checks that it works: levels 2 and 8, `QUICK_THINK_MS` a turn.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ import psutil
 LEVELS = (2, 8, 16, 32, 64, 128, 256, 384)
 QUICK_LEVELS = (2, 8)
 THINK_MS = 2000
+QUICK_THINK_MS = 200  # `--quick` only checks that it works: shorter episodes
 TURNS = 10
 PROBE_EVERY_S = 0.5
 PROBE_P95_LIMIT_MS = 1000.0
@@ -92,7 +94,7 @@ def _errors_since(log: Path, offset: int) -> tuple[int, list[str]]:
 
 
 async def level(
-    client: Any, queue: str, in_flight: int, temporal: psutil.Process, log: Path
+    client: Any, queue: str, in_flight: int, temporal: psutil.Process, log: Path, think_ms: float
 ) -> dict[str, Any]:
     """`in_flight` episodes at once, as runs of at most `PER_RUN` each (several runs on one Temporal, as
     several runs and evals are), each run two waves of its share."""
@@ -122,7 +124,7 @@ async def level(
     done.set()
     await probing
     spans = [span for run, share in runs for span in await _episode_spans(client, run, 2 * share)]
-    overheads = [((end - start) * 1000 - TURNS * THINK_MS) / TURNS for start, end in spans]
+    overheads = [((end - start) * 1000 - TURNS * think_ms) / TURNS for start, end in spans]
     mean, peak = _concurrency(spans)
     errors, said = _errors_since(log, offset)
     probes.sort()
@@ -167,7 +169,7 @@ def fell_behind(row: dict[str, Any], baseline: dict[str, Any]) -> str | None:
 
 
 async def measure(
-    settings: Any, queue: str, levels: tuple[int, ...], temporal_pid: int
+    settings: Any, queue: str, levels: tuple[int, ...], temporal_pid: int, think_ms: float
 ) -> list[dict[str, Any]]:
     from temporalio.client import Client
 
@@ -176,7 +178,7 @@ async def measure(
     log = settings.data_path / "logs" / "temporal.log"
     rows = []
     for in_flight in levels:
-        row = await level(client, queue, in_flight, temporal, log)
+        row = await level(client, queue, in_flight, temporal, log, think_ms)
         row["fell_behind"] = fell_behind(row, rows[0] if rows else row)
         print(json.dumps(row), file=sys.stderr, flush=True)
         rows.append(row)
@@ -186,42 +188,40 @@ async def measure(
 
 
 def main(quick: bool = False) -> int:
-    from rollout import config
+    from benchmarks.stack import bench_stack
     from rollout.engines.models import TINY_QWEN3, resolve
-    from rollout.stack.embedded import Stack
     from rollout_testing.cluster import Cluster
-    from rollout_testing.stacks import isolated_overrides
 
-    levels = QUICK_LEVELS if quick else LEVELS
+    levels, think_ms = (QUICK_LEVELS, QUICK_THINK_MS) if quick else (LEVELS, THINK_MS)
     models_dir = Path(
         os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
     )
     resolve(TINY_QWEN3, models_dir)
-    with tempfile.TemporaryDirectory(prefix="rollout-bench-temporal-") as scratch:
-        settings = config.load(isolated_overrides(Path(scratch) / "data"))
-        stack = Stack(settings)
+    with (
+        tempfile.TemporaryDirectory(prefix="rollout-bench-temporal-") as scratch,
+        bench_stack(Path(scratch)) as bench,
+    ):
+        settings, stack = bench.settings, bench.stack
         cluster = Cluster(
             settings=settings, root=Path(scratch) / "cluster", models_dir=models_dir, task_queue="bench-load"
         )
         try:
-            stack.up()
             assert stack.temporal is not None
             temporal_pid = stack.temporal.pid()
             assert temporal_pid is not None
-            gateway = cluster.gateway(cluster.engine(think_ms=THINK_MS))
+            gateway = cluster.gateway(cluster.engine(think_ms=think_ms))
             per_runner = max(levels) // 2 + 8
             cluster.runner("runner-1", gateway, max_activities=per_runner)
             cluster.runner("runner-2", gateway, max_activities=per_runner)
-            rows = asyncio.run(measure(settings, cluster.task_queue, levels, temporal_pid))
+            rows = asyncio.run(measure(settings, cluster.task_queue, levels, temporal_pid, think_ms))
         finally:
             cluster.close()
-            stack.down()
     behind = [row for row in rows if row["fell_behind"]]
     healthy = [row["in_flight"] for row in rows if not behind or row["in_flight"] < behind[0]["in_flight"]]
     summary = {
         "benchmark": "temporal",
         "machine": f"{os.uname().machine} {os.cpu_count()} cpus",
-        "think_ms": THINK_MS,
+        "think_ms": think_ms,
         "turns": TURNS,
         "levels": [{k: row[k] for k in row if k not in ("temporal_said",)} for row in rows],
         "healthy_up_to": max(healthy) if healthy else None,

@@ -181,20 +181,16 @@ async def poll_times(ledger_url: str, run: str) -> dict[str, float]:
 
 def main(quick: bool = False) -> int:
     from benchmarks.gateway import _load, start_gateway
-    from rollout import config
-    from rollout.stack.embedded import Stack
-    from rollout_testing.stacks import isolated_overrides
+    from benchmarks.stack import bench_stack
 
     turns = 400 if quick else 12000  # full: about 12 s a phase, six polls of the feed
     processes: list[subprocess.Popen[bytes]] = []
     with (
         tempfile.TemporaryDirectory(prefix="rollout-bench-tracking-") as scratch,
         open(Path(scratch) / "servers.log", "wb") as log,
+        bench_stack(Path(scratch)) as bench,
     ):
-        overrides = isolated_overrides(Path(scratch) / "data")
-        settings = config.load(overrides)
-        stack = Stack(settings)
-        stack.up()
+        overrides, settings = bench.overrides, bench.settings
         try:
 
             async def seeded() -> str:
@@ -212,7 +208,8 @@ def main(quick: bool = False) -> int:
                 feeder = None
                 if phase != "off":
                     feeder = subprocess.Popen(
-                        [sys.executable, "-m", "benchmarks.tracking", settings.ledger_url, run, scratch],
+                        [sys.executable, "-m", "benchmarks.tracking", run, scratch],
+                        env={**os.environ, "LEDGER_URL": settings.ledger_url},  # a password: never in argv
                         stdout=subprocess.PIPE,
                         stderr=log,
                     )
@@ -242,7 +239,6 @@ def main(quick: bool = False) -> int:
         finally:
             for process in processes:
                 terminate(process.pid)
-            stack.down()
     off = [m for phase, m in phases if phase == "off"]
     on = [m for phase, m in phases if phase == "on"]
     [catching_up] = [m for phase, m in phases if phase == "catch-up"]
@@ -275,5 +271,5 @@ def main(quick: bool = False) -> int:
     return 0
 
 
-if __name__ == "__main__":  # the feed's own process: python -m benchmarks.tracking LEDGER_URL RUN DIR
-    asyncio.run(feed_forever(sys.argv[1], sys.argv[2], Path(sys.argv[3])))
+if __name__ == "__main__":  # the feed's own process: LEDGER_URL=… python -m benchmarks.tracking RUN DIR
+    asyncio.run(feed_forever(os.environ["LEDGER_URL"], sys.argv[1], Path(sys.argv[2])))

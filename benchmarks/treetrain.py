@@ -14,6 +14,7 @@ with its whole prefix: the trainer before). Reported per side: seconds per step 
 after one warm-up step), the tokens the forward passes computed, and the step's peak memory (CUDA: the
 allocator's peak; CPU: the process's peak resident memory above what it held before the first step). Goal:
 the group case ≥ 2.5× faster shared. The last line printed is one JSON object with every number.
+`--quick` checks that it works: the tiny random Qwen3 model, smaller cases, one step.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import platform
 import random
 import resource
 import time
+from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
 PROMPT_TOKENS = 1000
@@ -109,13 +111,13 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
     from benchmarks.learning import models_dir
-    from rollout.engines.models import SMOLLM2, resolve
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
     from rollout.rl.batches import Batch
     from rollout.rl.losses import PPO, LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig
     from rollout.training.logprobs import Layout
 
-    model = resolve(SMOLLM2, models_dir())
+    model = resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir())
     segments = (
         _group_segments(quick)
         if case == "group"
@@ -155,8 +157,10 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
 
 
 def _in_own_process(case: str, side: str, quick: bool) -> dict[str, Any]:
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        return pool.apply(_measure, (case, side, quick))
+    # An executor, not a pool: a process that dies fails the call instead of leaving it waiting forever.
+    spawn = multiprocessing.get_context("spawn")
+    with ProcessPoolExecutor(max_workers=1, mp_context=spawn) as executor:
+        return executor.submit(_measure, case, side, quick).result()
 
 
 def main(quick: bool = False) -> int:
