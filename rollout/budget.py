@@ -16,7 +16,8 @@ Contract:
 - vLLM takes a fixed share of the device (`engine_share`, its --gpu-memory-utilization) and fills what its
   weights and graphs leave with KV blocks: the serving phase counts that share whole, and the budget also
   checks that the share holds what the engine needs (`engine_fits`), its sampler's profiling peak included
-  (logits, logprobs, probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs),
+  (logits, logprobs, probabilities and a sort over the vocabulary for `engine_sequences`, its --max-num-seqs,
+  by default `vllm_default_max_num_seqs`, vLLM 0.33's own),
   and its LoRA slots at `engine_lora_rank` (its --max-lora-rank; the trainer's rank by default). Neither the
   engine (--language-model-only) nor the trainer holds a vision tower.
 - `Budget.fits` holds when both phases stay under the device's memory less `headroom_gib` (allocator
@@ -201,3 +202,9 @@ def one_gpu_budget(
         engine_needs_gib=needs,
         engine_share_gib=share,
     )
+
+
+def vllm_default_max_num_seqs(device_gib: float) -> int:
+    """vLLM 0.33's default --max-num-seqs for `vllm serve`: 1024 on a GPU of 70 GiB or more (an H100, H200),
+    256 below (it keeps 256 on an A100 of 80 GiB too, which this errs above)."""
+    return 1024 if device_gib >= 70 else 256

@@ -16,9 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.budget import Budget, ModelShape, one_gpu_budget
+from rollout.budget import Budget, ModelShape, one_gpu_budget, vllm_default_max_num_seqs
 from rollout.config import EngineKind, Settings
-from rollout.vllm_facts import vllm_default_max_num_seqs
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,9 @@ from rollout.rl.advantages import AdvantageError, advantage_from
 from rollout.rl.losses.core import LossConfig
 from rollout.rl.losses.registry import LossError, loss_from, on_tinker
 from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
-from rollout.vllm_facts import VLLM_LORA_RANKS
+
+# vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
+VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
 
 
 class ConfigError(ValueError):

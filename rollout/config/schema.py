@@ -157,10 +157,11 @@ class EngineSettings:
     vllm_gpu_memory_utilization: float = 0.85  # the share of the GPU vLLM takes (weights + KV cache)
     vllm_quantization: str | None = None  # e.g. bitsandbytes, awq_marlin, gptq_marlin (None: vLLM decides)
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
-    vllm_max_lora_rank: int = 64  # one of VLLM_LORA_RANKS
+    vllm_max_lora_rank: int = 64  # one of rollout.config.checks.VLLM_LORA_RANKS
     vllm_max_loras: int = 4  # adapters resident at once (the follower keeps the newest 2 per policy)
-    # Sequences vLLM schedules at once (None: vLLM's own default, vllm_default_max_num_seqs); its start-up
-    # profiling samples that many at once, so it also sets the sampler's memory peak the budget counts.
+    # Sequences vLLM schedules at once (None: vLLM's own default, rollout.budget.vllm_default_max_num_seqs);
+    # its start-up profiling samples that many at once, so it also sets the sampler's memory peak the budget
+    # counts.
     vllm_max_num_seqs: int | None = None
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
 
