@@ -1,6 +1,7 @@
-"""Serving records: what the trainer asks engines to serve (`ServingTarget`) and what each engine serves
-(`ServingAck`). Pure data (the stream names are `rollout.ledger.streams`); the follower beside an engine
-writes acks, the gateway routes by them.
+"""What the serving records mean: the keys that sign targets and acks and guard every engine route, and the
+folds of the serving streams (`EngineStates`, `ServingRequests`, `desired`). The records themselves
+(`ServingTarget`, `ServingAck`, `ServingRequest`) are rollout.records.serving, the stream names
+rollout.ledger.streams; the follower beside an engine writes acks, the gateway routes by them.
 
 Contract:
 - Targets are appended on one stream, `serving/targets`, keyed `{policy}/{version}/{format}`: one target per
