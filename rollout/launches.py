@@ -5,9 +5,9 @@ Contract:
 - `RunLaunch` is the payload of a run's `RunLaunched` event (key `LAUNCHED` in the run's stream), appended
   with its `RunCreated` when `rollout train` starts the run; a run started without training (`rollout run
   start`) records none. It holds the settings the run's trainer and stack were started with, as `key=value`
-  overrides (`trainer.*`, `gpu.*`, each policy's own model and settings `policies.*`, and what the engines
-  serve: `SERVING_SETTINGS`), and where its
-  environment was imported from.
+  overrides (`trainer.*`, the loss's parameters `trainer.loss_params.*` included, `gpu.*`, each policy's own
+  model and settings `policies.*`, and what the engines serve: `SERVING_SETTINGS`), and where its environment
+  was imported from.
 - It is checked where it is made and where it is read back from the ledger (`from_payload`): an override of
   any other setting (a ledger or Temporal address, a data directory), a value or path holding a control
   character, or an import path entry that is not absolute raises `ValueError`. `rollout run attach` starts
@@ -35,7 +35,9 @@ SERVING_SETTINGS = (
     "run.groups_in_flight",
 )
 LAUNCH_SECTIONS = ("trainer", "gpu", "policies", *SERVING_SETTINGS)
-_SECTION_SETTING = re.compile(r"(trainer|gpu)\.[a-z_]+|policies\.[A-Za-z0-9_-]+\.[a-z_]+")
+_SECTION_SETTING = re.compile(
+    r"(trainer|gpu)\.[a-z_]+|trainer\.loss_params\.[A-Za-z_][A-Za-z0-9_]*|policies\.[A-Za-z0-9_-]+\.[a-z_]+"
+)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 

@@ -169,18 +169,23 @@ def test_a_launch_is_read_back_only_as_rollout_writes_one() -> None:
     from rollout.overrides import overrides_for, setting_given
 
     settings = load(
-        ["trainer.model=/models/my model", "gpu.mode=shared", "services.gateway.model=/models/my model"]
+        [
+            *("trainer.model=/models/my model", "gpu.mode=shared", "services.gateway.model=/models/my model"),
+            *("trainer.loss=truncated_is", "trainer.loss_params.is_cap=1e9"),  # a loss's own parameters too
+        ]
     )
     written = RunLaunch("r", "pkg.env:environment", overrides_for(settings, *LAUNCH_SECTIONS), ["/work/envs"])
     read = RunLaunch.from_payload(written.to_payload())
     assert read == written and read.model == "/models/my model"
     again = load(read.overrides)
     assert (again.trainer, again.gpu, again.gpu_lease) == (settings.trainer, settings.gpu, "0")
+    assert again.trainer.loss_params == {"is_cap": 1e9}
     assert setting_given(read.overrides, "services.gateway.model") == "/models/my model"
     for forged, said in [
         ({"overrides": ["services.postgres.url=postgresql://evil@10.0.0.1/x"]}, "services.postgres.url"),
         ({"overrides": ["data_dir=/tmp/elsewhere"]}, "data_dir"),
         ({"overrides": ["trainer.model"]}, "trainer.model"),
+        ({"overrides": ["trainer.loss_params.a.b=1"]}, "trainer.loss_params.a.b"),
         ({"overrides": ["trainer.model=x\nservices.postgres.url=y"]}, "control character"),
         ({"import_path": ["envs"]}, "absolute"),
         ({"import_path": ["/ok\x00/no"]}, "absolute"),
