@@ -10,7 +10,7 @@ theirs, so every episode played counts.
 
 Result: the mean reward of the first `WINDOW` batches against the last `WINDOW` (10 batches, 80 episodes: a
 single batch swings between 0.1 and 0.5 once exact answers appear), and a plot of the curve
-(`benchmarks/learning.png`). Target (issue 5): up by >= 0.2 absolute. `--quick` runs `cpu-micro` for 3 steps
+(`benchmarks/learning.png`). Target (issue 5): up by >= 0.2 absolute. `--quick` runs `cpu-micro` for 2 steps
 (it checks the benchmark works; a random-weight model learns nothing).
 """
 
@@ -31,6 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from benchmarks.stack import models_dir, train_stack
+
 if TYPE_CHECKING:
     from rollout.config import Settings
 
@@ -39,12 +41,6 @@ QUICK_BUDGET_S = 5 * 60
 WINDOW = 10
 STEPS = 10_000  # more than the budget allows: the run ends at the budget
 PLOT = Path(__file__).with_name("learning.png")
-
-
-def _overrides(data_dir: Path, models_dir: Path) -> list[str]:
-    from rollout_testing.stacks import isolated_overrides
-
-    return [*isolated_overrides(data_dir, gateway=True), f"models_dir={models_dir}"]
 
 
 def _train(
@@ -151,13 +147,6 @@ def _plot(curve: list[dict[str, Any]], title: str) -> None:
     plt.close(figure)
 
 
-def models_dir() -> Path:
-    """Where the benchmarks keep converted and built-in models (as the tests do)."""
-    return Path(
-        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
-    )
-
-
 @dataclass(frozen=True)
 class Trained:
     """A `rollout train` on an embedded stack: its exit code (None: interrupted at the budget), when it
@@ -181,22 +170,24 @@ def train_on_stack(
     skipped: bool = False,
     overrides: Sequence[str] = (),
 ) -> Trained:
-    """`rollout train arithmetic.environment:environment --preset PRESET` on a stack of its own in a scratch
-    directory, for `steps` steps or until `budget_s` has passed (then Ctrl-C); the stack is shut down after.
-    `overrides` are more settings for the command (`run.max_lag=8`, `trainer.loss=truncated_is`)."""
+    """`rollout train arithmetic.environment:environment --preset PRESET` on a stack (benchmarks.stack:
+    `train_stack`, its own in a scratch directory unless one is given), for `steps` steps or until `budget_s`
+    has passed (then Ctrl-C). `overrides` are more settings for the command (`run.max_lag=8`,
+    `trainer.loss=truncated_is`)."""
     from rollout import config
 
     run = f"{name}-{uuid.uuid4().hex[:6]}"
-    with tempfile.TemporaryDirectory(prefix=f"rollout-bench-{name}-", ignore_cleanup_errors=True) as scratch:
-        stack = _overrides(Path(scratch) / "data", models_dir())
+    with (
+        tempfile.TemporaryDirectory(prefix=f"rollout-bench-{name}-", ignore_cleanup_errors=True) as scratch,
+        train_stack(Path(scratch) / "data") as stack,
+    ):
         settings = config.load([f"preset={preset}", *stack, *overrides])
         log = Path(scratch) / "train.log"
         started_at = time.time()
-        try:
-            exit_code, wall_s = _train([*stack, *overrides], preset, run, steps, log, budget_s)
-            curve = asyncio.run(_curve(settings.ledger_url, run, skipped=skipped))
-        finally:
-            subprocess.run([sys.executable, "-m", "rollout.cli", "down", *stack], capture_output=True)
+        exit_code, wall_s = _train([*stack, *overrides], preset, run, steps, log, budget_s)
+        # A command that failed may have started no run: its callers say so, with its output.
+        failed = exit_code not in (None, 0)
+        curve = [] if failed else asyncio.run(_curve(settings.ledger_url, run, skipped=skipped))
         return Trained(
             exit_code, started_at, wall_s, curve, settings, log.read_text(errors="replace")[-3000:]
         )
@@ -205,7 +196,7 @@ def train_on_stack(
 def main(quick: bool = False) -> int:
     from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
 
-    preset, steps = ("cpu-micro", 3) if quick else ("cpu-tiny", STEPS)
+    preset, steps = ("cpu-micro", 2) if quick else ("cpu-tiny", STEPS)
     resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir())
     trained = train_on_stack(preset, steps, QUICK_BUDGET_S if quick else BUDGET_S, "learning", skipped=True)
     exit_code, wall_s, curve, settings = trained.exit_code, trained.wall_s, trained.curve, trained.settings

@@ -13,7 +13,9 @@ For each it reports episodes per second while the run plays (episodes finished, 
 start line to the end of the command) and the memory of the stack's processes (the proportional set size of
 each service and its children, sampled every half second; the peak of their sum, and each service's peak).
 The difference is what the second model costs: its engine's memory, its trainer's, and the episodes per
-second it takes. The last line printed is one JSON object.
+second it takes. The last line printed is one JSON object. `--quick` checks that it works: `cpu-micro` (the
+baseline's policies on the tiny random model) for 2 steps each; on a stack it shares (benchmarks.stack), the
+memory is the whole stack's.
 """
 
 from __future__ import annotations
@@ -26,11 +28,13 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import psutil
 
+from benchmarks.stack import models_dir, train_stack
 from rollout.stack.processes import read_pid_file
 
 STEPS = 6
@@ -39,13 +43,6 @@ RUNS = {
     "two models": "signals.environment:two_models",
 }
 SAMPLE_S = 0.5
-STARTED = "run bench: training"  # `rollout train`'s line once the run has started
-
-
-def _models_dir() -> Path:
-    return Path(
-        os.environ.get("ROLLOUT_TEST_MODELS_DIR", Path.home() / ".cache" / "rollout-tests" / "models")
-    )
 
 
 def _tree(pid: int) -> list[psutil.Process]:
@@ -96,42 +93,31 @@ class MemorySampler:
                 self.peak[name] = max(self.peak.get(name, 0), size)
 
 
-def one_run(environment: str, steps: int, scratch: Path) -> dict[str, Any]:
-    """One `rollout train ENV --json` on a stack of its own: episodes per second while it played, memory."""
-    from rollout_testing.stacks import isolated_overrides
+def one_run(environment: str, preset: str, steps: int, scratch: Path) -> dict[str, Any]:
+    """One `rollout train ENV --json` on a stack (benchmarks.stack: `train_stack`, its own unless one is
+    given): episodes per second while it played, memory."""
+    from rollout import config
 
-    data = scratch / "data"
-    overrides = [*isolated_overrides(data, gateway=True), f"models_dir={_models_dir()}"]
-    command = [
-        sys.executable,
-        "-m",
-        "rollout.cli",
-        "train",
-        environment,
-        "--preset",
-        "cpu-quickstart",
-        f"trainer.steps={steps}",
-        "--run",
-        "bench",
-        "--json",
-        *overrides,
-    ]
-    started = time.monotonic()
-    run_started: float | None = None
-    errors: list[str] = []
-    with MemorySampler(data) as memory:
-        train = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        assert train.stderr is not None and train.stdout is not None
-        for line in train.stderr:
-            errors.append(line)
-            if run_started is None and STARTED in line:
-                run_started = time.monotonic()
-        output = train.stdout.read()
-        train.wait(timeout=3600)
-        ended = time.monotonic()
-    subprocess.run(
-        [sys.executable, "-m", "rollout.cli", "down", *overrides], capture_output=True, check=False
-    )
+    run = f"bench-{uuid.uuid4().hex[:6]}"
+    started_line = f"run {run}: training"  # `rollout train`'s line once the run has started
+    with train_stack(scratch / "data") as overrides:
+        command = [
+            *(sys.executable, "-m", "rollout.cli", "train", environment, "--preset", preset),
+            *(f"trainer.steps={steps}", "--run", run, "--json", *overrides),
+        ]
+        started = time.monotonic()
+        run_started: float | None = None
+        errors: list[str] = []
+        with MemorySampler(config.load(overrides).data_path) as memory:
+            train = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+            assert train.stderr is not None and train.stdout is not None
+            for line in train.stderr:
+                errors.append(line)
+                if run_started is None and started_line in line:
+                    run_started = time.monotonic()
+            output = train.stdout.read()
+            train.wait(timeout=3600)
+            ended = time.monotonic()
     if train.returncode != 0 or run_started is None:
         raise RuntimeError(f"rollout train failed ({train.returncode}):\n{''.join(errors)[-3000:]}")
     summary = json.loads(output.strip().splitlines()[-1])
@@ -153,12 +139,12 @@ def main(quick: bool = False) -> int:
     from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
 
     for model in (SMOLLM2, TINY_QWEN3):
-        resolve(model, _models_dir())  # converted once, before any clock starts
-    steps = 2 if quick else STEPS
+        resolve(model, models_dir())  # converted once, before any clock starts
+    preset, steps = ("cpu-micro", 2) if quick else ("cpu-quickstart", STEPS)
     results: dict[str, dict[str, Any]] = {}
     with tempfile.TemporaryDirectory(prefix="rollout-bench-multipolicy-") as scratch:
         for name, environment in RUNS.items():
-            results[name] = one_run(environment, steps, Path(scratch) / name.replace(" ", "-"))
+            results[name] = one_run(environment, preset, steps, Path(scratch) / name.replace(" ", "-"))
             print(json.dumps({"run": name, "environment": environment} | results[name]), flush=True)
     one, two = results["one model"], results["two models"]
     summary = {

@@ -18,7 +18,8 @@ reaches TRL's final reward, both from the start of the process (model load and, 
 included) and from the start of training (TRL's `on_train_begin`, rollout's `RunCreated`); the ratio
 rollout/TRL of each. Target: rollout reaches it in at most two-thirds of TRL's time, counted from the start of
 the process (what a user waits for). A plot of both moving means against wall minutes goes to
-`benchmarks/race.png`. `--quick` runs each side for `QUICK_BUDGET_S` (2 minutes) and draws no plot.
+`benchmarks/race.png`. `--quick` checks that it works: both sides on `cpu-micro`'s tiny random model, TRL for
+`QUICK_TRL_S`, rollout for 2 steps, and no plot.
 """
 
 from __future__ import annotations
@@ -33,10 +34,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks.learning import models_dir, train_on_stack
+from benchmarks.learning import train_on_stack
+from benchmarks.stack import models_dir
 
 BUDGET_S = 15 * 60
 QUICK_BUDGET_S = 2 * 60
+QUICK_TRL_S = 60
+QUICK_PRESET, QUICK_STEPS = "cpu-micro", 2
 WINDOW = 5
 PRESET = "cpu-tiny"
 STEPS = 10_000  # more than either side finishes: the budget ends both runs
@@ -44,7 +48,7 @@ TEMPERATURE = 1.0  # rollout's agent sends none; the gateway samples at 1.0, the
 PLOT = Path(__file__).with_name("race.png")
 
 
-def _trl(out: Path, budget_s: float, started_at: float) -> None:
+def _trl(out: Path, budget_s: float, started_at: float, preset: str) -> None:
     """In a process of its own: GRPO with TRL until `budget_s` after `started_at` (epoch seconds); one JSON
     line per step (`at`: epoch seconds, `reward`, `completion_tokens`, `generate_s`), after a first line
     `{"began": at}`."""
@@ -59,7 +63,7 @@ def _trl(out: Path, budget_s: float, started_at: float) -> None:
     from rollout.engines.models import resolve
     from rollout.training.local import LocalTrainerConfig
 
-    settings = config.load([f"preset={PRESET}"])
+    settings = config.load([f"preset={preset}"])
     trainer_settings, group_size = settings.trainer, environment.group_size
     prompts = [environment.source.parameters(group) for group in range(2 * STEPS)]
     dataset = Dataset.from_list(
@@ -154,10 +158,10 @@ def _trl(out: Path, budget_s: float, started_at: float) -> None:
         trainer.train()
 
 
-def _run_trl(budget_s: float, out: Path) -> float:
+def _run_trl(budget_s: float, out: Path, preset: str) -> float:
     """TRL in its own process until the budget (with a grace period for its last step); its start time."""
     started_at = time.time()
-    command = [sys.executable, "-m", "benchmarks.race", str(out), str(budget_s), str(started_at)]
+    command = [sys.executable, "-m", "benchmarks.race", str(out), str(budget_s), str(started_at), preset]
     log = out.with_suffix(".log")
     with log.open("wb") as output:
         process = subprocess.Popen(
@@ -229,19 +233,21 @@ def _plot(curves: dict[str, tuple[list[dict[str, Any]], float]], title: str) -> 
 
 def main(quick: bool = False) -> int:
     from arithmetic.environment import environment
-    from rollout.engines.models import SMOLLM2, resolve
+    from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
 
     budget_s = QUICK_BUDGET_S if quick else BUDGET_S
-    resolve(SMOLLM2, models_dir())
+    trl_budget_s = QUICK_TRL_S if quick else budget_s
+    preset, steps = (QUICK_PRESET, QUICK_STEPS) if quick else (PRESET, STEPS)
+    resolve(TINY_QWEN3 if quick else SMOLLM2, models_dir())
     with tempfile.TemporaryDirectory(prefix="rollout-bench-race-") as scratch:
         out = Path(scratch) / "trl.jsonl"
-        print(f"race: TRL GRPOTrainer for {budget_s / 60:.0f} min", file=sys.stderr)
-        trl_started = _run_trl(budget_s, out)
+        print(f"race: TRL GRPOTrainer for {trl_budget_s / 60:.1f} min", file=sys.stderr)
+        trl_started = _run_trl(trl_budget_s, out, preset)
         lines = [json.loads(line) for line in out.read_text().splitlines()]
     trl_began = next(line["began"] for line in lines if "began" in line)
-    trl_points = [p for p in lines if "reward" in p and p["at"] - trl_started <= budget_s]
-    print(f"race: TRL ran {len(trl_points)} steps; now rollout train --preset {PRESET}", file=sys.stderr)
-    trained = train_on_stack(PRESET, STEPS, budget_s, "race", skipped=True)
+    trl_points = [p for p in lines if "reward" in p and p["at"] - trl_started <= trl_budget_s]
+    print(f"race: TRL ran {len(trl_points)} steps; now rollout train --preset {preset}", file=sys.stderr)
+    trained = train_on_stack(preset, steps, budget_s, "race", skipped=True)
     if trained.exit_code not in (None, 0) or not trained.curve:
         print(trained.log_tail, file=sys.stderr)
         raise SystemExit(f"rollout train failed (exit {trained.exit_code}); its output is above")
@@ -289,5 +295,5 @@ def main(quick: bool = False) -> int:
     return 0
 
 
-if __name__ == "__main__":  # the TRL side, in its own process: OUT BUDGET_S STARTED_AT
-    _trl(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]))
+if __name__ == "__main__":  # the TRL side, in its own process: OUT BUDGET_S STARTED_AT PRESET
+    _trl(Path(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3]), sys.argv[4])

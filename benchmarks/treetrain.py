@@ -110,7 +110,7 @@ def _measure(case: str, side: str, quick: bool) -> dict[str, Any]:
     import torch
     from transformers import AutoTokenizer
 
-    from benchmarks.learning import models_dir
+    from benchmarks.stack import models_dir
     from rollout.engines.models import SMOLLM2, TINY_QWEN3, resolve
     from rollout.rl.batches import Batch
     from rollout.rl.losses import PPO, LossConfig

@@ -50,7 +50,9 @@ ON_THE_STACK: dict[str, Callable[[dict[str, Any]], bool]] = {
 }
 
 
-def quick_form(name: str, environment: dict[str, str] | None = None) -> dict[str, Any]:
+def quick_form(
+    name: str, environment: dict[str, str] | None = None, timeout_s: float = 540
+) -> dict[str, Any]:
     """The last line of `python -m benchmarks NAME --quick`: 0, or 1 where the benchmark says it missed a
     target; anything else is a benchmark that broke."""
     done = subprocess.run(
@@ -58,12 +60,13 @@ def quick_form(name: str, environment: dict[str, str] | None = None) -> dict[str
         cwd=ROOT,
         capture_output=True,
         text=True,
-        timeout=540,
+        timeout=timeout_s,
         check=False,
         env=environment,
     )
-    assert done.returncode in (0, 1), done.stderr[-3000:]
-    last = json.loads(done.stdout.strip().splitlines()[-1])
+    said = done.stdout.strip().splitlines()
+    assert done.returncode in (0, 1) and said, done.stderr[-3000:]
+    last = json.loads(said[-1])
     assert last["benchmark"] == name, last
     return last
 
