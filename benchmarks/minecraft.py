@@ -4,10 +4,11 @@ four of them acting at once, and whether a long session leaks (the soak).
 A minecraft sandbox is served over HTTP, as in a run. Each of `STARTS` claims starts a fresh world: the
 server's start (listening) and the world's readiness (four bots spawned) are timed. Then four seats act at
 once, each in a loop of the tools an agent uses (observe, wait 0 s, look, chat, place and dig next to itself),
-for `SOAK_S` (10 minutes; 45 s with --quick): every round trip through the sandbox's HTTP API is timed, and
-the world's memory and processes are sampled as it goes. The baseline, in the same run, is the same tools sent
-to the world's sidecar directly, without HTTP: the difference is what the sandbox server adds. `move_to` is
-timed apart: a walk takes game time (about 4 blocks a second), not round-trip time.
+for 10 minutes (the soak; `--quick`, which checks that it works, starts 2 worlds and soaks 20 s): every round
+trip through the sandbox's HTTP API is timed, and the world's memory and processes are sampled as it goes.
+The baseline, in the same run, is the same tools sent to the world's sidecar directly, without HTTP: the
+difference is what the sandbox server adds. `move_to` is timed apart: a walk takes game time (about 4 blocks a
+second), not round-trip time.
 
 Targets (issue 17): server start ≤ 3 s; tool round trip p50 ≤ 50 ms with 4 bots acting. The soak's bound: the
 world's memory grows less than 120 MB from the end of warm-up to the end, and it runs one process.
@@ -38,6 +39,7 @@ from rollout.sandbox.server import build_sandbox_app
 
 SEATS = 4
 STARTS = 5
+QUICK_STARTS, QUICK_SOAK_S = 2, 20.0
 SERVER_START_TARGET_S = 3.0
 ROUND_TRIP_TARGET_MS = 50.0
 RSS_GROWTH_BOUND_MB = 120.0
@@ -97,7 +99,7 @@ def _p50(values: list[float]) -> float:
     return round(statistics.median(values), 2) if values else 0.0
 
 
-async def run(soak_s: float) -> dict[str, Any]:
+async def run(soak_s: float, starts_wanted: int = STARTS) -> dict[str, Any]:
     workdir = Path(tempfile.mkdtemp(prefix="rollout-bench-minecraft-"))
     world = MinecraftWorld(workdir, SEATS)
     epoch = 0
@@ -126,7 +128,7 @@ async def run(soak_s: float) -> dict[str, Any]:
                 ]
 
             starts, readies, resets = [], [], []
-            for _ in range(STARTS):
+            for _ in range(starts_wanted):
                 epoch += 1
                 began = time.monotonic()
                 seats = clients(epoch)
@@ -233,6 +235,6 @@ async def run(soak_s: float) -> dict[str, Any]:
 
 
 def main(*, quick: bool = False) -> int:
-    summary = asyncio.run(run(45.0 if quick else 600.0))
+    summary = asyncio.run(run(QUICK_SOAK_S, QUICK_STARTS) if quick else run(600.0))
     print(json.dumps(summary))
     return 0 if summary["met"] else 1

@@ -4,7 +4,9 @@ is met is each benchmark's to report (benchmarks/RESULTS.md), not a test's.
 
 Those that measure on an embedded stack (episodes, temporal, gateway, tracking, multiturn, async) run on the
 worker's session stack (`ROLLOUT_BENCH_STACK`: benchmarks.stack) rather than start one each; the services they
-start on it are their own. `ledger`'s quick form runs in `.ci/run` before the tests."""
+start on it are their own; minecraft's worlds run the packages the session installed once. The five that train
+are in tests/test_benchmarks_training.py, `ledger`'s quick form runs in `.ci/run` before the tests, and
+chaos's matrix in tests/test_chaos_stack.py."""
 
 from __future__ import annotations
 
@@ -76,6 +78,13 @@ def quick_form(
 def test_a_benchmarks_quick_form_measures_what_it_says(name: str) -> None:
     last = quick_form(name)
     assert MEASURES[name](last), last
+
+
+@pytest.mark.timeout(600)
+def test_the_minecraft_benchmarks_quick_form_measures_a_world(minecraft_home: Path) -> None:
+    """Its worlds run the packages `minecraft_home` installed (set in this process's environment)."""
+    last = quick_form("minecraft")
+    assert last["world_ready_s_p50"] > 0 and last["actions"] > 0 and last["round_trip_ms_p50"] > 0, last
 
 
 @pytest.mark.timeout(600)
