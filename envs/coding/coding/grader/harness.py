@@ -16,7 +16,8 @@ Contract:
 - A repository's exception reaches the tests as a class of this process with the same name and the standard
   bases of its MRO (`assertRaises(ValueError)` and `assertRaises(InsufficientFunds)` both hold); one of a
   class the tests never imported as the nearest standard exception.
-- Each test gets `PER_TEST_S` seconds of the jailed process's time, not counting its start (up to `START_S`,
+- Importing the tests (and the repository's modules they name) gets `IMPORT_S`. Each test gets `PER_TEST_S`
+  seconds of the jailed process's time, not counting its start (up to `START_S`,
   until it says it is ready: a loaded host's jail is slow to start); a test still waiting then fails as timed
   out, the process is killed, and the next test gets a fresh one (module attributes the tests imported are
   looked up again by name; objects of the killed process are gone).
@@ -55,6 +56,7 @@ from rollout.sandbox.jail import Jail, jail_uid
 from rollout.sandbox.workspace import Workspace
 
 PER_TEST_S = 5.0
+IMPORT_S = 30.0  # the repository's modules imported for the tests: more than a test, on a loaded host
 START_S = 60.0  # for the jail and its interpreter to start; a loaded host's, never a test's, time
 READY = b'{"ready": true}'
 REASON_CHARS = 300
@@ -84,6 +86,7 @@ class Graded:
         self.jail = jail
         self.generation = 0
         self.deadline = math.inf
+        self.allowed_s = PER_TEST_S  # what `deadline` allows, for its timeout's message
         self.exceptions: dict[str, type[BaseException]] = {}
         self._process: subprocess.Popen[bytes] | None = None
         self._buffer = b""
@@ -151,7 +154,7 @@ class Graded:
             left = deadline - time.monotonic()
             if left <= 0:
                 self.kill()
-                raise TestTimedOut(f"timed out after {PER_TEST_S:g} s")
+                raise TestTimedOut(f"timed out after {self.allowed_s:g} s")
             ready, _, _ = select.select([process.stdout], [], [], min(left, 1.0))
             if not ready:
                 continue
@@ -385,7 +388,7 @@ def run_tests(graded: Graded, names: set[str], hidden_tests: str) -> dict[str, A
     try:
         with redirect_stdout(captured), redirect_stderr(captured):
             try:
-                graded.deadline = time.monotonic() + PER_TEST_S
+                graded.deadline, graded.allowed_s = time.monotonic() + IMPORT_S, IMPORT_S
                 exec(compile(hidden_tests, "hidden_tests.py", "exec"), module.__dict__)
             except BaseException:  # the repository does not import: every test fails
                 error = traceback.format_exc(limit=-1).strip().splitlines()[-1]
@@ -395,7 +398,7 @@ def run_tests(graded: Graded, names: set[str], hidden_tests: str) -> dict[str, A
                     "error": f"the tests do not import: {error}"[:REASON_CHARS],
                 }
             finally:
-                graded.deadline = math.inf
+                graded.deadline, graded.allowed_s = math.inf, PER_TEST_S
             unittest.defaultTestLoader.loadTestsFromModule(module).run(recorder)
     finally:
         sys.meta_path.remove(finder)
