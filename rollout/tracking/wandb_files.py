@@ -69,13 +69,17 @@ def records(path: Path) -> Iterator[bytes]:
 
 
 def history(root: Path, run_id: str) -> list[dict[str, Any]]:
+    from google.protobuf.message import DecodeError
     from wandb.proto import wandb_internal_pb2
 
     rows: list[dict[str, Any]] = []
     for path in run_files(root, run_id):
         for raw in records(path):
             record = wandb_internal_pb2.Record()  # pyright: ignore[reportAttributeAccessIssue]
-            record.ParseFromString(raw)
+            try:
+                record.ParseFromString(raw)
+            except DecodeError:  # a file cut short mid-record: what came before it is the whole history
+                break
             if record.WhichOneof("record_type") != "history":
                 continue
             row: dict[str, Any] = {}
