@@ -45,7 +45,7 @@ async def _train(
 ) -> dict[str, Any]:
     from rollout.ledger import Kind
     from rollout.ledger.streams import policy_checkpoints_stream, run_batches_stream, run_stream
-    from rollout.run_settings import RunSettings
+    from rollout.run.settings import RunSettings
     from rollout.workflows.names import run_policy, run_workflow_id
     from rollout.workflows.run import RunWorkflow
     from rollout.workflows.run_types import RunInput

@@ -65,8 +65,8 @@ def run(steps: int = STEPS) -> dict[str, Any]:
 
     if not torch.cuda.is_available():
         return {"benchmark": "gpu", "ran": False, "reason": "no CUDA device on this machine", "met": True}
-    from rollout.catalog import pulled
     from rollout.config import load
+    from rollout.config.catalog import pulled
     from rollout.engines.models import resolve
     from rollout.rl.losses import PPO, LossConfig
     from rollout.training.local import LocalTrainer, LocalTrainerConfig

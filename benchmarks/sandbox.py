@@ -30,7 +30,6 @@ import time
 from pathlib import Path
 
 from rollout.config import SandboxIsolation
-from rollout.isolation import JailLimits
 from rollout.sandbox.entry import entry_argv
 from rollout.sandbox.jail import (
     ETC_FILES,
@@ -42,6 +41,7 @@ from rollout.sandbox.jail import (
 )
 from rollout.sandbox.jail_etc import jail_etc
 from rollout.sandbox.shell import ShellWorld
+from rollout.security.isolation import JailLimits
 
 COMMANDS = {
     "true": "true",

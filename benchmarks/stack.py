@@ -3,10 +3,11 @@
 Contract:
 - `bench_stack(scratch)` yields a `BenchStack` (Postgres, Temporal): by default a stack of the benchmark's own
   in `scratch/data` on free ports, started, and stopped when the block ends. Where `ROLLOUT_BENCH_STACK`
-  holds a running stack's settings as overrides (a JSON list: `rollout.overrides.overrides_for(settings,
-  "data_dir", "services")`), it is that stack, left running: the suite runs benchmarks' quick forms on the
-  stack its worker already has instead of starting one each. Either way the services a benchmark starts on
-  it (engines, gateways, runners) are its own, and it stops them.
+  holds a running stack's settings as overrides (a JSON list:
+  `rollout.config.overrides.overrides_for(settings, "data_dir", "services")`), it is that stack, left running:
+  the suite runs benchmarks' quick forms on the stack its worker already has instead of starting one each.
+  Either way the services a benchmark starts on it (engines, gateways, runners) are its own, and it stops
+  them.
 - `train_stack(data_dir)` yields the overrides a benchmark's `rollout train` runs with: by default a stack of
   its own in `data_dir` (the gateway on, `models_dir()`), which `rollout train` starts and `rollout down`
   stops when the block ends; where `ROLLOUT_BENCH_TRAIN_STACK` holds a running `rollout up` stack's

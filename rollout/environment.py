@@ -11,7 +11,7 @@ Contract:
   unless it names an external `command` (Claude Code, Codex, a script), which is started with the seat's base
   URL and key in its environment; the Task then scores the outcome when the command ends. A seat's
   `checkpoint` pins it, never trained, to a fixed checkpoint or to one of its own policy's lineage in the run
-  (`latest`, `latest-K`, `sample`, `sample-N`: rollout.pins; a malformed pin raises here). A seat naming a
+  (`latest`, `latest-K`, `sample`, `sample-N`: rollout.run.pins; a malformed pin raises here). A seat naming a
   `model` (LiteLLM) is answered by that model, an opponent or judge recorded as text and never trained; its
   policy trains nothing. Every other seat trains its policy, built-in loop and command alike.
 - A policy samples and trains `trainer.model` unless the environment's `policy_models` (or the config's
@@ -42,9 +42,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from rollout.isolation import JailLimits, SandboxNetwork
-from rollout.pins import RelativePin, parse_pin
 from rollout.references import ReferenceLoadError, import_reference
+from rollout.run.pins import RelativePin, parse_pin
+from rollout.security.isolation import JailLimits, SandboxNetwork
 
 if TYPE_CHECKING:  # annotations only: workflow code imports this module, and pydantic is not light
     from rollout.contracts import Message, ToolSpec
@@ -135,7 +135,7 @@ class AgentSeatSpec:
     @property
     def trainable(self) -> bool:
         """Does this seat's sampling train its policy? Not when pinned to a checkpoint (a fixed one, or one
-        relative to its policy's lineage: rollout.pins) or played by a model."""
+        relative to its policy's lineage: rollout.run.pins) or played by a model."""
         return self.checkpoint is None and self.model is None
 
     @property
@@ -171,8 +171,8 @@ class SandboxSpec:
     For a kind that runs agents' commands (`shell`), `limits` replaces the kind's own (rollout.sandbox.limits)
     for this environment's claims, and `network` is what those commands reach: `"none"` (the default),
     `"gateway"` (the acting seat's own gateway routes), or a list of those and `"host:port"`
-    (rollout.isolation: never the stack's own ledger, Temporal, engine or gateway). docs/sandboxes.md says
-    how."""
+    (rollout.security.isolation: never the stack's own ledger, Temporal, engine or gateway). docs/sandboxes.md
+    says how."""
 
     kind: str
     seats: int = 1

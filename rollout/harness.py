@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rollout.contracts import Message, ToolCall, ToolSpec
-from rollout.isolation import SandboxIsolation
+from rollout.security.isolation import SandboxIsolation
 
 # The author API: what an environment's author imports (kept stable across releases).
 __all__ = [

@@ -25,10 +25,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from rollout.isolation import JailLimits, MiB
 from rollout.sandbox.jail import Jail
 from rollout.sandbox.programs import program_install
 from rollout.sandbox.workspace import Workspace
+from rollout.security.isolation import JailLimits, MiB
 
 VENV = Path(sys.prefix)
 SITE = VENV / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}" / "site-packages"

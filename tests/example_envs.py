@@ -225,7 +225,7 @@ coin = Environment(
 )
 
 
-# Self-play: `player` trains the run's policy, `rival` plays it one checkpoint behind (rollout.pins).
+# Self-play: `player` trains the run's policy, `rival` plays it one checkpoint behind (rollout.run.pins).
 coin_selfplay = Environment(
     "coin-selfplay",
     lambda parameters, agent: Coin(),

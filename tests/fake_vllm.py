@@ -23,7 +23,7 @@ def main(argv: list[str]) -> None:
     if data_dir := os.environ.get("ROLLOUT_DATA_DIR"):
         from pathlib import Path
 
-        from rollout.serving import load_engine_api_key
+        from rollout.serving.keys import load_engine_api_key
 
         assert key == load_engine_api_key(Path(data_dir)), "VLLM_API_KEY is not the engine API key"
     model = argv[1]

@@ -34,8 +34,8 @@ from coding.tasks import task_named
 from rollout.contracts import Message, ToolCall
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
 from rollout.harness import CommandOutcome, CommandSetup, End, Observation, RunContext, Task
-from rollout.isolation import JailLimits, MiB
 from rollout.sandbox import SandboxClient
+from rollout.security.isolation import JailLimits, MiB
 
 TARGETS = Path(tempfile.gettempdir()) / "rollout-red-team.json"
 KIND = "shell#red-team"

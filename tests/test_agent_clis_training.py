@@ -20,7 +20,7 @@ from rollout.ledger.payloads import SampledTurn, episode_ended, turn_recorded
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
 from rollout.records.batches import BatchInfo
-from rollout.run_settings import RunSettings, RunStatus
+from rollout.run.settings import RunSettings, RunStatus
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workflows.names import run_policy, run_workflow_id

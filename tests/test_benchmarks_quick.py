@@ -22,7 +22,7 @@ import pytest
 
 from benchmarks.stack import STACK_VARIABLE
 from rollout.config import Settings
-from rollout.overrides import overrides_for
+from rollout.config.overrides import overrides_for
 
 pytestmark = pytest.mark.slow
 

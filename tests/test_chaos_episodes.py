@@ -19,7 +19,7 @@ from temporalio.client import Client
 
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import run_episodes_stream, run_stream, seat_stream
-from rollout.run_settings import RunStatus
+from rollout.run.settings import RunStatus
 from rollout.stack.embedded import Stack
 from rollout.workflows import runner_stubs
 from rollout.workflows.names import agent_workflow_id, episode_workflow_id, run_workflow_id

@@ -23,7 +23,7 @@ from rollout.ledger import Fence, Kind, Ledger, StaleFenceError
 from rollout.ledger.queries import find_lease
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream, run_batches_stream, trainer_lease
 from rollout.records.serving import ServingAck
-from rollout.run_settings import RunSettings, RunStatus
+from rollout.run.settings import RunSettings, RunStatus
 from rollout.training.checkpoints import publish_checkpoint
 from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow

@@ -26,7 +26,7 @@ from typer.exceptions import TyperException
 
 from rollout.config import Settings, load
 from rollout.net import free_port
-from rollout.serving import serving_target_key
+from rollout.serving.keys import serving_target_key
 
 ROOT = Path(__file__).resolve().parent.parent
 CHART = ROOT / "charts" / "rollout"
@@ -419,10 +419,10 @@ def test_the_ray_cluster_asks_for_its_token_and_only_its_drivers_hold_it() -> No
 @pytest.mark.parametrize("name", VALUES)
 def test_the_gateway_and_the_engines_share_the_engine_key_and_no_key_is_an_argument(name: str) -> None:
     """Every engine route asks for the engine API key, which each process derives from the Secret's engineKey
-    (rollout.serving.engine_api_key): the Secret mounts it as /data/engine.key into the gateway, the engine
-    pods and the Ray workers that run engines, and `rollout engine serve --kind vllm` hands vLLM its key in
-    the environment (VLLM_API_KEY). No key is a container's argument (`ps`, `kubectl describe` show those),
-    and no secret's variable is a plain value in the manifest."""
+    (rollout.serving.keys.engine_api_key): the Secret mounts it as /data/engine.key into the gateway, the
+    engine pods and the Ray workers that run engines, and `rollout engine serve --kind vllm` hands vLLM its
+    key in the environment (VLLM_API_KEY). No key is a container's argument (`ps`, `kubectl describe` show
+    those), and no secret's variable is a plain value in the manifest."""
     objects = rendered(name)
     holders: set[str] = set()
     for owner, container in containers(objects):

@@ -37,7 +37,7 @@ from psycopg import sql
 
 from rollout.config import Settings
 from rollout.net import free_port
-from rollout.serving import engine_api_key
+from rollout.serving.keys import engine_api_key
 from rollout.stack.embedded import Stack
 from rollout.stack.postgres import binaries_dir
 from rollout.stack.processes import terminate

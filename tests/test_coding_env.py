@@ -27,7 +27,6 @@ from rollout.activities.external_loop import play_external
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.control.env_check import check_environment
 from rollout.harness import CommandSetup, RunContext, SandboxSeat
-from rollout.isolation import SandboxIsolation
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
@@ -35,6 +34,7 @@ from rollout.sandbox.jail import Jail
 from rollout.sandbox.keys import kind_key
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
+from rollout.security.isolation import SandboxIsolation
 from tests.red_team import FORGER
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 

@@ -23,7 +23,7 @@ from rollout.ledger.queries import find_run, read_all
 from rollout.ledger.streams import run_batches_stream, run_episodes_stream, seat_stream
 from rollout.net import free_port
 from rollout.records.batches import BatchInfo
-from rollout.run_settings import RunSettings, RunStatus
+from rollout.run.settings import RunSettings, RunStatus
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput

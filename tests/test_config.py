@@ -9,7 +9,7 @@ from typing import Any, cast
 import pytest
 
 from rollout import config
-from rollout.run_settings import BadRunSetting, RunSettings, RunSettingsChange
+from rollout.run.settings import BadRunSetting, RunSettings, RunSettingsChange
 from rollout.workflows.run_types import RunInput
 
 

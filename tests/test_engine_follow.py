@@ -21,7 +21,7 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS
 from rollout.records.checkpoints import CheckpointFile
 from rollout.records.serving import ServingAck, ServingTarget
-from rollout.serving import load_engine_api_key, load_serving_key
+from rollout.serving.keys import load_engine_api_key, load_serving_key
 from rollout_testing.cluster import Cluster
 from tests.test_chaos_episodes import wait_for
 

@@ -19,7 +19,7 @@ from rollout.engines.protocol import CheckpointNotServed, EngineError, EngineUna
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_server import build_app
 from rollout.net import free_port
-from rollout.serving import engine_api_key
+from rollout.serving.keys import engine_api_key
 
 ENGINE_KEY = secrets.token_hex(32).encode()  # as DATA_DIR/engine.key holds it
 API_KEY = engine_api_key(ENGINE_KEY)

@@ -26,7 +26,7 @@ from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import seat_stream
 from rollout.net import free_port, serving
 from rollout.rendering import ModelRenderer
-from rollout.serving import load_engine_api_key
+from rollout.serving.keys import load_engine_api_key
 from rollout.stack.processes import wait_for_http
 from rollout_testing.tinker_service import FakeTinkerState, build_app, register_sampler, sampler_path
 from tests.gatewayutil import serve_gateway

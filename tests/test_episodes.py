@@ -17,10 +17,9 @@ from temporalio.client import Client, WorkflowFailureError, WorkflowUpdateFailed
 from temporalio.testing import ActivityEnvironment
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from rollout import defaults
 from rollout.activities.batches import load_batch, look_for_batch, record_batch
 from rollout.activities.runner import RunnerActivities
-from rollout.config import Settings
+from rollout.config import Settings, defaults
 from rollout.contracts import Message
 from rollout.control.progress import TrainingProgress
 from rollout.engines.scripted import ScriptedEngine
@@ -35,7 +34,7 @@ from rollout.ledger.streams import (
 )
 from rollout.records.batches import BatchInfo
 from rollout.rendering import ModelRenderer
-from rollout.run_settings import MaxLagChange, RunSettings, RunStatus
+from rollout.run.settings import MaxLagChange, RunSettings, RunStatus
 from rollout.sandbox.hosting import hosted_sandbox
 from rollout.sandbox.keys import kind_key
 from rollout.workers.runner import runner_worker

@@ -30,8 +30,8 @@ from rollout.ledger.streams import (
 )
 from rollout.records.evals import EvalResult, GateDecision
 from rollout.records.serving import ServingTarget
-from rollout.run_settings import RunStatus
-from rollout.serving import desired
+from rollout.run.settings import RunStatus
+from rollout.serving.states import desired
 from rollout.workflows.eval_types import EvalGate, EvalOutcome
 from rollout.workflows.evals import EvalWorkflow
 from rollout.workflows.names import eval_workflow_id, run_policy, run_workflow_id

@@ -277,7 +277,7 @@ async def test_an_engine_that_is_down_gives_503_then_recovers(
     from rollout.engines.vllm_client import VLLMEngine
     from rollout.engines.vllm_server import build_app
     from rollout.net import free_port
-    from rollout.serving import engine_api_key
+    from rollout.serving.keys import engine_api_key
 
     _, token = seat
     port = free_port()

@@ -29,8 +29,8 @@ from rollout.ledger.streams import SERVING_ACKS, run_stream, seat_stream
 from rollout.net import free_port
 from rollout.records.serving import Served, ServingAck
 from rollout.rendering import ModelRenderer
-from rollout.run_settings import RunSettings
-from rollout.serving import engine_api_key
+from rollout.run.settings import RunSettings
+from rollout.serving.keys import engine_api_key
 from tests.gatewayutil import serve_gateway, tool_loop_script
 
 

@@ -19,11 +19,11 @@ import pytest
 from rollout.engines.scripted import ScriptedEngine
 from rollout.gateway.operator import Operator, load_operator_key
 from rollout.gateway.seats import load_secret, open_seat
-from rollout.http_guard import Hosts, is_loopback
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import seat_stream
 from rollout.rendering import ModelRenderer
+from rollout.security.http_guard import Hosts, is_loopback
 from tests.gatewayutil import RunningGateway, serve_gateway, tool_loop_script
 
 RUN_ROUTES = ("/operator/runs/r1/pause", "/operator/runs/r1/resume", "/operator/runs/r1/max_lag")

@@ -17,7 +17,7 @@ from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream
 from rollout.records.serving import ServingAck
-from rollout.run_settings import RunStatus
+from rollout.run.settings import RunStatus
 from rollout.stack.engine import has_cuda_gpu
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow

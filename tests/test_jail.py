@@ -16,10 +16,10 @@ from pathlib import Path
 import pytest
 
 from rollout.config import SandboxIsolation
-from rollout.isolation import JailLimits, MiB
 from rollout.sandbox.jail import Jail, jail_problem, jail_uid
 from rollout.sandbox.shell import ShellWorld
 from rollout.sandbox.workspace import Workspace
+from rollout.security.isolation import JailLimits, MiB
 
 SMALL = JailLimits(
     processes=48, memory_bytes=256 * MiB, file_bytes=8 * MiB, disk_bytes=16 * MiB, tmp_bytes=4 * MiB

@@ -31,7 +31,7 @@ ASKED = 200 * 16 * MiB  # what the loop below would write unchecked: 3.2 GB
 ATTACKS = r"""
 import asyncio, json, os, sys
 from pathlib import Path
-from rollout.isolation import JailLimits, MiB
+from rollout.security.isolation import JailLimits, MiB
 from rollout.sandbox.jail import Jail
 from rollout.sandbox.watchdog import disk_used
 from rollout.sandbox.workspace import Workspace

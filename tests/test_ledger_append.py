@@ -8,7 +8,7 @@ import pytest
 from rollout.ledger import Fence, KeyConflictError, Kind, Ledger, NewEvent, StaleFenceError
 from rollout.ledger.queries import find_run
 from rollout.ledger.streams import run_stream
-from rollout.run_settings import RunSettings
+from rollout.run.settings import RunSettings
 
 
 def event(key: str, **payload: object) -> NewEvent:

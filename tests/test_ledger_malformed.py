@@ -38,8 +38,8 @@ from rollout.ledger.views import checkpoint_tree, find_episodes, run_steps
 from rollout.records.checkpoints import CheckpointRecord
 from rollout.records.evals import EvalResult
 from rollout.records.serving import ServingRequest
-from rollout.run_settings import BadRunSetting
-from rollout.serving import ServingRequests
+from rollout.run.settings import BadRunSetting
+from rollout.serving.states import ServingRequests
 from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.names import run_policy
 

@@ -165,8 +165,8 @@ def test_a_launch_is_read_back_only_as_rollout_writes_one() -> None:
     """`rollout run attach` starts processes with a run's launch record: a forged one (a setting that points a
     service elsewhere, a relative import path, a control character) is refused where it is read."""
     from rollout.config import load
-    from rollout.launches import LAUNCH_SECTIONS, RunLaunch
-    from rollout.overrides import overrides_for, setting_given
+    from rollout.config.overrides import overrides_for, setting_given
+    from rollout.run.launches import LAUNCH_SECTIONS, RunLaunch
 
     settings = load(
         [

@@ -36,7 +36,7 @@ from rollout.ledger.streams import (
 )
 from rollout.records.batches import BatchInfo
 from rollout.records.checkpoints import CheckpointRecord
-from rollout.run_settings import RunSettings
+from rollout.run.settings import RunSettings
 from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.names import run_policy
 

@@ -21,7 +21,7 @@ from temporalio.client import Client
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import held_sandbox
 from rollout.ledger.streams import run_episodes_stream
-from rollout.run_settings import RunStatus
+from rollout.run.settings import RunStatus
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import agent_workflow_id, run_workflow_id
 from rollout.workflows.run import RunWorkflow

@@ -26,7 +26,7 @@ from rollout.config import Settings
 from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run
 from rollout.net import free_port
-from rollout.run_settings import RunSettings
+from rollout.run.settings import RunSettings
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput

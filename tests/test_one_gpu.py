@@ -16,7 +16,7 @@ from rollout.config import Settings
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.streams import SERVING_ACKS, policy_checkpoints_stream
 from rollout.records.serving import ServingAck
-from rollout.run_settings import RunStatus
+from rollout.run.settings import RunStatus
 from rollout.workflows.names import run_policy, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from tests.test_training_loop import run_input, training_loop, turns_of_run

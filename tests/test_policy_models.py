@@ -13,6 +13,7 @@ import pytest
 
 from rollout.blobs import open_store
 from rollout.config import ConfigError, Settings, load
+from rollout.config.overrides import overrides_for
 from rollout.contracts import Message
 from rollout.control.errors import ControlError
 from rollout.control.policy_models import (
@@ -30,12 +31,11 @@ from rollout.gateway.admission import Admission, RunSettings, eligible
 from rollout.gateway.renderers import Renderers
 from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
-from rollout.launches import LAUNCH_SECTIONS, RunLaunch
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpoints_stream, run_stream
-from rollout.overrides import overrides_for
 from rollout.records.serving import ServingAck, ServingTarget
 from rollout.rendering import ModelRenderer
+from rollout.run.launches import LAUNCH_SECTIONS, RunLaunch
 from rollout.workflows.names import run_policy, run_workflow_id, training_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.training_types import PolicyModel

@@ -317,7 +317,7 @@ async def test_the_engine_says_its_hit_rate_and_load_as_vllm_names_them(
     dashboard): prompt tokens looked up and found, requests in flight; and why there is no cache."""
     import httpx
 
-    from rollout.engine_load import fetch_engine_load, parse_metrics
+    from rollout.serving.engine_load import fetch_engine_load, parse_metrics
 
     assert (await asyncio.to_thread(httpx.get, f"{cached_url}/metrics")).status_code == 401  # the key first
     load = await asyncio.to_thread(fetch_engine_load, cached_url, API_KEY)

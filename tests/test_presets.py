@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from rollout.config import Settings, load
+from rollout.config.presets import UnknownPreset, newest, store, stored, write_presets
 from rollout.ledger import Ledger
-from rollout.presets import UnknownPreset, newest, store, stored, write_presets
 from rollout.records.presets import PresetVersion
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from rollout.bounded_process import run_bounded
 from rollout.gateway.seats import seat_token
-from rollout.redaction import environment_secrets, redact_url, register_secret, scrub
+from rollout.security.bounded_process import run_bounded
+from rollout.security.redaction import environment_secrets, redact_url, register_secret, scrub
 
 TOKEN = seat_token(b"k" * 32, "seat/1")
 OPERATOR = "ro-" + "ab12" * 12
@@ -74,7 +74,7 @@ def test_a_commands_output_is_scrubbed_but_for_what_it_hands_out() -> None:
     program = textwrap.dedent(
         f"""
         import logging, sys
-        from rollout.redaction import scrub_process_output, unscrubbed
+        from rollout.security.redaction import scrub_process_output, unscrubbed
         scrub_process_output()
         logging.basicConfig(level=logging.INFO, force=True)
         print("printed {TOKEN}")

@@ -187,7 +187,7 @@ async def test_two_replicas_keep_each_conversation_on_its_engine_and_survive_one
 
 
 def test_the_stack_runs_each_replica_on_a_port_of_its_own(tmp_path: Path) -> None:
-    from rollout.overrides import setting_given
+    from rollout.config.overrides import setting_given
     from rollout.stack.embedded import Stack
     from rollout.stack.policy_engines import policy_engine_port
     from rollout_testing.stacks import isolated_overrides

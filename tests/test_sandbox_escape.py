@@ -30,7 +30,7 @@ from coding.tasks import task_named
 from rollout.config import Settings
 from rollout.ledger import Kind, Ledger, RecordedEvent
 from rollout.ledger.streams import run_episodes_stream, run_stream
-from rollout.run_settings import RunSettings, RunStatus
+from rollout.run.settings import RunSettings, RunStatus
 from rollout.sandbox.hosting import sandbox_workdir
 from rollout.workflows.names import run_workflow_id
 from rollout.workflows.run import RunWorkflow

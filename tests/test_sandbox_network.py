@@ -21,7 +21,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from rollout.environment import SandboxSpec
-from rollout.isolation import Endpoint, JailLimits, MiB, SandboxNetwork
 from rollout.net import free_port, serving
 from rollout.sandbox import shell
 from rollout.sandbox.client import SandboxActionError, SandboxClient
@@ -29,6 +28,7 @@ from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.keys import kind_key
 from rollout.sandbox.server import build_sandbox_app
 from rollout.sandbox.shell import ShellWorld
+from rollout.security.isolation import Endpoint, JailLimits, MiB, SandboxNetwork
 from tests.sandboxutil import SANDBOX_KEY, claimed_seat
 
 FETCH = """import os, sys, urllib.request, urllib.error

@@ -10,8 +10,8 @@ from temporalio.converter import default as default_converter
 from rollout.activities.agent_loop import TaskFailed
 from rollout.activities.conversations import conversations, untrained
 from rollout.environment import AgentSeatSpec, Dataset, Environment, SandboxSpec
-from rollout.isolation import JailLimits
 from rollout.ledger.payloads import SampledTurn
+from rollout.security.isolation import JailLimits
 from rollout.workflows.episode_types import AgentInput, EnvironmentInfo
 from rollout.workflows.run import trained_policies
 from tests.example_envs import Coin

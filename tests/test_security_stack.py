@@ -42,12 +42,12 @@ from rollout.cli import sandbox as sandbox_cli
 from rollout.config import Settings
 from rollout.engines.vllm_launcher import VLLMLaunch
 from rollout.gateway.seats import load_secret, seat_token
-from rollout.keyfiles import known_ledger_password
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import read_all
 from rollout.ledger.streams import run_stream
 from rollout.net import free_port
-from rollout.serving import load_engine_api_key
+from rollout.security.keyfiles import known_ledger_password
+from rollout.serving.keys import load_engine_api_key
 from rollout.stack.embedded import Stack
 from rollout.stack.postgres import EmbeddedPostgres
 from rollout.stack.processes import wait_for_http

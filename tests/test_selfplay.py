@@ -1,4 +1,4 @@
-"""Self-play pins (rollout.pins): a seat pinned relative to its own policy's lineage. The pin's syntax is
+"""Self-play pins (rollout.run.pins): a seat pinned relative to its own policy's lineage. The pin's syntax is
 checked where the environment is made; the pin resolves per episode from the ledger's served lineage
 (falling back, and saying so, while the lineage is short; a restarted episode keeps its opponent; `sample`
 draws are reproducible); a real training run plays checkpoint N against N-1 and trains from the trained seat
@@ -28,10 +28,10 @@ from rollout.ledger.streams import (
     seat_stream,
 )
 from rollout.monitor.plain import plain
-from rollout.pins import SAMPLE_WINDOW, RelativePin, parse_pin
 from rollout.records.batches import BatchInfo
 from rollout.records.checkpoints import CheckpointRecord
 from rollout.records.serving import ServingTarget
+from rollout.run.pins import SAMPLE_WINDOW, RelativePin, parse_pin
 from rollout.training.checkpoints import checkpoint_name
 from rollout.workflows.episode_types import EnvironmentInfo, PinRequest
 from rollout.workflows.evals import eval_seats

@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from rollout.catalog import CATALOG, settings_budget
 from rollout.cli.common import load_settings
 from rollout.config import EngineKind, Settings
+from rollout.config.catalog import CATALOG, settings_budget
+from rollout.config.overrides import hydra_quote
 from rollout.net import free_port
-from rollout.overrides import hydra_quote
 from rollout.stack.engine import engine_problem
 from rollout.stack.roles import ENGINE, TRAINER
 

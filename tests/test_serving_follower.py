@@ -1,7 +1,7 @@
-"""The opponents' adapter budget (rollout.serving.desired, rollout.engines.follower): a released self-play
-opponent stays loaded while the opponents number fewer than `opponent_adapters`, the least recently requested
-evicted first; a still-requested one is always held; a re-requested one is not loaded again; each ack lists
-the opponents and the budget, and `rollout status`'s engine line says them."""
+"""The opponents' adapter budget (rollout.serving.states.desired, rollout.engines.follower): a released
+self-play opponent stays loaded while the opponents number fewer than `opponent_adapters`, the least recently
+requested evicted first; a still-requested one is always held; a re-requested one is not loaded again; each
+ack lists the opponents and the budget, and `rollout status`'s engine line says them."""
 
 from __future__ import annotations
 
@@ -17,7 +17,8 @@ from rollout.engines.follower import FollowerConfig, ServingFollower
 from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.streams import SERVING_REQUESTS, SERVING_TARGETS
 from rollout.records.serving import ServingRequest, ServingTarget
-from rollout.serving import desired, opponents_in, serving_target_key
+from rollout.serving.keys import serving_target_key
+from rollout.serving.states import desired, opponents_in
 from rollout.stack.health import engine_opponents
 from tests.test_policy_models import RecordingEngine
 

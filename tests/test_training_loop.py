@@ -37,8 +37,8 @@ from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, policy_checkpo
 from rollout.net import serving
 from rollout.rendering import ModelRenderer
 from rollout.rl.losses import PPO, LossConfig
-from rollout.run_settings import MaxLagChange, RunSettings, RunStatus
-from rollout.serving import engine_api_key
+from rollout.run.settings import MaxLagChange, RunSettings, RunStatus
+from rollout.serving.keys import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker

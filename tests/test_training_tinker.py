@@ -46,8 +46,8 @@ from rollout.rendering import ModelRenderer
 from rollout.rl.batches import Batch, WeightedSegment
 from rollout.rl.losses import PPO, LossConfig, TruncatedIS
 from rollout.rl.segments import TrainingSegment
-from rollout.run_settings import RunSettings, RunStatus
-from rollout.serving import engine_api_key
+from rollout.run.settings import RunSettings, RunStatus
+from rollout.serving.keys import engine_api_key
 from rollout.training.tinker_data import loss_function, tinker_datums
 from rollout.workers.runner import runner_worker
 from rollout.workers.trainer import trainer_worker

@@ -24,7 +24,7 @@ import aiohttp
 import pytest
 
 from rollout.config import load
-from rollout.defaults import LORA_TARGET_MODULES
+from rollout.config.defaults import LORA_TARGET_MODULES
 from rollout.engines.local import LocalEngine
 from rollout.engines.protocol import (
     CheckpointNotServed,
@@ -38,7 +38,7 @@ from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_launcher import VLLMLaunch, command, launch_for
 from rollout.engines.vllm_server import build_app
 from rollout.net import free_port, serving
-from rollout.serving import engine_api_key
+from rollout.serving.keys import engine_api_key
 
 pytestmark = pytest.mark.timeout(420)
 

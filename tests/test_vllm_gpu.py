@@ -26,7 +26,7 @@ from rollout.engines.protocol import CheckpointRef, EngineUnavailable, SampleReq
 from rollout.engines.vllm_client import VLLMEngine
 from rollout.engines.vllm_launcher import VLLMLaunch, command
 from rollout.net import free_port
-from rollout.serving import engine_api_key
+from rollout.serving.keys import engine_api_key
 from rollout.stack.engine import has_cuda_gpu
 from scripts.gpu_check import batch_for, changed, trainer_config
 

@@ -12,9 +12,9 @@ from pathlib import Path
 import pytest
 
 from rollout.config import load
-from rollout.defaults import LORA_TARGET_MODULES
+from rollout.config.defaults import LORA_TARGET_MODULES
 from rollout.engines.vllm_launcher import VLLMLaunch, command, launch_for
-from rollout.serving import engine_api_key
+from rollout.serving.keys import engine_api_key
 from rollout.training.local import LocalTrainerConfig
 
 KEY = engine_api_key(b"k" * 64)

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.environment import TURN_TIMEOUT_S
-from rollout.failures import (
+from rollout.harness import BadToolCall, End, Observation, RunContext, Task
+from rollout.run.failures import (
     INVALID_REWARD,
     REQUEST_REFUSED,
     SEAT_CLOSED,
@@ -49,7 +50,6 @@ from rollout.failures import (
     failure_in,
     one_line,
 )
-from rollout.harness import BadToolCall, End, Observation, RunContext, Task
 
 
 class EpisodeFault(Exception):

@@ -17,8 +17,8 @@ Contract:
   (rollout.rl.segments) and the episodes' rewards (rollout.rl.batches): the same batch every time.
   Every segment of a seat trains (a command's rewrites and side conversations included) except those its
   episode's record lists as untrained (the environment's `trains` said no). A seat opened pinned to a
-  checkpoint (its `SeatOpened` names one: a fixed pin or a self-play pin, rollout.pins) trains nothing, also
-  when a trained seat of the episode plays the same policy (self-play).
+  checkpoint (its `SeatOpened` names one: a fixed pin or a self-play pin, rollout.run.pins) trains nothing,
+  also when a trained seat of the episode plays the same policy (self-play).
 """
 
 from __future__ import annotations

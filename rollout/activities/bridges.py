@@ -34,7 +34,7 @@ from rollout.ledger.records import records_of
 from rollout.ledger.streams import SERVING_TARGETS, policy_bridges_stream
 from rollout.records.checkpoints import CheckpointConverted
 from rollout.records.serving import ServingTarget
-from rollout.serving import EngineStates
+from rollout.serving.states import EngineStates
 from rollout.training.bridges import BridgeError, bridge_files, bridge_location
 from rollout.training.checkpoints import find_checkpoint, policy_of
 from rollout.workflows import trainer_stubs
@@ -82,7 +82,7 @@ class BridgeActivities:
         serving_key: bytes | None = None,
     ) -> None:
         self.ledger, self.store, self.base_model, self.scratch = ledger, store, base_model, scratch
-        self.serving_key = serving_key  # what targets are signed with (rollout.serving.load_serving_key)
+        self.serving_key = serving_key  # what targets are signed with (rollout.serving.keys.load_serving_key)
         self.model = model  # the spec of `base_model` (the path): what its serving targets name
         self.resolve = resolve  # a policy's own model spec -> its path, to merge onto
 

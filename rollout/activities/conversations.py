@@ -14,8 +14,8 @@ from dataclasses import replace
 
 from rollout.activities.agent_loop import TaskFailed
 from rollout.environment import Conversation, Environment
-from rollout.failures import TASK_FAILED, failure_in
 from rollout.ledger.payloads import RecordedTurn, SampledTurn
+from rollout.run.failures import TASK_FAILED, failure_in
 
 
 def conversations(turns: Sequence[RecordedTurn]) -> list[Conversation]:

@@ -32,7 +32,7 @@ from rollout.ledger.queries import read_all
 from rollout.ledger.streams import SERVING_REQUESTS, run_episodes_stream
 from rollout.records.evals import EvalResult
 from rollout.records.serving import ServingRequest
-from rollout.serving import EngineStates
+from rollout.serving.states import EngineStates
 from rollout.workflows import runner_stubs
 from rollout.workflows.eval_types import (
     CheckpointChoice,

@@ -34,17 +34,17 @@ from typing import Literal, Protocol
 import httpx
 
 from rollout.activities.agent_loop import LoopOutcome, TaskFailed, checked_reward, defined_at, task_call
-from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation
 from rollout.environment import TURN_TIMEOUT_S
-from rollout.failures import NO_SANDBOX_FREE, TASK_FAILED, Failure, one_line
 from rollout.harness import CommandOutcome, CommandSetup, End, RunContext, Task
+from rollout.run.failures import NO_SANDBOX_FREE, TASK_FAILED, Failure, one_line
 from rollout.sandbox.claims import NoSandboxFree, SandboxPool
 from rollout.sandbox.client import SandboxLost, SandboxSuperseded
 from rollout.sandbox.jail import JailUnavailable
 from rollout.sandbox.programs import ProgramNotFound
 from rollout.sandbox.remote_seat import remote_seat
 from rollout.sandbox.seat_jail import seat_jail, seat_variables
+from rollout.security.bounded_process import ProcessOutcome
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 

@@ -35,7 +35,7 @@ from rollout.ledger.streams import gpu_lease
 from rollout.records.checkpoints import CheckpointRecord
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig
-from rollout.serving import EngineStates
+from rollout.serving.states import EngineStates
 from rollout.training.checkpoints import fetch_checkpoint
 from rollout.training.local import LocalTrainerConfig, OneProcess, Trainer, TrainerBuilder
 from rollout.workflows.training_types import PolicyModel, TrainStepInput

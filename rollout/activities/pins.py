@@ -1,4 +1,5 @@
-"""Resolving self-play pins (rollout.pins) for one episode: the body of the runner's `resolve_pins` activity.
+"""Resolving self-play pins (rollout.run.pins) for one episode: the body of the runner's `resolve_pins`
+activity.
 
 Contract:
 - Each seat of the request whose `checkpoint` is a relative pin gets a `PinnedSeat`: the checkpoint it plays

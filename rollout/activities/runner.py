@@ -22,12 +22,13 @@ Contract:
   or that another workflow asks to renew or release, is refused (`SandboxRefused`) before anything is sent to
   its address.
 - Errors a retry cannot fix are non-retryable `ApplicationError`s typed by their `Failure` kind
-  (rollout.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
+  (rollout.run.failures: the environment did not load, its code raised or ran past `turn_timeout_s` or
   `episode_timeout_s`, an invalid reward, a request the gateway refused, no sandbox free), with the `Failure`
   record in their details for the episode's record. Anything else propagates, for Temporal to retry.
 - Ledger streams: `run/{run}` holds `RunCreated` and `SettingsChanged` (the gateway reads max_lag and pause
   from their projection); `run/{run}/episodes` holds `EpisodeFinished` and `EpisodeAbandoned`.
-- Error texts and reasons are recorded scrubbed (rollout.redaction): no seat token, key or password in clear.
+- Error texts and reasons are recorded scrubbed (rollout.security.redaction): no seat token, key or password
+  in clear.
 """
 
 from __future__ import annotations
@@ -60,7 +61,14 @@ from rollout.activities.pins import resolve_pins
 from rollout.activities.reloading import load_current
 from rollout.config import SandboxIsolation
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec
-from rollout.failures import (
+from rollout.gateway.seats import close_seat, open_seat, seat_token
+from rollout.harness import RunContext, SandboxSeat
+from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
+from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ended_key, turn_recorded
+from rollout.ledger.queries import count_events, read_all
+from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
+from rollout.records.runs import RunCreated, SettingsChanged
+from rollout.run.failures import (
     DETAIL_CHARS,
     ENVIRONMENT_LOAD,
     NO_SANDBOX_FREE,
@@ -71,15 +79,7 @@ from rollout.failures import (
     failure_in,
     one_line,
 )
-from rollout.gateway.seats import close_seat, open_seat, seat_token
-from rollout.harness import RunContext, SandboxSeat
-from rollout.launches import LAUNCHED
-from rollout.ledger import KeyConflictError, Kind, Lease, Ledger, NewEvent
-from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, episode_ended_key, turn_recorded
-from rollout.ledger.queries import count_events, read_all
-from rollout.ledger.streams import run_episodes_stream, run_stream, sandbox_lease, seat_stream
-from rollout.records.runs import RunCreated, SettingsChanged
-from rollout.redaction import scrub
+from rollout.run.launches import LAUNCHED
 from rollout.sandbox import (
     NoSandboxFree,
     SandboxActionError,
@@ -89,6 +89,7 @@ from rollout.sandbox import (
     SandboxRegistration,
 )
 from rollout.sandbox.keys import claim_secret, grant_signature, lease_secret, same_secret
+from rollout.security.redaction import scrub
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     AbandonInput,

@@ -29,7 +29,7 @@ from rollout.cli import (
 )
 from rollout.control.errors import ControlError
 from rollout.control.waits import stray_paragraph
-from rollout.redaction import scrub_process_output
+from rollout.security.redaction import scrub_process_output
 
 app = typer.Typer(
     name="rollout",
@@ -62,9 +62,9 @@ def main() -> None:
     """Run the command, then leave without interpreter finalization: a Temporal client's Rust threads can
     crash CPython as it finalizes (SIGSEGV after a command that already did its work and printed its result;
     temporalio/sdk-python issue 300). Output is flushed first; the exit status is the command's. Everything a
-    command writes is scrubbed of secrets (rollout.redaction) but the seat key `rollout seat new` exists to
-    print. A `ControlError` from the application layer is its one paragraph, never a traceback; so is a
-    Temporal error that no wait caught (`rollout.control.waits.stray_paragraph`)."""
+    command writes is scrubbed of secrets (rollout.security.redaction) but the seat key `rollout seat new`
+    exists to print. A `ControlError` from the application layer is its one paragraph, never a traceback; so
+    is a Temporal error that no wait caught (`rollout.control.waits.stray_paragraph`)."""
     scrub_process_output()
     try:
         app(prog_name="rollout")

@@ -56,7 +56,7 @@ class ClusterContext:
     operator_key: str | None = None
 
     def overrides(self) -> list[str]:
-        from rollout.overrides import hydra_quote
+        from rollout.config.overrides import hydra_quote
 
         settings = [
             f"services.postgres.url={hydra_quote(self.postgres_url)}",
@@ -115,8 +115,8 @@ def cluster_settings(preset: str, overrides: list[str] | None) -> Settings:
     import tempfile
 
     from rollout.config import ConfigError, load
+    from rollout.config.presets import UnknownPreset, newest, write_presets
     from rollout.control.connections import ledger_session
-    from rollout.presets import UnknownPreset, newest, write_presets
     from rollout.records.presets import PresetVersion
 
     base = cluster_overrides(True, overrides)

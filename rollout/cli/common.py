@@ -76,7 +76,7 @@ def as_service(settings: config.Settings, *secrets: str | bytes) -> None:
     from urllib.parse import urlsplit
 
     from rollout import config
-    from rollout.redaction import register_secret, scrub_process_output
+    from rollout.security.redaction import register_secret, scrub_process_output
 
     for url in (settings.ledger_url, *settings.service_ledger_urls):
         register_secret(urlsplit(url).password)

@@ -41,7 +41,7 @@ def budget(
     slots) and training (the engine asleep: the quantized base, the adapter with its Adam state, activations
     and logits of one micro-batch). Exits 1 when the peak does not fit gpu.memory_gib, saying what to change.
     """
-    from rollout.catalog import BudgetUnknown, settings_budget
+    from rollout.config.catalog import BudgetUnknown, settings_budget
 
     settings = load_settings([*([f"preset={preset}"] if preset else []), *(overrides or [])])
     try:

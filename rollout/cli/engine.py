@@ -1,6 +1,7 @@
 """`rollout engine serve`: an inference engine over vLLM's HTTP dialect, with its serving follower.
 `rollout engine follow`: the serving follower alone, beside an engine started elsewhere (a `vllm serve`).
-`rollout engine api-key`: the key every engine route but /health asks for (rollout.serving.engine_api_key)."""
+`rollout engine api-key`: the key every engine route but /health asks for
+(rollout.serving.keys.engine_api_key)."""
 
 from __future__ import annotations
 
@@ -112,7 +113,7 @@ def serve(
     DATA_DIR/engine.key, which the gateway shares); vLLM gets it in its environment (VLLM_API_KEY), never on
     its command line, and checks it on its /v1 routes only (docs/serving.md).
     """
-    from rollout.catalog import ModelNotPulled
+    from rollout.config.catalog import ModelNotPulled
     from rollout.engines.factory import EngineSetupError, build_engine
     from rollout.engines.startup import (
         EngineAsked,
@@ -260,6 +261,6 @@ def api_key(overrides: Overrides = None) -> None:
     followers share. Give it to a `vllm serve` of your own in its environment, never among its arguments
     (`ps` shows those to every user): `VLLM_API_KEY="$(rollout engine api-key)" vllm serve …`.
     """
-    from rollout.serving import load_engine_api_key
+    from rollout.serving.keys import load_engine_api_key
 
     typer.echo(load_engine_api_key(load_settings(overrides).data_path))

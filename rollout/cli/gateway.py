@@ -53,7 +53,7 @@ def gateway(
     DATA_DIR/operator.key. Listening on 127.0.0.1, it answers to loopback's Host names only. It reaches the
     engines with the engine API key of DATA_DIR/engine.key, which they share (`rollout engine api-key`).
     """
-    from rollout.catalog import ModelNotPulled
+    from rollout.config.catalog import ModelNotPulled
     from rollout.control.runs import OperatorRuns
     from rollout.gateway.startup import (
         GatewayAsked,

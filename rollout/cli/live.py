@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from rollout.config import Settings
     from rollout.control.following import Following, Tick
     from rollout.control.progress import TrainingProgress
-    from rollout.run_settings import RunStatus
+    from rollout.run.settings import RunStatus
 
 PLAIN_EVERY_S = 10.0  # without a terminal, a progress line at most this often (and whenever a step lands)
 
@@ -110,7 +110,7 @@ def follow_to_the_end(
     from rollout.control.evals import run_eval_scores
     from rollout.control.following import Following, RunFailed
     from rollout.control.runs import update_run
-    from rollout.run_settings import PauseRun
+    from rollout.run.settings import PauseRun
     from rollout.stack.embedded import Stack
 
     stack = Stack(settings) if embedded else None

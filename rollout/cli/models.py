@@ -18,7 +18,7 @@ app = typer.Typer(help="List and fetch the models presets name.", no_args_is_hel
 @app.command("list")
 def list_models(overrides: Overrides = None, as_json: JsonFlag = False) -> None:
     """The catalog's models: where each comes from, its download size, and whether it is pulled here."""
-    from rollout.catalog import CATALOG, model_dir, pulled
+    from rollout.config.catalog import CATALOG, model_dir, pulled
 
     models_dir = Path(load_settings(overrides).models_dir).expanduser()
     rows = [
@@ -50,7 +50,7 @@ def pull(
     Nothing else downloads models: a preset that names one refuses to start until it is pulled. A partial
     download resumes where it stopped; a model already pulled is left as it is.
     """
-    from rollout.catalog import CATALOG, PullError, pull_model
+    from rollout.config.catalog import CATALOG, PullError, pull_model
     from rollout.engines.models import BUILTIN
 
     # A built-in model is built from the packages installed here: nothing to download (a chart's pods pull

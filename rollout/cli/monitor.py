@@ -31,9 +31,9 @@ def monitor(
     and Temporal and keeps no state of its own. Binds 127.0.0.1 by default; another address needs a login
     token in $ROLLOUT_MONITOR_TOKEN. With --cluster it shows the current cluster context's runs (`rollout
     cluster connect`)."""
-    from rollout.http_guard import LOOPBACK_NAMES, is_loopback
     from rollout.monitor.context import OVERRIDES_VARIABLE
     from rollout.monitor.login import TOKEN_VARIABLE
+    from rollout.security.http_guard import LOOPBACK_NAMES, is_loopback
 
     if cluster:  # the dashboard, here, on the cluster's ledger and Temporal (no ingress needed)
         context = load_context()

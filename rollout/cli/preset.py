@@ -1,5 +1,5 @@
 """`rollout preset load DIR` and `rollout preset list`: presets stored in the ledger, versioned
-(rollout.presets)."""
+(rollout.config.presets)."""
 
 from __future__ import annotations
 
@@ -30,8 +30,8 @@ def load_presets(
     the same content stores nothing. Each must compose onto the defaults (`rollout config show
     preset=NAME`)."""
     from rollout.config import ConfigError, load
+    from rollout.config.presets import BadPreset, check_preset, store, write_presets
     from rollout.control.connections import ledger_session
-    from rollout.presets import BadPreset, check_preset, store, write_presets
     from rollout.records.presets import PresetVersion
 
     files = sorted(directory.glob("*.yaml")) if directory.is_dir() else []
@@ -71,8 +71,8 @@ def list_presets(
     overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Every stored preset version, oldest first."""
+    from rollout.config.presets import stored
     from rollout.control.connections import ledger_session
-    from rollout.presets import stored
     from rollout.records.presets import PresetVersion
 
     settings = load_settings(cluster_overrides(cluster, overrides))

@@ -24,7 +24,7 @@ from rollout.cli.cluster import ClusterFlag, cluster_overrides
 from rollout.cli.common import JsonFlag, Overrides, err, fail, load_settings, out
 
 if TYPE_CHECKING:
-    from rollout.run_settings import RunChange
+    from rollout.run.settings import RunChange
 
 app = typer.Typer(help="Runs: start one, follow it, change it while it plays.", no_args_is_help=True)
 
@@ -280,7 +280,7 @@ def pause(
     run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Pause a run: no new turns or episodes begin; recorded in the ledger."""
-    from rollout.run_settings import PauseRun
+    from rollout.run.settings import PauseRun
 
     _print_status(update_run(cluster_overrides(cluster, overrides), run, PauseRun()), as_json)
 
@@ -290,7 +290,7 @@ def stop(
     run: RunArgument, overrides: Overrides = None, cluster: ClusterFlag = False, as_json: JsonFlag = False
 ) -> None:
     """Stop a run once the episodes in flight finish."""
-    from rollout.run_settings import StopRun
+    from rollout.run.settings import StopRun
 
     _print_status(update_run(cluster_overrides(cluster, overrides), run, StopRun()), as_json)
 
@@ -307,7 +307,7 @@ def resume(
     overrides = cluster_overrides(cluster, overrides)
     if not cluster:
         asyncio.run(refuse_a_stack_serving_another_model(load_settings(overrides), run))
-    from rollout.run_settings import ResumeRun
+    from rollout.run.settings import ResumeRun
 
     _print_status(update_run(overrides, run, ResumeRun()), as_json)
 
@@ -321,7 +321,7 @@ def set_(
     as_json: JsonFlag = False,
 ) -> None:
     """Change a run's setting while it plays (max_lag=N); the gateway applies it on the next turn."""
-    from rollout.run_settings import BadRunSetting, MaxLagChange, max_lag_of
+    from rollout.run.settings import BadRunSetting, MaxLagChange, max_lag_of
 
     key, _, value = setting.partition("=")
     if key != "max_lag":

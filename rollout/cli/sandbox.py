@@ -46,7 +46,6 @@ def serve(
     import signal
 
     from rollout.control.connections import ledger_session
-    from rollout.redaction import register_secret
     from rollout.sandbox.claims import SandboxNameTaken
     from rollout.sandbox.keys import SandboxKeyMissing
     from rollout.sandbox.startup import (
@@ -57,6 +56,7 @@ def serve(
         plan_sandboxes,
     )
     from rollout.sandbox.world import SandboxSetupError
+    from rollout.security.redaction import register_secret
 
     settings = load_settings(overrides)
     as_service(settings)

@@ -13,7 +13,7 @@ from rich.console import Console
 
 from rollout.cli.cluster import ClusterFlag, load_context
 from rollout.cli.common import JsonFlag, Overrides, fail, load_settings
-from rollout.redaction import unscrubbed
+from rollout.security.redaction import unscrubbed
 
 app = typer.Typer(help="Agent seats: the base URL and key an agent samples through.", no_args_is_help=True)
 

@@ -12,12 +12,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from rollout.config.overrides import setting_at
 from rollout.config.schema import Settings, TrackingSettings, TrainerProvider, TrainerSettings
-from rollout.overrides import setting_at
 from rollout.rl.advantages import AdvantageError, advantage_from
 from rollout.rl.losses.core import LossConfig
 from rollout.rl.losses.registry import LossError, loss_from, on_tinker
-from rollout.run_settings import BadRunSetting, failure_bound_of, max_lag_of
+from rollout.run.settings import BadRunSetting, failure_bound_of, max_lag_of
 
 # vLLM 0.33's choices for `--max-lora-rank` (its argument parser refuses any other at `vllm serve`).
 VLLM_LORA_RANKS = (1, 8, 16, 32, 64, 128, 256, 320, 512)
@@ -176,7 +176,7 @@ _PORT = _Range(lambda v: 1 <= v <= 65535, "is not a TCP port; set 1 to 65535")
 _LORA_RANK = _at_least(0, "is not a rank; set 1 or more (0: train the full weights)")
 _LEARNING_RATE = _above_zero("would never move the weights; set a positive number (1e-5)")
 
-# Every numeric setting but run.max_lag, run.max_failure_rate and run.failure_window (rollout.run_settings
+# Every numeric setting but run.max_lag, run.max_failure_rate and run.failure_window (rollout.run.settings
 # checks those, wherever they enter) and services.engine.vllm_max_lora_rank (one of vLLM's choices), by key.
 # tests/test_config.py walks the schema: a numeric setting missing here fails it.
 _RANGES: dict[str, _Range] = {

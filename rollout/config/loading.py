@@ -16,13 +16,13 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import ConfigAttributeError, OmegaConfBaseException
 
 from rollout.config.checks import ConfigError, check_values
-from rollout.config.schema import Settings
-from rollout.policy_settings import (
+from rollout.config.policies import (
     POLICIES_PREFIX,
     BadPolicySetting,
     policy_keys,
     set_policies,
 )
+from rollout.config.schema import Settings
 
 ConfigStore.instance().store(name="settings_schema", node=Settings)
 
@@ -30,8 +30,8 @@ ConfigStore.instance().store(name="settings_schema", node=Settings)
 def load(overrides: list[str] | None = None, *, preset_dirs: list[Path] | None = None) -> Settings:
     """Compose the config with `overrides` (`key=value` strings) into validated settings; `preset_dirs` are
     more places to find `preset=NAME` in (each holding `preset/NAME.yaml`: presets from the ledger,
-    rollout.presets), and so are the folders in $ROLLOUT_PRESET_PATH (`:`-separated: a deployment's presets,
-    mounted)."""
+    rollout.config.presets), and so are the folders in $ROLLOUT_PRESET_PATH (`:`-separated: a deployment's
+    presets, mounted)."""
     mounted = [
         Path(d)
         for d in os.environ.get("ROLLOUT_PRESET_PATH", "").split(os.pathsep)

@@ -1,5 +1,5 @@
 """The settings' schema: every key, its type and its default, as typed dataclasses (`Settings` at the top;
-each `policies.NAME` a rollout.policy_settings.PolicySettings). The single place a key and its type are
+each `policies.NAME` a rollout.config.policies.PolicySettings). The single place a key and its type are
 declared; YAML (rollout/conf) only sets values. The ledger's roles and logins the settings name are here too.
 """
 
@@ -11,12 +11,12 @@ from pathlib import Path
 
 from omegaconf import MISSING
 
-from rollout import defaults
-from rollout.isolation import SandboxIsolation
-from rollout.keyfiles import known_ledger_password
-from rollout.policy_settings import (
+from rollout.config import defaults
+from rollout.config.policies import (
     PolicySettings,
 )
+from rollout.security.isolation import SandboxIsolation
+from rollout.security.keyfiles import known_ledger_password
 
 
 class LogLevel(StrEnum):
@@ -81,8 +81,9 @@ class TemporalSettings:
     port: int = 7233
     ui_port: int = 8233
     namespace: str = "default"
-    # TLS to a Temporal cluster of your own (rollout.temporal_tls); the embedded dev server speaks none. PEM
-    # files: the CA that signed the server's certificate, and the client's certificate and key (mutual TLS).
+    # TLS to a Temporal cluster of your own (rollout.security.temporal_tls); the embedded dev server speaks
+    # none. PEM files: the CA that signed the server's certificate, and the client's certificate and key
+    # (mutual TLS).
     tls_ca: str | None = None
     tls_cert: str | None = None
     tls_key: str | None = None
@@ -159,9 +160,9 @@ class EngineSettings:
     vllm_max_model_len: int | None = None  # None: services.gateway.max_context
     vllm_max_lora_rank: int = 64  # one of rollout.config.checks.VLLM_LORA_RANKS
     vllm_max_loras: int = 4  # adapters resident at once (the follower keeps the newest 2 per policy)
-    # Sequences vLLM schedules at once (None: vLLM's own default, rollout.budget.vllm_default_max_num_seqs);
-    # its start-up profiling samples that many at once, so it also sets the sampler's memory peak the budget
-    # counts.
+    # Sequences vLLM schedules at once (None: vLLM's own default,
+    # rollout.config.budget.vllm_default_max_num_seqs); its start-up profiling samples that many at once, so
+    # it also sets the sampler's memory peak the budget counts.
     vllm_max_num_seqs: int | None = None
     vllm_extra_args: list[str] = field(default_factory=list[str])  # appended to `vllm serve`
 

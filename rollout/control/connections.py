@@ -59,7 +59,7 @@ def temporal_runtime() -> Runtime:
 async def connect_temporal(settings: Settings, *, patience_s: float = 0.0) -> Client:
     from temporalio.client import Client
 
-    from rollout.temporal_tls import TemporalTLSError, temporal_tls
+    from rollout.security.temporal_tls import TemporalTLSError, temporal_tls
 
     try:
         tls = temporal_tls(settings.services.temporal)
@@ -133,7 +133,7 @@ def local_model(spec: str, settings: Settings) -> str:
     """Where the model `spec` is (made once for the built-in ones)."""
     from pathlib import Path
 
-    from rollout.catalog import ModelNotPulled
+    from rollout.config.catalog import ModelNotPulled
     from rollout.engines.models import resolve
 
     try:

@@ -11,7 +11,8 @@ Contract:
   the check goes on with the next.
 - The check bounds the environment's code as a run does (`Environment.turn_timeout_s` per Task call,
   `episode_timeout_s` per seat): a call that raises or runs past its limit is a finding naming the method,
-  the reason and its place in the environment's code (rollout.failures). `progress` hears each turn played.
+  the reason and its place in the environment's code (rollout.run.failures). `progress` hears each turn
+  played.
 - An environment that needs a sandbox gets one of its kind, served in process on a local port for the check
   (claimed under epoch 1); its agents then play at the same time, each on its seat, as in a run. A kind that
   runs agents' commands runs them under `isolation` (jailed by default): where no jail can be made, that is a
@@ -34,9 +35,9 @@ from rollout.activities.agent_loop import EpisodeFault, LoopOutcome, in_thread, 
 from rollout.config import SandboxIsolation
 from rollout.contracts import Message, ToolSpec
 from rollout.environment import Environment, EnvironmentLoadError, SandboxSpec, load_environment
-from rollout.failures import TASK_FAILED, failure_in
 from rollout.harness import RunContext, SandboxSeat
 from rollout.net import serving
+from rollout.run.failures import TASK_FAILED, failure_in
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.hosting import build_world
 from rollout.sandbox.jail import JailUnavailable

@@ -21,10 +21,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from rollout.config.defaults import EVAL_EPISODES_IN_FLIGHT
 from rollout.control.connections import connect_temporal, ledger_session, stack_action
 from rollout.control.errors import ControlError, NotFound
 from rollout.control.waits import patiently, workflow_result
-from rollout.defaults import EVAL_EPISODES_IN_FLIGHT
 
 if TYPE_CHECKING:
     from rollout.config import Settings

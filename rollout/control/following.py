@@ -27,14 +27,14 @@ from rollout.control.connections import connect_temporal, outlasting
 from rollout.control.errors import ControlError
 from rollout.control.progress import TrainingProgress, run_line
 from rollout.control.waits import READ_TIMEOUT
-from rollout.failures import one_line
+from rollout.run.failures import one_line
 
 if TYPE_CHECKING:
     from temporalio.client import Client, WorkflowHandle
 
     from rollout.config import Settings
     from rollout.ledger import Ledger
-    from rollout.run_settings import RunStatus
+    from rollout.run.settings import RunStatus
     from rollout.workflows.run import RunWorkflow
 
 TRACKING_SETTLE_S = 20.0  # as a run ends: how long to wait for its feed's first report

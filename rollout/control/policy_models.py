@@ -79,7 +79,7 @@ def models_said(settings: Settings, environment: Environment) -> str:
 
 
 def known_model(spec: str) -> bool:
-    from rollout.catalog import CATALOG
+    from rollout.config.catalog import CATALOG
     from rollout.engines.models import BUILTIN
 
     return (
@@ -88,7 +88,7 @@ def known_model(spec: str) -> bool:
 
 
 def check_policy_models(settings: Settings, environment: Environment) -> None:
-    from rollout.catalog import CATALOG
+    from rollout.config.catalog import CATALOG
     from rollout.engines.models import BUILTIN
 
     policies = sampled_policies(environment)

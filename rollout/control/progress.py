@@ -19,7 +19,6 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout.failures import advice
 from rollout.ledger import Kind, Ledger
 from rollout.ledger.queries import FailureCount, count_events, failure_counts
 from rollout.ledger.records import records_of
@@ -32,6 +31,7 @@ from rollout.ledger.streams import (
 from rollout.records.batches import BatchInfo
 from rollout.records.checkpoints import CheckpointRecord
 from rollout.records.serving import ServingAck
+from rollout.run.failures import advice
 from rollout.workflows.names import run_policy
 
 

@@ -39,11 +39,11 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.config import Settings
-    from rollout.launches import RunLaunch
     from rollout.ledger import Ledger
     from rollout.ledger.queries import RunProgress, RunRow
     from rollout.ledger.views import StepRow
-    from rollout.run_settings import RunChange, RunStatus
+    from rollout.run.launches import RunLaunch
+    from rollout.run.settings import RunChange, RunStatus
 
 NO_SUCH_RUN = "the ledger has no run {run!r}: `rollout run list` shows the runs it has"
 
@@ -62,7 +62,7 @@ async def start_run(
     """Start a run of `environment` (played by runner workers, training nothing); its status once it ends with
     `wait` (`report` hears what holds the wait up), else its id and workflow id."""
     from rollout.control.preflight import confirm_runner_loads
-    from rollout.run_settings import BadRunSetting, RunSettings, max_lag_of
+    from rollout.run.settings import BadRunSetting, RunSettings, max_lag_of
     from rollout.workflows.client import start_run as start_workflow
     from rollout.workflows.run_types import RunInput
 
@@ -274,17 +274,17 @@ class OperatorRuns:
         return asdict(status)
 
     async def pause(self, run: str) -> dict[str, Any]:
-        from rollout.run_settings import PauseRun
+        from rollout.run.settings import PauseRun
 
         return await self._change(run, PauseRun())
 
     async def resume(self, run: str) -> dict[str, Any]:
-        from rollout.run_settings import ResumeRun
+        from rollout.run.settings import ResumeRun
 
         return await self._change(run, ResumeRun())
 
     async def set_max_lag(self, run: str, max_lag: int) -> dict[str, Any]:
-        from rollout.run_settings import MaxLagChange
+        from rollout.run.settings import MaxLagChange
 
         return await self._change(run, MaxLagChange(max_lag))
 
@@ -292,9 +292,9 @@ class OperatorRuns:
 async def recorded_launch(settings: Settings, run: str) -> RunLaunch:
     """How training run `run` was launched, as it recorded it (`NotFound` for no such run; a `ControlError`
     for a run that trains nothing, or whose record does not pass its checks)."""
-    from rollout.launches import LAUNCHED, RunLaunch
     from rollout.ledger.queries import find_run
     from rollout.ledger.streams import run_stream
+    from rollout.run.launches import LAUNCHED, RunLaunch
 
     async with ledger_session(settings) as ledger:
         found = await find_run(ledger, run)
@@ -364,7 +364,7 @@ async def reattach(settings: Settings, run: str) -> list[str]:
             "shows where it ended"
         )
     if status.paused and not status.pause_reason:
-        from rollout.run_settings import ResumeRun
+        from rollout.run.settings import ResumeRun
 
         await update_run(settings, run, ResumeRun())
     return list(status.trained) or ["default"]

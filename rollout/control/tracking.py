@@ -23,7 +23,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rollout.config import TrackingBackend, WandbMode
-from rollout.overrides import overrides_for
+from rollout.config.overrides import overrides_for
 from rollout.workflows.tracking_types import TrackingState
 
 if TYPE_CHECKING:

@@ -8,8 +8,8 @@ Contract:
 - `run_input` turns settings (a preset plus overrides) into the run: the environment, `run.*` (groups in
   flight, max_lag, max_tokens, recorded as the run's settings, with each policy's base model when they are on
   several), `trainer.*` (steps, groups per batch, refill, advantages, each policy's own model and settings,
-  given the `loaded` environment) and its launch record (rollout.launches: `trainer.*`, `gpu.*` and what the
-  engines serve, and where environments are imported from), so a stack can be brought back to the run.
+  given the `loaded` environment) and its launch record (rollout.run.launches: `trainer.*`, `gpu.*` and what
+  the engines serve, and where environments are imported from), so a stack can be brought back to the run.
 - `ready_stack` starts what is missing of the embedded stack for one environment (engine, gateway, runner, an
   engine per other base model its policies are on, trainer, the sandboxes its episodes claim, a command host
   per command seat in flight with `sandbox.command_pool`) and refuses an engine already serving another model.
@@ -197,10 +197,10 @@ def run_input(
     evaluation: EvalInput | None = None,
     loaded: Environment | None = None,
 ) -> RunInput:
+    from rollout.config.overrides import overrides_for
     from rollout.control.tracking import tracking_input
-    from rollout.launches import LAUNCH_SECTIONS, RunLaunch
-    from rollout.overrides import overrides_for
-    from rollout.run_settings import RunSettings
+    from rollout.run.launches import LAUNCH_SECTIONS, RunLaunch
+    from rollout.run.settings import RunSettings
     from rollout.workflows.run_types import RunInput
     from rollout.workflows.training_types import TrainingSpec
 
@@ -326,7 +326,7 @@ def served_roots(settings: Settings) -> set[str] | None:
     when it does not answer."""
     import httpx
 
-    from rollout.serving import known_engine_api_key
+    from rollout.serving.keys import known_engine_api_key
 
     gateway = settings.services.gateway
     api_key = known_engine_api_key(settings.data_path)

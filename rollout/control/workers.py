@@ -123,7 +123,7 @@ def serve_trainer(
     for the engines and publishes it for serving."""
     from rollout.activities.trainer_setup import trainer_activities
     from rollout.config import LedgerWriter
-    from rollout.serving import load_serving_key
+    from rollout.serving.keys import load_serving_key
     from rollout.workers.trainer import trainer_worker
 
     store = blob_store(settings)

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.defaults import PREFIX_CACHE_MB
+from rollout.config.defaults import PREFIX_CACHE_MB
 from rollout.engines.follower import FollowedEngine, FollowerConfig, ServingFollower
 from rollout.engines.vllm_server import ServedEngine, build_app
 from rollout.ledger import Ledger

@@ -42,7 +42,8 @@ from rollout.ledger import Kind, Ledger, NewEvent
 from rollout.ledger.queries import live_lease_holder
 from rollout.ledger.streams import SERVING_ACKS, SERVING_TARGETS, gpu_lease
 from rollout.records.serving import BASE_CHECKPOINT, Served, ServingAck, ServingTarget
-from rollout.serving import ServingRequests, desired, opponents_in, serving_target_key
+from rollout.serving.keys import serving_target_key
+from rollout.serving.states import ServingRequests, desired, opponents_in
 from rollout.training.checkpoints import download_files
 
 log = logging.getLogger(__name__)
@@ -74,8 +75,9 @@ class FollowerConfig:
     runs: tuple[
         str, ...
     ] = ()  # serve only these runs' checkpoints (an engine pool of its own); () serves all
-    # Signs each ack (rollout.serving.load_engine_key): the gateway routes by signed acks only. Where it is
-    # set, only targets signed with the key derived from it (rollout.serving.serving_target_key) are loaded.
+    # Signs each ack (rollout.serving.keys.load_engine_key): the gateway routes by signed acks only. Where it
+    # is set, only targets signed with the key derived from it (rollout.serving.keys.serving_target_key) are
+    # loaded.
     ack_key: bytes | None = field(default=None, repr=False)
 
 

@@ -39,7 +39,7 @@ from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.defaults import PREFIX_CACHE_MB
+from rollout.config.defaults import PREFIX_CACHE_MB
 from rollout.engines.prefix_cache import PrefixCache
 from rollout.engines.protocol import (
     CheckpointRef,

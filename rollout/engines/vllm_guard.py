@@ -18,7 +18,7 @@ import os
 from starlette.responses import JSONResponse
 from starlette.types import ASGIApp
 
-from rollout.http_guard import BearerKey
+from rollout.security.http_guard import BearerKey
 
 KEY_VARIABLE = "VLLM_API_KEY"
 MIDDLEWARE = f"{__name__}.EngineKeyGuard"

@@ -7,10 +7,10 @@ penalty the request does not send is neutral), and logprobs are the model's raw 
 raw_logprobs`, the engine protocol's); a multimodal checkpoint serves its language model only
 (`--language-model-only`); prefix caching is on, and answers report the prompt tokens it held
 (`--enable-prefix-caching`, `--enable-prompt-tokens-details`); LoRA slots are reserved for the modules
-rollout's adapters train (`--lora-target-modules`, `rollout.defaults.LORA_TARGET_MODULES`).
+rollout's adapters train (`--lora-target-modules`, `rollout.config.defaults.LORA_TARGET_MODULES`).
 Checkpoints then arrive as LoRA adapters through `/v1/load_lora_adapter` (runtime LoRA updating is enabled by
 the environment), and the follower puts the engine to sleep (`/sleep`) while a trainer holds the GPU.
-The engine API key (`VLLMLaunch.api_key`, rollout.serving.engine_api_key) is given in the environment, as
+The engine API key (`VLLMLaunch.api_key`, rollout.serving.keys.engine_api_key) is given in the environment, as
 `VLLM_API_KEY` (vLLM's default for `--api-key`), never on the command line, where `ps` shows it to every user
 of the machine. vLLM checks it on its `/v1`, `/v2`, `/inference` and `/cohere` paths only, so the launch also
 loads `rollout.engines.vllm_guard.EngineKeyGuard` (`--middleware`), which checks it on every route but
@@ -22,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from rollout import defaults
+from rollout.config import defaults
 from rollout.engines.vllm_guard import MIDDLEWARE as GUARD_MIDDLEWARE
 
 if TYPE_CHECKING:

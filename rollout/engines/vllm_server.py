@@ -22,17 +22,17 @@ Routes (shapes as vLLM's OpenAI-compatible server answers them):
   `rollout:prefix_cache_off{reason=...}`.
 
 Before any route: a request whose `Host` the server does not answer to (`Hosts.bound_to(host)`,
-rollout.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is refused;
-beyond it, any) → 421. Then a request to any path but `/health` without the engine API key (`api_key`,
-rollout.serving.engine_api_key) as `Authorization: Bearer <key>` → 401 (`WWW-Authenticate: Bearer`; the key is
-compared in constant time), whatever the bind address: no one who reaches the port but the gateway and the
-follower samples, loads or unloads an adapter, pauses or puts the engine to sleep. vLLM's own `--api-key`
-check answers `{"error": "Unauthorized"}`; this one answers in the shape below, type `UnauthorizedError`
-(rollout's client reads both). A load or unload whose body is not a JSON object with the names it takes → 400.
-Every POST route refuses a body not declared `application/json` (and a body-less one from a web page, by its
-`Origin`) with 415: a page cannot load, unload, pause or put the engine to sleep by a cross-origin form post.
-A path no route serves → 404, a method a route does not take → 405, a body over a limit → 413. Every error
-answers in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
+rollout.security.http_guard: listening on loopback, loopback's own names only, so a DNS-rebinding page is
+refused; beyond it, any) → 421. Then a request to any path but `/health` without the engine API key
+(`api_key`, rollout.serving.keys.engine_api_key) as `Authorization: Bearer <key>` → 401 (`WWW-Authenticate:
+Bearer`; the key is compared in constant time), whatever the bind address: no one who reaches the port but the
+gateway and the follower samples, loads or unloads an adapter, pauses or puts the engine to sleep. vLLM's own
+`--api-key` check answers `{"error": "Unauthorized"}`; this one answers in the shape below, type
+`UnauthorizedError` (rollout's client reads both). A load or unload whose body is not a JSON object with the
+names it takes → 400. Every POST route refuses a body not declared `application/json` (and a body-less one
+from a web page, by its `Origin`) with 415: a page cannot load, unload, pause or put the engine to sleep by a
+cross-origin form post. A path no route serves → 404, a method a route does not take → 405, a body over a
+limit → 413. Every error answers in vLLM's (OpenAI's) error shape: `{"error": {"message", "type", "code"}}`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ from rollout.engines.protocol import (
     SampleRequest,
     stream_sample,
 )
-from rollout.http_guard import BearerKey, HostGuard, Hosts, JsonBodies, json_errors
+from rollout.security.http_guard import BearerKey, HostGuard, Hosts, JsonBodies, json_errors
 
 
 class Tokenizer(Protocol):
@@ -95,7 +95,7 @@ def _error(status: int, message: str, kind: str = "BadRequestError") -> JSONResp
 
 
 def _refused(path: str, status: int, message: str) -> JSONResponse:
-    """A refusal before any route acted (rollout.http_guard), in vLLM's shape."""
+    """A refusal before any route acted (rollout.security.http_guard), in vLLM's shape."""
     return _error(status, message, _ERROR_KINDS.get(status, "BadRequestError"))
 
 
@@ -293,8 +293,9 @@ def _label(value: str) -> str:
 
 
 def build_app(engine: ServedEngine, *, api_key: str, host: str = "127.0.0.1") -> Starlette:
-    """The server of `engine`; every route but `/health` needs `api_key` (rollout.serving.engine_api_key).
-    `host` is the address it listens on: it decides the Host names it answers to."""
+    """The server of `engine`; every route but `/health` needs `api_key`
+    (rollout.serving.keys.engine_api_key). `host` is the address it listens on: it decides the Host names it
+    answers to."""
     if not api_key:
         raise ValueError("the engine server needs an API key: without one, anyone who reaches it drives it")
     paused = False

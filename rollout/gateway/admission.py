@@ -3,7 +3,7 @@
 Contract:
 - A turn for a seat on policy P may begin only on an engine serving a checkpoint of version `v >= newest(P) -
   max_lag`, where `max_lag` and `paused` are the run's current settings (the `run` projection, read as a
-  checked `rollout.run_settings.RunSettings`) and `newest(P)` is P's newest checkpoint version. The base model
+  checked `rollout.run.settings.RunSettings`) and `newest(P)` is P's newest checkpoint version. The base model
   is version 0 of every policy, so a policy with no checkpoint yet (or within max_lag of version 0) is served
   by the base. Settings are re-read for every turn (a mid-run change takes effect on the next turn); nothing
   here talks to Temporal.
@@ -43,7 +43,7 @@ from rollout.gateway.routing import EngineSlot, Routes
 from rollout.gateway.seats import Seat
 from rollout.ledger import Ledger
 from rollout.ledger.queries import find_run, newest_checkpoint_version
-from rollout.run_settings import RunSettings
+from rollout.run.settings import RunSettings
 
 __all__ = ["Admission", "Admitted", "EngineSlot", "RunSettings", "RunStopped", "eligible"]
 

@@ -9,8 +9,9 @@ Contract:
   unknown one → 401; a closed seat → 410; each in the route's own error shape. A turn for a seat this process
   has served before is rendered while its seat is looked up (`Gateway.prepare`); the answer waits for the
   seat.
-- A request whose `Host` is not one the gateway answers to (`Hosts.bound_to(host)`, rollout.http_guard:
-  listening on loopback, loopback's own names only; beyond it, any) → 421, before any route sees it.
+- A request whose `Host` is not one the gateway answers to (`Hosts.bound_to(host)`,
+  rollout.security.http_guard: listening on loopback, loopback's own names only; beyond it, any) → 421, before
+  any route sees it.
 - A body over `max_request_bytes` (by its Content-Length, or as it streams in without one) → 413, before any
   of it is parsed or tokenised. A body not declared `application/json` (parameters allowed: every OpenAI and
   Anthropic client sends it) → 415. A body that is not UTF-8 JSON (NaN, lone surrogates and NUL characters
@@ -64,7 +65,7 @@ from rollout.gateway.sampled import Sampled
 from rollout.gateway.seats import Seat, SeenSeats, resolve, resolve_for_turn
 from rollout.gateway.seatstate import SeatBusy
 from rollout.gateway.service import Gateway
-from rollout.http_guard import HostGuard, Hosts, json_body_refusal, json_errors
+from rollout.security.http_guard import HostGuard, Hosts, json_body_refusal, json_errors
 
 log = logging.getLogger(__name__)
 

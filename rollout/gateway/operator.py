@@ -37,10 +37,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from rollout.gateway.seats import open_seat
-from rollout.http_guard import json_body_refusal
-from rollout.keyfiles import secret_file
 from rollout.ledger import Ledger
-from rollout.run_settings import BadRunSetting, max_lag_of
+from rollout.run.settings import BadRunSetting, max_lag_of
+from rollout.security.http_guard import json_body_refusal
+from rollout.security.keyfiles import secret_file
 
 OPERATOR_KEY_FILE = "operator.key"
 SEAT_FIELDS = ("agent", "policy", "run", "episode", "checkpoint")

@@ -25,7 +25,7 @@ from dataclasses import dataclass, replace
 from rollout.engines.protocol import Engine
 from rollout.ledger import Ledger
 from rollout.records.serving import BASE_CHECKPOINT, ServingAck
-from rollout.serving import EngineStates
+from rollout.serving.states import EngineStates
 
 
 @dataclass

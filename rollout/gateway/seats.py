@@ -13,7 +13,7 @@ Contract:
   ledger, and a token's seat never changes.
 - A seat's turns live on its own stream only: a token reaches exactly the turns recorded under its seat,
   whatever ids or history the client sends (replays and segments are looked up on that stream alone).
-- Secrets on disk (the token secret, the operator key: rollout.keyfiles) are made once, mode 600.
+- Secrets on disk (the token secret, the operator key: rollout.security.keyfiles) are made once, mode 600.
 """
 
 from __future__ import annotations
@@ -25,11 +25,11 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.keyfiles import secret_file
 from rollout.ledger import Kind, Ledger, NewEvent, RecordedEvent
 from rollout.ledger.queries import SeatRow, seat_and_turn_by_token_hash, seat_by_token_hash
 from rollout.ledger.streams import seat_stream
 from rollout.records.seats import SeatClosed, SeatOpened
+from rollout.security.keyfiles import secret_file
 
 
 @dataclass(frozen=True)

@@ -5,9 +5,9 @@ Contract:
 - `GatewayAsked` is what the command line asked; every field left empty takes its setting's value.
 - `plan_gateway(settings, asked)` resolves it into a `GatewayPlan` with the data directory's keys (operator
   key, seat secret, engine key, each made once if missing) and the model's local path (a built-in one made
-  once; one not pulled raises rollout.catalog.ModelNotPulled, saying how to pull it). A malformed `--external`
-  raises `GatewayOptionError`; a port another process holds raises `GatewayPortTaken`, saying how to choose
-  another. Nothing is served yet.
+  once; one not pulled raises rollout.config.catalog.ModelNotPulled, saying how to pull it). A malformed
+  `--external` raises `GatewayOptionError`; a port another process holds raises `GatewayPortTaken`, saying how
+  to choose another. Nothing is served yet.
 - `silent_engines(plan)` names the engine URLs that do not answer /health yet (one may be starting beside
   the gateway: turns wait for it).
 - `serve_planned(plan, runs)` loads the model's renderer (and another base model's when a seat needs it)
@@ -30,7 +30,7 @@ from rollout.gateway.operator import OPERATOR_KEY_FILE, RunControl, load_operato
 from rollout.gateway.seats import load_secret
 from rollout.net import port_is_free
 from rollout.rendering import ModelRenderer, renderer_for_model
-from rollout.serving import engine_api_key, load_engine_key
+from rollout.serving.keys import engine_api_key, load_engine_key
 
 SEAT_SECRET_FILE = "gateway.secret"
 

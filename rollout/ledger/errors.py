@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import psycopg
 
-from rollout.redaction import redact_url, scrub
+from rollout.security.redaction import redact_url, scrub
 
 
 class LedgerError(RuntimeError):

@@ -14,7 +14,9 @@ class Kind(StrEnum):
     other kinds; these are the known ones."""
 
     RUN_CREATED = "RunCreated"
-    RUN_LAUNCHED = "RunLaunched"  # how a training run was launched (rollout.launches), beside its RunCreated
+    RUN_LAUNCHED = (
+        "RunLaunched"  # how a training run was launched (rollout.run.launches), beside its RunCreated
+    )
     SETTINGS_CHANGED = "SettingsChanged"
     TURN_RECORDED = "TurnRecorded"
     EPISODE_FINISHED = "EpisodeFinished"

@@ -18,9 +18,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from rollout.failures import Failure
 from rollout.ledger.events import Kind, RecordedEvent
 from rollout.records import Payload
+from rollout.run.failures import Failure
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -136,8 +136,8 @@ class EpisodeEnded(Payload):
     # By agent: the segments (conversations) its environment keeps out of training, such as a client's side
     # tasks.
     untrained: dict[str, list[str]] = field(default_factory=dict[str, list[str]])
-    failure: Failure | None = None  # an abandoned episode's first failure, classified (rollout.failures)
-    # By agent: the checkpoint a self-play pin (rollout.pins) played, and the fallback it took, if any.
+    failure: Failure | None = None  # an abandoned episode's first failure, classified (rollout.run.failures)
+    # By agent: the checkpoint a self-play pin (rollout.run.pins) played, and the fallback it took, if any.
     pinned: dict[str, str] = field(default_factory=dict[str, str])
 
     @property

@@ -27,7 +27,7 @@ from rollout.ledger.streams import (
     sandbox_leases_prefix,
     seat_stream,
 )
-from rollout.run_settings import BadRunSetting, RunSettings
+from rollout.run.settings import BadRunSetting, RunSettings
 
 # ---- runs --------------------------------------------------------------------------------------------------
 
@@ -194,7 +194,7 @@ async def run_progress(ledger: Ledger, run: str, *, group_size: int | None = Non
 class FailureCount:
     """How many of a run's episodes failed one way: a failure kind at one place in the environment's code."""
 
-    kind: str  # rollout.failures' kinds ("" for an episode recorded before failures were classified)
+    kind: str  # rollout.run.failures' kinds ("" for an episode recorded before failures were classified)
     where: str | None  # file:line in the environment's code
     count: int
     reason: str  # the reason of the first episode that failed this way
@@ -297,7 +297,7 @@ async def newest_checkpoint_version(ledger: Ledger, policy: str) -> int:
 
 async def served_lineage(ledger: Ledger, policy: str) -> list[str]:
     """The names of `policy`'s checkpoints that engines can serve (they have a `ServingTarget`), oldest
-    first: the lineage a self-play pin picks from (rollout.pins)."""
+    first: the lineage a self-play pin picks from (rollout.run.pins)."""
     rows = await ledger._fetch_all(
         "SELECT c.payload->>'name' AS name FROM event c WHERE c.stream_id = %s AND c.kind = %s"
         " AND EXISTS (SELECT 1 FROM event t WHERE t.stream_id = %s AND t.kind = %s"

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from rollout.launches import RunLaunch
 from rollout.ledger.events import Kind, RecordedEvent
 from rollout.ledger.payloads import AttemptAbandoned, EpisodeEnded, ExternalTurn, SampledTurn
 from rollout.records import Payload
@@ -28,6 +27,7 @@ from rollout.records.runs import RunCreated, SettingsChanged
 from rollout.records.sandboxes import SandboxRegistered
 from rollout.records.seats import SeatClosed, SeatOpened
 from rollout.records.serving import ServingAck, ServingRequest, ServingTarget
+from rollout.run.launches import RunLaunch
 
 KIND_RECORDS: dict[Kind, type[Payload]] = {
     Kind.RUN_CREATED: RunCreated,

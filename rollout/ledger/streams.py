@@ -22,7 +22,7 @@ SERVING_REQUESTS = "serving/requests"
 keyed `{holder}/{checkpoint}/requested` and `.../released`."""
 
 EVAL_SUITES = "evals/suites"
-PRESETS = "presets"  # presets stored with `rollout preset load`, versioned (rollout.presets)
+PRESETS = "presets"  # presets stored with `rollout preset load`, versioned (rollout.config.presets)
 """`EvalSuiteRegistered`: each eval suite version's declaration and content hash, keyed `{name}@{version}`."""
 
 

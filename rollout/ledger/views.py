@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from rollout.failures import Failure
 from rollout.ledger.events import Kind
 from rollout.ledger.payloads import EpisodeEnded
 from rollout.ledger.store import Ledger
@@ -24,6 +23,7 @@ from rollout.ledger.streams import SERVING_ACKS, run_episodes_stream
 from rollout.records.checkpoints import CheckpointRecord
 from rollout.records.evals import EvalResult
 from rollout.records.serving import ServingAck
+from rollout.run.failures import Failure
 
 
 @dataclass(frozen=True)
@@ -134,8 +134,8 @@ class EpisodeRow:
     turns: dict[str, int]
     error: str | None
     recorded_at: datetime
-    failure: Failure | None = None  # a failed episode's first failure (rollout.failures)
-    # By agent: the checkpoint a self-play pin played, and the fallback it took (rollout.pins).
+    failure: Failure | None = None  # a failed episode's first failure (rollout.run.failures)
+    # By agent: the checkpoint a self-play pin played, and the fallback it took (rollout.run.pins).
     pinned: dict[str, str] = field(default_factory=dict[str, str])
 
 

@@ -17,7 +17,7 @@ from rollout.control.reads import LedgerUnreachable, list_runs
 from rollout.monitor import checkpoints, evals, machines, runs, transcripts
 from rollout.monitor.context import Monitor
 from rollout.monitor.login import logged_in
-from rollout.redaction import redact_url
+from rollout.security.redaction import redact_url
 
 RETRY_S = 3.0
 

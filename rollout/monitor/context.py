@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from temporalio.client import Client
 
     from rollout.control.reads import LedgerReader
-    from rollout.run_settings import RunChange, RunStatus
+    from rollout.run.settings import RunChange, RunStatus
 
 OVERRIDES_VARIABLE = "ROLLOUT_MONITOR_OVERRIDES"
 LEDGER_PATIENCE_S = 2.0
@@ -51,7 +51,7 @@ class Monitor:
     def temporal[T](self, call: Callable[[Client], Awaitable[T]]) -> T:
         from temporalio.client import Client
 
-        from rollout.temporal_tls import temporal_tls
+        from rollout.security.temporal_tls import temporal_tls
 
         async def go() -> T:
             temporal = self.settings.services.temporal

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Any
 import streamlit as st
 
 from rollout.control.reads import engines, leases, list_runs, sandbox_claim, sandbox_host_lease
-from rollout.engine_load import EngineLoad, fetch_engine_load
 from rollout.monitor.plain import plain
+from rollout.serving.engine_load import EngineLoad, fetch_engine_load
 
 if TYPE_CHECKING:
     from rollout.control.reads import LedgerReader
@@ -102,7 +102,7 @@ def _loads(monitor: Monitor, urls: list[str]) -> dict[str, EngineLoad | None]:
     """Each engine's prefix cache and load, as its /metrics says (asked with the stack's engine key)."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from rollout.serving import known_engine_api_key
+    from rollout.serving.keys import known_engine_api_key
 
     key = known_engine_api_key(monitor.settings.data_path)
     with ThreadPoolExecutor(max_workers=8) as pool:

@@ -30,10 +30,10 @@ from rollout.control.reads import (
     run_progress,
     run_steps,
 )
-from rollout.failures import advice
-from rollout.isolation import SandboxIsolation, said
 from rollout.monitor.plain import plain
-from rollout.run_settings import RunSettings
+from rollout.run.failures import advice
+from rollout.run.settings import RunSettings
+from rollout.security.isolation import SandboxIsolation, said
 
 if TYPE_CHECKING:
     from rollout.control.reads import LedgerReader
@@ -183,7 +183,7 @@ def _controls(monitor: Monitor, run: str, settings: RunSettings, state: str) -> 
     if state != "running":
         return
     from rollout.control.errors import ControlError
-    from rollout.run_settings import MaxLagChange, PauseRun, ResumeRun
+    from rollout.run.settings import MaxLagChange, PauseRun, ResumeRun
 
     left, middle, right = st.columns(3)
     try:

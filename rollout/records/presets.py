@@ -1,6 +1,6 @@
 """The record of a preset stored in the ledger (`PresetStored`, on `presets`, keyed `NAME@VERSION`): its
-text and the SHA-256 that says whether new text is a new version. Pure data: rollout.presets stores and reads
-them.
+text and the SHA-256 that says whether new text is a new version. Pure data: rollout.config.presets stores and
+reads them.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The records of a run's own stream (`run/{run}`): `RunCreated` (its environment and its settings as it
 started) and `SettingsChanged` (what one update changed). Pure data: the settings inside are
-rollout.run_settings' flat recorded form, which `RunSettings.from_recorded` checks where it is read.
+rollout.run.settings' flat recorded form, which `RunSettings.from_recorded` checks where it is read.
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from rollout.records import Payload
-from rollout.run_settings import Recorded
+from rollout.run.settings import Recorded
 
 
 @dataclass(frozen=True)

@@ -42,7 +42,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.sandbox.archive import MAX_ARCHIVE_BYTES, ArchiveTooLarge, pack, unpack
 from rollout.sandbox.jail import INSIDE, CommandKilled, Isolation, JailUnavailable
 from rollout.sandbox.limits import COMMAND_LIMITS
@@ -50,6 +49,7 @@ from rollout.sandbox.private_root import private_root
 from rollout.sandbox.programs import SYSTEM, ProgramNotFound
 from rollout.sandbox.seat_jail import seat_jail, seat_variables
 from rollout.sandbox.world import JsonObject, SandboxSetupError, SandboxWorldLost
+from rollout.security.isolation import JailLimits, SandboxNetwork
 
 OUTPUT_TAIL_BYTES = 64 * 1024
 MAX_TIMEOUT_S = 24 * 3600.0

@@ -18,7 +18,7 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from rollout.isolation import Endpoint
+from rollout.security.isolation import Endpoint
 
 CHUNK = 64 * 1024
 

@@ -27,7 +27,7 @@ import shutil
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from rollout.isolation import JailLimits
+from rollout.security.isolation import JailLimits
 
 # Joins each cgroup named after the count, then runs the rest: `sh -c JOIN sh N FILE... COMMAND...`.
 _JOIN = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 126; shift; n=$((n-1)); done; exec "$@"'

@@ -27,13 +27,13 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 from rollout.config import SandboxIsolation, Settings
-from rollout.isolation import Endpoint
 from rollout.ledger import Ledger
 from rollout.net import reachable_host, serving
 from rollout.sandbox.claims import SandboxPool, SandboxRegistration
 from rollout.sandbox.private_root import private_root
 from rollout.sandbox.server import LOOPBACK_HOSTS, build_sandbox_app
 from rollout.sandbox.world import SandboxWorld, jailed, load_kind
+from rollout.security.isolation import Endpoint
 
 
 def sandbox_workdir(data_path: Path, kind: str, name: str) -> Path:

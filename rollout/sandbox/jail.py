@@ -30,7 +30,8 @@ Contract:
 - `spawn` starts a command with pipes on its stdin and stdout instead (a conversation with a jailed process,
   as a grader holds with the code it grades), under the same rules but the watchdog (its caller bounds it);
   `kill_all()` kills it too.
-- Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail, rollout.bounded_process).
+- Output: stdout and stderr merged, at most `max_output_bytes` kept (head or tail,
+  rollout.security.bounded_process).
 - Isolation `none` runs each command straight from this process, in the workspace, with the same environment
   rules and rlimits but no namespaces: only when a person chose it (`sandbox.isolation=none`).
 - `jail_problem()` says, in a sentence that says how to fix it, why bubblewrap cannot jail on this machine, or
@@ -51,14 +52,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Literal
 
-from rollout.bounded_process import ProcessOutcome, run_bounded
-from rollout.isolation import SandboxIsolation as Isolation
 from rollout.sandbox.entry import entry_argv, outside_and_inside
 from rollout.sandbox.jail_etc import jail_etc
 from rollout.sandbox.limits import JailCgroup, JailLimits, apply_rlimits, tasks_of_uid
 from rollout.sandbox.staging import staged
 from rollout.sandbox.watchdog import disk_used, guard
 from rollout.sandbox.workspace import Workspace
+from rollout.security.bounded_process import ProcessOutcome, run_bounded
+from rollout.security.isolation import SandboxIsolation as Isolation
 
 INSIDE = "/sandbox"
 JAIL_UID = 65534  # nobody: the uid jailed processes run as when rollout runs as root

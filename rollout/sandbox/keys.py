@@ -35,7 +35,7 @@ import re
 import secrets
 from pathlib import Path
 
-from rollout.keyfiles import secret_file
+from rollout.security.keyfiles import secret_file
 
 SANDBOX_KEY_FILE = "sandbox.key"
 PREFIX = "rsc-"

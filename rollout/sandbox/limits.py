@@ -2,9 +2,9 @@
 together.
 
 Contract:
-- `JailLimits` (rollout.isolation) has one default per kind of jail: `SHELL_LIMITS` for a `shell` sandbox's
-  commands, `COMMAND_LIMITS` for a command seat's process tree; a grader makes its own, and an environment's
-  `SandboxSpec.limits` replaces a sandbox kind's for its claims.
+- `JailLimits` (rollout.security.isolation) has one default per kind of jail: `SHELL_LIMITS` for a `shell`
+  sandbox's commands, `COMMAND_LIMITS` for a command seat's process tree; a grader makes its own, and an
+  environment's `SandboxSpec.limits` replaces a sandbox kind's for its claims.
 - `apply_rlimits(limits, nproc)` runs in the child between fork and exec (nothing but system calls):
   RLIMIT_AS, RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU from `limits`, and RLIMIT_NPROC `nproc`, soft and hard (a
   command cannot raise them again). RLIMIT_NPROC counts every task of the jail's real uid on the host, so the
@@ -25,7 +25,7 @@ import signal
 import time
 from pathlib import Path
 
-from rollout.isolation import GiB, JailLimits
+from rollout.security.isolation import GiB, JailLimits
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 

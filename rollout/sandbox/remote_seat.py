@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rollout.bounded_process import ProcessOutcome
 from rollout.harness import SandboxSeat
 from rollout.sandbox.archive import pack, unpack
 from rollout.sandbox.claims import SandboxClaim, SandboxPool
@@ -38,6 +37,7 @@ from rollout.sandbox.jail import INSIDE
 from rollout.sandbox.keys import claim_secret
 from rollout.sandbox.limits import COMMAND_LIMITS
 from rollout.sandbox.seat_jail import agent_workdir, inside_port
+from rollout.security.bounded_process import ProcessOutcome
 
 log = logging.getLogger(__name__)
 

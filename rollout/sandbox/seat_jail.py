@@ -33,7 +33,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rollout.bounded_process import ProcessOutcome
 from rollout.config import SandboxIsolation as Isolation
 from rollout.sandbox.jail import BASE_ENV, Jail, jail_uid
 from rollout.sandbox.limits import COMMAND_LIMITS, JailLimits
@@ -42,6 +41,7 @@ from rollout.sandbox.programs import ProgramInstall, program_install
 from rollout.sandbox.relay_folder import RelayFolder
 from rollout.sandbox.seat_proxy import seat_proxy
 from rollout.sandbox.workspace import Workspace
+from rollout.security.bounded_process import ProcessOutcome
 
 DEFAULT_PORT = 8080  # the gateway's port in the jail when its own is privileged (the jail has no capability)
 

@@ -5,15 +5,15 @@ Contract:
 - Every route but `/health` needs the claim's secret (`Authorization: Bearer rsc-…`, rollout.sandbox.keys) of
   the epoch and holder the body names: without it 401, with a wrong one 403 (and nothing about the sandbox's
   claims is said). A request whose `Host` is not one this server answers to (`hosts`, and loopback's own
-  names) is refused with 421 before any route sees it (rollout.http_guard), and one that carries an `Origin`
-  (a web page's) with 403: a page in a browser on this machine cannot reach it, not even by DNS rebinding.
-  Bodies must be JSON objects, declared `application/json` (415 otherwise). A path no route serves → 404, a
-  method a route does not take → 405. Every error is `{"error": message}`.
+  names) is refused with 421 before any route sees it (rollout.security.http_guard), and one that carries an
+  `Origin` (a web page's) with 403: a page in a browser on this machine cannot reach it, not even by DNS
+  rebinding. Bodies must be JSON objects, declared `application/json` (415 otherwise). A path no route serves
+  → 404, a method a route does not take → 405. Every error is `{"error": message}`.
 - `POST /open {epoch, holder, limits?, network?}` starts a claim: a newer epoch resets the world and becomes
   current; the current epoch again is a no-op (a retried open); an older one is refused with 409. A kind that
-  runs agents' commands is first configured with the claim's `limits` (rollout.isolation.JailLimits as JSON)
-  and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when an endpoint leads to one of
-  `refused_endpoints` (the stack's own services: names are resolved and their addresses compared, every
+  runs agents' commands is first configured with the claim's `limits` (rollout.security.isolation.JailLimits
+  as JSON) and `network` (`SandboxNetwork.entries()`); 400 when they are malformed, when an endpoint leads to
+  one of `refused_endpoints` (the stack's own services: names are resolved and their addresses compared, every
   loopback address and this machine's name as one), when it does not resolve, or when the kind runs no
   commands. While a newer claim resets the world, every act is refused (409): none starts in the next claim.
   Epochs come from the ledger lease, so they only grow: a zombie holder can neither reopen nor act once a
@@ -40,11 +40,11 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse
 from starlette.routing import Route
 
-from rollout.http_guard import HostGuard, Hosts, JsonBodies, json_errors
-from rollout.isolation import Endpoint, JailLimits, SandboxNetwork
 from rollout.sandbox.jail import CommandKilled
 from rollout.sandbox.keys import kind_claim_secret, same_secret
 from rollout.sandbox.world import JsonObject, SandboxWorld, SandboxWorldLost
+from rollout.security.http_guard import HostGuard, Hosts, JsonBodies, json_errors
+from rollout.security.isolation import Endpoint, JailLimits, SandboxNetwork
 
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1"})
 
@@ -67,7 +67,7 @@ def _error(status: int, message: str) -> JSONResponse:
 
 
 def _refused(path: str, status: int, message: str) -> JSONResponse:
-    """A refusal before any route acted (rollout.http_guard)."""
+    """A refusal before any route acted (rollout.security.http_guard)."""
     return _error(status, message)
 
 

@@ -15,7 +15,7 @@ Contract:
   (`SHELL_LIMITS`).
 - `configure(limits, network)` (before a claim's `reset()`; the sandbox server calls it with the claim's
   environment's `SandboxSpec`) sets what that claim's commands may use (`limits`, the kind's own when None)
-  and reach (rollout.isolation.SandboxNetwork; nothing by default). Each endpoint `host:port` is at
+  and reach (rollout.security.isolation.SandboxNetwork; nothing by default). Each endpoint `host:port` is at
   `127.0.0.1:port` in the jail (rollout.sandbox.endpoint_bridge); with `gateway`, an act that names its seat's
   gateway (`{base}/s/{token}`) reaches that seat's routes and no other's (rollout.sandbox.seat_proxy), at the
   URL the command finds in `ROLLOUT_GATEWAY_URL` (`OPENAI_BASE_URL` is its `/v1`).
@@ -30,7 +30,6 @@ import re
 from pathlib import Path
 
 from rollout.contracts import ToolSpec
-from rollout.isolation import JailLimits, SandboxNetwork
 from rollout.sandbox.endpoint_bridge import endpoint_bridge
 from rollout.sandbox.jail import CommandKilled, Isolation, Jail, jail_uid
 from rollout.sandbox.limits import SHELL_LIMITS
@@ -39,6 +38,7 @@ from rollout.sandbox.seat_jail import inside_port
 from rollout.sandbox.seat_proxy import seat_proxy
 from rollout.sandbox.workspace import Workspace
 from rollout.sandbox.world import JsonObject, SandboxWorldLost
+from rollout.security.isolation import JailLimits, SandboxNetwork
 
 DEFAULT_TIMEOUT_S = 10.0
 MAX_TIMEOUT_S = 120.0

@@ -28,9 +28,9 @@ from pathlib import Path
 
 from rollout.blobs import open_store
 from rollout.config import SERVICE_LEDGER_ROLES, Settings
-from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.ledger.errors import LedgerUnreachableError
+from rollout.security.keyfiles import ledger_password
 from rollout.stack.engine import check_engine
 from rollout.stack.health import ServiceStatus, blobs_status, postgres_status, temporal_status
 from rollout.stack.managed import ManagedProcess

@@ -16,8 +16,8 @@ import httpx
 
 from rollout.blobs import open_store
 from rollout.config import Settings, TemporalSettings
-from rollout.engine_load import fetch_engine_load
 from rollout.ledger.errors import redact
+from rollout.serving.engine_load import fetch_engine_load
 
 Mode = Literal["embedded", "external"]
 
@@ -34,7 +34,7 @@ class ServiceStatus:
     restarts: int = 0  # times the supervisor started it again after it died
     last_exit: str | None = None  # how it last ended, e.g. "killed by SIGKILL"
     # An engine's: the share of prompt tokens its prefix cache held since it started, and its requests in
-    # flight (running and waiting), as its /metrics says (rollout.engine_load).
+    # flight (running and waiting), as its /metrics says (rollout.serving.engine_load).
     prefix_cache_hit_rate: float | None = None
     in_flight: int | None = None
 
@@ -172,7 +172,7 @@ def engine_opponents(settings: Settings, url: str) -> str:
 async def _check_temporal(address: str, namespace: str, tls: TemporalSettings | None) -> tuple[bool, str]:
     from temporalio.client import Client
 
-    from rollout.temporal_tls import temporal_tls
+    from rollout.security.temporal_tls import temporal_tls
 
     try:
         async with asyncio.timeout(5):

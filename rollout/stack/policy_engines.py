@@ -22,9 +22,9 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from rollout.config import Settings
+from rollout.config.overrides import setting_given
 from rollout.net import port_is_free
-from rollout.overrides import setting_given
-from rollout.serving import known_engine_api_key
+from rollout.serving.keys import known_engine_api_key
 from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, engine_status
 from rollout.stack.replicas import replica_ports
 from rollout.stack.roles import ENGINE, Role

@@ -5,10 +5,10 @@ Contract:
   A directory there that is not a Postgres cluster is reported, not repaired.
 - The server listens on TCP `host:port` only (loopback by default), and every role logs in with a password
   (`scram-sha-256`): `postgres`, the owner, with the one made in the data directory
-  (`rollout.keyfiles.ledger_password`, mode 600), which `url()` carries. A process of this machine without it
-  gets nowhere. A cluster made before (trust auth) is given the password and switched over when it starts.
-  Postgres refuses to run as root, so when we are root it runs as a dedicated system user that owns the
-  cluster directory.
+  (`rollout.security.keyfiles.ledger_password`, mode 600), which `url()` carries. A process of this machine
+  without it gets nowhere. A cluster made before (trust auth) is given the password and switched over when it
+  starts. Postgres refuses to run as root, so when we are root it runs as a dedicated system user that owns
+  the cluster directory.
 - `start` is idempotent: a running server is left alone. A `postmaster.pid` left by a server killed with
   SIGKILL is taken over by Postgres itself when its pid is gone; when that pid is still a zombie (the dead
   postmaster not yet reaped by whoever adopted it) or was reused by another program, Postgres would refuse to
@@ -32,9 +32,9 @@ from pathlib import Path
 
 import psutil
 
-from rollout.keyfiles import ledger_password
 from rollout.ledger import migrate
 from rollout.net import port_is_free
+from rollout.security.keyfiles import ledger_password
 from rollout.stack.processes import PortTakenError, stop_together
 
 SERVICE_USER = "rollout-pg"

@@ -8,7 +8,7 @@ Contract:
 - Every command a role runs reads its options from the settings (`rollout engine serve`, `gateway`, `worker
   runner`, `worker trainer` and `monitor` default each option to its setting), so a role's command line is
   its command and `service_overrides(settings, …)`, the typed settings written out one `key=value` per
-  field (`rollout.overrides`), which the process loads back as they were: nothing here spells a
+  field (`rollout.config.overrides`), which the process loads back as they were: nothing here spells a
   command's flag. A role is told only the sections (or single settings) it reads: a change to any other
   leaves its command line, so its running process, as it was.
 - Every role is given the stack's addresses (`STACK_SECTIONS`): data and model directories, log level,
@@ -29,9 +29,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from rollout.config import EngineKind, LedgerWriter, Settings
-from rollout.isolation import said
-from rollout.overrides import overrides_for, setting_at, setting_given
-from rollout.serving import known_engine_api_key
+from rollout.config.overrides import overrides_for, setting_at, setting_given
+from rollout.security.isolation import said
+from rollout.serving.keys import known_engine_api_key
 from rollout.stack.health import ServiceStatus, engine_opponents, engine_serves, engine_status, http_status
 from rollout.stack.ledger_password import passfile_for, password_out_of
 from rollout.stack.managed import ManagedProcess
@@ -52,7 +52,7 @@ _OPTION = "--"
 
 
 def service_overrides(settings: Settings, *sections: str) -> list[str]:
-    """`sections` of `settings` as a service is told them (`rollout.overrides`); the ledger section
+    """`sections` of `settings` as a service is told them (`rollout.config.overrides`); the ledger section
     is the services' view of it: the service logins' URLs (`Settings.service_ledger_urls`), never the
     owner's."""
     given = settings.services.postgres

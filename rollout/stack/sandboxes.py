@@ -18,8 +18,8 @@ from __future__ import annotations
 import re
 
 from rollout.config import Settings
-from rollout.isolation import SandboxIsolation, said
-from rollout.overrides import setting_given
+from rollout.config.overrides import setting_given
+from rollout.security.isolation import SandboxIsolation, said
 from rollout.stack.health import ServiceStatus
 from rollout.stack.roles import Role, arguments, arguments_given
 

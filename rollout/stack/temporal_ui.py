@@ -5,8 +5,9 @@ Contract:
 - `python -m rollout.stack.temporal_ui HOST PORT -- TEMPORAL_COMMAND...` runs the Temporal dev server
   command with its `--ui-ip`/`--ui-port` set here (loopback, a port chosen free at each start that only this
   process is told), and serves on HOST:PORT a reverse proxy to that UI. The proxy answers only the `Host`s
-  `Hosts.bound_to(HOST)` allows (on loopback, loopback's own names: rollout.http_guard), 421 otherwise, and
-  passes every other request and answer through unchanged but for hop-by-hop headers, the answer streamed.
+  `Hosts.bound_to(HOST)` allows (on loopback, loopback's own names: rollout.security.http_guard), 421
+  otherwise, and passes every other request and answer through unchanged but for hop-by-hop headers, the
+  answer streamed.
 - It lives as long as Temporal does and exits with its exit code. SIGTERM or SIGINT stop Temporal first, so
   its SQLite file is closed cleanly; killed outright, it takes Temporal with it (Temporal is started with
   SIGKILL as its parent-death signal), so the stack never keeps a Temporal whose UI nobody guards. The two
@@ -29,8 +30,8 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from rollout.http_guard import HostGuard, Hosts
 from rollout.net import free_port
+from rollout.security.http_guard import HostGuard, Hosts
 
 PR_SET_PDEATHSIG = 1
 # Headers of one connection, not of the request (RFC 9110 7.6.1), and those the proxy sets itself.

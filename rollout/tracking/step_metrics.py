@@ -58,7 +58,7 @@ class StepMetrics:
     episodes: int
     episodes_failed: int
     turns: int  # over those episodes and every agent in them
-    failures: dict[str, int]  # those that failed, by kind (rollout.failures: TaskFailed, TaskTimedOut, …)
+    failures: dict[str, int]  # those that failed, by kind (rollout.run.failures: TaskFailed, TaskTimedOut, …)
     groups_drawn: int  # kept + replaced by refill
     groups_kept: int
     groups_replaced: int  # tied groups refill consumed without training, each replaced by a fresh group

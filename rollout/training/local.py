@@ -47,7 +47,7 @@ from typing import Any, Protocol
 
 import torch
 
-from rollout import defaults
+from rollout.config import defaults
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, LossMetrics, NonFiniteLoss, policy_loss
 from rollout.training.flops import peak_tflops, training_flops_per_token

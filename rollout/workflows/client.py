@@ -39,7 +39,7 @@ from temporalio.client import (
 from temporalio.exceptions import FailureError
 from temporalio.service import RPCError, RPCStatusCode
 
-from rollout.run_settings import MaxLagChange, PauseRun, ResumeRun, RunChange, RunStatus, StopRun
+from rollout.run.settings import MaxLagChange, PauseRun, ResumeRun, RunChange, RunStatus, StopRun
 from rollout.workflows.names import RUNNER_QUEUE, run_workflow_id
 from rollout.workflows.run import RunWorkflow
 from rollout.workflows.run_types import RunInput

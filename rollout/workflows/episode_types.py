@@ -18,9 +18,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout import defaults
+from rollout.config import defaults
 from rollout.environment import AgentSeatSpec, SandboxSpec
-from rollout.failures import Failure
+from rollout.run.failures import Failure
 
 
 @dataclass
@@ -80,7 +80,7 @@ class AgentInput:
 
 @dataclass
 class PinRequest:
-    """The seats of an episode pinned relative to their policy's lineage (rollout.pins), to resolve."""
+    """The seats of an episode pinned relative to their policy's lineage (rollout.run.pins), to resolve."""
 
     run: str
     episode: str

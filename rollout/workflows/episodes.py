@@ -16,14 +16,14 @@ Contract:
   (waiting up to the need's `wait_s`; none free in time fails the episode with the reason), renews the claim
   every third of its time to live while the agents play, and releases it at the end, however the episode
   ended. It plays every agent seat at once (agent i on sandbox seat i), gathers their rewards and records the
-  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error and the first `Failure` (rollout.failures:
-  its kind, reason and place in the environment's code) when an agent failed for good. A deterministic
-  failure is never retried. It never fails itself, so the run goes on.
-- Seats pinned relative to their policy's lineage (`latest`, `latest-K`, `sample`, `sample-N`: rollout.pins)
-  are resolved first, once, by the `resolve_pins` activity (so a replay, a retried seat and a restarted
-  episode play the same checkpoints); each chosen checkpoint but the base model is held on the engines
-  (`hold_serving`, holder the episode's workflow id) until the episode ends, and a hold that fails abandons
-  the episode with the reason. The episode's record names what each pinned seat played (`pinned`).
+  episode: `EpisodeFinished`, or `EpisodeAbandoned` with the error and the first `Failure`
+  (rollout.run.failures: its kind, reason and place in the environment's code) when an agent failed for good.
+  A deterministic failure is never retried. It never fails itself, so the run goes on.
+- Seats pinned relative to their policy's lineage (`latest`, `latest-K`, `sample`, `sample-N`:
+  rollout.run.pins) are resolved first, once, by the `resolve_pins` activity (so a replay, a retried seat and
+  a restarted episode play the same checkpoints); each chosen checkpoint but the base model is held on the
+  engines (`hold_serving`, holder the episode's workflow id) until the episode ends, and a hold that fails
+  abandons the episode with the reason. The episode's record names what each pinned seat played (`pinned`).
 - A seat played by an external command is never replayed (the command's requests are not ours to repeat):
   each attempt gets a fresh seat, like a non-replayable environment.
 - `EpisodeSupplyWorkflow` (`run/{run}/supply`) keeps `groups_in_flight` groups of `group_size` episodes
@@ -58,7 +58,7 @@ from temporalio import workflow
 from temporalio.common import RetryPolicy
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
-from rollout.failures import DETERMINISTIC, KINDS, TRANSIENT, Failure, one_line
+from rollout.run.failures import DETERMINISTIC, KINDS, TRANSIENT, Failure, one_line
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     AbandonInput,
@@ -89,8 +89,8 @@ FRESH_ATTEMPTS = 3  # attempts of a non-replayable agent before the episode fail
 # out inside an attempt), so these outlast a runner restarted several times during one episode.
 REPLAY_ATTEMPTS = 10
 GROUPS_PER_HISTORY = 100
-FOR_GOOD = list(DETERMINISTIC)  # failures a retry would repeat (rollout.failures)
-# How long an episode waits for the engines to serve a checkpoint a self-play pin chose (rollout.pins).
+FOR_GOOD = list(DETERMINISTIC)  # failures a retry would repeat (rollout.run.failures)
+# How long an episode waits for the engines to serve a checkpoint a self-play pin chose (rollout.run.pins).
 PIN_SERVED_WAIT_S = 300.0
 BASE = "base"  # the base model: every engine serves it, nothing to hold
 # Workflows started before one-seat episodes played and recorded in one activity replay the old commands.

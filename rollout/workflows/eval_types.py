@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout import defaults
+from rollout.config import defaults
 from rollout.workflows.names import TRAINER_QUEUE
 
 

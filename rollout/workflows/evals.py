@@ -11,7 +11,7 @@ Contract:
   (`suite@version`), `checkpoint`, `temperature` (the gateway samples every turn of the run with it) and
   `max_tokens` (the suite's, else the input's `default_max_tokens`); one-episode groups, group `first + i`
   being held-out task `first + i`; every agent seat that is not pinned to a fixed checkpoint already is
-  pinned to the checkpoint (a self-play pin, rollout.pins, included: an eval run has no lineage). No
+  pinned to the checkpoint (a self-play pin, rollout.run.pins, included: an eval run has no lineage). No
   training run reads these episodes: they are never trained.
 - One `EvalResult` per (suite@version, checkpoint, environment). An environment already scored is not played
   again; a retried or repeated eval records nothing twice; a runner killed mid-eval costs a replay of its
@@ -38,7 +38,7 @@ from temporalio.common import RetryPolicy
 from temporalio.exceptions import ApplicationError
 
 from rollout.environment import AgentSeatSpec
-from rollout.run_settings import RunSettings
+from rollout.run.settings import RunSettings
 from rollout.workflows import runner_stubs
 from rollout.workflows.bridges import BridgeWorkflow
 from rollout.workflows.episode_types import SupplyInput
@@ -93,7 +93,7 @@ def eval_lanes(episodes_in_flight: int, environments: int) -> list[int]:
 
 def eval_seats(agents: list[AgentSeatSpec], checkpoint: str) -> list[AgentSeatSpec]:
     """The seats an eval plays: every one not pinned to a fixed checkpoint is pinned to `checkpoint`, a
-    self-play pin (rollout.pins) too, since an eval run has no lineage of its own."""
+    self-play pin (rollout.run.pins) too, since an eval run has no lineage of its own."""
     return [
         a if a.checkpoint is not None and a.relative_pin is None else replace(a, checkpoint=checkpoint)
         for a in agents

@@ -47,7 +47,7 @@ from temporalio.exceptions import ApplicationError
 from temporalio.workflow import ParentClosePolicy
 
 from rollout.rl.selection import supply_allowance
-from rollout.run_settings import BadRunSetting, MaxLagChange, RunSettingsChange, RunStatus, max_lag_of
+from rollout.run.settings import BadRunSetting, MaxLagChange, RunSettingsChange, RunStatus, max_lag_of
 from rollout.workflows import runner_stubs
 from rollout.workflows.episode_types import (
     EnvironmentInfo,

@@ -1,7 +1,7 @@
 """The records of `RunWorkflow` (rollout.workflows.run): a run's start (`RunInput`, which the runner's
 `create_run` activity records), a change of its settings (`SettingsChange`, which `change_settings` records)
 and the signals it takes (`TrainingAdvanced`, `PauseAsked`, `GateTripped`). Its state (`RunStatus`) and the
-changes its updates make (`RunChange`) are the run's settings' own (rollout.run_settings): every face reads
+changes its updates make (`RunChange`) are the run's settings' own (rollout.run.settings): every face reads
 and sends them without reaching into the workflows.
 
 A workflow's records live in a module of their own beside it, all in one place, not in the workflow's
@@ -16,9 +16,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout import defaults
-from rollout.launches import RunLaunch
-from rollout.run_settings import RunSettings, RunSettingsChange, failure_bound_of
+from rollout.config import defaults
+from rollout.run.launches import RunLaunch
+from rollout.run.settings import RunSettings, RunSettingsChange, failure_bound_of
 from rollout.workflows.tracking_types import TrackingInput
 from rollout.workflows.training_types import TrainingSpec
 

@@ -66,7 +66,7 @@ async def change_settings(change: SettingsChange) -> None:
 
 @activity.defn
 async def resolve_pins(request: PinRequest) -> list[PinnedSeat]:
-    """The checkpoint each relative-pinned seat of the episode plays (rollout.pins), from its policy's
+    """The checkpoint each relative-pinned seat of the episode plays (rollout.run.pins), from its policy's
     served lineage in the ledger; a seat this episode already opened keeps the checkpoint it opened with."""
     raise NotImplementedError
 
@@ -75,8 +75,8 @@ async def resolve_pins(request: PinRequest) -> list[PinnedSeat]:
 async def play_agent(attempt: AgentAttempt) -> AgentResult:
     """Open the attempt's seat and play the agent's task through the gateway (or its external command),
     heartbeating; return its reward and turns. A retry of a replayable seat resumes by replay. Fails for good
-    (not retried) with an error typed by its deterministic `Failure` kind (rollout.failures), the record in
-    its details."""
+    (not retried) with an error typed by its deterministic `Failure` kind (rollout.run.failures), the record
+    in its details."""
     raise NotImplementedError
 
 

@@ -37,9 +37,9 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 
 from coding.tasks import CodingTask
-from rollout.isolation import SandboxIsolation
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxActionError
+from rollout.security.isolation import SandboxIsolation
 
 PIECE_CHARS = 64 * 1024
 MAX_UPLOAD_BYTES = 4 * 1024 * 1024

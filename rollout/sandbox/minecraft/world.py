@@ -6,13 +6,13 @@ import asyncio
 from pathlib import Path
 from typing import Any
 
-from rollout.isolation import GiB, JailLimits, MiB, SandboxIsolation
 from rollout.sandbox.jail import BASE_ENV, Jail, jail_uid
 from rollout.sandbox.minecraft.install import HERE, Installation, ensure_installed, minecraft_home
 from rollout.sandbox.minecraft.sidecar import Sidecar, WorldLost
 from rollout.sandbox.programs import program_install
 from rollout.sandbox.workspace import Workspace
 from rollout.sandbox.world import JsonObject
+from rollout.security.isolation import GiB, JailLimits, MiB, SandboxIsolation
 
 BOT_NAMES = ("Alex", "Blake", "Casey", "Drew", "Emery", "Finley", "Gray", "Harper")
 AGENT_OPS = frozenset({"observe", "wait", "move_to", "look", "dig", "place", "chat"})

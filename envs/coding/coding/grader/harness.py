@@ -51,9 +51,9 @@ from importlib import resources
 from pathlib import Path, PurePosixPath
 from typing import Any, cast
 
-from rollout.isolation import JailLimits, SandboxIsolation
 from rollout.sandbox.jail import Jail, jail_uid
 from rollout.sandbox.workspace import Workspace
+from rollout.security.isolation import JailLimits, SandboxIsolation
 
 PER_TEST_S = 5.0
 IMPORT_S = 30.0  # the repository's modules imported for the tests: more than a test, on a loaded host

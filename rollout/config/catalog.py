@@ -2,7 +2,7 @@
 
 Contract:
 - `CATALOG[name]` is a `CatalogModel`: the Hugging Face repository (and revision) its files come from, roughly
-  how much it downloads, and its `ModelShape` for memory budgets (rollout.budget).
+  how much it downloads, and its `ModelShape` for memory budgets (rollout.config.budget).
 - A catalog model lives in `{models_dir}/{name}` once pulled; `pulled(name, models_dir)` says whether it is
   there (a marker written after the whole download: an interrupted pull is resumed, never taken for a model).
   Nothing downloads it at run time: engines and trainers that name it refuse to start until it is pulled.
@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from rollout.budget import Budget, ModelShape, one_gpu_budget, vllm_default_max_num_seqs
 from rollout.config import EngineKind, Settings
+from rollout.config.budget import Budget, ModelShape, one_gpu_budget, vllm_default_max_num_seqs
 
 
 @dataclass(frozen=True)
@@ -47,8 +47,8 @@ QWEN3_5_9B = ModelShape(
     kv_heads=4,
     head_dim=256,
     recurrent_state_bytes=24 * 32 * 128 * 128 * 4,
-    # The adapter's targets (rollout.defaults.LORA_TARGET_MODULES: q, k, v, o) exist in the 8 full-attention
-    # blocks only (q with its output gate: 4096 -> 2 × 16 × 256): the mean over the 32 blocks.
+    # The adapter's targets (rollout.config.defaults.LORA_TARGET_MODULES: q, k, v, o) exist in the 8
+    # full-attention blocks only (q with its output gate: 4096 -> 2 × 16 × 256): the mean over the 32 blocks.
     lora_in_out=8 * ((4096 + 8192) + (4096 + 1024) * 2 + (4096 + 4096)) // 32,
 )
 

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from rollout.defaults import LORA_TARGET_MODULES
+from rollout.config.defaults import LORA_TARGET_MODULES
 
 GIB = 1024**3
 BYTES = {"fp32": 4.0, "bf16": 2.0, "nf4": 0.5 + 4 / 64}  # nf4: 4 bits, and a float32 scale per block of 64
@@ -54,8 +54,9 @@ class ModelShape:
     kv_heads: int = 8
     head_dim: int = 128
     recurrent_state_bytes: int = 0  # per sequence, for linear-attention layers (their state, not a cache)
-    # The sum of (in + out) over the modules a LoRA adapter targets (rollout.defaults.LORA_TARGET_MODULES,
-    # which vLLM is also told), per layer: the trainer's adapter and each of vLLM's LoRA slots.
+    # The sum of (in + out) over the modules a LoRA adapter targets
+    # (rollout.config.defaults.LORA_TARGET_MODULES, which vLLM is also told), per layer: the trainer's adapter
+    # and each of vLLM's LoRA slots.
     lora_in_out: int = 0
 
     @property

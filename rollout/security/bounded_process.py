@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from rollout.redaction import without_secrets
+from rollout.security.redaction import without_secrets
 
 
 @dataclass(frozen=True)

@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from rollout import defaults
+from rollout.config import defaults
 
 __all__ = [
     "BadRunSetting",

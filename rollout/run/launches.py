@@ -21,7 +21,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from rollout.overrides import setting_given
+from rollout.config.overrides import setting_given
 from rollout.records import Payload
 
 LAUNCHED = "launched"  # the event's key in the run's stream: one launch per run
