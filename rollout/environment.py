@@ -2,9 +2,10 @@
 how to make each seat's `Task`; `load_environment("package.module:attribute")` finds one.
 
 Contract:
-- Task sources are deterministic by index: `parameters(group)` is the same on every machine and every retry,
-  so workflows pass only the group index and each runner rebuilds the task itself (nothing heavy crosses
-  Temporal). A `Dataset` cycles through its rows; a `Generator` draws from a RNG seeded by (seed, group).
+- Task sources (rollout.task_sources: `Dataset`, `Generator`, `HFDataset` from `Dataset.from_hf` or
+  `Dataset.from_files`) are deterministic by index: `parameters(group)` is the same on every machine and every
+  retry, so workflows pass only the group index and each runner rebuilds the task itself (nothing heavy
+  crosses Temporal).
 - Every episode of a group plays the same parameters (group-relative advantages compare like with like).
 - An episode has one seat per `AgentSeatSpec`; each seat has its own `Task` (made by `make_task(parameters,
   agent)`) and its own reward. A seat uses the built-in loop (the Task talks to the model through the gateway)
@@ -36,15 +37,14 @@ Contract:
 
 from __future__ import annotations
 
-import abc
-import random
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from rollout.references import ReferenceLoadError, import_reference
 from rollout.run.pins import RelativePin, parse_pin
 from rollout.security.isolation import JailLimits, SandboxNetwork
+from rollout.task_sources import Dataset, Generator, HFDataset, HFDatasetError, TaskParameters, TaskSource
 
 if TYPE_CHECKING:  # annotations only: workflow code imports this module, and pydantic is not light
     from rollout.contracts import Message, ToolSpec
@@ -60,51 +60,20 @@ __all__ = [
     "Environment",
     "EnvironmentLoadError",
     "Generator",
+    "HFDataset",
+    "HFDatasetError",
     "SandboxSpec",
     "TaskParameters",
     "TaskSource",
     "load_environment",
 ]
 
-TaskParameters = dict[str, str]
 TRAIN_TASKS = "train"
 EVAL_TASKS = "eval"
 
 
 class EnvironmentLoadError(ValueError):
     """The reference does not name an importable environment."""
-
-
-class TaskSource(abc.ABC):
-    """Where the tasks of a run come from: one parameter set per group index."""
-
-    @abc.abstractmethod
-    def parameters(self, group: int) -> TaskParameters: ...
-
-
-@dataclass(frozen=True)
-class Dataset(TaskSource):
-    """A fixed list of tasks, cycled through in order."""
-
-    rows: Sequence[TaskParameters]
-
-    def __post_init__(self) -> None:
-        if not self.rows:
-            raise ValueError("a Dataset needs at least one row")
-
-    def parameters(self, group: int) -> TaskParameters:
-        return dict(self.rows[group % len(self.rows)])
-
-
-@dataclass(frozen=True)
-class Generator(TaskSource):
-    """Tasks drawn by `make` from a RNG seeded by (seed, group): endless, and the same everywhere."""
-
-    make: Callable[[random.Random], TaskParameters]
-    seed: int = 0
-
-    def parameters(self, group: int) -> TaskParameters:
-        return dict(self.make(random.Random(f"{self.seed}/{group}")))
 
 
 @dataclass(frozen=True)
