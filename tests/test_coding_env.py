@@ -26,7 +26,7 @@ from rollout.activities.agent_loop import play
 from rollout.activities.external_loop import play_external
 from rollout.contracts import Message, ToolCall, ToolSpec
 from rollout.control.env_check import check_environment
-from rollout.harness import CommandSetup, RunContext, SandboxSeat
+from rollout.harness import CommandSetup, End, Observation, RunContext, SandboxSeat
 from rollout.net import serving
 from rollout.sandbox import SandboxClient
 from rollout.sandbox.client import SandboxRefused
@@ -216,15 +216,27 @@ def test_env_check_plays_the_coding_environment_to_reward_1() -> None:
     ]
 
 
+class _Graded(ShellCoding):
+    """The shell task, keeping the grade it ended with: a failing assertion says what the grader said."""
+
+    ended: End | None = None
+
+    async def respond(self, run: RunContext, reply: Message) -> Observation:
+        observation = await super().respond(run, reply)
+        if isinstance(observation, End):
+            self.ended = observation
+        return observation
+
+
 async def test_the_scripted_solver_solves_every_task_through_the_shell_sandbox(tmp_path: Path) -> None:
     async with served_sandbox(tmp_path / "box") as sandbox:
         for task in coding_tasks():
             model = Replies(solve)
             seat = await sandbox.claim()
-            played = await play(
-                ShellCoding(task), context(seat, task.id), model, max_turns=environment.max_turns
-            )
-            assert played.reward == 1.0 and played.turns == 3, task.id
+            graded = _Graded(task)
+            played = await play(graded, context(seat, task.id), model, max_turns=environment.max_turns)
+            said = graded.ended.content if graded.ended is not None else "no grade"
+            assert played.reward == 1.0 and played.turns == 3, f"{task.id}: {said}"
             assert (
                 played.metrics["tests_passed"]
                 == played.metrics["tests_total"]
