@@ -34,6 +34,7 @@ GROUPS: dict[str, tuple[str, ...]] = {
         "README.md",
         "docs/",
         "tests/test_monitor.py",
+        "tests/test_checkpoint_export.py",
         "tests/test_monitor_browser.py",
         "tests/test_tracking.py",
     ),

@@ -31,11 +31,11 @@ from temporalio.exceptions import ApplicationError
 from rollout.activities.training import Publish, parent_record
 from rollout.blobs import BlobStore
 from rollout.ledger import Ledger
-from rollout.records.checkpoints import CheckpointRecord
+from rollout.records.checkpoints import TINKER_FILE, CheckpointRecord
 from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig, NonFiniteLoss, policy_loss
 from rollout.training.checkpoints import checkpoint_name, fetch_checkpoint
-from rollout.training.tinker_data import TINKER_FILE, TinkerDatum, loss_function, tinker_datums
+from rollout.training.tinker_data import TinkerDatum, loss_function, tinker_datums
 from rollout.workflows.training_types import TrainStepInput
 
 if TYPE_CHECKING:

@@ -8,6 +8,7 @@ import sys
 import typer
 
 from rollout.cli import (
+    checkpoint,
     cluster,
     common,
     config,
@@ -45,6 +46,7 @@ monitor.register(app)
 app.command()(sft.sft)
 gateway.register(app)
 app.add_typer(run.app, name="run")
+app.add_typer(checkpoint.app, name="checkpoint")
 app.add_typer(env.app, name="env")
 eval_schedules.register(app)
 app.add_typer(seat.app, name="seat")

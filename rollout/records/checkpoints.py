@@ -4,18 +4,24 @@ format, on `policy/{policy}/bridges`).
 
 Contract: a checkpoint's name and its files' names come from the ledger, and engines and trainers join them to
 their own folders: each record refuses (on read, as a bad payload) a name or a file name that is not a plain
-relative path (`..`, absolute, a backslash, a control character: `rollout.blobs.checked_key`). Pure data;
-publishing and fetching are rollout.training.checkpoints.
+relative path (`..`, absolute, a backslash, a control character: `rollout.blobs.checked_key`). A checkpoint's
+`kind` is told by its files: `lora` (a peft adapter: `ADAPTER_FILES`), `tinker` (it lives in Tinker's
+service: `TINKER_FILE` holds its paths) or `full` (full weights). Pure data; publishing and fetching are
+rollout.training.checkpoints.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from rollout.blobs import BlobRef, checked_key
 from rollout.records import Payload
+
+ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")  # a LoRA checkpoint's peft adapter
+TINKER_FILE = "tinker.json"  # what a checkpoint trained by Tinker holds: its state and sampler paths
+type CheckpointKind = Literal["lora", "full", "tinker"]
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,12 @@ class CheckpointRecord(Payload):
     def __post_init__(self) -> None:
         checked_checkpoint_name(self.name)
         checked_file_names(self.files)
+
+    @property
+    def kind(self) -> CheckpointKind:
+        if TINKER_FILE in self.files:
+            return "tinker"
+        return "lora" if all(name in self.files for name in ADAPTER_FILES) else "full"
 
 
 @dataclass(frozen=True)

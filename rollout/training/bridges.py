@@ -22,21 +22,15 @@ import tempfile
 from pathlib import Path
 
 from rollout.blobs import BlobStore
-from rollout.records.checkpoints import CheckpointFile, CheckpointRecord
+from rollout.records.checkpoints import ADAPTER_FILES, TINKER_FILE, CheckpointFile, CheckpointRecord
 from rollout.training.checkpoints import download_files
 from rollout.training.local import OPTIMIZER_STATE, TRAINER_STATE
-from rollout.training.tinker_data import TINKER_FILE
 
-ADAPTER_FILES = ("adapter_config.json", "adapter_model.safetensors")
 BRIDGE_FORMATS = ("lora", "full", "merged", "tinker")
 
 
 class BridgeError(ValueError):
     """The checkpoint cannot be given in the format asked for."""
-
-
-def is_lora(record: CheckpointRecord) -> bool:
-    return all(name in record.files for name in ADAPTER_FILES)
 
 
 def bridge_files(
@@ -54,15 +48,15 @@ def bridge_files(
     if TINKER_FILE in record.files:
         raise BridgeError(f"{record.name} lives in Tinker: serve it as 'tinker'")
     if fmt == "lora":
-        if not is_lora(record):
+        if record.kind != "lora":
             raise BridgeError(f"{record.name} holds full weights, not a LoRA adapter: serve it as 'full'")
         return {name: record.files[name] for name in ADAPTER_FILES}
     if fmt == "full":
-        if is_lora(record):
+        if record.kind == "lora":
             raise BridgeError(f"{record.name} is a LoRA adapter: serve it as 'lora' or 'merged'")
         return {name: f for name, f in record.files.items() if name not in (OPTIMIZER_STATE, TRAINER_STATE)}
     if fmt == "merged":
-        if not is_lora(record):
+        if record.kind != "lora":
             return bridge_files(record, "full", store)
         if base_model is None:
             raise BridgeError("merging a LoRA adapter needs the base model it was trained on")
@@ -78,19 +72,25 @@ def bridge_location(record: CheckpointRecord, fmt: str, store: BlobStore) -> str
     return str(json.loads(store.get(file.key, expected=file.ref))["sampler"])
 
 
-def _merged(
-    record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None
-) -> dict[str, CheckpointFile]:
+def merge_adapter(adapter: Path, base_model: str, out: Path) -> None:
+    """Merge the peft adapter folder `adapter` into `base_model` and save the result in `out`: full weights
+    as safetensors, with the base model's tokenizer and chat template, loadable with no peft."""
     from peft import PeftModel
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    base = AutoModelForCausalLM.from_pretrained(base_model)
+    merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
+    merged.save_pretrained(out, safe_serialization=True)
+    AutoTokenizer.from_pretrained(base_model).save_pretrained(out)
+
+
+def _merged(
+    record: CheckpointRecord, store: BlobStore, base_model: str, scratch: Path | None
+) -> dict[str, CheckpointFile]:
     with tempfile.TemporaryDirectory(dir=scratch) as work:
         adapter = download_files(store, {n: record.files[n] for n in ADAPTER_FILES}, Path(work) / "adapter")
-        base = AutoModelForCausalLM.from_pretrained(base_model)
-        merged = PeftModel.from_pretrained(base, str(adapter)).merge_and_unload()
         out = Path(work) / "merged"
-        merged.save_pretrained(out, safe_serialization=True)
-        AutoTokenizer.from_pretrained(base_model).save_pretrained(out)
+        merge_adapter(adapter, base_model, out)
         files: dict[str, CheckpointFile] = {}
         for path in sorted(out.rglob("*")):
             if path.is_file():

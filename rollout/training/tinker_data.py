@@ -24,8 +24,6 @@ from rollout.rl.batches import Batch
 from rollout.rl.losses import LossConfig
 from rollout.rl.losses.registry import on_tinker
 
-TINKER_FILE = "tinker.json"  # what a checkpoint trained by Tinker holds: its state and sampler paths
-
 
 @dataclass(frozen=True)
 class TinkerDatum:
