@@ -224,7 +224,6 @@ class HFDataset(TaskSource):
     def _load(self) -> Any:
         try:
             import datasets
-            from datasets.exceptions import DatasetNotFoundError
         except ImportError as error:
             raise HFDatasetError(
                 "reading a dataset needs the `datasets` library: `uv add datasets` (or install rollout[datasets])"
@@ -238,7 +237,7 @@ class HFDataset(TaskSource):
                 revision=self.revision,
                 streaming=self.streaming,
             )
-        except (OSError, ValueError, DatasetNotFoundError) as error:
+        except (OSError, ValueError) as error:  # a dataset the Hub lacks is a FileNotFoundError too
             reason = " ".join(str(error).split()) or type(error).__name__
             raise HFDatasetError(f"dataset {self.what} cannot be read: {reason}") from error
         self._check_columns(list(loaded.column_names or ()))

@@ -10,7 +10,9 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -54,12 +56,12 @@ def served_turns(stack_settings: Settings, trained_run: str) -> list[SampledTurn
     return turns
 
 
-def _logprobs(model: object, turn: SampledTurn) -> list[float]:
+def _logprobs(model: Callable[..., Any], turn: SampledTurn) -> list[float]:
     import torch
 
     ids = torch.tensor([[*turn.prompt_ids_delta, *turn.completion_ids]])
     with torch.no_grad():
-        logits = model(ids).logits[0].float()  # type: ignore[operator]
+        logits = model(ids).logits[0].float()
     start = len(turn.prompt_ids_delta)
     logprobs = torch.log_softmax(logits[start - 1 : -1], dim=-1)
     return [float(logprobs[i, token]) for i, token in enumerate(turn.completion_ids)]

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from rollout.environment import Dataset, HFDatasetError
+from rollout.environment import Dataset, HFDatasetError, TaskSource
 
 ROWS = 20
 
@@ -32,8 +32,8 @@ def parquet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _questions(source: Dataset | object, groups: range | list[int]) -> list[str]:
-    return [source.parameters(g)["question"] for g in groups]  # type: ignore[attr-defined]
+def _questions(source: TaskSource, groups: range | list[int]) -> list[str]:
+    return [source.parameters(g)["question"] for g in groups]
 
 
 def test_a_seeded_dataset_shuffles_each_epoch_and_a_restarted_runner_plays_the_same_rows(

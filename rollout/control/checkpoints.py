@@ -164,16 +164,10 @@ def _write(
 ) -> str | None:
     """Write the checkpoint's export into `staged`; the base model it names or was merged into."""
     from rollout.blobs import BlobIntegrityError
-    from rollout.records.checkpoints import ADAPTER_FILES
-    from rollout.training.bridges import merge_adapter
+    from rollout.training.bridges import bridge_files, merge_adapter
     from rollout.training.checkpoints import download_files
-    from rollout.training.local import OPTIMIZER_STATE, TRAINER_STATE
 
-    wanted = (
-        {n: record.files[n] for n in ADAPTER_FILES}
-        if kind == "lora"
-        else {n: f for n, f in record.files.items() if n not in (OPTIMIZER_STATE, TRAINER_STATE)}
-    )
+    wanted = bridge_files(record, kind, store)  # the adapter, or the weights without the optimiser's state
     adapter = staged if kind == "lora" and not merge else work / "adapter"
     try:
         download_files(store, wanted, adapter if kind == "lora" else staged)
@@ -234,12 +228,12 @@ def push_to_hub(directory: Path, repo: str, *, private: bool = True) -> str:
         ) from error
     api = HfApi()
     try:
-        api.create_repo(repo, private=private, exist_ok=True)
-        commit = api.upload_folder(folder_path=str(directory), repo_id=repo, commit_message="rollout export")
+        url = api.create_repo(repo, private=private, exist_ok=True)
+        api.upload_folder(folder_path=str(directory), repo_id=repo, commit_message="rollout export")
     except (HfHubHTTPError, OSError, ValueError) as error:
         raise ControlError(
             f"the Hugging Face Hub did not take {directory} into {repo}: {' '.join(str(error).split())} (the "
             "folder is exported; push it again once the hub is reachable and you are logged in: `hf auth "
             "login`, or HF_TOKEN in the environment)"
         ) from error
-    return str(commit.repo_url) if getattr(commit, "repo_url", None) else f"https://huggingface.co/{repo}"
+    return str(url)
